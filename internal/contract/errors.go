@@ -1,0 +1,31 @@
+package contract
+
+// Error is the one JSON error shape of every TalkIDE API (worker commands,
+// worker reports, the browser API). The gateway-proxy alone answers in
+// Anthropic's error shape, because its clients are Anthropic SDKs.
+type Error struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody says what was wrong. Code is machine-readable and stable;
+// Message is for people and never contains a secret.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error codes.
+const (
+	CodeBadRequest       = "bad_request"
+	CodeInvalidID        = "invalid_id"
+	CodeTooLarge         = "body_too_large"
+	CodeUnauthorized     = "unauthorized"
+	CodeForbidden        = "forbidden"
+	CodeNotFound         = "not_found"
+	CodeConflict         = "conflict"
+	CodeTurnRunning      = "turn_running"
+	CodeShuttingDown     = "shutting_down"
+	CodeUnavailable      = "unavailable"
+	CodeInternal         = "internal"
+	CodeMethodNotAllowed = "method_not_allowed"
+)

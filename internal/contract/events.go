@@ -1,0 +1,108 @@
+package contract
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Event kinds streamed from the worker (and relayed by the control-plane).
+const (
+	KindSessionCreated = "session.created"
+	KindSessionResumed = "session.resumed" // a worker (re)opened the session from disk
+	KindUserMessage    = "user.message"
+	KindTurnStarted    = "turn.started"
+	KindTextDelta      = "text.delta"
+	KindMessage        = "assistant.message" // one assistant message is complete
+	KindToolStarted    = "tool.started"
+	KindToolOutput     = "tool.output" // a chunk of a running tool's output
+	KindToolFinished   = "tool.finished"
+	KindUsage          = "usage"
+	KindTurnFinished   = "turn.finished"
+	KindTurnFailed     = "turn.failed"
+	KindNotice         = "notice" // operator-facing information, e.g. "model simulator in use"
+)
+
+// Codes of turn.failed.
+const (
+	FailInterrupted     = "interrupted"
+	FailWorkerRestarted = "worker_restarted"
+	FailModelError      = "model_error"
+	FailRateLimited     = "rate_limited"
+	FailOverloaded      = "overloaded"
+	FailAuth            = "gateway_auth"
+	FailMaxTurns        = "max_turns"
+	FailInternal        = "internal"
+)
+
+// Event is one entry of a conversation's event log. Seq is per conversation,
+// starts at 1, increases by one, and is the SSE id. Exactly the fields of the
+// event's kind are set.
+type Event struct {
+	Seq            int64     `json:"seq"`
+	Kind           string    `json:"kind"`
+	ConversationID string    `json:"conversation_id"`
+	TurnID         string    `json:"turn_id,omitempty"`
+	Time           time.Time `json:"time"`
+
+	// user.message
+	ClientMessageID string `json:"client_message_id,omitempty"`
+	// user.message, text.delta, assistant.message, notice
+	Text string `json:"text,omitempty"`
+	// text.delta: index of the content block within the assistant message
+	Index int `json:"index,omitempty"`
+
+	Tool    *ToolEvent    `json:"tool,omitempty"`
+	Usage   *Usage        `json:"usage,omitempty"`
+	Finish  *TurnFinish   `json:"finish,omitempty"`
+	Failure *TurnFailure  `json:"failure,omitempty"`
+	Session *SessionEvent `json:"session,omitempty"`
+}
+
+// ToolEvent describes a tool call in tool.started, tool.output, tool.finished.
+type ToolEvent struct {
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input,omitempty"` // tool.started
+	// Output is a chunk (tool.output) or the result the model sees
+	// (tool.finished), possibly truncated; Truncated says so.
+	Output     string `json:"output,omitempty"`
+	Truncated  bool   `json:"truncated,omitempty"`
+	IsError    bool   `json:"is_error,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
+}
+
+// Usage is what one model call consumed, as the model reported it.
+type Usage struct {
+	Model                    string `json:"model"`
+	InputTokens              int64  `json:"input_tokens"`
+	OutputTokens             int64  `json:"output_tokens"`
+	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens,omitempty"`
+	CacheReadInputTokens     int64  `json:"cache_read_input_tokens,omitempty"`
+}
+
+// TurnFinish closes a turn that ended normally.
+type TurnFinish struct {
+	StopReason string `json:"stop_reason"` // the model's last stop_reason
+	ModelCalls int    `json:"model_calls"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// TurnFailure closes a turn that did not end normally.
+type TurnFailure struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+	// HTTPStatus is the model API's status when the failure came from it.
+	HTTPStatus int `json:"http_status,omitempty"`
+}
+
+// SessionEvent details session.created and session.resumed.
+type SessionEvent struct {
+	Harness  string `json:"harness"`
+	WorkerID string `json:"worker_id,omitempty"`
+	// Messages is the number of transcript messages restored on resume.
+	Messages int `json:"messages,omitempty"`
+}
+
+// Terminal reports whether the kind ends a turn.
+func Terminal(kind string) bool { return kind == KindTurnFinished || kind == KindTurnFailed }

@@ -1,0 +1,52 @@
+package contract
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+)
+
+// MaxIDLen bounds every id that crosses the seam: conversation ids become
+// directory names and URL segments, client message ids become map keys.
+const MaxIDLen = 128
+
+// ErrInvalidID is wrapped by every id validation failure.
+var ErrInvalidID = errors.New("invalid id")
+
+// ValidateID checks that id is safe to use as a single path segment and a
+// URL segment: 1..MaxIDLen characters from [A-Za-z0-9_-], not starting with
+// '-' or '_'. Dots are excluded outright, so "." and ".." cannot occur.
+func ValidateID(kind, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: %s is empty", ErrInvalidID, kind)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("%w: %s is longer than %d characters", ErrInvalidID, kind, MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case (c == '-' || c == '_') && i > 0:
+		default:
+			return fmt.Errorf("%w: %s may contain only letters, digits, '-' and '_' (and must start with a letter or digit)", ErrInvalidID, kind)
+		}
+	}
+	return nil
+}
+
+// ValidateConversationID is ValidateID for conversation ids.
+func ValidateConversationID(id string) error { return ValidateID("conversation id", id) }
+
+var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
+
+// NewID returns prefix + 26 random lowercase base32 characters (130 bits).
+// The result always passes ValidateID when prefix does.
+func NewID(prefix string) string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("contract: crypto/rand failed: " + err.Error())
+	}
+	return prefix + idEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,121 @@
+// Package store is the control-plane's durable state: tenants, envs, users,
+// conversations, identity-token hashes, the usage record and worker reports.
+//
+// Store is implemented by store/sqlite (embedded default) and, later,
+// store/postgres; both run the same migrations and the same test suite
+// (store/storetest).
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+)
+
+// Sentinel errors.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrConflict = errors.New("conflict")
+)
+
+// Env is one environment of one tenant, served by one worker.
+type Env struct {
+	Tenant    string
+	Name      string
+	WorkerURL string // base URL of the tenant-env's worker, e.g. http://talkide-worker.t-e.svc:8080
+	CreatedAt time.Time
+}
+
+// IdentityToken is the stored half of an identity token: never the token.
+type IdentityToken struct {
+	ID        string
+	Tenant    string
+	Env       string
+	Hash      [32]byte // SHA-256 of the token's secret
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	RevokedAt time.Time // zero while valid
+}
+
+// User is a person who talks to Mara.
+type User struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+}
+
+// Conversation belongs to one user and lives on the worker of one tenant-env.
+type Conversation struct {
+	ID        string
+	Tenant    string
+	Env       string
+	UserID    string
+	Title     string
+	CreatedAt time.Time
+}
+
+// UsageRecord is one model call that passed the gateway.
+type UsageRecord struct {
+	ID                       string // unique per gateway request
+	Tenant                   string
+	Env                      string
+	ConversationID           string
+	UserID                   string
+	Model                    string
+	Status                   int // upstream HTTP status, 0 when none was received
+	Streamed                 bool
+	InputTokens              int64
+	OutputTokens             int64
+	CacheCreationInputTokens int64
+	CacheReadInputTokens     int64
+	StartedAt                time.Time
+	Duration                 time.Duration
+}
+
+// StoredReport is a worker report as the control-plane keeps it.
+type StoredReport struct {
+	Tenant     string
+	Env        string
+	Report     contract.Report
+	ReceivedAt time.Time
+}
+
+// Store is the control-plane's persistence. Every method is safe for
+// concurrent use. Methods return ErrNotFound when the thing asked for does not
+// exist.
+type Store interface {
+	// PutEnv creates the tenant (if needed) and the env, or updates the
+	// env's WorkerURL.
+	PutEnv(ctx context.Context, e Env) error
+	GetEnv(ctx context.Context, tenant, env string) (Env, error)
+	ListEnvs(ctx context.Context) ([]Env, error)
+
+	AddIdentityToken(ctx context.Context, t IdentityToken) error
+	GetIdentityToken(ctx context.Context, id string) (IdentityToken, error)
+	RevokeIdentityToken(ctx context.Context, id string, at time.Time) error
+
+	// PutUser creates the user or leaves an existing one unchanged.
+	PutUser(ctx context.Context, u User) error
+	GetUser(ctx context.Context, id string) (User, error)
+
+	// CreateConversation inserts c; created is false (and the stored one is
+	// returned) when a conversation with c.ID exists. ErrConflict when it
+	// exists but belongs to another user or tenant-env.
+	CreateConversation(ctx context.Context, c Conversation) (stored Conversation, created bool, err error)
+	GetConversation(ctx context.Context, id string) (Conversation, error)
+	ListConversations(ctx context.Context, userID string) ([]Conversation, error)
+
+	// RecordUsage appends a usage record; a second record with the same ID is
+	// ignored.
+	RecordUsage(ctx context.Context, u UsageRecord) error
+	ListUsage(ctx context.Context, conversationID string) ([]UsageRecord, error)
+
+	// AddReports stores reports of one tenant-env; a report whose idempotency
+	// key is already stored counts as a duplicate and changes nothing.
+	AddReports(ctx context.Context, tenant, env string, rs []contract.Report, received time.Time) (accepted, duplicates int, err error)
+	ListReports(ctx context.Context, conversationID string) ([]StoredReport, error)
+
+	Close() error
+}

@@ -1,0 +1,138 @@
+package trust
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// WorkerTokens look like "wt1.<kid>.<payload>.<mac>" with payload and mac in
+// unpadded base64url; mac = HMAC-SHA256(key[kid], "wt1.<kid>.<payload>").
+const workerTokenVersion = "wt1"
+
+// WorkerTokenTTL is the lifetime of a minted WorkerToken.
+const WorkerTokenTTL = 120 * time.Second
+
+// MaxWorkerTokenLen bounds what VerifyWorkerToken reads.
+const MaxWorkerTokenLen = 2048
+
+// Sentinel errors of token and signature checks.
+var (
+	ErrBadSignature = errors.New("signature mismatch")
+	ErrExpired      = errors.New("credential expired")
+	ErrUnknownKey   = errors.New("unknown key id")
+	ErrReplayed     = errors.New("request replayed")
+	ErrScope        = errors.New("credential not valid for this resource")
+)
+
+// WorkerClaims is what a WorkerToken asserts: the bearer may call the model
+// for this one conversation of this tenant-env until ExpiresAt.
+type WorkerClaims struct {
+	Tenant         string `json:"t"`
+	Env            string `json:"e"`
+	ConversationID string `json:"c"`
+	IssuedAt       int64  `json:"iat"`
+	ExpiresAt      int64  `json:"exp"`
+	ID             string `json:"jti"`
+}
+
+// Keyring holds the HMAC keys of WorkerTokens by key id. New tokens are signed
+// with the current key; tokens signed with any key in the ring verify, so a
+// key can be rotated in before the old one is dropped.
+type Keyring struct {
+	current string
+	keys    map[string][]byte
+}
+
+// NewKeyring returns a keyring signing with keys[current].
+func NewKeyring(current string, keys map[string][]byte) (*Keyring, error) {
+	if _, ok := keys[current]; !ok {
+		return nil, fmt.Errorf("trust: current key id %q is not in the keyring", current)
+	}
+	k := &Keyring{current: current, keys: make(map[string][]byte, len(keys))}
+	for id, key := range keys {
+		if !isB64URL(id) || len(id) > 32 {
+			return nil, fmt.Errorf("trust: key id %q must be 1-32 base64url characters", id)
+		}
+		if len(key) < 32 {
+			return nil, fmt.Errorf("trust: key %q is shorter than 32 bytes", id)
+		}
+		k.keys[id] = append([]byte(nil), key...)
+	}
+	return k, nil
+}
+
+// CurrentKeyID names the key new tokens are signed with.
+func (k *Keyring) CurrentKeyID() string { return k.current }
+
+// MintWorkerToken signs claims with the current key. IssuedAt, ExpiresAt and
+// ID are set here from now.
+func (k *Keyring) MintWorkerToken(tenant, env, conversationID string, now time.Time) (string, WorkerClaims) {
+	c := WorkerClaims{
+		Tenant:         tenant,
+		Env:            env,
+		ConversationID: conversationID,
+		IssuedAt:       now.Unix(),
+		ExpiresAt:      now.Add(WorkerTokenTTL).Unix(),
+		ID:             randomString(12),
+	}
+	payload, err := json.Marshal(c)
+	if err != nil {
+		panic("trust: marshal claims: " + err.Error())
+	}
+	head := workerTokenVersion + "." + k.current + "." + base64.RawURLEncoding.EncodeToString(payload)
+	return head + "." + base64.RawURLEncoding.EncodeToString(mac(k.keys[k.current], head)), c
+}
+
+// VerifyWorkerToken checks a token's form, signature and expiry, and returns
+// its claims. The caller still checks that the claims fit the request.
+func (k *Keyring) VerifyWorkerToken(token string, now time.Time) (WorkerClaims, error) {
+	var c WorkerClaims
+	if len(token) > MaxWorkerTokenLen {
+		return c, fmt.Errorf("%w: token too long", ErrMalformed)
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 4 || parts[0] != workerTokenVersion || !isB64URL(parts[1]) || !isB64URL(parts[2]) || !isB64URL(parts[3]) {
+		return c, fmt.Errorf("%w: not a worker token", ErrMalformed)
+	}
+	key, ok := k.keys[parts[1]]
+	if !ok {
+		return c, ErrUnknownKey
+	}
+	got, err := base64.RawURLEncoding.DecodeString(parts[3])
+	if err != nil {
+		return c, fmt.Errorf("%w: bad signature encoding", ErrMalformed)
+	}
+	if !hmac.Equal(got, mac(key, parts[0]+"."+parts[1]+"."+parts[2])) {
+		return c, ErrBadSignature
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil {
+		return c, fmt.Errorf("%w: bad payload encoding", ErrMalformed)
+	}
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return WorkerClaims{}, fmt.Errorf("%w: bad payload", ErrMalformed)
+	}
+	if c.Tenant == "" || c.Env == "" || c.ConversationID == "" || c.ExpiresAt == 0 {
+		return WorkerClaims{}, fmt.Errorf("%w: incomplete claims", ErrMalformed)
+	}
+	if now.Unix() >= c.ExpiresAt {
+		return WorkerClaims{}, ErrExpired
+	}
+	// A token from the future beyond clock skew was not minted by us today.
+	if c.IssuedAt > now.Add(MaxClockSkew).Unix() {
+		return WorkerClaims{}, ErrExpired
+	}
+	return c, nil
+}
+
+func mac(key []byte, msg string) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(msg))
+	return h.Sum(nil)
+}
