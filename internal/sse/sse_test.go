@@ -31,12 +31,12 @@ func TestReader(t *testing.T) {
 		in   string
 		want []Event
 	}{
-		"simple": {"id: 1\nevent: a\ndata: x\n\n", []Event{{ID: "1", Event: "a", Data: []byte("x")}}},
-		"multiline data": {"data: a\ndata: b\n\n", []Event{{Data: []byte("a\nb")}}},
-		"crlf": {"id: 7\r\ndata: x\r\n\r\n", []Event{{ID: "7", Data: []byte("x")}}},
-		"comments skipped": {": ping\n\n: hb\ndata: y\n\n", []Event{{Data: []byte("y")}}},
-		"no space after colon": {"data:z\n\n", []Event{{Data: []byte("z")}}},
-		"unterminated dropped": {"data: a\n\ndata: b\n", []Event{{Data: []byte("a")}}},
+		"simple":                 {"id: 1\nevent: a\ndata: x\n\n", []Event{{ID: "1", Event: "a", Data: []byte("x")}}},
+		"multiline data":         {"data: a\ndata: b\n\n", []Event{{Data: []byte("a\nb")}}},
+		"crlf":                   {"id: 7\r\ndata: x\r\n\r\n", []Event{{ID: "7", Data: []byte("x")}}},
+		"comments skipped":       {": ping\n\n: hb\ndata: y\n\n", []Event{{Data: []byte("y")}}},
+		"no space after colon":   {"data:z\n\n", []Event{{Data: []byte("z")}}},
+		"unterminated dropped":   {"data: a\n\ndata: b\n", []Event{{Data: []byte("a")}}},
 		"no data not dispatched": {"event: x\n\ndata: q\n\n", []Event{{Data: []byte("q")}}},
 		"anthropic style": {"event: message_start\ndata: {\"type\":\"message_start\"}\n\n",
 			[]Event{{Event: "message_start", Data: []byte(`{"type":"message_start"}`)}}},

@@ -84,16 +84,22 @@ type StoredReport struct {
 
 // Store is the control-plane's persistence. Every method is safe for
 // concurrent use. Methods return ErrNotFound when the thing asked for does not
-// exist.
+// exist; a list that finds nothing is empty, not an error. Times are kept to
+// the millisecond and returned in UTC, durations to the microsecond.
 type Store interface {
 	// PutEnv creates the tenant (if needed) and the env, or updates the
-	// env's WorkerURL.
+	// env's WorkerURL; an existing env keeps its CreatedAt.
 	PutEnv(ctx context.Context, e Env) error
 	GetEnv(ctx context.Context, tenant, env string) (Env, error)
+	// ListEnvs returns every env ordered by tenant, then name.
 	ListEnvs(ctx context.Context) ([]Env, error)
 
+	// AddIdentityToken stores t: ErrNotFound when its tenant-env does not
+	// exist, ErrConflict when a token with t.ID does.
 	AddIdentityToken(ctx context.Context, t IdentityToken) error
 	GetIdentityToken(ctx context.Context, id string) (IdentityToken, error)
+	// RevokeIdentityToken sets the token's RevokedAt; a token already
+	// revoked keeps its first RevokedAt.
 	RevokeIdentityToken(ctx context.Context, id string, at time.Time) error
 
 	// PutUser creates the user or leaves an existing one unchanged.
@@ -102,19 +108,31 @@ type Store interface {
 
 	// CreateConversation inserts c; created is false (and the stored one is
 	// returned) when a conversation with c.ID exists. ErrConflict when it
-	// exists but belongs to another user or tenant-env.
+	// exists but belongs to another user or tenant-env. ErrNotFound when
+	// c's tenant-env or user does not exist.
 	CreateConversation(ctx context.Context, c Conversation) (stored Conversation, created bool, err error)
 	GetConversation(ctx context.Context, id string) (Conversation, error)
+	// ListConversations returns the user's conversations newest first
+	// (CreatedAt descending, then ID descending).
 	ListConversations(ctx context.Context, userID string) ([]Conversation, error)
 
 	// RecordUsage appends a usage record; a second record with the same ID is
-	// ignored.
+	// ignored. The record's tenant-env and conversation need not be stored:
+	// usage is a fact and is never refused for what it refers to.
 	RecordUsage(ctx context.Context, u UsageRecord) error
+	// ListUsage returns a conversation's usage oldest first (StartedAt, then
+	// ID).
 	ListUsage(ctx context.Context, conversationID string) ([]UsageRecord, error)
 
 	// AddReports stores reports of one tenant-env; a report whose idempotency
-	// key is already stored counts as a duplicate and changes nothing.
+	// key is already stored for that tenant-env (or earlier in rs) counts as
+	// a duplicate and changes nothing. The same key under another tenant-env
+	// is another report. A report without an idempotency key fails the whole
+	// batch and stores nothing. As with RecordUsage, the tenant-env and
+	// conversation need not be stored.
 	AddReports(ctx context.Context, tenant, env string, rs []contract.Report, received time.Time) (accepted, duplicates int, err error)
+	// ListReports returns a conversation's reports ordered by Report.Time,
+	// then tenant, env and idempotency key.
 	ListReports(ctx context.Context, conversationID string) ([]StoredReport, error)
 
 	Close() error

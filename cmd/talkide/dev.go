@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/talkide/platform/internal/anthropicsim"
+	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/trust"
+)
+
+const (
+	devTenant = "local"
+	devEnv    = "dev"
+	devUser   = "local"
+	// identityTTL is the default lifetime of an identity token (seed § 7.5).
+	identityTTL = 90 * 24 * time.Hour
+)
+
+// simulatorNotice labels the simulated model wherever a user can see it.
+const simulatorNotice = "model simulator in use: replies come from TalkIDE's built-in Anthropic API simulator (a test and demo tool, not a real model); set ANTHROPIC_API_KEY to talk to the real API"
+
+// devConfig is talkide dev's configuration.
+type devConfig struct {
+	dataDir      string
+	addr         string
+	apiKey       string // empty: run the simulator
+	anthropicURL string
+	model        string
+	logger       *slog.Logger
+}
+
+// devStack is everything talkide dev runs.
+type devStack struct {
+	cfg       devConfig
+	cp        *cpProc
+	worker    *workerProc
+	simulator *server
+	sim       *anthropicsim.Simulator
+	info      devInfo
+}
+
+// devInfo is written to DIR/dev.json.
+type devInfo struct {
+	ControlPlane    string `json:"controlplane"`
+	Worker          string `json:"worker"`
+	Gateway         string `json:"gateway"`
+	LocalProxy      string `json:"localproxy"`
+	Simulator       string `json:"simulator,omitempty"`
+	ClaudeConfigDir string `json:"claude_config_dir"`
+	Workspaces      string `json:"workspaces"`
+	SimulatedModel  bool   `json:"simulated_model"`
+}
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg devConfig
+	var lf logFlags
+	fs.StringVar(&cfg.dataDir, "data-dir", "./.talkide", "directory for the database, secrets, sessions and workspaces")
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:7878", "loopback HOST:PORT of the browser API")
+	fs.StringVar(&cfg.anthropicURL, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL (used when ANTHROPIC_API_KEY is set)")
+	fs.StringVar(&cfg.model, "model", "", "model id (default: the harness's default)")
+	lf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logger, err := newLogger(stderr, lf.format, lf.level)
+	if err != nil {
+		return err
+	}
+	cfg.logger = logger
+	// Read the key, then remove it from the environment: nothing started by
+	// the worker side (tools, subprocess harnesses) may inherit it.
+	cfg.apiKey = os.Getenv("ANTHROPIC_API_KEY")
+	os.Unsetenv("ANTHROPIC_API_KEY")
+
+	st, err := startDev(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	model := "the real Anthropic API at " + cfg.anthropicURL
+	if st.sim != nil {
+		model = "the MODEL SIMULATOR (a test and demo tool, not a real model) at " + st.info.Simulator
+	}
+	fmt.Fprintf(stdout, "TalkIDE dev is running.\n  browser API: %s\n  model:       %s\n  state:       %s\n  chat:        talkide chat --data-dir %s\nPress Ctrl-C to stop.\n",
+		st.info.ControlPlane, model, cfg.dataDir, cfg.dataDir)
+	<-ctx.Done()
+	logger.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return st.shutdown(sctx)
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// startDev starts control-plane, simulator (without an API key) and worker,
+// each on its own loopback port, and writes DIR/dev.json.
+func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
+	if !isLoopback(cfg.addr) {
+		return nil, fmt.Errorf("--addr %s is not a loopback address: talkide dev serves one local user without credentials", cfg.addr)
+	}
+	if cfg.dataDir, err = filepath.Abs(cfg.dataDir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	s := &devStack{cfg: cfg}
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			s.shutdown(sctx)
+		}
+	}()
+	upstream, key := cfg.anthropicURL, cfg.apiKey
+	if key == "" {
+		key = fmt.Sprintf("sk-sim-%x", trust.NewKey())
+		s.sim = anthropicsim.New(key, &anthropicsim.Options{Logger: cfg.logger.With("component", "simulator")})
+		if s.simulator, err = listen("127.0.0.1:0", s.sim); err != nil {
+			return s, err
+		}
+		upstream = s.simulator.url()
+		s.info.Simulator = upstream
+		s.info.SimulatedModel = true
+		cfg.logger.Warn("no ANTHROPIC_API_KEY: using the model simulator, a test and demo tool, not a real model", "url", upstream)
+	}
+	if err := s.startControlPlane(ctx, upstream, key); err != nil {
+		return s, err
+	}
+	if err := s.startWorker(ctx); err != nil {
+		return s, err
+	}
+	return s, s.writeInfo()
+}
+
+func (s *devStack) startControlPlane(ctx context.Context, upstream, key string) error {
+	cp, err := startControlPlane(ctx, cpOptions{
+		listen:      s.cfg.addr,
+		dbPath:      filepath.Join(s.cfg.dataDir, "controlplane.db"),
+		secretsPath: filepath.Join(s.cfg.dataDir, "controlplane-secrets.json"),
+		upstream:    upstream, apiKey: key,
+		localUser: devUser, tenant: devTenant, env: devEnv,
+		logger: s.cfg.logger,
+	})
+	if err != nil {
+		return err
+	}
+	s.cp = cp
+	s.info.ControlPlane = cp.http.url()
+	s.info.Gateway = cp.http.url() + controlplane.GatewayPrefix
+	return nil
+}
+
+// startWorker provisions tenant local / env dev (its identity token in a
+// file, as a Kubernetes Secret would deliver it) and starts the worker.
+func (s *devStack) startWorker(ctx context.Context) error {
+	tokenPath := filepath.Join(s.cfg.dataDir, "worker", "identity-token")
+	if err := ensureIdentityToken(ctx, s.cp.store, tokenPath, devTenant, devEnv); err != nil {
+		return err
+	}
+	claudeDir := filepath.Join(s.cfg.dataDir, "claude")
+	workspaces := filepath.Join(s.cfg.dataDir, "workspaces")
+	notice := ""
+	if s.sim != nil {
+		notice = simulatorNotice
+	}
+	w, err := startWorker(workerOptions{
+		listen: "127.0.0.1:0", tenant: devTenant, env: devEnv,
+		cpURL:           s.cp.http.url(),
+		identity:        identityFromFile(tokenPath),
+		commandKeyID:    s.cp.secrets.CommandKeyID,
+		commandKey:      trust.DeriveEnvKey(s.cp.secrets.CommandSecret, devTenant, devEnv),
+		claudeConfigDir: claudeDir, workspaceRoot: workspaces,
+		model: s.cfg.model, notice: notice,
+		logger: s.cfg.logger,
+	})
+	if err != nil {
+		return err
+	}
+	s.worker = w
+	if err := s.cp.store.PutEnv(ctx, store.Env{Tenant: devTenant, Name: devEnv, WorkerURL: w.http.url(), CreatedAt: time.Now().UTC()}); err != nil {
+		return err
+	}
+	s.info.Worker = w.http.url()
+	s.info.LocalProxy = w.localProxy.URL()
+	s.info.ClaudeConfigDir = claudeDir
+	s.info.Workspaces = workspaces
+	return nil
+}
+
+// ensureIdentityToken keeps a valid identity token for tenant/env in path,
+// issuing a new one (stored hashed) when the file is missing or stale.
+func ensureIdentityToken(ctx context.Context, st store.Store, path, tenant, env string) error {
+	if err := st.PutEnv(ctx, store.Env{Tenant: tenant, Name: env, CreatedAt: time.Now().UTC()}); err != nil {
+		return err
+	}
+	if b, err := os.ReadFile(path); err == nil {
+		if id, hash, err := trust.ParseIdentityToken(strings.TrimSpace(string(b))); err == nil {
+			rec, err := st.GetIdentityToken(ctx, id)
+			if err == nil && trust.HashesEqual(rec.Hash, hash) && rec.RevokedAt.IsZero() &&
+				rec.Tenant == tenant && rec.Env == env && time.Until(rec.ExpiresAt) > 24*time.Hour {
+				return nil
+			}
+		}
+	}
+	tok := trust.NewIdentityToken()
+	now := time.Now().UTC()
+	if err := st.AddIdentityToken(ctx, store.IdentityToken{ID: tok.ID, Tenant: tenant, Env: env, Hash: tok.Hash, CreatedAt: now, ExpiresAt: now.Add(identityTTL)}); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(tok.Token+"\n"), 0o600)
+}
+
+func (s *devStack) writeInfo() error {
+	b, _ := json.MarshalIndent(s.info, "", "  ")
+	return os.WriteFile(filepath.Join(s.cfg.dataDir, "dev.json"), append(b, '\n'), 0o600)
+}
+
+// shutdown stops the worker first (its turns finish or are interrupted and
+// its last reports reach the control-plane), then the control-plane, then
+// the simulator.
+func (s *devStack) shutdown(ctx context.Context) error {
+	var errs []error
+	if s.worker != nil {
+		errs = append(errs, s.worker.shutdown(ctx))
+	}
+	if s.cp != nil {
+		errs = append(errs, s.cp.shutdown(ctx))
+	}
+	if s.simulator != nil {
+		err := s.simulator.srv.Shutdown(ctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = s.simulator.srv.Close()
+		}
+		errs = append(errs, err)
+	}
+	err := errors.Join(errs...)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

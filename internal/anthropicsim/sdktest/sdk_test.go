@@ -1,0 +1,5 @@
+package sdktest
+
+import "testing"
+
+func TestPlaceholder(t *testing.T) {}

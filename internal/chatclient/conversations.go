@@ -1,0 +1,128 @@
+package chatclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+)
+
+// Conversation is the browser API's view of a conversation.
+type Conversation struct {
+	ID        string    `json:"id"`
+	Title     string    `json:"title,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	// State is the worker session's state; GetConversation sets it, the
+	// answer to CreateConversation may not.
+	State *contract.SessionState `json:"state,omitempty"`
+	// Created is true when CreateConversation created it (HTTP 201) rather
+	// than found it.
+	Created bool `json:"-"`
+}
+
+// CreateConversation creates the conversation id, or returns it if it
+// exists. An empty id lets the control-plane choose one; an empty title
+// leaves it unset.
+func (c *Client) CreateConversation(ctx context.Context, id, title string) (Conversation, error) {
+	if id != "" {
+		if err := contract.ValidateConversationID(id); err != nil {
+			return Conversation{}, fmt.Errorf("chatclient: %w", err)
+		}
+	}
+	req := struct {
+		ID    string `json:"id,omitempty"`
+		Title string `json:"title,omitempty"`
+	}{id, title}
+	var conv Conversation
+	status, err := c.doJSON(ctx, http.MethodPost, c.base+"/api/conversations", req, &conv)
+	if err != nil {
+		return Conversation{}, err
+	}
+	conv.Created = status == http.StatusCreated
+	return conv, nil
+}
+
+// GetConversation returns conversation id with its session state. An unknown
+// id is an *APIError matching ErrNotFound.
+func (c *Client) GetConversation(ctx context.Context, id string) (Conversation, error) {
+	u, err := c.conversationURL(id, "")
+	if err != nil {
+		return Conversation{}, err
+	}
+	var conv Conversation
+	if _, err := c.doJSON(ctx, http.MethodGet, u, nil, &conv); err != nil {
+		return Conversation{}, err
+	}
+	return conv, nil
+}
+
+// Send posts text as a user message, which starts a turn. It generates a
+// client message id and retries transient failures (connection errors,
+// 502, 503, 504) with that same id, so the control-plane starts the turn at
+// most once. A running turn is an *APIError matching ErrTurnRunning.
+func (c *Client) Send(ctx context.Context, id, text string) (contract.SendMessageResponse, error) {
+	u, err := c.conversationURL(id, "/messages")
+	if err != nil {
+		return contract.SendMessageResponse{}, err
+	}
+	if text == "" {
+		return contract.SendMessageResponse{}, errors.New("chatclient: empty message")
+	}
+	if len(text) > contract.MaxMessageText {
+		return contract.SendMessageResponse{}, fmt.Errorf("chatclient: message is longer than %d bytes", contract.MaxMessageText)
+	}
+	req := contract.SendMessageRequest{ClientMessageID: contract.NewID("m_"), Text: text}
+	log := c.log.With("conversation", id, "client_message_id", req.ClientMessageID)
+	for attempt := 0; ; attempt++ {
+		var resp contract.SendMessageResponse
+		_, err := c.doJSON(ctx, http.MethodPost, u, req, &resp)
+		if err == nil {
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return contract.SendMessageResponse{}, fmt.Errorf("chatclient: send: %w (last error: %v)", ctx.Err(), err)
+		}
+		if !transient(err) || attempt+1 >= c.sendRetry.attempts {
+			return contract.SendMessageResponse{}, err
+		}
+		d := c.sendRetry.delay(attempt)
+		log.Info("chatclient: send failed; retrying", "attempt", attempt+1, "delay", d, "err", err)
+		if cerr := sleepCtx(ctx, d); cerr != nil {
+			return contract.SendMessageResponse{}, fmt.Errorf("chatclient: send: %w (last error: %v)", cerr, err)
+		}
+	}
+}
+
+// transient reports whether a failed call may succeed if repeated.
+func transient(err error) bool {
+	var te *transportError
+	if errors.As(err, &te) {
+		return true
+	}
+	var ae *APIError
+	if errors.As(err, &ae) {
+		switch ae.Status {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		}
+	}
+	return false
+}
+
+// Interrupt asks the control-plane to stop the conversation's running turn.
+// The turn ends with a turn.failed event (code "interrupted") on the stream;
+// Interrupted is false when no turn was running.
+func (c *Client) Interrupt(ctx context.Context, id string) (contract.InterruptResponse, error) {
+	u, err := c.conversationURL(id, "/interrupt")
+	if err != nil {
+		return contract.InterruptResponse{}, err
+	}
+	var resp contract.InterruptResponse
+	if _, err := c.doJSON(ctx, http.MethodPost, u, nil, &resp); err != nil {
+		return contract.InterruptResponse{}, err
+	}
+	return resp, nil
+}

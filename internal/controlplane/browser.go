@@ -1,0 +1,224 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/store"
+)
+
+// Browser API limits.
+const (
+	maxBrowserBody = 1 << 20
+	maxTitle       = 200
+)
+
+type userKey struct{}
+
+// browser resolves the calling user before h runs.
+func (s *Server) browser(h httpapi.HandlerFunc) httpapi.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if s.cfg.LocalUser == "" {
+			return httpapi.Errorf(http.StatusUnauthorized, contract.CodeUnauthorized,
+				"browser authentication is not configured on this control-plane; run it with a local user (talkide dev)")
+		}
+		if id := r.PathValue("id"); r.Pattern != "" && strings.Contains(r.Pattern, "{id}") {
+			if err := httpapi.ID("conversation id", id); err != nil {
+				return err
+			}
+		}
+		return h(w, r.WithContext(context.WithValue(r.Context(), userKey{}, s.cfg.LocalUser)))
+	}
+}
+
+func userOf(r *http.Request) string { return r.Context().Value(userKey{}).(string) }
+
+// ConversationView is the browser API's view of a conversation.
+type ConversationView struct {
+	ID        string                 `json:"id"`
+	Title     string                 `json:"title"`
+	CreatedAt time.Time              `json:"created_at"`
+	State     *contract.SessionState `json:"state,omitempty"`
+	// WorkerError says why State is missing.
+	WorkerError string `json:"worker_error,omitempty"`
+}
+
+// CreateConversationRequest is the body of POST /api/conversations; both
+// fields are optional. With an id the call is idempotent.
+type CreateConversationRequest struct {
+	ID    string `json:"id,omitempty"`
+	Title string `json:"title,omitempty"`
+}
+
+// SendRequest is the body of POST /api/conversations/{id}/messages.
+type SendRequest struct {
+	Text            string `json:"text"`
+	ClientMessageID string `json:"client_message_id,omitempty"`
+}
+
+// conversation loads a conversation the calling user owns; another user's
+// conversation is as unknown as a missing one.
+func (s *Server) conversation(r *http.Request) (store.Conversation, error) {
+	id := r.PathValue("id")
+	c, err := s.cfg.Store.GetConversation(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && c.UserID != userOf(r)) {
+		return c, httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no conversation %s", id)
+	}
+	return c, err
+}
+
+func (s *Server) handleCreateConversation(w http.ResponseWriter, r *http.Request) error {
+	body, err := httpapi.ReadBody(w, r, maxBrowserBody)
+	if err != nil {
+		return err
+	}
+	var req CreateConversationRequest
+	if len(body) > 0 {
+		if err := httpapi.DecodeJSON(body, &req); err != nil {
+			return err
+		}
+	}
+	if req.ID == "" {
+		req.ID = contract.NewID("c_")
+	} else if err := httpapi.ID("conversation id", req.ID); err != nil {
+		return err
+	}
+	if len(req.Title) > maxTitle {
+		return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "title is longer than %d bytes", maxTitle)
+	}
+	user := userOf(r)
+	if err := s.cfg.Store.PutUser(r.Context(), store.User{ID: user, Name: user, CreatedAt: s.cfg.Now().UTC()}); err != nil {
+		return err
+	}
+	c, created, err := s.cfg.Store.CreateConversation(r.Context(), store.Conversation{
+		ID: req.ID, Tenant: s.cfg.DefaultTenant, Env: s.cfg.DefaultEnv, UserID: user, Title: req.Title, CreatedAt: s.cfg.Now().UTC(),
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return httpapi.Errorf(http.StatusConflict, contract.CodeConflict, "conversation id %s is taken", req.ID)
+	}
+	if err != nil {
+		return err
+	}
+	wc, err := s.workerFor(r.Context(), c.Tenant, c.Env)
+	if err != nil {
+		return err
+	}
+	view := ConversationView{ID: c.ID, Title: c.Title, CreatedAt: c.CreatedAt}
+	var st contract.SessionState
+	if _, err := wc.do(r.Context(), http.MethodPost, contract.SessionsPath, "", contract.CreateSessionRequest{ConversationID: c.ID, UserID: user}, &st); err != nil {
+		// The conversation is stored; creating it again with its id retries
+		// the worker side.
+		return workerFailure(err)
+	}
+	view.State = &st
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		s.log.Info("conversation created", "conversation", c.ID, "tenant", c.Tenant, "env", c.Env, "user", user)
+	}
+	httpapi.WriteJSON(w, status, view)
+	return nil
+}
+
+func (s *Server) handleListConversations(w http.ResponseWriter, r *http.Request) error {
+	cs, err := s.cfg.Store.ListConversations(r.Context(), userOf(r))
+	if err != nil {
+		return err
+	}
+	out := make([]ConversationView, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, ConversationView{ID: c.ID, Title: c.Title, CreatedAt: c.CreatedAt})
+	}
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"conversations": out})
+	return nil
+}
+
+func (s *Server) handleGetConversation(w http.ResponseWriter, r *http.Request) error {
+	c, err := s.conversation(r)
+	if err != nil {
+		return err
+	}
+	view := ConversationView{ID: c.ID, Title: c.Title, CreatedAt: c.CreatedAt}
+	wc, err := s.workerFor(r.Context(), c.Tenant, c.Env)
+	if err != nil {
+		return err
+	}
+	var st contract.SessionState
+	if _, err := wc.do(r.Context(), http.MethodGet, contract.SessionPath, c.ID, nil, &st); err != nil {
+		view.WorkerError = workerFailure(err).(*httpapi.Error).Msg
+	} else {
+		view.State = &st
+	}
+	httpapi.WriteJSON(w, http.StatusOK, view)
+	return nil
+}
+
+func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) error {
+	body, err := httpapi.ReadBody(w, r, maxBrowserBody)
+	if err != nil {
+		return err
+	}
+	var req SendRequest
+	if err := httpapi.DecodeJSON(body, &req); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Text) == "" {
+		return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "text is empty")
+	}
+	if len(req.Text) > contract.MaxMessageText {
+		return httpapi.Errorf(http.StatusRequestEntityTooLarge, contract.CodeTooLarge, "text is longer than %d bytes", contract.MaxMessageText)
+	}
+	if req.ClientMessageID == "" {
+		req.ClientMessageID = contract.NewID("m_")
+	} else if err := httpapi.ID("client_message_id", req.ClientMessageID); err != nil {
+		return err
+	}
+	c, err := s.conversation(r)
+	if err != nil {
+		return err
+	}
+	wc, err := s.workerFor(r.Context(), c.Tenant, c.Env)
+	if err != nil {
+		return err
+	}
+	var resp contract.SendMessageResponse
+	status, err := wc.do(r.Context(), http.MethodPost, contract.MessagesPath, c.ID,
+		contract.SendMessageRequest{ClientMessageID: req.ClientMessageID, Text: req.Text}, &resp)
+	if err != nil {
+		return workerFailure(err)
+	}
+	httpapi.WriteJSON(w, status, resp)
+	return nil
+}
+
+func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request) error {
+	c, err := s.conversation(r)
+	if err != nil {
+		return err
+	}
+	wc, err := s.workerFor(r.Context(), c.Tenant, c.Env)
+	if err != nil {
+		return err
+	}
+	var resp contract.InterruptResponse
+	if _, err := wc.do(r.Context(), http.MethodPost, contract.InterruptPath, c.ID, nil, &resp); err != nil {
+		return workerFailure(err)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// workerFailure turns a worker call's error into what the browser sees.
+func workerFailure(err error) error {
+	var he *httpapi.Error
+	if errors.As(err, &he) {
+		return he
+	}
+	return &httpapi.Error{Status: http.StatusBadGateway, Code: contract.CodeUnavailable,
+		Msg: "the conversation's worker is unreachable; try again shortly", Err: err}
+}

@@ -1,0 +1,83 @@
+package controlplane
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/minting"
+	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/trust"
+)
+
+// MintPath is the WorkerToken mint endpoint.
+const MintPath = minting.MintPath
+
+// authIdentity checks the identity token in Authorization and returns its
+// tenant-env. Every failure is the same 401, so a caller learns nothing about
+// which tokens exist.
+func (s *Server) authIdentity(r *http.Request) (store.IdentityToken, error) {
+	denied := func(err error) error {
+		return &httpapi.Error{Status: http.StatusUnauthorized, Code: contract.CodeUnauthorized,
+			Msg: "a valid identity token is required (Authorization: Bearer)", Err: err}
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return store.IdentityToken{}, denied(errors.New("no bearer token"))
+	}
+	id, hash, err := trust.ParseIdentityToken(tok)
+	if err != nil {
+		return store.IdentityToken{}, denied(err)
+	}
+	rec, err := s.cfg.Store.GetIdentityToken(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.IdentityToken{}, denied(errors.New("unknown identity token id"))
+	}
+	if err != nil {
+		return store.IdentityToken{}, err
+	}
+	if !trust.HashesEqual(rec.Hash, hash) {
+		return store.IdentityToken{}, denied(trust.ErrBadSignature)
+	}
+	now := s.cfg.Now()
+	if !rec.RevokedAt.IsZero() && !now.Before(rec.RevokedAt) {
+		return store.IdentityToken{}, denied(errors.New("identity token revoked"))
+	}
+	if !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt) {
+		return store.IdentityToken{}, denied(trust.ErrExpired)
+	}
+	return rec, nil
+}
+
+func (s *Server) handleMint(w http.ResponseWriter, r *http.Request) error {
+	body, err := httpapi.ReadBody(w, r, 4<<10)
+	if err != nil {
+		return err
+	}
+	ident, err := s.authIdentity(r)
+	if err != nil {
+		return err
+	}
+	var req minting.MintRequest
+	if err := httpapi.DecodeJSON(body, &req); err != nil {
+		return err
+	}
+	if err := httpapi.ID("conversation_id", req.ConversationID); err != nil {
+		return err
+	}
+	c, err := s.cfg.Store.GetConversation(r.Context(), req.ConversationID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if err != nil || c.Tenant != ident.Tenant || c.Env != ident.Env {
+		return httpapi.Errorf(http.StatusForbidden, contract.CodeForbidden,
+			"conversation %s does not belong to this worker's tenant-env", req.ConversationID)
+	}
+	tok, claims := s.cfg.Keyring.MintWorkerToken(ident.Tenant, ident.Env, c.ID, s.cfg.Now())
+	httpapi.WriteJSON(w, http.StatusOK, minting.MintResponse{
+		Token: tok, ExpiresAt: unixTime(claims.ExpiresAt), KeyID: s.cfg.Keyring.CurrentKeyID(),
+	})
+	return nil
+}

@@ -1,0 +1,75 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/trust"
+)
+
+// reportKey returns the signing key of a known tenant-env.
+func (s *Server) reportKey(tenant, env, kid string) ([]byte, bool) {
+	if kid != s.cfg.CommandKeyID {
+		return nil, false
+	}
+	// The key derives from the master secret for any name; only envs that
+	// exist may report.
+	if _, err := s.cfg.Store.GetEnv(context.Background(), tenant, env); err != nil {
+		return nil, false
+	}
+	return trust.DeriveEnvKey(s.cfg.CommandSecret, tenant, env), true
+}
+
+var knownReportKinds = map[string]bool{contract.ReportUsage: true, contract.ReportToolUse: true, contract.ReportActivity: true}
+
+func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) error {
+	body, err := httpapi.ReadBody(w, r, contract.MaxReportBatch)
+	if err != nil {
+		return err
+	}
+	p, err := s.reports.Verify(r, body)
+	if err != nil {
+		return &httpapi.Error{Status: http.StatusUnauthorized, Code: contract.CodeUnauthorized,
+			Msg: "the report's X-Worker-Token signature is missing, invalid, expired or replayed", Err: err}
+	}
+	var batch contract.ReportBatch
+	if err := httpapi.DecodeJSON(body, &batch); err != nil {
+		return err
+	}
+	owned := map[string]bool{}
+	for i, rep := range batch.Reports {
+		if rep.IdempotencyKey == "" || len(rep.IdempotencyKey) > 300 {
+			return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "report %d: idempotency_key must be 1-300 bytes", i)
+		}
+		if !knownReportKinds[rep.Kind] {
+			return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "report %d: unknown kind %q", i, rep.Kind)
+		}
+		if err := httpapi.ID("conversation_id", rep.ConversationID); err != nil {
+			return err
+		}
+		if owned[rep.ConversationID] {
+			continue
+		}
+		c, err := s.cfg.Store.GetConversation(r.Context(), rep.ConversationID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if err != nil || c.Tenant != p.Tenant || c.Env != p.Env {
+			return httpapi.Errorf(http.StatusForbidden, contract.CodeForbidden, "report %d: conversation %s does not belong to %s/%s", i, rep.ConversationID, p.Tenant, p.Env)
+		}
+		owned[rep.ConversationID] = true
+	}
+	accepted, dups, err := s.cfg.Store.AddReports(r.Context(), p.Tenant, p.Env, batch.Reports, s.cfg.Now().UTC())
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, contract.ReportAck{Accepted: accepted, Duplicates: dups})
+	return nil
+}
+
+func unixTime(sec int64) time.Time { return time.Unix(sec, 0).UTC() }

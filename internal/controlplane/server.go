@@ -1,0 +1,117 @@
+// Package controlplane is the TalkIDE BE: the browser API, the mint endpoint
+// for WorkerTokens, the signed worker reporting endpoints, and the mount point
+// of the gateway-proxy. It talks to workers only over signed HTTP.
+package controlplane
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/trust"
+)
+
+// GatewayPrefix is where the gateway-proxy is mounted.
+const GatewayPrefix = "/api/internal/gateway/anthropic"
+
+// Config is what the control-plane needs.
+type Config struct {
+	Store store.Store
+	// Keyring signs WorkerTokens.
+	Keyring *trust.Keyring
+	// CommandSecret is the master secret the per-tenant-env signing keys of
+	// commands and reports are derived from; CommandKeyID names it.
+	CommandSecret []byte
+	CommandKeyID  string
+	// Gateway serves GatewayPrefix; nil answers 503 there.
+	Gateway http.Handler
+	// LocalUser, when set, makes the browser API act as that one user with
+	// no credentials (talkide dev, loopback only). When empty the browser
+	// API refuses every request: user authentication is a later issue.
+	LocalUser string
+	// DefaultTenant and DefaultEnv receive new conversations.
+	DefaultTenant string
+	DefaultEnv    string
+	Logger        *slog.Logger // nil: don't log
+	Now           func() time.Time
+	// Heartbeat is the interval of SSE comments to browsers; default 15 s.
+	Heartbeat time.Duration
+	// WorkerTransport carries commands to workers; nil: a clone of
+	// http.DefaultTransport.
+	WorkerTransport http.RoundTripper
+}
+
+// Server is the control-plane.
+type Server struct {
+	cfg              Config
+	log              *slog.Logger
+	reports          *trust.Verifier
+	workerHTTP       *http.Client
+	workerStreamHTTP *http.Client
+}
+
+// New returns the control-plane server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Keyring == nil || len(cfg.CommandSecret) < 32 || cfg.CommandKeyID == "" {
+		return nil, errors.New("controlplane: Store, Keyring, CommandKeyID and a CommandSecret of at least 32 bytes are required")
+	}
+	if cfg.DefaultTenant == "" || cfg.DefaultEnv == "" {
+		return nil, errors.New("controlplane: DefaultTenant and DefaultEnv are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 15 * time.Second
+	}
+	if cfg.WorkerTransport == nil {
+		cfg.WorkerTransport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	s := &Server{
+		cfg:              cfg,
+		log:              cfg.Logger,
+		workerHTTP:       &http.Client{Transport: cfg.WorkerTransport, Timeout: 30 * time.Second},
+		workerStreamHTTP: &http.Client{Transport: cfg.WorkerTransport},
+	}
+	s.reports = trust.NewVerifier(trust.ToControlPlane, s.reportKey, cfg.Now)
+	return s, nil
+}
+
+// Handler returns the control-plane's HTTP API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	h := func(f httpapi.HandlerFunc) http.Handler { return httpapi.Handle(s.log, f) }
+
+	mux.Handle("POST /api/conversations", h(s.browser(s.handleCreateConversation)))
+	mux.Handle("GET /api/conversations", h(s.browser(s.handleListConversations)))
+	mux.Handle("GET /api/conversations/{id}", h(s.browser(s.handleGetConversation)))
+	mux.Handle("POST /api/conversations/{id}/messages", h(s.browser(s.handleSend)))
+	mux.Handle("POST /api/conversations/{id}/interrupt", h(s.browser(s.handleInterrupt)))
+	mux.Handle("GET /api/conversations/{id}/stream", h(s.browser(s.handleStream)))
+
+	mux.Handle("POST "+MintPath, h(s.handleMint))
+	mux.Handle("POST "+contract.ReportsPath, h(s.handleReports))
+
+	gw := s.cfg.Gateway
+	if gw == nil {
+		gw = h(func(http.ResponseWriter, *http.Request) error {
+			return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeUnavailable, "the gateway is not configured")
+		})
+	}
+	mux.Handle(GatewayPrefix+"/", gw)
+
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.Handle("/", h(func(http.ResponseWriter, *http.Request) error {
+		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no such endpoint")
+	}))
+	return mux
+}

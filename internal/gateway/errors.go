@@ -1,0 +1,59 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// Anthropic error types the gateway itself produces.
+const (
+	errAuthentication = "authentication_error"
+	errPermission     = "permission_error"
+	errNotFound       = "not_found_error"
+	errInvalidRequest = "invalid_request_error"
+	errTooLarge       = "request_too_large"
+	errAPI            = "api_error"
+)
+
+// httpError is a request the gateway refuses. Msg is what the client sees;
+// Err is the cause, which is logged and never sent. Neither ever holds a
+// credential.
+type httpError struct {
+	Status int
+	Type   string // Anthropic error type
+	Msg    string
+	Err    error
+}
+
+func (e *httpError) Error() string {
+	if e.Err != nil {
+		return e.Msg + ": " + e.Err.Error()
+	}
+	return e.Msg
+}
+
+func (e *httpError) Unwrap() error { return e.Err }
+
+// anthropicError is Anthropic's error body, which the SDKs parse.
+type anthropicError struct {
+	Type  string             `json:"type"` // always "error"
+	Error anthropicErrorBody `json:"error"`
+}
+
+type anthropicErrorBody struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// writeError answers with an Anthropic-shaped error.
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	b, err := json.Marshal(anthropicError{Type: "error", Error: anthropicErrorBody{Type: typ, Message: msg}})
+	if err != nil {
+		panic("gateway: marshal error body: " + err.Error())
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}

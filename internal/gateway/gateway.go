@@ -1,0 +1,264 @@
+// Package gateway is the gateway-proxy: the only holder of ANTHROPIC_API_KEY.
+// It forwards a worker's model calls to Anthropic, authorised by a WorkerToken
+// for one conversation, and records the tokens each call used.
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/trust"
+)
+
+// Prefix is where the control-plane mounts the gateway. The handler receives
+// the full path and strips Prefix itself.
+const Prefix = "/api/internal/gateway/anthropic"
+
+// Header names read by the gateway. Both are removed before forwarding.
+const (
+	// ConversationHeader names the conversation a call belongs to. When it
+	// is absent the WorkerToken's conversation is used.
+	ConversationHeader = "X-Talkide-Conversation"
+	// TokenHeader carries the WorkerToken; "Authorization: Bearer <token>"
+	// is accepted too (what the official SDKs send for an auth token).
+	TokenHeader = trust.SignatureHeader
+)
+
+// DefaultMaxBody is the default cap on a request body.
+const DefaultMaxBody = 32 << 20
+
+// anthropicVersion is sent upstream when the client names none.
+const anthropicVersion = "2023-06-01"
+
+// forwarded are the upstream paths the gateway serves, below Prefix.
+var forwarded = map[string]bool{
+	"/v1/messages":              true,
+	"/v1/messages/count_tokens": true,
+}
+
+// Store is the part of the control-plane store the gateway needs. Its
+// methods are called concurrently; GetConversation returns an error wrapping
+// store.ErrNotFound for an unknown conversation.
+type Store interface {
+	GetConversation(ctx context.Context, id string) (store.Conversation, error)
+	RecordUsage(ctx context.Context, u store.UsageRecord) error
+}
+
+// Options configures a Gateway. The zero value is usable.
+type Options struct {
+	Logger    *slog.Logger      // nil: don't log
+	Now       func() time.Time  // nil: time.Now
+	Transport http.RoundTripper // nil: a clone of http.DefaultTransport
+	MaxBody   int64             // request body cap; 0: DefaultMaxBody
+}
+
+// Gateway is an http.Handler that forwards model calls upstream. It is safe
+// for concurrent use.
+type Gateway struct {
+	upstream *url.URL
+	apiKey   string
+	keys     *trust.Keyring
+	store    Store
+	log      *slog.Logger // never nil
+	now      func() time.Time
+	maxBody  int64
+	proxy    *httputil.ReverseProxy
+}
+
+// New returns the gateway. upstream is the Anthropic API base URL (e.g.
+// https://api.anthropic.com, or the simulator's URL); apiKey is
+// ANTHROPIC_API_KEY. It panics if a required argument is missing.
+func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *Options) *Gateway {
+	switch {
+	case upstream == nil || upstream.Scheme == "" || upstream.Host == "":
+		panic("gateway: upstream must be an absolute URL")
+	case apiKey == "":
+		panic("gateway: empty API key")
+	case keys == nil:
+		panic("gateway: nil keyring")
+	case st == nil:
+		panic("gateway: nil store")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Transport == nil {
+		o.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	u := *upstream
+	g := &Gateway{
+		upstream: &u,
+		apiKey:   apiKey,
+		keys:     keys,
+		store:    st,
+		log:      o.Logger,
+		now:      o.Now,
+		maxBody:  o.MaxBody,
+	}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:        g.rewrite,
+		Transport:      o.Transport,
+		FlushInterval:  -1, // every write reaches the client at once, streamed or not
+		ModifyResponse: g.modifyResponse,
+		ErrorHandler:   g.proxyError,
+		ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+	return g
+}
+
+// ServeHTTP authorises, forwards and meters one model call.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := g.now()
+	rest, ok := strings.CutPrefix(r.URL.Path, Prefix)
+	if !ok || !forwarded[rest] {
+		g.deny(w, r, nil, &httpError{Status: http.StatusNotFound, Type: errNotFound, Msg: "no such endpoint"})
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		g.deny(w, r, nil, &httpError{Status: http.StatusMethodNotAllowed, Type: errInvalidRequest, Msg: "method not allowed"})
+		return
+	}
+	conv, herr := g.authorize(r)
+	if herr != nil {
+		g.deny(w, r, conv, herr)
+		return
+	}
+	body, herr := g.readBody(w, r)
+	if herr != nil {
+		g.deny(w, r, conv, herr)
+		return
+	}
+
+	c := &call{
+		g:    g,
+		ctx:  r.Context(),
+		path: rest,
+		rec: store.UsageRecord{
+			ID:             contract.NewID("gw_"),
+			Tenant:         conv.Tenant,
+			Env:            conv.Env,
+			ConversationID: conv.ID,
+			UserID:         conv.UserID,
+			StartedAt:      start,
+		},
+		reqModel: requestModel(body),
+	}
+	// Every path out of the proxy, including the panic with which it aborts
+	// a response whose copy failed, records the call exactly once.
+	defer c.finish()
+
+	in := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
+	in.Body = io.NopCloser(bytes.NewReader(body))
+	in.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	in.ContentLength = int64(len(body))
+	in.TransferEncoding = nil
+	g.proxy.ServeHTTP(w, in)
+}
+
+// readBody reads the whole request body, bounded by maxBody.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *httpError) {
+	tooLarge := &httpError{Status: http.StatusRequestEntityTooLarge, Type: errTooLarge, Msg: "request body too large"}
+	if r.ContentLength > g.maxBody {
+		return nil, tooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, tooLarge
+		}
+		return nil, &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest, Msg: "could not read request body", Err: err}
+	}
+	return body, nil
+}
+
+// requestModel returns the model a request body names, or "".
+func requestModel(body []byte) string {
+	var req struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return ""
+	}
+	return req.Model
+}
+
+// deniedHeaders are removed from every forwarded request (lower case). Any
+// header starting with "x-talkide-" goes too.
+var deniedHeaders = map[string]bool{
+	"authorization":       true,
+	"proxy-authorization": true,
+	"x-api-key":           true,
+	"x-worker-token":      true,
+	"cookie":              true,
+	// The gateway reads the response, so it asks for an encoding it can
+	// read: the Transport then requests gzip itself and decompresses.
+	"accept-encoding": true,
+	// No protocol switches through the gateway.
+	"upgrade":    true,
+	"connection": true,
+}
+
+// rewrite turns the inbound request into the upstream one. ReverseProxy has
+// already removed hop-by-hop and X-Forwarded-* headers.
+func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+	c := pr.In.Context().Value(callKey{}).(*call)
+	out := pr.Out
+	out.URL.Scheme = g.upstream.Scheme
+	out.URL.Host = g.upstream.Host
+	out.URL.Path = strings.TrimSuffix(g.upstream.Path, "/") + c.path
+	out.URL.RawPath = ""
+	out.URL.RawQuery = ""
+	out.URL.Fragment = ""
+	out.Host = ""
+	for k := range out.Header {
+		lk := strings.ToLower(k)
+		if deniedHeaders[lk] || strings.HasPrefix(lk, "x-talkide-") {
+			delete(out.Header, k)
+		}
+	}
+	out.Header.Set("X-Api-Key", g.apiKey)
+	if out.Header.Get("Anthropic-Version") == "" {
+		out.Header.Set("Anthropic-Version", anthropicVersion)
+	}
+}
+
+// modifyResponse starts metering the response body as it passes.
+func (g *Gateway) modifyResponse(res *http.Response) error {
+	c := res.Request.Context().Value(callKey{}).(*call)
+	c.rec.Status = res.StatusCode
+	c.meter = newMeter(res.Header)
+	res.Body = &meteredBody{ReadCloser: res.Body, m: c.meter}
+	return nil
+}
+
+// proxyError handles a call that got no upstream response: the upstream
+// could not be reached or the client went away first.
+func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	c := r.Context().Value(callKey{}).(*call)
+	c.err = err
+	writeError(w, http.StatusBadGateway, errAPI, "upstream unavailable")
+}
+
+type callKey struct{}

@@ -1,0 +1,94 @@
+// Package harness defines how the worker runs one turn of a session: the
+// Harness interface and the typed failure a turn ends with. Implementations
+// live in harness/native (an in-process agent loop on the Anthropic Go SDK)
+// and, later, harness/claudecode (the Claude Code CLI as a subprocess).
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/talkide/platform/internal/contract"
+)
+
+// Harness runs turns. RunTurn is called for one session at a time (the
+// worker never runs two turns of a session at once) but for many sessions
+// concurrently.
+type Harness interface {
+	// Name identifies the harness in session metadata and events.
+	Name() string
+	// RunTurn answers one user message: it calls the model, runs tools, and
+	// emits events through t.Emit as things happen. It returns when the turn
+	// is over. Cancelling ctx interrupts the turn: RunTurn then returns
+	// promptly with ctx's error, leaving the session's state valid for the
+	// next turn. Any other failure is a *TurnError.
+	RunTurn(ctx context.Context, t *Turn) (Result, error)
+}
+
+// Turn is one turn's input and its outlets.
+type Turn struct {
+	ConversationID string
+	TurnID         string
+	UserID         string
+	Text           string
+	// SessionDir is the session's directory on the session volume; the
+	// harness keeps its transcript there.
+	SessionDir string
+	// Workspace is the conversation's working tree.
+	Workspace string
+	// Transcript persists and restores the harness's conversation records.
+	Transcript Transcript
+	// Emit records an event in the session's log and streams it. The worker
+	// fills Seq, ConversationID, TurnID and Time.
+	Emit func(contract.Event)
+	// Report queues a report for the control-plane. The worker fills the
+	// idempotency key when empty, ConversationID, TurnID and Time.
+	Report func(contract.Report)
+}
+
+// Transcript is the durable record of a session's conversation as the
+// harness sees it, one JSON value per record.
+type Transcript interface {
+	Records() ([]json.RawMessage, error)
+	Append(rec json.RawMessage) error
+}
+
+// Result is how a turn ended when it ended normally.
+type Result struct {
+	StopReason string
+	ModelCalls int
+}
+
+// TurnError is a turn's failure with a machine-readable code (one of the
+// contract.Fail* codes) and whether retrying can help.
+type TurnError struct {
+	Code       string
+	Message    string
+	Retryable  bool
+	HTTPStatus int
+	Err        error // the cause, for logs; never shown to the user
+}
+
+func (e *TurnError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return e.Code + ": " + e.Message
+}
+
+func (e *TurnError) Unwrap() error { return e.Err }
+
+// Failure converts any error RunTurn returned into the turn.failed payload.
+func Failure(err error) contract.TurnFailure {
+	var te *TurnError
+	switch {
+	case errors.As(err, &te):
+		return contract.TurnFailure{Code: te.Code, Message: te.Message, Retryable: te.Retryable, HTTPStatus: te.HTTPStatus}
+	case errors.Is(err, context.Canceled):
+		return contract.TurnFailure{Code: contract.FailInterrupted, Message: "the turn was interrupted", Retryable: true}
+	default:
+		return contract.TurnFailure{Code: contract.FailInternal, Message: "the worker failed to run the turn", Retryable: true}
+	}
+}

@@ -1,0 +1,140 @@
+// Package httpapi holds what every TalkIDE JSON API shares: handlers that
+// return errors, one error type that keeps what the client sees apart from
+// what is logged, bounded JSON decoding, and the JSON error shape of
+// contract.Error.
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/talkide/platform/internal/contract"
+)
+
+// Error is an HTTP error: Status and Code/Msg go to the client, Err only to
+// the log.
+type Error struct {
+	Status int
+	Code   string
+	Msg    string
+	Err    error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%d %s: %s: %v", e.Status, e.Code, e.Msg, e.Err)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Msg)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error with a formatted client message.
+func Errorf(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// HandlerFunc is an http handler that returns an error instead of writing it.
+type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// Handle adapts h: a returned *Error is written as JSON with its status; any
+// other error is logged and answered with a 500 that reveals nothing.
+func Handle(logger *slog.Logger, h HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		var he *Error
+		if !errors.As(err, &he) {
+			he = &Error{Status: http.StatusInternalServerError, Code: contract.CodeInternal, Msg: "internal error", Err: err}
+		}
+		level := slog.LevelDebug
+		if he.Status >= 500 {
+			level = slog.LevelError
+		} else if he.Status == http.StatusUnauthorized || he.Status == http.StatusForbidden {
+			level = slog.LevelWarn
+		}
+		if logger != nil {
+			logger.Log(r.Context(), level, "request failed", "method", r.Method, "path", r.URL.Path,
+				"status", he.Status, "code", he.Code, "err", he.Error())
+		}
+		WriteError(w, he.Status, he.Code, he.Msg)
+	})
+}
+
+// WriteError writes the contract's JSON error shape.
+func WriteError(w http.ResponseWriter, status int, code, msg string) {
+	WriteJSON(w, status, contract.Error{Error: contract.ErrorBody{Code: code, Message: msg}})
+}
+
+// WriteJSON writes v as JSON with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// ReadBody reads at most max bytes of r's body; a longer body is a 413.
+func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, Errorf(http.StatusRequestEntityTooLarge, contract.CodeTooLarge, "the request body is larger than %d bytes", max)
+		}
+		return nil, &Error{Status: http.StatusBadRequest, Code: contract.CodeBadRequest, Msg: "the request body could not be read", Err: err}
+	}
+	return b, nil
+}
+
+// DecodeJSON decodes body into v strictly: unknown fields and trailing data
+// are errors, so a misspelt field is reported rather than ignored.
+func DecodeJSON(body []byte, v any) error {
+	if len(body) == 0 {
+		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body is empty; a JSON object is required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body is not valid JSON for this endpoint: %v", err)
+	}
+	if dec.More() {
+		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body has data after the JSON object")
+	}
+	return nil
+}
+
+// ID validates a path id, answering 400 with what is wrong.
+func ID(kind, id string) error {
+	if err := contract.ValidateID(kind, id); err != nil {
+		return &Error{Status: http.StatusBadRequest, Code: contract.CodeInvalidID, Msg: err.Error()}
+	}
+	return nil
+}
+
+// ReplayPoint reads where an event stream request resumes: the sequence
+// number in Last-Event-ID, else in ?after=, else 0. Both must be
+// non-negative integers.
+func ReplayPoint(r *http.Request) (int64, error) {
+	v := r.Header.Get("Last-Event-ID")
+	name := "Last-Event-ID"
+	if v == "" {
+		v, name = r.URL.Query().Get("after"), "after"
+	}
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, Errorf(http.StatusBadRequest, contract.CodeBadRequest, "%s must be a non-negative integer sequence number", name)
+	}
+	return n, nil
+}

@@ -1,0 +1,114 @@
+// Package localproxy is the LocalGatewayProxy: an HTTP server on 127.0.0.1
+// that subprocess harnesses and MCP servers use as their Anthropic base URL
+// (http://127.0.0.1:<port>/<conversationId>). It drops whatever credential the
+// client sent, attaches a freshly minted WorkerToken for that conversation,
+// and forwards to the control-plane gateway.
+package localproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/minting"
+)
+
+// Proxy is the LocalGatewayProxy handler.
+type Proxy struct {
+	rp     *httputil.ReverseProxy
+	logger *slog.Logger
+}
+
+// New returns a proxy forwarding to gatewayURL (the control-plane's
+// …/api/internal/gateway/anthropic). logger may be nil.
+func New(gatewayURL *url.URL, m *minting.Minter, logger *slog.Logger) *Proxy {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Proxy{logger: logger}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// The conversation id was validated and stripped in ServeHTTP;
+			// it travels in the header only between here and the Transport.
+			rest := pr.In.URL.Path
+			pr.Out.URL.Scheme = gatewayURL.Scheme
+			pr.Out.URL.Host = gatewayURL.Host
+			pr.Out.URL.Path = strings.TrimRight(gatewayURL.Path, "/") + rest
+			pr.Out.URL.RawPath = ""
+			pr.Out.URL.RawQuery = ""
+			pr.Out.Host = ""
+		},
+		Transport:     &minting.Transport{Minter: m},
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			p.logger.Warn("local gateway proxy: upstream call failed",
+				"conversation", r.Header.Get(minting.ConversationHeader), "err", err)
+			status, typ := http.StatusBadGateway, "api_error"
+			if errors.Is(err, minting.ErrMint) {
+				status, typ = http.StatusUnauthorized, "authentication_error"
+			}
+			writeAnthropicError(w, status, typ, "talkide local gateway proxy: the control-plane gateway could not be reached or refused a token")
+		},
+	}
+	return p
+}
+
+// ServeHTTP strips the leading /{conversationId} segment and forwards.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := strings.TrimPrefix(r.URL.Path, "/")
+	id, rest, _ := strings.Cut(path, "/")
+	if err := contract.ValidateConversationID(id); err != nil {
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "talkide local gateway proxy: the path must start with a valid conversation id")
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = "/" + rest
+	r2.URL.RawPath = ""
+	for k := range r2.Header {
+		if strings.HasPrefix(strings.ToLower(k), "x-talkide-") {
+			r2.Header.Del(k)
+		}
+	}
+	r2.Header.Set(minting.ConversationHeader, id)
+	p.rp.ServeHTTP(w, r2)
+}
+
+func writeAnthropicError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":%q}}`, typ, msg)
+}
+
+// Server is a running LocalGatewayProxy on a loopback port.
+type Server struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Listen starts p on 127.0.0.1 with a port chosen by the kernel.
+func Listen(p *Proxy) (*Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("localproxy: %w", err)
+	}
+	s := &Server{srv: &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}, ln: ln}
+	go s.srv.Serve(ln)
+	return s, nil
+}
+
+// URL is the proxy's base URL, http://127.0.0.1:<port>.
+func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+
+// BaseURLFor is the ANTHROPIC_BASE_URL a subprocess of conversation id uses.
+func (s *Server) BaseURLFor(id string) string { return s.URL() + "/" + id }
+
+// Shutdown stops the server, waiting for calls in flight until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }

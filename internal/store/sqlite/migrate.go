@@ -1,0 +1,68 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/talkide/platform/internal/store/migrations"
+)
+
+// migrate applies the migrations db lacks, each in its own transaction that
+// also records it in schema_migrations. It refuses a database that a newer
+// build has migrated further than it knows.
+func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) error {
+	ms, err := migrations.Files()
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, migrations.VersionTable); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	var latest sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&latest); err != nil {
+		return fmt.Errorf("read schema_migrations: %w", err)
+	}
+	if known := len(ms); latest.Int64 > int64(known) {
+		return fmt.Errorf("database schema version %d is newer than this build's %d", latest.Int64, known)
+	}
+	for _, m := range ms {
+		applied, err := apply(ctx, db, m)
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+		if applied {
+			log.Info("applied migration", "version", m.Version, "name", m.Name)
+		}
+	}
+	return nil
+}
+
+// apply applies m unless schema_migrations already records it. It checks
+// inside its (immediate, so exclusive) transaction, so two processes opening
+// one file apply m once.
+func apply(ctx context.Context, db *sql.DB, m migrations.Migration) (applied bool, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
+		return false, err
+	}
+	if n > 0 {
+		return false, nil
+	}
+	for _, stmt := range m.Statements() {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return false, fmt.Errorf("%w\n%s", err, stmt)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, m.Version, millis(time.Now())); err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
+}

@@ -1,0 +1,233 @@
+// Package sqlite is the embedded store.Store: one SQLite file (pure Go,
+// modernc.org/sqlite), schema from store/migrations, for single-node installs
+// and tests.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/talkide/platform/internal/store"
+)
+
+// Options configures Open. A nil *Options is the zero Options.
+type Options struct {
+	// Logger receives the store's few log lines (migrations applied). Nil
+	// means don't log.
+	Logger *slog.Logger
+}
+
+// maxReaders bounds the read connections of a file database.
+const maxReaders = 4
+
+// busyTimeout is how long a connection waits for another's lock, in
+// milliseconds, before it fails with SQLITE_BUSY.
+const busyTimeout = 5000
+
+// Store is a store.Store in one SQLite database.
+//
+// Connections: SQLite allows one writer at a time, so all writes go through
+// writer, a pool of exactly one connection. Writers then queue in
+// database/sql instead of contending for the file lock, where a deferred
+// transaction that upgrades to writing can fail with SQLITE_BUSY without
+// waiting out busy_timeout; writer's transactions also BEGIN IMMEDIATE for
+// the same reason. Reads go through reader, a small pool of query-only
+// connections that WAL lets run beside the writer. An in-memory database
+// lives and dies with its one connection, so there reader is writer.
+type Store struct {
+	writer *sql.DB
+	reader *sql.DB
+	log    *slog.Logger
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens the database at path, creating it (and its parent directories,
+// mode 0700; the file, mode 0600) when it does not exist, and applies the
+// migrations it lacks. The path ":memory:" opens a private in-memory database
+// for tests.
+func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if path == "" || strings.ContainsAny(path, "?#") || strings.HasPrefix(path, "file:") {
+		return nil, fmt.Errorf("sqlite: open %q: want a file path without '?' or '#', or :memory:", path)
+	}
+	memory := path == ":memory:"
+	if !memory {
+		if err := create(path); err != nil {
+			return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		}
+	}
+
+	s := &Store{log: o.Logger}
+	var err error
+	s.writer, err = openDB(ctx, path, 1, "_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if err := migrate(ctx, s.writer, s.log); err != nil {
+		s.writer.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if memory {
+		s.reader = s.writer
+		return s, nil
+	}
+	s.reader, err = openDB(ctx, path, maxReaders, "_query_only=1")
+	if err != nil {
+		s.writer.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// create makes path's directories and the empty file with private modes, so
+// that SQLite (which gives its -wal and -shm files the mode of the database
+// file) never creates anything more open.
+func create(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// openDB opens a pool of at most conns connections to path, each set up by
+// the DSN parameters: WAL, busy_timeout, foreign keys, synchronous=NORMAL
+// (durable across a crash of the process; a power loss may lose the last
+// transactions, never corrupt), plus extra.
+func openDB(ctx context.Context, path string, conns int, extra string) (*sql.DB, error) {
+	q := url.Values{}
+	q.Set("_busy_timeout", fmt.Sprint(busyTimeout))
+	q.Set("_journal_mode", "WAL")
+	q.Set("_foreign_keys", "1")
+	q.Set("_synchronous", "NORMAL")
+	db, err := sql.Open("sqlite", path+"?"+q.Encode()+"&"+extra)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	db.SetConnMaxIdleTime(0)
+	db.SetConnMaxLifetime(0)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error {
+	err := s.writer.Close()
+	if s.reader != s.writer {
+		err = errors.Join(err, s.reader.Close())
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: close: %w", err)
+	}
+	return nil
+}
+
+// tx runs f in a write transaction and commits it when f returns nil.
+func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// constraint maps a violated constraint to the store's sentinel errors:
+// a foreign key names something that does not exist (store.ErrNotFound), a
+// primary key or unique index is taken (store.ErrConflict). Other errors are
+// returned as they are.
+func constraint(err error) error {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+		return fmt.Errorf("%w: %w", store.ErrNotFound, err)
+	case sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE:
+		return fmt.Errorf("%w: %w", store.ErrConflict, err)
+	}
+	return err
+}
+
+// notFound maps sql.ErrNoRows to store.ErrNotFound.
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	return err
+}
+
+// millis is how the schema keeps a time: unix milliseconds. The zero time
+// round-trips.
+func millis(t time.Time) int64 { return t.UnixMilli() }
+
+// fromMillis is the inverse of millis, in UTC.
+func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// nullMillis keeps the zero time as NULL.
+func nullMillis(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: millis(t), Valid: true}
+}
+
+// fromNullMillis is the inverse of nullMillis.
+func fromNullMillis(n sql.NullInt64) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return fromMillis(n.Int64)
+}
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface {
+	Scan(dest ...any) error
+}
+
+// collect scans every row with scan and closes rows.
+func collect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var ts []T
+	for rows.Next() {
+		t, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return ts, nil
+}

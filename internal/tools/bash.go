@@ -1,0 +1,381 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+)
+
+// BashInput is the input of Bash.
+type BashInput struct {
+	Command     string `json:"command"`
+	Timeout     int    `json:"timeout,omitempty"` // milliseconds; 0 means the tool's default
+	Description string `json:"description,omitempty"`
+}
+
+const bashDescription = `Runs a bash command in the workspace directory and returns its combined stdout and stderr.
+
+- The working directory is the workspace root at the start of every call; state such as cd or shell variables does not carry over between calls.
+- Quote paths that contain spaces. Prefer the Read, Edit, Write, Glob and Grep tools over cat, sed, echo >, find and grep.
+- timeout is in milliseconds (default 120000, max 600000). On timeout the command and all its child processes are killed.
+- Background processes (cmd &) do not outlive the call: when bash exits, what it left running is killed. There is no interactive input (stdin is empty).
+- Output beyond 30000 bytes is cut in the middle; a non-zero exit status is reported as an error.
+- Chain dependent commands with && and run independent ones in separate calls.`
+
+// Bash runs a command with /bin/bash in the workspace root. The zero value
+// uses the defaults of Options.
+type Bash struct {
+	Timeout        time.Duration // default for calls without a timeout; 0 means 2 minutes
+	MaxOutputBytes int           // 0 means DefaultMaxOutputBytes
+	Env            []string      // complete environment; nil means a minimal one (see Options.Env)
+}
+
+// killGrace is how long a process group has to exit after SIGTERM before
+// it gets SIGKILL.
+const killGrace = time.Second
+
+// drainGrace is how long Run waits for the output pipe to close once the
+// process group is gone; a process that left the group (setsid) and keeps
+// the pipe open is cut off after it.
+const drainGrace = 500 * time.Millisecond
+
+var bashShell = "/bin/bash"
+
+func (*Bash) Name() string        { return "Bash" }
+func (*Bash) Description() string { return bashDescription }
+
+func (*Bash) InputSchema() map[string]any {
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"command": map[string]any{
+				"type":        "string",
+				"description": "The command to execute",
+			},
+			"timeout": map[string]any{
+				"type":        "number",
+				"description": "Optional timeout in milliseconds (max 600000)",
+			},
+			"description": map[string]any{
+				"type":        "string",
+				"description": "Clear, concise description of what this command does in 5-10 words",
+			},
+		},
+		"required": []any{"command"},
+	}
+}
+
+func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
+	if err := start(ctx, call); err != nil {
+		return Result{}, err
+	}
+	var in BashInput
+	if err := decodeInput(call.Input, &in, "command"); err != nil {
+		return errorResult("%v", err), nil
+	}
+	if in.Command == "" {
+		return errorResult("invalid input: field \"command\" must not be empty"), nil
+	}
+	timeout := b.Timeout
+	if timeout <= 0 {
+		timeout = DefaultBashTimeout
+	}
+	timeout = min(timeout, MaxBashTimeout)
+	switch {
+	case in.Timeout < 0:
+		return errorResult("invalid input: field \"timeout\" must not be negative, got %d", in.Timeout), nil
+	case in.Timeout > int(MaxBashTimeout/time.Millisecond):
+		return errorResult("invalid input: field \"timeout\" must be at most %d (milliseconds), got %d", MaxBashTimeout/time.Millisecond, in.Timeout), nil
+	case in.Timeout > 0:
+		timeout = time.Duration(in.Timeout) * time.Millisecond
+	}
+	maxOut := b.MaxOutputBytes
+	if maxOut <= 0 {
+		maxOut = DefaultMaxOutputBytes
+	}
+	maxOut = max(maxOut, minOutputBytes)
+
+	env := b.Env
+	if env == nil {
+		env = []string{
+			"PATH=/usr/local/bin:/usr/bin:/bin",
+			"HOME=" + call.Workspace.Root(),
+			"LANG=C.UTF-8",
+			"TERM=dumb",
+		}
+	}
+
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("bash: %w", err)
+	}
+	defer pr.Close()
+	cmd := exec.Command(bashShell, "-c", in.Command)
+	cmd.Dir = call.Workspace.Root()
+	cmd.Env = append(make([]string, 0, len(env)), env...) // non-nil: never the process's own environment
+	cmd.Stdout = pw
+	cmd.Stderr = pw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		pw.Close()
+		return errorResult("bash: cannot start %s: %v", bashShell, err), nil
+	}
+	pw.Close() // the children hold the write end now
+	pgid := cmd.Process.Pid
+
+	out := newHeadTail(maxOut)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		copyOutput(pr, out, call.Output)
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var waitErr error
+	var timedOut bool
+	var ctxErr error
+	select {
+	case waitErr = <-exited:
+	case <-timer.C:
+		timedOut = true
+		waitErr = stopGroup(pgid, exited)
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		waitErr = stopGroup(pgid, exited)
+	}
+	// Whatever bash left running in its group does not outlive the call.
+	stopGroup(pgid, nil)
+
+	select {
+	case <-readDone:
+	case <-time.After(drainGrace):
+		// Someone outside the group still holds the pipe: stop reading.
+		pr.SetReadDeadline(time.Now())
+		<-readDone
+	}
+
+	text := out.String()
+	if ctxErr != nil {
+		return Result{Output: text, IsError: true}, ctxErr
+	}
+	var note string
+	isErr := false
+	switch {
+	case timedOut:
+		note = fmt.Sprintf("Command timed out after %v; it and its child processes were killed.", timeout)
+		isErr = true
+	case waitErr != nil:
+		var ee *exec.ExitError
+		if errors.As(waitErr, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				note = fmt.Sprintf("terminated by signal %v", ws.Signal())
+			} else {
+				note = fmt.Sprintf("exit status %d", ee.ExitCode())
+			}
+		} else {
+			note = waitErr.Error()
+		}
+		isErr = true
+	}
+	switch {
+	case note == "" && text == "":
+		text = "(no output)"
+	case note != "" && text == "":
+		text = note
+	case note != "":
+		if text[len(text)-1] != '\n' {
+			text += "\n"
+		}
+		text += note
+	}
+	return Result{Output: text, IsError: isErr}, nil
+}
+
+// stopGroup ends process group pgid: SIGTERM, up to killGrace for every
+// member to exit, then SIGKILL. When exited is non-nil it delivers the
+// result of waiting for the group leader, which stopGroup returns.
+func stopGroup(pgid int, exited <-chan error) error {
+	var waitErr error
+	leaderDone := exited == nil
+	if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && leaderDone {
+		return nil // ESRCH: nothing left
+	}
+	deadline := time.Now().Add(killGrace)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		if !leaderDone {
+			select {
+			case waitErr = <-exited:
+				leaderDone = true
+			default:
+			}
+		}
+		if leaderDone && !groupAlive(pgid) {
+			return waitErr
+		}
+		<-tick.C
+	}
+	syscall.Kill(-pgid, syscall.SIGKILL)
+	if !leaderDone {
+		waitErr = <-exited
+	}
+	return waitErr
+}
+
+// groupAlive reports whether process group pgid has a member that is not
+// a zombie. kill(2) counts zombies, and zombies orphaned into a PID 1 that
+// does not reap them (some container inits) would keep a group "alive"
+// forever, so on Linux the members are looked up in /proc; elsewhere, or
+// when /proc is unreadable, kill(2) decides.
+func groupAlive(pgid int) bool {
+	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// "pid (comm) state ppid pgrp ...": comm may contain spaces and
+		// parentheses, so parse from the last ")".
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 3 {
+			continue
+		}
+		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid && f[0] != "Z" && f[0] != "X" {
+			return true
+		}
+	}
+	return false
+}
+
+// copyOutput reads r until EOF or error, keeping what it reads in out and
+// passing it to stream, if non-nil, in chunks that end on rune boundaries.
+func copyOutput(r io.Reader, out *headTail, stream func(string)) {
+	buf := make([]byte, 32<<10)
+	var carry []byte // an incomplete rune from the previous read
+	for {
+		n, err := r.Read(buf[len(carry):])
+		if n > 0 {
+			chunk := buf[:len(carry)+n]
+			out.Write(chunk[len(carry):])
+			cut := completeRunes(chunk)
+			if stream != nil && cut > 0 {
+				stream(string(chunk[:cut]))
+			}
+			carry = append(carry[:0], chunk[cut:]...)
+			copy(buf, carry)
+		}
+		if err != nil {
+			if stream != nil && len(carry) > 0 {
+				stream(string(carry))
+			}
+			return
+		}
+	}
+}
+
+// completeRunes returns the length of the longest prefix of b that does not
+// end in the middle of a UTF-8 sequence (invalid bytes count as complete).
+func completeRunes(b []byte) int {
+	for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+		c := b[len(b)-i]
+		if c < 0x80 {
+			return len(b)
+		}
+		if utf8.RuneStart(c) {
+			if utf8.FullRune(b[len(b)-i:]) {
+				return len(b)
+			}
+			return len(b) - i
+		}
+	}
+	return len(b)
+}
+
+// headTail keeps the first and last bytes written to it, up to a total of
+// max, and counts everything. It is safe for concurrent use.
+type headTail struct {
+	mu    sync.Mutex // guards the fields below
+	max   int
+	head  []byte // up to max/2 bytes
+	tail  []byte // ring buffer of up to max-max/2 bytes
+	start int    // index of the oldest byte in tail once it is full
+	total int
+}
+
+func newHeadTail(max int) *headTail {
+	return &headTail{max: max}
+}
+
+func (h *headTail) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := len(p)
+	h.total += n
+	if room := h.max/2 - len(h.head); room > 0 {
+		k := min(room, len(p))
+		h.head = append(h.head, p[:k]...)
+		p = p[k:]
+	}
+	tailMax := h.max - h.max/2
+	for len(p) > 0 {
+		if len(h.tail) < tailMax {
+			k := min(tailMax-len(h.tail), len(p))
+			h.tail = append(h.tail, p[:k]...)
+			p = p[k:]
+			continue
+		}
+		if len(p) >= tailMax {
+			copy(h.tail, p[len(p)-tailMax:])
+			h.start = 0
+			break
+		}
+		k := copy(h.tail[h.start:], p)
+		p = p[k:]
+		h.start = (h.start + k) % tailMax
+	}
+	return n, nil
+}
+
+// String returns what was written, cut in the middle with a note when it
+// exceeded max.
+func (h *headTail) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	tail := append(append([]byte{}, h.tail[h.start:]...), h.tail[:h.start]...)
+	if h.total <= h.max {
+		return string(h.head) + string(tail)
+	}
+	note := truncateNote(h.total)
+	// Give the note room, taking it from both ends.
+	cut := len(note) / 2
+	head := h.head[:max(0, len(h.head)-cut)]
+	tail = tail[min(len(tail), len(note)-cut):]
+	return headUTF8(string(head)) + note + tailUTF8(string(tail))
+}

@@ -1,0 +1,148 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// GlobInput is the input of Glob.
+type GlobInput struct {
+	Pattern string `json:"pattern"`
+	Path    string `json:"path,omitempty"` // directory to search in; empty means the root
+}
+
+// MaxGlobResults caps the files Glob lists.
+const MaxGlobResults = 1000
+
+const globDescription = `Finds files by name pattern in the workspace.
+
+- Supports ** (any number of directories), *, ?, [abc] and {a,b}: "**/*.go", "src/**/*.{ts,tsx}", "cmd/*/main.go". A pattern without "/" matches only in the search directory itself; use "**/" to search recursively.
+- path is the directory to search in (default: the workspace root).
+- Returns file paths relative to the workspace root, most recently modified first, at most 1000.
+- Skips .git, node_modules and directories ignored by the root .gitignore, and does not follow symlinked directories.
+- Use Grep to search file contents.`
+
+// Glob finds files by pattern. The zero value uses the defaults of Options.
+type Glob struct {
+	MaxOutputBytes int // 0 means DefaultMaxOutputBytes
+}
+
+func (*Glob) Name() string        { return "Glob" }
+func (*Glob) Description() string { return globDescription }
+
+func (*Glob) InputSchema() map[string]any {
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"pattern": map[string]any{
+				"type":        "string",
+				"description": "The glob pattern to match files against",
+			},
+			"path": map[string]any{
+				"type":        "string",
+				"description": "The directory to search in, relative to the workspace root or absolute inside it. Omit it to search the whole workspace",
+			},
+		},
+		"required": []any{"pattern"},
+	}
+}
+
+func (g *Glob) Run(ctx context.Context, call Call) (Result, error) {
+	if err := start(ctx, call); err != nil {
+		return Result{}, err
+	}
+	var in GlobInput
+	if err := decodeInput(call.Input, &in, "pattern"); err != nil {
+		return errorResult("%v", err), nil
+	}
+	if in.Pattern == "" {
+		return errorResult("invalid input: field \"pattern\" must not be empty"), nil
+	}
+	ws := call.Workspace
+
+	// Split the pattern into a literal directory prefix, which narrows the
+	// walk (and may be absolute), and the glob proper.
+	segs := strings.Split(filepath.ToSlash(in.Pattern), "/")
+	lit := 0
+	for lit < len(segs)-1 && !hasMeta(segs[lit]) {
+		lit++
+	}
+	dir := in.Path
+	if dir == "" {
+		dir = "."
+	}
+	prefix := strings.Join(segs[:lit], "/")
+	switch {
+	case strings.HasPrefix(in.Pattern, "/"):
+		dir = prefix // absolute: path is ignored
+		if dir == "" {
+			dir = "/"
+		}
+	case prefix != "":
+		dir = filepath.Join(dir, prefix)
+	}
+	pat, err := compileGlob(strings.Join(segs[lit:], "/"))
+	if err != nil {
+		return errorResult("%v", err), nil
+	}
+	base, err := ws.Resolve(dir)
+	if err != nil {
+		return errorResult("Cannot search %v", err), nil
+	}
+	if fi, err := os.Stat(base); err != nil {
+		return errorResult("Cannot search %s: directory does not exist", ws.Rel(base)), nil
+	} else if !fi.IsDir() {
+		return errorResult("Cannot search %s: not a directory", ws.Rel(base)), nil
+	}
+
+	type match struct {
+		rel   string
+		mtime time.Time
+	}
+	var matches []match
+	err = walkFiles(ctx, ws, base, loadIgnore(ws.Root()),
+		pat.mayMatchUnder,
+		func(abs, rel string, d fs.DirEntry) error {
+			if !pat.match(rel) {
+				return nil
+			}
+			fi, err := os.Stat(abs) // through a symlink: the target's time
+			if err != nil || fi.IsDir() {
+				return nil
+			}
+			matches = append(matches, match{filepath.ToSlash(ws.Rel(abs)), fi.ModTime()})
+			return nil
+		})
+	if err != nil {
+		return Result{}, err
+	}
+	if len(matches) == 0 {
+		return Result{Output: "No files found"}, nil
+	}
+	sort.SliceStable(matches, func(i, j int) bool {
+		if !matches[i].mtime.Equal(matches[j].mtime) {
+			return matches[i].mtime.After(matches[j].mtime)
+		}
+		return matches[i].rel < matches[j].rel
+	})
+	var b strings.Builder
+	for i, m := range matches {
+		if i == MaxGlobResults {
+			fmt.Fprintf(&b, "[showing %d of %d files; use a more specific pattern or path]\n", MaxGlobResults, len(matches))
+			break
+		}
+		b.WriteString(m.rel)
+		b.WriteByte('\n')
+	}
+	maxOut := g.MaxOutputBytes
+	if maxOut <= 0 {
+		maxOut = DefaultMaxOutputBytes
+	}
+	return Result{Output: truncate(b.String(), max(maxOut, minOutputBytes))}, nil
+}

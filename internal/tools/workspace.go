@@ -1,0 +1,181 @@
+package tools
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// ErrOutsideWorkspace is wrapped by every error Resolve returns for a path
+// that is, or leads, outside the workspace.
+var ErrOutsideWorkspace = errors.New("path is outside the workspace")
+
+// maxSymlinks bounds symlink resolution, as the kernel does (ELOOP).
+const maxSymlinks = 40
+
+// Workspace confines file access to one directory. The file tools (Read,
+// Write, Edit, Glob, Grep) resolve every model-supplied path through it.
+// Bash is not confined by it: it runs in the workspace root with the
+// permissions of the process, and the sandbox around the process is what
+// confines it.
+//
+// Confinement is checked when a path is resolved; a process that swaps a
+// directory for a symlink between Resolve and the file operation can win
+// that race. Only Bash commands run in the workspace, and they are not
+// confined anyway.
+type Workspace struct {
+	root  string // absolute, symlinks resolved
+	given string // absolute, as given to NewWorkspace (may differ from root)
+}
+
+// NewWorkspace returns the workspace rooted at root, creating the
+// directory (0o755) if it is missing. Symlinks in root itself are resolved
+// once, here.
+func NewWorkspace(root string) (*Workspace, error) {
+	if root == "" {
+		return nil, errors.New("tools: empty workspace root")
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("tools: workspace root: %w", err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("tools: workspace root: %w", err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("tools: workspace root: %w", err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return nil, fmt.Errorf("tools: workspace root: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("tools: workspace root %s is not a directory", real)
+	}
+	return &Workspace{root: real, given: abs}, nil
+}
+
+// Root returns the workspace directory, absolute and free of symlinks.
+func (w *Workspace) Root() string { return w.root }
+
+// Rel returns abs relative to the root, for display: "." for the root
+// itself, abs unchanged when it is not inside the root.
+func (w *Workspace) Rel(abs string) string {
+	rel, err := filepath.Rel(w.root, abs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return abs
+	}
+	return rel
+}
+
+// Resolve maps a model-supplied path — relative to the root, or absolute
+// but inside it — to a real path inside the workspace: every component that
+// exists is resolved through its symlinks, and those that do not exist yet
+// (a file Write will create) are kept as given. It refuses, with an error
+// wrapping ErrOutsideWorkspace, any path with a ".." component, an absolute
+// path outside the root, and a path that leads through a symlink to outside
+// the root.
+func (w *Workspace) Resolve(p string) (string, error) {
+	if p == "" {
+		return "", errors.New("empty path")
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", fmt.Errorf("path %q contains a NUL byte", p)
+	}
+	for _, el := range strings.Split(filepath.ToSlash(p), "/") {
+		if el == ".." {
+			return "", fmt.Errorf("%q: %w: \"..\" is not allowed; use a path inside %s", p, ErrOutsideWorkspace, w.root)
+		}
+	}
+	var rel string
+	if filepath.IsAbs(p) {
+		c := filepath.Clean(p)
+		switch {
+		case within(w.root, c):
+			rel, _ = filepath.Rel(w.root, c)
+		case within(w.given, c):
+			rel, _ = filepath.Rel(w.given, c)
+		default:
+			return "", fmt.Errorf("%q: %w %s", p, ErrOutsideWorkspace, w.root)
+		}
+	} else {
+		rel = filepath.Clean(p)
+	}
+	real, err := w.walk(rel)
+	if err != nil {
+		return "", fmt.Errorf("%q: %w", p, err)
+	}
+	if !within(w.root, real) {
+		return "", fmt.Errorf("%q: %w: it leads through a symlink to %s", p, ErrOutsideWorkspace, real)
+	}
+	return real, nil
+}
+
+// walk resolves rel, component by component from the root, following every
+// symlink that exists (relative targets from the link's directory, absolute
+// ones from /) and keeping components that do not exist as they are. The
+// result has no symlink in any existing component and no ".." at all.
+func (w *Workspace) walk(rel string) (string, error) {
+	cur := w.root
+	todo := splitPath(rel)
+	links := 0
+	for len(todo) > 0 {
+		name := todo[0]
+		todo = todo[1:]
+		switch name {
+		case "", ".":
+			continue
+		case "..":
+			// Only from symlink targets: cur is real, so its lexical
+			// parent is its physical parent.
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, name)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+				cur = next // does not exist (yet): nothing to resolve
+				continue
+			}
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		links++
+		if links > maxSymlinks {
+			return "", fmt.Errorf("too many levels of symbolic links")
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		todo = append(splitPath(target), todo...)
+	}
+	return cur, nil
+}
+
+func splitPath(p string) []string {
+	return strings.Split(filepath.ToSlash(p), "/")
+}
+
+// within reports whether p is root or inside it; both are clean and absolute.
+func within(root, p string) bool {
+	if p == root {
+		return true
+	}
+	if root == string(filepath.Separator) {
+		return filepath.IsAbs(p)
+	}
+	return strings.HasPrefix(p, root+string(filepath.Separator))
+}

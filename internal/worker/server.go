@@ -1,0 +1,240 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/sessionstore"
+	"github.com/talkide/platform/internal/sse"
+)
+
+// Handler returns the worker's HTTP API: the signed /v1 commands and the
+// unsigned /healthz, which reveals nothing.
+func (w *Worker) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST "+contract.SessionsPath, w.signed(w.handleCreate))
+	mux.Handle("GET "+contract.SessionPath, w.signed(w.handleState))
+	mux.Handle("POST "+contract.MessagesPath, w.signed(w.handleSend))
+	mux.Handle("GET "+contract.StreamPath, w.signed(w.handleStream))
+	mux.Handle("POST "+contract.InterruptPath, w.signed(w.handleInterrupt))
+	mux.HandleFunc("GET "+contract.HealthPath, func(rw http.ResponseWriter, r *http.Request) {
+		httpapi.WriteJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.Handle("/", httpapi.Handle(w.log, func(http.ResponseWriter, *http.Request) error {
+		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no such endpoint")
+	}))
+	return mux
+}
+
+type signedHandler func(rw http.ResponseWriter, r *http.Request, body []byte) error
+
+// signed reads the bounded body and verifies X-Worker-Token over it before
+// the handler sees anything.
+func (w *Worker) signed(h signedHandler) http.Handler {
+	return httpapi.Handle(w.log, func(rw http.ResponseWriter, r *http.Request) error {
+		body, err := httpapi.ReadBody(rw, r, contract.MaxCommandBody)
+		if err != nil {
+			return err
+		}
+		if _, err := w.verifier.Verify(r, body); err != nil {
+			return &httpapi.Error{Status: http.StatusUnauthorized, Code: contract.CodeUnauthorized,
+				Msg: "the command's X-Worker-Token signature is missing, invalid, expired or replayed", Err: err}
+		}
+		if id := r.PathValue("id"); r.Pattern != "POST "+contract.SessionsPath {
+			if err := httpapi.ID("conversation id", id); err != nil {
+				return err
+			}
+		}
+		return h(rw, r, body)
+	})
+}
+
+func (w *Worker) lookup(id string) (*session, error) {
+	s, _, err := w.session(id, "", false)
+	if errors.Is(err, sessionstore.ErrNotFound) {
+		return nil, httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no session for conversation %s", id)
+	}
+	return s, err
+}
+
+func (w *Worker) handleCreate(rw http.ResponseWriter, r *http.Request, body []byte) error {
+	var req contract.CreateSessionRequest
+	if err := httpapi.DecodeJSON(body, &req); err != nil {
+		return err
+	}
+	if err := httpapi.ID("conversation id", req.ConversationID); err != nil {
+		return err
+	}
+	if req.UserID != "" {
+		if err := httpapi.ID("user id", req.UserID); err != nil {
+			return err
+		}
+	}
+	s, created, err := w.session(req.ConversationID, req.UserID, true)
+	if err != nil {
+		return err
+	}
+	st := s.state()
+	st.Created = created
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.log.Info("session created", "conversation", s.id)
+	}
+	httpapi.WriteJSON(rw, status, st)
+	return nil
+}
+
+func (w *Worker) handleState(rw http.ResponseWriter, r *http.Request, _ []byte) error {
+	s, err := w.lookup(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(rw, http.StatusOK, s.state())
+	return nil
+}
+
+func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte) error {
+	var req contract.SendMessageRequest
+	if err := httpapi.DecodeJSON(body, &req); err != nil {
+		return err
+	}
+	if err := httpapi.ID("client message id", req.ClientMessageID); err != nil {
+		return err
+	}
+	if req.Text == "" {
+		return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "text is empty")
+	}
+	if len(req.Text) > contract.MaxMessageText {
+		return httpapi.Errorf(http.StatusRequestEntityTooLarge, contract.CodeTooLarge, "text is longer than %d bytes", contract.MaxMessageText)
+	}
+	s, err := w.lookup(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	resp, err := s.send(req)
+	var running errTurnRunning
+	switch {
+	case errors.As(err, &running):
+		return httpapi.Errorf(http.StatusConflict, contract.CodeTurnRunning, "turn %s is still running; wait for it or interrupt it", running.turnID)
+	case errors.Is(err, errShuttingDown):
+		rw.Header().Set("Retry-After", "5")
+		return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeShuttingDown, "the worker is shutting down; retry shortly")
+	case err != nil:
+		return err
+	}
+	status := http.StatusAccepted
+	if resp.Duplicate {
+		status = http.StatusOK
+	}
+	httpapi.WriteJSON(rw, status, resp)
+	return nil
+}
+
+func (w *Worker) handleInterrupt(rw http.ResponseWriter, r *http.Request, _ []byte) error {
+	s, err := w.lookup(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	resp, err := s.interrupt(ctx)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(rw, http.StatusOK, resp)
+	return nil
+}
+
+// handleStream sends the events after the replay point, then the live tail.
+// A subscriber that falls behind is dropped by the producer and catches up
+// from the log, so it never loses an event and never slows the turn.
+func (w *Worker) handleStream(rw http.ResponseWriter, r *http.Request, _ []byte) error {
+	after, err := httpapi.ReplayPoint(r)
+	if err != nil {
+		return err
+	}
+	s, err := w.lookup(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	flusher, ok := rw.(http.Flusher)
+	if !ok {
+		return errors.New("worker: response writer cannot flush")
+	}
+	h := rw.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	rw.WriteHeader(http.StatusOK)
+	flusher.Flush()
+
+	last := after
+	send := func(ev contract.Event) error {
+		if ev.Seq <= last {
+			return nil
+		}
+		data, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		if err := sse.Write(rw, strconv.FormatInt(ev.Seq, 10), ev.Kind, data); err != nil {
+			return err
+		}
+		last = ev.Seq
+		return nil
+	}
+	heartbeat := time.NewTicker(w.cfg.Heartbeat)
+	defer heartbeat.Stop()
+	for {
+		sub := s.subscribe()
+		if err := s.store.ReadEvents(last, send); err != nil {
+			s.unsubscribe(sub)
+			return nil // the client has gone or the log is unreadable; the client reconnects
+		}
+		flusher.Flush()
+	live:
+		for {
+			select {
+			case <-r.Context().Done():
+				s.unsubscribe(sub)
+				return nil
+			case <-heartbeat.C:
+				if err := sse.WriteComment(rw, "heartbeat"); err != nil {
+					s.unsubscribe(sub)
+					return nil
+				}
+				flusher.Flush()
+			case ev, ok := <-sub.ch:
+				if !ok {
+					if sub.lagged {
+						break live // catch up from the log
+					}
+					return nil // session closed: the worker is shutting down
+				}
+				if err := send(ev); err != nil {
+					s.unsubscribe(sub)
+					return nil
+				}
+				// Drain what is already queued before flushing once.
+				for n := len(sub.ch); n > 0; n-- {
+					ev, ok := <-sub.ch
+					if !ok {
+						break
+					}
+					if err := send(ev); err != nil {
+						s.unsubscribe(sub)
+						return nil
+					}
+				}
+				flusher.Flush()
+			}
+		}
+	}
+}
