@@ -49,6 +49,7 @@ type devStack struct {
 	worker    *workerProc
 	simulator *server
 	sim       *anthropicsim.Simulator
+	simKey    string
 	info      devInfo
 }
 
@@ -139,6 +140,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 	upstream, key := cfg.anthropicURL, cfg.apiKey
 	if key == "" {
 		key = fmt.Sprintf("sk-sim-%x", trust.NewKey())
+		s.simKey = key
 		s.sim = anthropicsim.New(key, &anthropicsim.Options{Logger: cfg.logger.With("component", "simulator")})
 		if s.simulator, err = listen("127.0.0.1:0", s.sim); err != nil {
 			return s, err
@@ -170,6 +172,8 @@ func (s *devStack) startControlPlane(ctx context.Context, upstream, key string) 
 		return err
 	}
 	s.cp = cp
+	// A restarted control-plane comes back on the same address.
+	s.cfg.addr = cp.http.ln.Addr().String()
 	s.info.ControlPlane = cp.http.url()
 	s.info.Gateway = cp.http.url() + controlplane.GatewayPrefix
 	return nil
@@ -241,6 +245,33 @@ func ensureIdentityToken(ctx context.Context, st store.Store, path, tenant, env 
 func (s *devStack) writeInfo() error {
 	b, _ := json.MarshalIndent(s.info, "", "  ")
 	return os.WriteFile(filepath.Join(s.cfg.dataDir, "dev.json"), append(b, '\n'), 0o600)
+}
+
+// restartWorker stops the worker and starts a new one on the same session
+// volume, as a pod restart would.
+func (s *devStack) restartWorker(ctx context.Context) error {
+	if err := s.worker.shutdown(ctx); err != nil {
+		return err
+	}
+	s.worker = nil
+	if err := s.startWorker(ctx); err != nil {
+		return err
+	}
+	return s.writeInfo()
+}
+
+// restartControlPlane stops the control-plane and starts it again on the
+// same address, database and secrets, as a redeploy would.
+func (s *devStack) restartControlPlane(ctx context.Context) error {
+	if err := s.cp.shutdown(ctx); err != nil {
+		return err
+	}
+	s.cp = nil
+	upstream, key := s.cfg.anthropicURL, s.cfg.apiKey
+	if s.sim != nil {
+		upstream, key = s.info.Simulator, s.simKey
+	}
+	return s.startControlPlane(ctx, upstream, key)
 }
 
 // shutdown stops the worker first (its turns finish or are interrupted and

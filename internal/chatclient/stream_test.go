@@ -109,7 +109,7 @@ func TestStreamFollowsNewEvents(t *testing.T) {
 		kinds = append(kinds, ev.Kind)
 		switch ev.Seq {
 		case 2:
-			go f.startTurn("c1", "hi") // appended while the stream waits
+			f.startTurn("c1", "hi") // the stream is waiting for news
 		case 4:
 			cancel()
 		}

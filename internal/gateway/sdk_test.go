@@ -1,14 +1,5 @@
-//go:build anthropicsdk
-
-// The official Anthropic Go SDK against the gateway. go.mod does not require
-// the SDK yet, so this file builds only with the anthropicsdk tag and a go.mod
-// that does, e.g. (without touching the repository's go.mod):
-//
-//	cp go.mod /tmp/sdk.mod && cp go.sum /tmp/sdk.sum
-//	go get -modfile=/tmp/sdk.mod github.com/anthropics/anthropic-sdk-go/v2@v2.15.0
-//	go test -modfile=/tmp/sdk.mod -tags anthropicsdk -race ./internal/gateway/
-//
-// Once go.mod requires the SDK, drop the build constraint.
+// The official Anthropic Go SDK, with a minted WorkerToken, against the
+// gateway in front of a canned upstream.
 
 package gateway
 
@@ -42,7 +33,7 @@ var sdkParams = anthropic.MessageNewParams{
 }
 
 func TestSDKMessage(t *testing.T) {
-	h := newHarness(t, fakeAnthropic(t), nil)
+	h := newHarness(t, fakeAnthropic(), nil)
 	client := sdkClient(h, h.mint(convA), convA.ID)
 
 	msg, err := client.Messages.New(t.Context(), sdkParams)
@@ -57,7 +48,7 @@ func TestSDKMessage(t *testing.T) {
 }
 
 func TestSDKStream(t *testing.T) {
-	h := newHarness(t, fakeAnthropic(t), nil)
+	h := newHarness(t, fakeAnthropic(), nil)
 	client := sdkClient(h, h.mint(convA), convA.ID)
 
 	stream := client.Messages.NewStreaming(t.Context(), sdkParams)
@@ -72,7 +63,8 @@ func TestSDKStream(t *testing.T) {
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if events != len(cannedEvents) || msg.Model != testModel || len(msg.Content) != 1 ||
+	// The SDK does not surface the ping event.
+	if events != len(cannedEvents)-1 || msg.Model != testModel || len(msg.Content) != 1 ||
 		msg.Content[0].Text != "Hello world" || msg.Usage.OutputTokens != 15 || msg.Usage.InputTokens != 25 {
 		t.Errorf("%d events, message %+v", events, msg)
 	}
@@ -80,7 +72,7 @@ func TestSDKStream(t *testing.T) {
 }
 
 func TestSDKCountTokens(t *testing.T) {
-	h := newHarness(t, fakeAnthropic(t), nil)
+	h := newHarness(t, fakeAnthropic(), nil)
 	client := sdkClient(h, h.mint(convB), convB.ID)
 	n, err := client.Messages.CountTokens(t.Context(), anthropic.MessageCountTokensParams{
 		Model:    sdkParams.Model,
@@ -96,16 +88,16 @@ func TestSDKCountTokens(t *testing.T) {
 
 // TestSDKErrors: the SDK understands the gateway's own errors.
 func TestSDKErrors(t *testing.T) {
-	h := newHarness(t, fakeAnthropic(t), nil)
+	h := newHarness(t, fakeAnthropic(), nil)
 	tok := h.mint(convA)
 	tests := map[string]struct {
 		client  anthropic.Client
 		status  int
 		errType string
 	}{
-		"bad token":         {sdkClient(h, tok[:len(tok)-4]+"AAAA", convA.ID), 401, errAuthentication},
-		"other convers.":    {sdkClient(h, tok, convB.ID), 403, errPermission},
-		"bad conversation":  {sdkClient(h, tok, "no/slash"), 400, errInvalidRequest},
+		"bad token":          {sdkClient(h, tok[:len(tok)-4]+"AAAA", convA.ID), 401, errAuthentication},
+		"other convers.":     {sdkClient(h, tok, convB.ID), 403, errPermission},
+		"bad conversation":   {sdkClient(h, tok, "no/slash"), 400, errInvalidRequest},
 		"another tenant-env": {sdkClient(h, h.mint(convC), convC.ID), 200, ""},
 	}
 	for name, tc := range tests {

@@ -108,7 +108,7 @@ func TestUsageRecorded(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, fakeAnthropic(t), nil)
+			h := newHarness(t, fakeAnthropic(), nil)
 			resp := h.post(t, tc.path, tokenHeader(h.mint(convA)), tc.body)
 			if got := readAll(t, resp.Body); resp.StatusCode != 200 || got != tc.wantBody {
 				t.Fatalf("got %d %q, want 200 %q", resp.StatusCode, got, tc.wantBody)
@@ -305,7 +305,7 @@ func (b *lockedBuffer) String() string {
 func TestLogs(t *testing.T) {
 	var buf lockedBuffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := newHarness(t, fakeAnthropic(t), &Options{Logger: logger})
+	h := newHarness(t, fakeAnthropic(), &Options{Logger: logger})
 
 	tok := h.mint(convA)
 	parts := strings.Split(tok, ".")

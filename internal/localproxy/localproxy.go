@@ -63,14 +63,19 @@ func New(gatewayURL *url.URL, m *minting.Minter, logger *slog.Logger) *Proxy {
 
 // ServeHTTP strips the leading /{conversationId} segment and forwards.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	path := strings.TrimPrefix(r.URL.Path, "/")
-	id, rest, _ := strings.Cut(path, "/")
-	if err := contract.ValidateConversationID(id); err != nil {
+	// Split the escaped path: an id with an encoded "/" must fail validation,
+	// not become two segments.
+	seg, _, _ := strings.Cut(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
+	id, err := url.PathUnescape(seg)
+	if err == nil {
+		err = contract.ValidateConversationID(id)
+	}
+	if err != nil {
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "talkide local gateway proxy: the path must start with a valid conversation id")
 		return
 	}
 	r2 := r.Clone(r.Context())
-	r2.URL.Path = "/" + rest
+	r2.URL.Path = strings.TrimPrefix(r.URL.Path, "/"+id)
 	r2.URL.RawPath = ""
 	for k := range r2.Header {
 		if strings.HasPrefix(strings.ToLower(k), "x-talkide-") {

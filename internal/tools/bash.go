@@ -23,13 +23,13 @@ type BashInput struct {
 	Description string `json:"description,omitempty"`
 }
 
-const bashDescription = `Runs a bash command in the workspace directory and returns its combined stdout and stderr.
+const bashDescriptionFormat = `Runs a bash command in the workspace directory and returns its combined stdout and stderr.
 
 - The working directory is the workspace root at the start of every call; state such as cd or shell variables does not carry over between calls.
 - Quote paths that contain spaces. Prefer the Read, Edit, Write, Glob and Grep tools over cat, sed, echo >, find and grep.
-- timeout is in milliseconds (default 120000, max 600000). On timeout the command and all its child processes are killed.
+- timeout is in milliseconds (default %d, max 600000). On timeout the command and all its child processes are killed.
 - Background processes (cmd &) do not outlive the call: when bash exits, what it left running is killed. There is no interactive input (stdin is empty).
-- Output beyond 30000 bytes is cut in the middle; a non-zero exit status is reported as an error.
+- Output beyond %d bytes is cut in the middle; a non-zero exit status is reported as an error.
 - Chain dependent commands with && and run independent ones in separate calls.`
 
 // Bash runs a command with /bin/bash in the workspace root. The zero value
@@ -49,10 +49,23 @@ const killGrace = time.Second
 // the pipe open is cut off after it.
 const drainGrace = 500 * time.Millisecond
 
-var bashShell = "/bin/bash"
+const bashShell = "/bin/bash"
 
-func (*Bash) Name() string        { return "Bash" }
-func (*Bash) Description() string { return bashDescription }
+func (*Bash) Name() string { return "Bash" }
+
+// Description reflects the configured default timeout and output cap.
+func (b *Bash) Description() string {
+	return fmt.Sprintf(bashDescriptionFormat, b.timeout().Milliseconds(), b.maxOutput())
+}
+
+func (b *Bash) timeout() time.Duration {
+	if b.Timeout <= 0 {
+		return DefaultBashTimeout
+	}
+	return min(b.Timeout, MaxBashTimeout)
+}
+
+func (b *Bash) maxOutput() int { return outputCap(b.MaxOutputBytes) }
 
 func (*Bash) InputSchema() map[string]any {
 	return map[string]any{
@@ -86,11 +99,7 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 	if in.Command == "" {
 		return errorResult("invalid input: field \"command\" must not be empty"), nil
 	}
-	timeout := b.Timeout
-	if timeout <= 0 {
-		timeout = DefaultBashTimeout
-	}
-	timeout = min(timeout, MaxBashTimeout)
+	timeout := b.timeout()
 	switch {
 	case in.Timeout < 0:
 		return errorResult("invalid input: field \"timeout\" must not be negative, got %d", in.Timeout), nil
@@ -99,11 +108,7 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 	case in.Timeout > 0:
 		timeout = time.Duration(in.Timeout) * time.Millisecond
 	}
-	maxOut := b.MaxOutputBytes
-	if maxOut <= 0 {
-		maxOut = DefaultMaxOutputBytes
-	}
-	maxOut = max(maxOut, minOutputBytes)
+	maxOut := b.maxOutput()
 
 	env := b.Env
 	if env == nil {

@@ -140,9 +140,6 @@ func (g *Glob) Run(ctx context.Context, call Call) (Result, error) {
 		b.WriteString(m.rel)
 		b.WriteByte('\n')
 	}
-	maxOut := g.MaxOutputBytes
-	if maxOut <= 0 {
-		maxOut = DefaultMaxOutputBytes
-	}
-	return Result{Output: truncate(b.String(), max(maxOut, minOutputBytes))}, nil
+	maxOut := outputCap(g.MaxOutputBytes)
+	return Result{Output: truncate(b.String(), maxOut)}, nil
 }

@@ -248,11 +248,7 @@ func (g *Grep) Run(ctx context.Context, call Call) (Result, error) {
 		return errorResult("Cannot search %s: no such file or directory", ws.Rel(base)), nil
 	}
 
-	maxOut := g.MaxOutputBytes
-	if maxOut <= 0 {
-		maxOut = DefaultMaxOutputBytes
-	}
-	maxOut = max(maxOut, minOutputBytes)
+	maxOut := outputCap(g.MaxOutputBytes)
 	s := &grepSearch{
 		re: re, multiline: in.Multiline, mode: mode, numbers: numbers,
 		before: before, after: after, headLimit: in.HeadLimit,

@@ -83,11 +83,7 @@ func (r *Read) Run(ctx context.Context, call Call) (Result, error) {
 	if limit == 0 {
 		limit = DefaultReadLimit
 	}
-	maxOut := r.MaxOutputBytes
-	if maxOut <= 0 {
-		maxOut = DefaultMaxOutputBytes
-	}
-	maxOut = max(maxOut, minOutputBytes)
+	maxOut := outputCap(r.MaxOutputBytes)
 
 	ws := call.Workspace
 	path, err := ws.Resolve(in.FilePath)

@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -121,6 +123,14 @@ func Find(tools []Tool, name string) Tool {
 	return nil
 }
 
+// outputCap returns the output cap for a tool's MaxOutputBytes field.
+func outputCap(n int) int {
+	if n <= 0 {
+		return DefaultMaxOutputBytes
+	}
+	return max(n, minOutputBytes)
+}
+
 // errorResult is a tool failure the model sees.
 func errorResult(format string, args ...any) Result {
 	return Result{Output: fmt.Sprintf(format, args...), IsError: true}
@@ -157,6 +167,21 @@ func decodeInput(raw json.RawMessage, v any, required ...string) error {
 			return fmt.Errorf("invalid input: required field %q is missing", name)
 		}
 	}
+	// The schemas say "number", as Claude Code's do; accept 2000.0 or 2e3
+	// where an integer is meant.
+	rewritten := false
+	for name, f := range fields {
+		if n, ok := integralNumber(f); ok {
+			fields[name] = n
+			rewritten = true
+		}
+	}
+	if rewritten {
+		var err error
+		if raw, err = json.Marshal(fields); err != nil {
+			return fmt.Errorf("invalid input: %v", err)
+		}
+	}
 	if err := json.Unmarshal(raw, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
@@ -165,6 +190,21 @@ func decodeInput(raw json.RawMessage, v any, required ...string) error {
 		return fmt.Errorf("invalid input: %v", err)
 	}
 	return nil
+}
+
+// integralNumber returns a JSON number written with a fraction or an
+// exponent but with an integral value, such as 2000.0 or 1e3, as an integer
+// literal.
+func integralNumber(f json.RawMessage) (json.RawMessage, bool) {
+	f = bytes.TrimSpace(f)
+	if len(f) == 0 || !(f[0] == '-' || f[0] >= '0' && f[0] <= '9') || !bytes.ContainsAny(f, ".eE") {
+		return nil, false
+	}
+	x, err := strconv.ParseFloat(string(f), 64)
+	if err != nil || x != math.Trunc(x) || math.Abs(x) > 1<<53 {
+		return nil, false
+	}
+	return json.RawMessage(strconv.FormatInt(int64(x), 10)), true
 }
 
 // jsonKind names a Go type the way a JSON schema would.
@@ -253,10 +293,14 @@ func countLines(s string) int {
 	return n
 }
 
-// plural returns "1 line", "2 lines".
+// plural returns "1 line", "2 lines", "2 matches".
 func plural(n int, word string) string {
-	if n == 1 {
+	switch {
+	case n == 1:
 		return fmt.Sprintf("%d %s", n, word)
+	case strings.HasSuffix(word, "ch"), strings.HasSuffix(word, "s"):
+		return fmt.Sprintf("%d %ses", n, word)
+	default:
+		return fmt.Sprintf("%d %ss", n, word)
 	}
-	return fmt.Sprintf("%d %ss", n, word)
 }

@@ -274,3 +274,27 @@ func TestCompleteRunes(t *testing.T) {
 		}
 	}
 }
+
+func TestIntegralNumbers(t *testing.T) {
+	ws := newWorkspace(t)
+	writeFiles(t, ws.Root(), map[string]string{"f.txt": "1\n2\n3\n"})
+	// 2.0 and 1e0 are integers in JSON Schema's eyes.
+	res := run(t, &Read{}, ws, `{"file_path":"f.txt","offset":2.0,"limit":1e0}`)
+	if res.IsError || !strings.HasPrefix(res.Output, "     2\t2\n\n[showed lines 2-2 of 3") {
+		t.Errorf("result = %+v", res)
+	}
+	res = run(t, &Read{}, ws, `{"file_path":"f.txt","offset":2.5}`)
+	if !res.IsError || !strings.Contains(res.Output, `field "offset" must be an integer, got number 2.5`) {
+		t.Errorf("result = %+v", res)
+	}
+}
+
+func TestBashDescription(t *testing.T) {
+	d := (&Bash{Timeout: 30 * time.Second, MaxOutputBytes: 5000}).Description()
+	if !strings.Contains(d, "default 30000, max 600000") || !strings.Contains(d, "beyond 5000 bytes") {
+		t.Errorf("description = %q", d)
+	}
+	if d := (&Bash{}).Description(); !strings.Contains(d, "default 120000") || !strings.Contains(d, "beyond 30000 bytes") {
+		t.Errorf("default description = %q", d)
+	}
+}

@@ -13,11 +13,7 @@ import (
 // directory outside it.
 func confinementTree(t testing.TB) (ws *Workspace, outside string) {
 	t.Helper()
-	parent, err := os.MkdirTemp("", "tools-ws-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(parent) })
+	parent := t.TempDir()
 	root := filepath.Join(parent, "root")
 	outside = filepath.Join(parent, "outside")
 	must := func(err error) {
@@ -49,7 +45,7 @@ func confinementTree(t testing.TB) (ws *Workspace, outside string) {
 	for link, target := range links {
 		must(os.Symlink(target, filepath.Join(root, link)))
 	}
-	ws, err = NewWorkspace(root)
+	ws, err := NewWorkspace(root)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,0 @@
-package sdktest
-
-import "testing"
-
-func TestPlaceholder(t *testing.T) {}
