@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 )
 
@@ -68,7 +69,7 @@ type wireTool struct {
 func parseRequest(body []byte, needMaxTokens bool) (*request, error) {
 	var w wireRequest
 	if err := json.Unmarshal(body, &w); err != nil {
-		return nil, &apiError{Status: 400, Type: errorType(400), Msg: "invalid JSON body: " + describeJSONError(err), Err: err}
+		return nil, &apiError{Status: 400, Type: errorType(400), Msg: describeJSONError(err), Err: err}
 	}
 	req := &request{}
 	if w.Model == nil || *w.Model == "" {
@@ -110,7 +111,7 @@ func parseRequest(body []byte, needMaxTokens bool) (*request, error) {
 	if req.toolsJSON = compactJSON(w.Tools); req.toolsJSON != nil {
 		var tools []wireTool
 		if err := json.Unmarshal(req.toolsJSON, &tools); err != nil {
-			return nil, badRequest("tools: must be an array of tool objects: %s", describeJSONError(err))
+			return nil, badRequest("tools: must be an array of tool objects, each with a string name")
 		}
 		for i, t := range tools {
 			if t.Name == "" {
@@ -290,19 +291,41 @@ func compactJSON(raw json.RawMessage) []byte {
 	return b.Bytes()
 }
 
-// describeJSONError turns a decoding error into a message without Go type
-// names.
+// describeJSONError turns a decoding error into a message that names the
+// field and avoids Go type names.
 func describeJSONError(err error) string {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syn):
-		return fmt.Sprintf("%s (at byte %d)", syn.Error(), syn.Offset)
+		return fmt.Sprintf("invalid JSON body: %s (at byte %d)", syn.Error(), syn.Offset)
 	case errors.As(err, &typ):
-		if typ.Field != "" {
-			return fmt.Sprintf("%s: unexpected %s", typ.Field, typ.Value)
+		field := typ.Field
+		if field == "" {
+			field = "request body"
 		}
-		return fmt.Sprintf("unexpected %s at the top level, want an object", typ.Value)
+		return fmt.Sprintf("%s: must be %s, got %s", field, kindName(typ.Type), typ.Value)
 	}
-	return err.Error()
+	return "invalid JSON body: " + err.Error()
+}
+
+func kindName(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Pointer:
+		return kindName(t.Elem())
+	}
+	return "another type"
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,21 +13,24 @@ import (
 // to the upstream and through the gateway; the difference is the gateway's
 // overhead (token check, in-memory store, body copy, metering, record, log).
 func BenchmarkGateway(b *testing.B) {
-	// A request the size of a mid-conversation Claude Code turn.
-	body := `{"model":"claude-req-model","max_tokens":1024,"messages":[{"role":"user","content":"` +
-		strings.Repeat("lorem ipsum ", 16<<10) + `"}]}`
 	up := httptest.NewServer(fakeAnthropic())
 	b.Cleanup(up.Close)
 	h := newHarnessURL(b, up.URL, nil)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	b.Cleanup(client.CloseIdleConnections)
 
-	b.Run("direct", func(b *testing.B) {
-		benchCall(b, client, up.URL+"/v1/messages", http.Header{"X-Api-Key": {testAPIKey}}, body)
-	})
-	b.Run("gateway", func(b *testing.B) {
-		benchCall(b, client, h.url+"/v1/messages", tokenHeader(h.mint(convA)), body)
-	})
+	// A first turn, and a request the size of a mid-conversation Claude
+	// Code turn.
+	for _, kb := range []int{1, 200} {
+		body := `{"model":"claude-req-model","max_tokens":1024,"messages":[{"role":"user","content":"` +
+			strings.Repeat("lorem ipsum ", kb<<10/12) + `"}]}`
+		b.Run(fmt.Sprintf("%dKiB/direct", kb), func(b *testing.B) {
+			benchCall(b, client, up.URL+"/v1/messages", http.Header{"X-Api-Key": {testAPIKey}}, body)
+		})
+		b.Run(fmt.Sprintf("%dKiB/gateway", kb), func(b *testing.B) {
+			benchCall(b, client, h.url+"/v1/messages", tokenHeader(h.mint(convA)), body)
+		})
+	}
 }
 
 func benchCall(b *testing.B, client *http.Client, url string, hdr http.Header, body string) {

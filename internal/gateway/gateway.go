@@ -6,7 +6,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -191,17 +190,6 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *htt
 		return nil, &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest, Msg: "could not read request body", Err: err}
 	}
 	return body, nil
-}
-
-// requestModel returns the model a request body names, or "".
-func requestModel(body []byte) string {
-	var req struct {
-		Model string `json:"model"`
-	}
-	if json.Unmarshal(body, &req) != nil {
-		return ""
-	}
-	return req.Model
 }
 
 // deniedHeaders are removed from every forwarded request (lower case). Any

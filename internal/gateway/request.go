@@ -1,0 +1,169 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// requestModel returns the model a request body names, or "" when the body
+// is not a JSON object whose "model" is a string. Like encoding/json (and the
+// API), the last "model" wins.
+//
+// It scans the top level of the object and skips every other value without
+// decoding or validating it: encoding/json spent most of the gateway's time
+// on a large request just to find this one string. It reads untrusted input;
+// FuzzRequestModel holds it to encoding/json's answer on valid JSON.
+func requestModel(body []byte) string {
+	s := scanner{b: body}
+	if !s.consume('{') {
+		return ""
+	}
+	var model string
+	if s.consume('}') {
+		return ""
+	}
+	for {
+		key, ok := s.str()
+		if !ok || !s.consume(':') {
+			return ""
+		}
+		s.ws()
+		if isModelKey(key) {
+			v, ok := s.str()
+			if !ok {
+				return "" // not a string (or broken): no model
+			}
+			var m string
+			if json.Unmarshal(v, &m) != nil {
+				return ""
+			}
+			model = m
+		} else if !s.skipValue() {
+			return ""
+		}
+		if s.consume('}') {
+			return model
+		}
+		if !s.consume(',') {
+			return ""
+		}
+	}
+}
+
+// isModelKey says whether a quoted, possibly escaped key is "model".
+func isModelKey(quoted []byte) bool {
+	if bytes.IndexByte(quoted, '\\') < 0 {
+		return string(quoted) == `"model"`
+	}
+	var k string
+	return json.Unmarshal(quoted, &k) == nil && k == "model"
+}
+
+// scanner walks JSON text without building anything.
+type scanner struct {
+	b []byte
+	i int
+}
+
+// ws skips whitespace.
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// consume skips whitespace and then c, if c is next.
+func (s *scanner) consume(c byte) bool {
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// str reads a string at the cursor (after whitespace) and returns it with
+// its quotes, still escaped.
+func (s *scanner) str() ([]byte, bool) {
+	s.ws()
+	start := s.i
+	if !s.skipString() {
+		return nil, false
+	}
+	return s.b[start:s.i], true
+}
+
+// skipString skips a string starting at the cursor.
+func (s *scanner) skipString() bool {
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return false
+	}
+	j := s.i + 1
+	for {
+		k := bytes.IndexByte(s.b[j:], '"')
+		if k < 0 {
+			return false
+		}
+		j += k
+		// The quote ends the string unless an odd number of backslashes
+		// precede it.
+		n := 0
+		for p := j - 1; p > s.i && s.b[p] == '\\'; p-- {
+			n++
+		}
+		j++
+		if n%2 == 0 {
+			s.i = j
+			return true
+		}
+	}
+}
+
+// skipValue skips one value at the cursor: a string, an object or array
+// (by matching brackets outside strings), or a literal or number.
+func (s *scanner) skipValue() bool {
+	s.ws()
+	if s.i >= len(s.b) {
+		return false
+	}
+	switch s.b[s.i] {
+	case '"':
+		return s.skipString()
+	case '{', '[':
+		depth := 0
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case '"':
+				if !s.skipString() {
+					return false
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					s.i++
+					return true
+				}
+			}
+			s.i++
+		}
+		return false
+	default:
+		start := s.i
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return s.i > start
+			}
+			s.i++
+		}
+		return false
+	}
+}

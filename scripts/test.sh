@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every test of the project: formatting, vet, and go test with the race
+# detector. This is the README's test command and what CI runs (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v go >/dev/null 2>&1; then
+  echo "test.sh: Go is not on PATH (expected /usr/local/go/bin/go, Go 1.26)" >&2
+  exit 1
+fi
+go version
+
+echo "== gofmt"
+unformatted=$(gofmt -l cmd internal 2>/dev/null || true)
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test"
+# -race needs cgo and gcc, which these machines have. Fuzz targets run their
+# seed corpora here; longer fuzzing is a separate command (docs/testing.md).
+go test -race -count=1 -timeout 15m ./...
