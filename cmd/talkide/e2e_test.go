@@ -62,7 +62,7 @@ func startTestStack(t *testing.T) (*devStack, *syncBuffer) {
 }
 
 // api calls the browser API and decodes the JSON answer.
-func api(t *testing.T, method, url string, in, out any) int {
+func api(t testing.TB, method, url string, in, out any) int {
 	t.Helper()
 	var body io.Reader
 	if in != nil {
@@ -92,7 +92,7 @@ type streamed struct {
 
 // readStream follows a conversation's browser stream from lastEventID until
 // stop says so, returning every event with its SSE id.
-func readStream(t *testing.T, base, conv string, lastEventID int64, stop func(contract.Event) bool) []streamed {
+func readStream(t testing.TB, base, conv string, lastEventID int64, stop func(contract.Event) bool) []streamed {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -133,7 +133,7 @@ func turnEnded(turnID string) func(contract.Event) bool {
 	return func(ev contract.Event) bool { return ev.TurnID == turnID && contract.Terminal(ev.Kind) }
 }
 
-func createConversation(t *testing.T, base string) contractView {
+func createConversation(t testing.TB, base string) contractView {
 	t.Helper()
 	var c contractView
 	if st := api(t, http.MethodPost, base+"/api/conversations", map[string]string{"title": "e2e"}, &c); st != http.StatusCreated {
@@ -147,7 +147,7 @@ type contractView struct {
 	State *contract.SessionState `json:"state"`
 }
 
-func send(t *testing.T, base, conv, text string) contract.SendMessageResponse {
+func send(t testing.TB, base, conv, text string) contract.SendMessageResponse {
 	t.Helper()
 	var r contract.SendMessageResponse
 	if st := api(t, http.MethodPost, base+"/api/conversations/"+conv+"/messages", map[string]string{"text": text}, &r); st != http.StatusAccepted {

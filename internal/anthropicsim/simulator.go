@@ -116,7 +116,7 @@ func (s *Simulator) Requests() [][]byte {
 // both in the Anthropic error shape.
 func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.startOnce.Do(func() {
-		s.log.Info("anthropic simulator serving: a deterministic test and demo tool, NOT a model; every text reply starts with " + fmt.Sprintf("%q", Marker))
+		s.log.Info("anthropic simulator serving: a deterministic test and demo tool, NOT a model", "reply_marker", Marker)
 	})
 	began := s.now()
 	reqID := fmt.Sprintf("req_sim_%06d", s.reqSeq.Add(1))

@@ -182,14 +182,18 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *htt
 	if r.ContentLength > g.maxBody {
 		return nil, tooLarge
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead) // one allocation, no regrowth
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, g.maxBody))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, tooLarge
 		}
 		return nil, &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest, Msg: "could not read request body", Err: err}
 	}
-	return body, nil
+	return buf.Bytes(), nil
 }
 
 // deniedHeaders are removed from every forwarded request (lower case). Any

@@ -76,7 +76,14 @@ type Session struct {
 	events     *os.File
 	transcript *os.File
 	lastSeq    int64
+	eventsSize int64   // bytes of complete records in events.jsonl
+	index      []int64 // index[k] is the offset of event k*indexStride+1
 }
+
+// indexStride is how many events one index entry covers: replay after any
+// seq reads at most this many records it does not need, and the index costs
+// 8 bytes per stride.
+const indexStride = 128
 
 // Create opens the session of id, creating it with meta if it does not exist.
 // created tells which happened.
@@ -130,24 +137,25 @@ func (s *Store) Load(id string) (*Session, error) {
 	}
 	sess := &Session{dir: dir, meta: meta}
 	var last int64
-	sess.events, err = openLog(filepath.Join(dir, eventsFile), func(line []byte) error {
-		var ev struct {
-			Seq int64 `json:"seq"`
-		}
-		if err := json.Unmarshal(line, &ev); err != nil {
+	sess.events, sess.eventsSize, err = openLog(filepath.Join(dir, eventsFile), func(off int64, line []byte) error {
+		seq, err := eventSeq(line)
+		if err != nil {
 			return err
 		}
-		if ev.Seq != last+1 {
-			return fmt.Errorf("sequence %d after %d", ev.Seq, last)
+		if seq != last+1 {
+			return fmt.Errorf("sequence %d after %d", seq, last)
 		}
-		last = ev.Seq
+		if (seq-1)%indexStride == 0 {
+			sess.index = append(sess.index, off)
+		}
+		last = seq
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sessionstore: %s: %w", id, err)
 	}
 	sess.lastSeq = last
-	sess.transcript, err = openLog(filepath.Join(dir, transcriptFile), func(line []byte) error {
+	sess.transcript, _, err = openLog(filepath.Join(dir, transcriptFile), func(_ int64, line []byte) error {
 		if !json.Valid(line) {
 			return errors.New("invalid JSON")
 		}
@@ -164,10 +172,10 @@ func (s *Store) Load(id string) (*Session, error) {
 // record with check, and truncates the file after the last good record: a
 // crash can leave a torn last line, never a bad line in the middle, so a bad
 // record followed by good ones is an error.
-func openLog(path string, check func([]byte) error) (*os.File, error) {
+func openLog(path string, check func(offset int64, line []byte) error) (*os.File, int64, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	r := bufio.NewReaderSize(f, 64<<10)
 	var good int64
@@ -182,13 +190,13 @@ func openLog(path string, check func([]byte) error) (*os.File, error) {
 		}
 		if err != nil {
 			f.Close()
-			return nil, err
+			return nil, 0, err
 		}
 		if badAt >= 0 {
 			f.Close()
-			return nil, fmt.Errorf("%s: corrupt record at offset %d followed by more records", filepath.Base(path), badAt)
+			return nil, 0, fmt.Errorf("%s: corrupt record at offset %d followed by more records", filepath.Base(path), badAt)
 		}
-		if cerr := check(bytes.TrimSuffix(line, []byte("\n"))); cerr != nil {
+		if cerr := check(good, bytes.TrimSuffix(line, []byte("\n"))); cerr != nil {
 			badAt = good
 			continue
 		}
@@ -197,14 +205,38 @@ func openLog(path string, check func([]byte) error) (*os.File, error) {
 	if badAt >= 0 {
 		if err := f.Truncate(badAt); err != nil {
 			f.Close()
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	if _, err := f.Seek(0, io.SeekEnd); err != nil {
 		f.Close()
-		return nil, err
+		return nil, 0, err
 	}
-	return f, nil
+	return f, good, nil
+}
+
+// eventSeq reads the seq of an event line. Events are written with seq as
+// their first field, so the fast path parses digits after `{"seq":` without
+// decoding the event; anything else falls back to JSON.
+func eventSeq(line []byte) (int64, error) {
+	const prefix = `{"seq":`
+	if bytes.HasPrefix(line, []byte(prefix)) {
+		var n int64
+		i := len(prefix)
+		for ; i < len(line) && i < len(prefix)+18 && line[i] >= '0' && line[i] <= '9'; i++ {
+			n = n*10 + int64(line[i]-'0')
+		}
+		if i > len(prefix) && i < len(line) && (line[i] == ',' || line[i] == '}') && json.Valid(line) {
+			return n, nil
+		}
+	}
+	var ev struct {
+		Seq int64 `json:"seq"`
+	}
+	if err := json.Unmarshal(line, &ev); err != nil {
+		return 0, err
+	}
+	return ev.Seq, nil
 }
 
 // readLine returns one line including its '\n'; at EOF it returns the
@@ -257,6 +289,10 @@ func (s *Session) AppendEvent(ev *contract.Event) error {
 	if _, err := s.events.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("sessionstore: append event: %w", err)
 	}
+	if (ev.Seq-1)%indexStride == 0 {
+		s.index = append(s.index, s.eventsSize)
+	}
+	s.eventsSize += int64(len(b) + 1)
 	s.lastSeq = ev.Seq
 	return nil
 }
@@ -269,6 +305,15 @@ func (s *Session) ReadEvents(after int64, fn func(contract.Event) error) error {
 		return fmt.Errorf("sessionstore: %w", err)
 	}
 	defer f.Close()
+	s.mu.Lock()
+	var start int64
+	if k := after / indexStride; after > 0 && int(k) < len(s.index) {
+		start = s.index[k]
+	}
+	s.mu.Unlock()
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		return fmt.Errorf("sessionstore: %w", err)
+	}
 	r := bufio.NewReaderSize(f, 64<<10)
 	for {
 		line, err := readLine(r)
@@ -278,14 +323,11 @@ func (s *Session) ReadEvents(after int64, fn func(contract.Event) error) error {
 		if err != nil {
 			return err
 		}
-		// Cheap skip of events already seen: decode the seq only.
-		var head struct {
-			Seq int64 `json:"seq"`
-		}
-		if err := json.Unmarshal(line, &head); err != nil {
+		seq, err := eventSeq(line[:len(line)-1])
+		if err != nil {
 			return fmt.Errorf("sessionstore: corrupt event log: %w", err)
 		}
-		if head.Seq <= after {
+		if seq <= after {
 			continue
 		}
 		var ev contract.Event

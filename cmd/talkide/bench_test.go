@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+)
+
+// BenchmarkTurn measures one whole turn through the real stack on loopback:
+// browser API → signed command → worker → native harness → mint → gateway →
+// simulator, and the events back through the control-plane's relay, until
+// turn.finished reaches the client. The simulator answers at once, so this
+// is the platform's own overhead per turn.
+func BenchmarkTurn(b *testing.B) {
+	st, err := startDev(context.Background(), devConfig{dataDir: b.TempDir(), addr: "127.0.0.1:0", logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st.shutdown(ctx)
+	}()
+	base := st.info.ControlPlane
+	c := createConversation(b, base)
+	b.ReportAllocs()
+	var last int64
+	for b.Loop() {
+		r := send(b, base, c.ID, "hello")
+		got := readStream(b, base, c.ID, last, turnEnded(r.TurnID))
+		last = got[len(got)-1].ev.Seq
+	}
+}
