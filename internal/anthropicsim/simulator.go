@@ -55,6 +55,9 @@ type Options struct {
 	// ChunkDelay is the pause before each streamed content_block_delta.
 	// 0 (for tests) means none. A [[sleep:MS]] directive overrides it.
 	ChunkDelay time.Duration
+	// KeepRequests is how many recent request bodies Requests returns;
+	// 0 means DefaultKeepRequests.
+	KeepRequests int
 }
 
 // Simulator is an http.Handler that simulates the Anthropic Messages API.
@@ -69,8 +72,10 @@ type Simulator struct {
 	msgSeq    atomic.Uint64
 	reqSeq    atomic.Uint64
 
+	keep int // how many recent request bodies Requests returns
+
 	mu       sync.Mutex
-	requests [][]byte                       // guarded by mu; bodies received on /v1/messages
+	requests [][]byte                       // guarded by mu; the last keep bodies received on /v1/messages
 	prefixes map[[sha256.Size]byte]struct{} // guarded by mu; cache prefixes seen, see inputUsage
 }
 
@@ -90,22 +95,32 @@ func New(apiKey string, opts *Options) *Simulator {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.KeepRequests <= 0 {
+		o.KeepRequests = DefaultKeepRequests
+	}
 	return &Simulator{
 		keyHash:    sha256.Sum256([]byte(apiKey)),
 		log:        o.Logger,
 		now:        o.Now,
 		chunkDelay: max(o.ChunkDelay, 0),
+		keep:       o.KeepRequests,
 		prefixes:   make(map[[sha256.Size]byte]struct{}),
 	}
 }
 
-// Requests returns a copy of every request body received on /v1/messages, in
-// order: each authenticated request whose body could be read, valid or not.
+// DefaultKeepRequests bounds the request bodies a simulator remembers, so
+// that a long talkide dev session does not grow without end.
+const DefaultKeepRequests = 1000
+
+// Requests returns a copy of the most recent request bodies received on
+// /v1/messages (at most Options.KeepRequests), oldest first: each
+// authenticated request whose body could be read, valid or not.
 func (s *Simulator) Requests() [][]byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([][]byte, len(s.requests))
-	for i, b := range s.requests {
+	recent := s.requests[max(0, len(s.requests)-s.keep):]
+	out := make([][]byte, len(recent))
+	for i, b := range recent {
 		out[i] = append([]byte(nil), b...)
 	}
 	return out
@@ -215,6 +230,9 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 func (s *Simulator) messages(w http.ResponseWriter, r *http.Request, body []byte) (requestInfo, error) {
 	s.mu.Lock()
 	s.requests = append(s.requests, body)
+	if len(s.requests) > 2*s.keep {
+		s.requests = append([][]byte(nil), s.requests[len(s.requests)-s.keep:]...)
+	}
 	s.mu.Unlock()
 
 	req, err := parseRequest(body, true)

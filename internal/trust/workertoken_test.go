@@ -178,7 +178,7 @@ func TestVerifyWorkerTokenRejects(t *testing.T) {
 		"empty mac":                        {join(parts[0], parts[1], parts[2], ""), t0, ErrMalformed},
 		"std base64 in payload":            {join(parts[0], parts[1], parts[2]+"+/", parts[3]), t0, ErrMalformed},
 		"padding on mac":                   {good + "=", t0, ErrMalformed},
-		"mac not decodable":                {join(parts[0], parts[1], parts[2], parts[3]+"A"), t0, ErrMalformed},
+		"mac not decodable":                {join(parts[0], parts[1], parts[2], parts[3]+"AA"), t0, ErrMalformed},
 		"payload not decodable, signed":    {signToken(key1, "k1", "A"), t0, ErrMalformed},
 		"payload not JSON, signed":         {signToken(key1, "k1", b64("not json")), t0, ErrMalformed},
 		"payload JSON array, signed":       {signToken(key1, "k1", b64("[]")), t0, ErrMalformed},
@@ -353,7 +353,14 @@ func FuzzVerifyWorkerToken(f *testing.F) {
 				if signed && errors.Is(err, ErrBadSignature) {
 					t.Fatalf("correctly signed token rejected: %v", err)
 				}
-				assertNoSecret(t, err.Error(), token, key1, key2)
+				// Fuzzed tokens may spell words of the error messages, so
+				// only the keys and the MAC this test computed are looked for.
+				assertNoSecret(t, err.Error(), "", key1, key2)
+				if signed {
+					if m := token[strings.LastIndexByte(token, '.')+1:]; strings.Contains(err.Error(), m) {
+						t.Fatalf("error %q contains the MAC", err)
+					}
+				}
 				return
 			}
 			if c.Tenant == "" || c.Env == "" || c.ConversationID == "" {
