@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDevBinaryStartsAndStopsOnSIGTERM runs the real binary as a newcomer
+// would: talkide dev writes dev.json naming every part, serves a turn through
+// talkide chat, and exits 0 on SIGTERM.
+func TestDevBinaryStartsAndStopsOnSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "talkide")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	data := filepath.Join(dir, "data")
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin, "dev", "--data-dir", data, "--addr", "127.0.0.1:0")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY=")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+
+	var info devInfo
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(filepath.Join(data, "dev.json"))
+		if err == nil && json.Unmarshal(b, &info) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no dev.json after 30 s; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling a file another process writes
+	}
+	for name, u := range map[string]string{"controlplane": info.ControlPlane, "worker": info.Worker, "gateway": info.Gateway, "localproxy": info.LocalProxy, "simulator": info.Simulator} {
+		if !strings.HasPrefix(u, "http://127.0.0.1:") {
+			t.Errorf("dev.json %s = %q, want a loopback URL", name, u)
+		}
+	}
+	if info.ClaudeConfigDir == "" || !info.SimulatedModel {
+		t.Errorf("dev.json = %+v", info)
+	}
+	resp, err := http.Get(info.Worker + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("worker health: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	chat := exec.Command(bin, "chat", "--data-dir", data, "-m", "hi from the binary")
+	out, err := chat.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "[simulator] messages=1 you said: hi from the binary") {
+		t.Fatalf("chat: %v\n%s", err, out)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if errors.As(err, &exit) || err != nil {
+			t.Fatalf("talkide dev exited with %v; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("talkide dev did not exit within 30 s of SIGTERM; stderr:\n%s", stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "MODEL SIMULATOR") || !strings.Contains(stderr.String(), "shutting down") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
+}
