@@ -284,6 +284,7 @@ func (s *devStack) shutdown(ctx context.Context) error {
 	}
 	if s.cp != nil {
 		errs = append(errs, s.cp.shutdown(ctx))
+		s.cp = nil
 	}
 	if s.simulator != nil {
 		err := s.simulator.srv.Shutdown(ctx)

@@ -372,3 +372,29 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// A control-plane shutting down ends its browser streams instead of waiting
+// for them until its grace period runs out; the client then reconnects.
+func TestControlPlaneShutdownEndsBrowserStreams(t *testing.T) {
+	st, _ := startTestStack(t)
+	base := st.info.ControlPlane
+	c := createConversation(t, base)
+	resp, err := http.Get(base + "/api/conversations/" + c.ID + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := st.cp.http.srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown with an open browser stream: %v", err)
+	}
+	if err := <-ended; err != nil {
+		t.Fatalf("the stream did not end cleanly: %v", err)
+	}
+	st.cp.store.Close()
+	st.cp = nil
+}

@@ -103,6 +103,7 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 		st.Close()
 		return nil, err
 	}
+	srv.srv.RegisterOnShutdown(cp.CloseStreams)
 	return &cpProc{http: srv, store: st, secrets: secrets}, nil
 }
 

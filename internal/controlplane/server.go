@@ -4,6 +4,7 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -52,7 +53,15 @@ type Server struct {
 	reports          *trust.Verifier
 	workerHTTP       *http.Client
 	workerStreamHTTP *http.Client
+	// streams ends every browser stream when cancelled (CloseStreams).
+	streams      context.Context
+	closeStreams context.CancelFunc
 }
+
+// CloseStreams ends every open browser event stream, so that a shutdown does
+// not wait for streams that never end on their own; clients reconnect with
+// Last-Event-ID. Register it with http.Server.RegisterOnShutdown.
+func (s *Server) CloseStreams() { s.closeStreams() }
 
 // New returns the control-plane server.
 func New(cfg Config) (*Server, error) {
@@ -80,6 +89,7 @@ func New(cfg Config) (*Server, error) {
 		workerHTTP:       &http.Client{Transport: cfg.WorkerTransport, Timeout: 30 * time.Second},
 		workerStreamHTTP: &http.Client{Transport: cfg.WorkerTransport},
 	}
+	s.streams, s.closeStreams = context.WithCancel(context.Background())
 	s.reports = trust.NewVerifier(trust.ToControlPlane, s.reportKey, cfg.Now)
 	return s, nil
 }

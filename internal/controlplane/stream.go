@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -41,7 +42,10 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 
 	// The relay and the heartbeat both write; mu orders them.
 	var mu sync.Mutex
-	ctx := r.Context()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.streams, cancel)
+	defer stop()
 	go func() {
 		t := time.NewTicker(s.cfg.Heartbeat)
 		defer t.Stop()

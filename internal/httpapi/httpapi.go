@@ -106,7 +106,9 @@ func DecodeJSON(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body is not valid JSON for this endpoint: %v", err)
 	}
-	if dec.More() {
+	// Only the end of the body may follow. (dec.More reports false for a
+	// stray '}' or ']', so it cannot be the check.)
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body has data after the JSON object")
 	}
 	return nil

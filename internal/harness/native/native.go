@@ -236,7 +236,16 @@ func partial(m *anthropic.Message) *anthropic.Message {
 	var keep []anthropic.ContentBlockUnion
 	for _, b := range m.Content {
 		if b.Type == "text" && strings.TrimSpace(b.Text) != "" {
-			keep = append(keep, b)
+			// Accumulate refreshes a block's wire JSON, which ToParam reads,
+			// only at content_block_stop: a block cut off mid-stream would
+			// be sent back as "" (an empty text block the API rejects).
+			// Rebuild it from the text that did arrive.
+			raw, err := json.Marshal(wireBlock{Type: "text", Text: b.Text})
+			var nb anthropic.ContentBlockUnion
+			if err != nil || nb.UnmarshalJSON(raw) != nil {
+				continue
+			}
+			keep = append(keep, nb)
 		}
 	}
 	if len(keep) == 0 {

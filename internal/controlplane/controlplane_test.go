@@ -1,0 +1,485 @@
+package controlplane_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/trust"
+)
+
+// The tenant-envs, users and secrets every test starts with.
+const (
+	tenant     = "acme"
+	env        = "prod"
+	otherEnv   = "staging" // exists; its worker is never called
+	user       = "alice"
+	otherUser  = "bob"
+	commandKID = "c1"
+	tokenKID   = "k1"
+)
+
+var (
+	commandSecret = bytes.Repeat([]byte("s"), 32)
+	tokenKey      = bytes.Repeat([]byte("k"), 32)
+	// start is a whole second, so that second-resolution claims compare
+	// exactly.
+	start = time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC)
+)
+
+// clock is the injected clock of the control-plane, the fake worker and the
+// test's own signers.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time // guarded by mu
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// fakeWorker is a worker that checks the control-plane's signatures like
+// the real one (direction ToWorker, the env's derived key) and answers
+// canned contract JSON.
+type fakeWorker struct {
+	t        *testing.T
+	srv      *httptest.Server
+	verifier *trust.Verifier
+	opts     fakeOptions
+
+	mu sync.Mutex
+	// guarded by mu
+	sessions map[string]bool
+	messages map[string]bool // client message ids seen
+	creates  []contract.CreateSessionRequest
+	sends    []contract.SendMessageRequest
+	afters   []string // the after= of every stream request
+	requests int      // every request, signed or not
+	badSigs  []string
+}
+
+type fakeOptions struct {
+	// command, when set, answers every signed command (not streams) it
+	// returns true for, instead of the default behaviour.
+	command func(w http.ResponseWriter, r *http.Request) bool
+	// stream serves the n-th (from 1) signed stream request; nil answers
+	// 404.
+	stream func(w http.ResponseWriter, r *http.Request, n int)
+}
+
+func startFakeWorker(t *testing.T, clk *clock, opts fakeOptions) *fakeWorker {
+	t.Helper()
+	f := &fakeWorker{t: t, opts: opts, sessions: map[string]bool{}, messages: map[string]bool{}}
+	f.verifier = trust.NewVerifier(trust.ToWorker, func(te, e, kid string) ([]byte, bool) {
+		if te != tenant || e != env || kid != commandKID {
+			return nil, false
+		}
+		return trust.DeriveEnvKey(commandSecret, te, e), true
+	}, clk.Now)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+contract.SessionsPath, f.create)
+	mux.HandleFunc("GET "+contract.SessionPath, f.get)
+	mux.HandleFunc("POST "+contract.MessagesPath, f.send)
+	mux.HandleFunc("POST "+contract.InterruptPath, f.interrupt)
+	mux.HandleFunc("GET "+contract.StreamPath, f.stream)
+	f.srv = httptest.NewServer(f.checkSignature(mux))
+	t.Cleanup(func() {
+		f.srv.Close()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.badSigs) > 0 {
+			t.Errorf("the fake worker refused the control-plane's signatures: %q", f.badSigs)
+		}
+	})
+	return f
+}
+
+func (f *fakeWorker) checkSignature(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.requests++
+		f.mu.Unlock()
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			httpapi.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, "unreadable body")
+			return
+		}
+		if _, err := f.verifier.Verify(r, body); err != nil {
+			f.mu.Lock()
+			f.badSigs = append(f.badSigs, r.Method+" "+r.URL.RequestURI()+": "+err.Error())
+			f.mu.Unlock()
+			httpapi.WriteError(w, http.StatusUnauthorized, contract.CodeUnauthorized, "bad signature")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if f.opts.command != nil && !strings.HasSuffix(r.URL.Path, "/stream") && f.opts.command(w, r) {
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (f *fakeWorker) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, _ := io.ReadAll(r.Body)
+	if err := httpapi.DecodeJSON(body, v); err != nil {
+		f.t.Errorf("fake worker: %s %s: %v", r.Method, r.URL.Path, err)
+		httpapi.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
+		return false
+	}
+	return true
+}
+
+func (f *fakeWorker) state(id string, created bool) contract.SessionState {
+	return contract.SessionState{ConversationID: id, Created: created, Status: contract.StatusIdle, LastSeq: 2, CreatedAt: start, Harness: "fake"}
+}
+
+func (f *fakeWorker) create(w http.ResponseWriter, r *http.Request) {
+	var req contract.CreateSessionRequest
+	if !f.decode(w, r, &req) {
+		return
+	}
+	f.mu.Lock()
+	f.creates = append(f.creates, req)
+	created := !f.sessions[req.ConversationID]
+	f.sessions[req.ConversationID] = true
+	f.mu.Unlock()
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	httpapi.WriteJSON(w, status, f.state(req.ConversationID, created))
+}
+
+func (f *fakeWorker) get(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	f.mu.Lock()
+	ok := f.sessions[id]
+	f.mu.Unlock()
+	if !ok {
+		httpapi.WriteError(w, http.StatusNotFound, contract.CodeNotFound, "no session "+id)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, f.state(id, false))
+}
+
+func (f *fakeWorker) send(w http.ResponseWriter, r *http.Request) {
+	var req contract.SendMessageRequest
+	if !f.decode(w, r, &req) {
+		return
+	}
+	f.mu.Lock()
+	f.sends = append(f.sends, req)
+	dup := f.messages[req.ClientMessageID]
+	f.messages[req.ClientMessageID] = true
+	f.mu.Unlock()
+	status := http.StatusAccepted
+	if dup {
+		status = http.StatusOK
+	}
+	httpapi.WriteJSON(w, status, contract.SendMessageResponse{
+		ConversationID: r.PathValue("id"), ClientMessageID: req.ClientMessageID, TurnID: "t_1", Duplicate: dup, Seq: 3,
+	})
+}
+
+func (f *fakeWorker) interrupt(w http.ResponseWriter, r *http.Request) {
+	httpapi.WriteJSON(w, http.StatusOK, contract.InterruptResponse{ConversationID: r.PathValue("id"), TurnID: "t_1", Interrupted: true})
+}
+
+func (f *fakeWorker) stream(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.afters = append(f.afters, r.URL.Query().Get("after"))
+	n := len(f.afters)
+	f.mu.Unlock()
+	if f.opts.stream == nil {
+		httpapi.WriteError(w, http.StatusNotFound, contract.CodeNotFound, "no session "+r.PathValue("id"))
+		return
+	}
+	f.opts.stream(w, r, n)
+}
+
+func (f *fakeWorker) Creates() []contract.CreateSessionRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]contract.CreateSessionRequest(nil), f.creates...)
+}
+
+func (f *fakeWorker) Sends() []contract.SendMessageRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]contract.SendMessageRequest(nil), f.sends...)
+}
+
+func (f *fakeWorker) Afters() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.afters...)
+}
+
+func (f *fakeWorker) Requests() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.requests
+}
+
+// harness is a control-plane on a loopback listener with a real sqlite store
+// in a temp dir, a real keyring and a fake worker for acme/prod.
+type harness struct {
+	t       *testing.T
+	url     string
+	client  *http.Client
+	store   *sqlite.Store
+	keyring *trust.Keyring
+	clock   *clock
+	worker  *fakeWorker
+}
+
+type harnessOptions struct {
+	noLocalUser bool
+	heartbeat   time.Duration
+	gateway     http.Handler
+	worker      fakeOptions
+}
+
+func newHarness(t *testing.T, opts harnessOptions) *harness {
+	t.Helper()
+	clk := &clock{now: start}
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "cp.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	kr, err := trust.NewKeyring(tokenKID, map[string][]byte{tokenKID: tokenKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := startFakeWorker(t, clk, opts.worker)
+	for _, e := range []store.Env{
+		{Tenant: tenant, Name: env, WorkerURL: fw.srv.URL, CreatedAt: start},
+		{Tenant: tenant, Name: otherEnv, WorkerURL: "http://127.0.0.1:1", CreatedAt: start},
+	} {
+		if err := st.PutEnv(t.Context(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	localUser := user
+	if opts.noLocalUser {
+		localUser = ""
+	}
+	cp, err := controlplane.New(controlplane.Config{
+		Store: st, Keyring: kr,
+		CommandSecret: commandSecret, CommandKeyID: commandKID,
+		Gateway:       opts.gateway,
+		LocalUser:     localUser,
+		DefaultTenant: tenant, DefaultEnv: env,
+		Now:       clk.Now,
+		Heartbeat: opts.heartbeat,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(cp.Handler())
+	t.Cleanup(srv.Close)
+	return &harness{t: t, url: srv.URL, client: srv.Client(), store: st, keyring: kr, clock: clk, worker: fw}
+}
+
+// do sends a request to the control-plane and returns the answer with its
+// body read.
+func (h *harness) do(method, path, body string, header http.Header) (*http.Response, []byte) {
+	h.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(h.t.Context(), method, h.url+path, rd)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	if body != "" && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return resp, data
+}
+
+// insertConversation stores a conversation directly, bypassing the API.
+func (h *harness) insertConversation(id, owner, envName string) {
+	h.t.Helper()
+	if err := h.store.PutUser(h.t.Context(), store.User{ID: owner, Name: owner, CreatedAt: start}); err != nil {
+		h.t.Fatal(err)
+	}
+	if _, _, err := h.store.CreateConversation(h.t.Context(), store.Conversation{
+		ID: id, Tenant: tenant, Env: envName, UserID: owner, Title: id, CreatedAt: h.clock.Now(),
+	}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// setWorkerURL points acme/prod at another worker address.
+func (h *harness) setWorkerURL(u string) {
+	h.t.Helper()
+	if err := h.store.PutEnv(h.t.Context(), store.Env{Tenant: tenant, Name: env, WorkerURL: u, CreatedAt: start}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// closedURL returns the address of a loopback port nothing listens on.
+func closedURL(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	u := srv.URL
+	srv.Close()
+	return u
+}
+
+// wantError checks that an answer is the contract's error shape with status
+// and code, and returns its message.
+func wantError(t *testing.T, resp *http.Response, body []byte, status int, code string) string {
+	t.Helper()
+	if resp.StatusCode != status {
+		t.Errorf("status = %d, want %d (body %s)", resp.StatusCode, status, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	var e contract.Error
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		t.Fatalf("body %q is not a contract.Error: %v", body, err)
+	}
+	if e.Error.Code != code {
+		t.Errorf("code = %q (%q), want %q", e.Error.Code, e.Error.Message, code)
+	}
+	if e.Error.Message == "" {
+		t.Errorf("error without a message: %s", body)
+	}
+	return e.Error.Message
+}
+
+// decodeJSON decodes body strictly into v.
+func decodeJSON(t *testing.T, body []byte, v any) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("decode %s: %v", body, err)
+	}
+}
+
+func TestNewRequiresConfig(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), ":memory:", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	kr, err := trust.NewKeyring(tokenKID, map[string][]byte{tokenKID: tokenKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := func() controlplane.Config {
+		return controlplane.Config{Store: st, Keyring: kr, CommandSecret: commandSecret, CommandKeyID: commandKID,
+			DefaultTenant: tenant, DefaultEnv: env}
+	}
+	tests := map[string]func(*controlplane.Config){
+		"no store":         func(c *controlplane.Config) { c.Store = nil },
+		"no keyring":       func(c *controlplane.Config) { c.Keyring = nil },
+		"short secret":     func(c *controlplane.Config) { c.CommandSecret = commandSecret[:31] },
+		"no key id":        func(c *controlplane.Config) { c.CommandKeyID = "" },
+		"no tenant":        func(c *controlplane.Config) { c.DefaultTenant = "" },
+		"no default env":   func(c *controlplane.Config) { c.DefaultEnv = "" },
+		"everything unset": func(c *controlplane.Config) { *c = controlplane.Config{} },
+	}
+	for name, mutate := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg := valid()
+			mutate(&cfg)
+			if s, err := controlplane.New(cfg); err == nil || s != nil {
+				t.Errorf("New = %v, %v; want an error", s, err)
+			}
+		})
+	}
+	if _, err := controlplane.New(valid()); err != nil {
+		t.Errorf("New(valid) = %v", err)
+	}
+}
+
+func TestRouting(t *testing.T) {
+	gatewayHit := make(chan string, 1)
+	gateway := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gatewayHit <- r.URL.Path
+		w.WriteHeader(http.StatusTeapot)
+	})
+	tests := map[string]struct {
+		gateway    http.Handler
+		method     string
+		path       string
+		wantStatus int
+		wantCode   string // "" means not an error
+	}{
+		"unknown path":                   {method: http.MethodGet, path: "/nope", wantStatus: http.StatusNotFound, wantCode: contract.CodeNotFound},
+		"unknown api path":               {method: http.MethodPost, path: "/api/v2/conversations", wantStatus: http.StatusNotFound, wantCode: contract.CodeNotFound},
+		"root":                           {method: http.MethodGet, path: "/", wantStatus: http.StatusNotFound, wantCode: contract.CodeNotFound},
+		"healthz":                        {method: http.MethodGet, path: "/healthz", wantStatus: http.StatusOK},
+		"gateway not configured":         {method: http.MethodPost, path: controlplane.GatewayPrefix + "/v1/messages", wantStatus: http.StatusServiceUnavailable, wantCode: contract.CodeUnavailable},
+		"gateway not configured, GET":    {method: http.MethodGet, path: controlplane.GatewayPrefix + "/v1/models", wantStatus: http.StatusServiceUnavailable, wantCode: contract.CodeUnavailable},
+		"gateway configured gets prefix": {gateway: gateway, method: http.MethodPost, path: controlplane.GatewayPrefix + "/v1/messages", wantStatus: http.StatusTeapot},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, harnessOptions{gateway: tt.gateway})
+			resp, body := h.do(tt.method, tt.path, "", nil)
+			if tt.wantCode != "" {
+				wantError(t, resp, body, tt.wantStatus, tt.wantCode)
+				return
+			}
+			if resp.StatusCode != tt.wantStatus {
+				t.Fatalf("status = %d, want %d: %s", resp.StatusCode, tt.wantStatus, body)
+			}
+			if tt.gateway != nil {
+				if got := <-gatewayHit; got != tt.path {
+					t.Errorf("gateway saw %q, want %q", got, tt.path)
+				}
+			}
+		})
+	}
+	t.Run("healthz body", func(t *testing.T) {
+		h := newHarness(t, harnessOptions{})
+		_, body := h.do(http.MethodGet, "/healthz", "", nil)
+		if diff := cmp.Diff(`{"status":"ok"}`, strings.TrimSpace(string(body))); diff != "" {
+			t.Errorf("healthz (-want +got):\n%s", diff)
+		}
+	})
+}

@@ -1,0 +1,338 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/httpapi"
+)
+
+// decodeError decodes a recorded response as the contract's error shape.
+func decodeError(t *testing.T, rec *httptest.ResponseRecorder) contract.Error {
+	t.Helper()
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	var e contract.Error
+	dec := json.NewDecoder(rec.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		t.Fatalf("response is not a contract.Error: %v", err)
+	}
+	return e
+}
+
+// asHTTPError asserts that err is an *httpapi.Error with status and code.
+func asHTTPError(t *testing.T, err error, status int, code string) *httpapi.Error {
+	t.Helper()
+	var he *httpapi.Error
+	if !errors.As(err, &he) {
+		t.Fatalf("error %v (%T) is not an *httpapi.Error", err, err)
+	}
+	if he.Status != status || he.Code != code {
+		t.Fatalf("error = %d %s (%q), want %d %s", he.Status, he.Code, he.Msg, status, code)
+	}
+	return he
+}
+
+func TestHandle(t *testing.T) {
+	secret := errors.New("db password is hunter2")
+	tests := map[string]struct {
+		err        error
+		wantStatus int
+		wantBody   contract.ErrorBody
+		wantLevel  string // "" means nothing logged at all
+		wantLogged string // a substring of the logged line
+	}{
+		"typed error": {
+			err:        httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no conversation %s", "c1"),
+			wantStatus: http.StatusNotFound,
+			wantBody:   contract.ErrorBody{Code: contract.CodeNotFound, Message: "no conversation c1"},
+			wantLevel:  "DEBUG",
+		},
+		"typed error with a cause shows only the message": {
+			err:        &httpapi.Error{Status: http.StatusBadGateway, Code: contract.CodeUnavailable, Msg: "worker down", Err: secret},
+			wantStatus: http.StatusBadGateway,
+			wantBody:   contract.ErrorBody{Code: contract.CodeUnavailable, Message: "worker down"},
+			wantLevel:  "ERROR",
+			wantLogged: "hunter2",
+		},
+		"wrapped typed error": {
+			err:        fmt.Errorf("send: %w", httpapi.Errorf(http.StatusConflict, contract.CodeTurnRunning, "a turn is running")),
+			wantStatus: http.StatusConflict,
+			wantBody:   contract.ErrorBody{Code: contract.CodeTurnRunning, Message: "a turn is running"},
+			wantLevel:  "DEBUG",
+		},
+		"unauthorized is a warning": {
+			err:        httpapi.Errorf(http.StatusUnauthorized, contract.CodeUnauthorized, "no"),
+			wantStatus: http.StatusUnauthorized,
+			wantBody:   contract.ErrorBody{Code: contract.CodeUnauthorized, Message: "no"},
+			wantLevel:  "WARN",
+		},
+		"plain error is hidden behind a 500": {
+			err:        fmt.Errorf("query: %w", secret),
+			wantStatus: http.StatusInternalServerError,
+			wantBody:   contract.ErrorBody{Code: contract.CodeInternal, Message: "internal error"},
+			wantLevel:  "ERROR",
+			wantLogged: "query: db password is hunter2",
+		},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			var logs bytes.Buffer
+			logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			h := httpapi.Handle(logger, func(http.ResponseWriter, *http.Request) error { return tt.err })
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/x", nil))
+
+			if rec.Code != tt.wantStatus {
+				t.Errorf("status = %d, want %d", rec.Code, tt.wantStatus)
+			}
+			raw := rec.Body.String()
+			if strings.Contains(raw, "hunter2") {
+				t.Errorf("the response reveals the logged cause: %s", raw)
+			}
+			if diff := cmp.Diff(contract.Error{Error: tt.wantBody}, decodeError(t, rec)); diff != "" {
+				t.Errorf("body (-want +got):\n%s", diff)
+			}
+			var line struct {
+				Level  string `json:"level"`
+				Msg    string `json:"msg"`
+				Status int    `json:"status"`
+				Code   string `json:"code"`
+				Err    string `json:"err"`
+			}
+			if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
+				t.Fatalf("log line %q: %v", logs.String(), err)
+			}
+			if line.Level != tt.wantLevel || line.Status != tt.wantStatus || line.Code != tt.wantBody.Code {
+				t.Errorf("logged level=%s status=%d code=%s, want %s %d %s", line.Level, line.Status, line.Code,
+					tt.wantLevel, tt.wantStatus, tt.wantBody.Code)
+			}
+			if !strings.Contains(line.Err, tt.wantLogged) {
+				t.Errorf("logged err = %q, want it to contain %q", line.Err, tt.wantLogged)
+			}
+		})
+	}
+}
+
+func TestHandleSuccessAndNilLogger(t *testing.T) {
+	ok := httpapi.Handle(nil, func(w http.ResponseWriter, r *http.Request) error {
+		httpapi.WriteJSON(w, http.StatusCreated, map[string]string{"ok": "yes"})
+		return nil
+	})
+	rec := httptest.NewRecorder()
+	ok.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if rec.Code != http.StatusCreated || strings.TrimSpace(rec.Body.String()) != `{"ok":"yes"}` {
+		t.Errorf("got %d %q", rec.Code, rec.Body.String())
+	}
+	if got := rec.Header().Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("X-Content-Type-Options = %q", got)
+	}
+
+	// A nil logger must not panic on the error path.
+	failing := httpapi.Handle(nil, func(http.ResponseWriter, *http.Request) error { return errors.New("boom") })
+	rec = httptest.NewRecorder()
+	failing.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if rec.Code != http.StatusInternalServerError {
+		t.Errorf("status = %d, want 500", rec.Code)
+	}
+}
+
+func TestReadBody(t *testing.T) {
+	const limit = 16
+	tests := map[string]struct {
+		body       string
+		wantStatus int // 0: no error
+	}{
+		"empty":          {body: ""},
+		"at the cap":     {body: strings.Repeat("a", limit)},
+		"one over":       {body: strings.Repeat("a", limit+1), wantStatus: http.StatusRequestEntityTooLarge},
+		"far over":       {body: strings.Repeat("a", 10*limit), wantStatus: http.StatusRequestEntityTooLarge},
+		"under the caps": {body: "{}"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(tt.body))
+			got, err := httpapi.ReadBody(rec, r, limit)
+			if tt.wantStatus != 0 {
+				he := asHTTPError(t, err, tt.wantStatus, contract.CodeTooLarge)
+				if !strings.Contains(he.Msg, "16 bytes") {
+					t.Errorf("message %q does not name the limit", he.Msg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ReadBody: %v", err)
+			}
+			if string(got) != tt.body {
+				t.Errorf("body = %q, want %q", got, tt.body)
+			}
+		})
+	}
+}
+
+func TestDecodeJSON(t *testing.T) {
+	tests := map[string]struct {
+		body    string
+		want    contract.SendMessageRequest
+		wantMsg string // "" means no error; else a substring of the 400's message
+	}{
+		"valid":                   {body: `{"client_message_id":"m1","text":"hi"}`, want: contract.SendMessageRequest{ClientMessageID: "m1", Text: "hi"}},
+		"trailing whitespace":     {body: "{\"text\":\"hi\"}\n\t ", want: contract.SendMessageRequest{Text: "hi"}},
+		"empty":                   {body: ``, wantMsg: "empty"},
+		"whitespace only":         {body: "  \n", wantMsg: "not valid JSON"},
+		"unknown field":           {body: `{"text":"hi","txet":"x"}`, wantMsg: `unknown field "txet"`},
+		"second object":           {body: `{"text":"hi"} {"text":"again"}`, wantMsg: "data after the JSON object"},
+		"trailing garbage":        {body: `{"text":"hi"}x`, wantMsg: "data after the JSON object"},
+		"trailing closing brace":  {body: `{"text":"hi"}}`, wantMsg: "data after the JSON object"},
+		"trailing closing square": {body: `{"text":"hi"}]`, wantMsg: "data after the JSON object"},
+		"wrong type":              {body: `{"text":42}`, wantMsg: "text"},
+		"array instead of object": {body: `[1,2]`, wantMsg: "not valid JSON"},
+		"truncated":               {body: `{"text":"hi"`, wantMsg: "not valid JSON"},
+		"syntax error":            {body: `{text:"hi"}`, wantMsg: "not valid JSON"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			var got contract.SendMessageRequest
+			err := httpapi.DecodeJSON([]byte(tt.body), &got)
+			if tt.wantMsg == "" {
+				if err != nil {
+					t.Fatalf("DecodeJSON: %v", err)
+				}
+				if diff := cmp.Diff(tt.want, got); diff != "" {
+					t.Errorf("decoded (-want +got):\n%s", diff)
+				}
+				return
+			}
+			he := asHTTPError(t, err, http.StatusBadRequest, contract.CodeBadRequest)
+			if !strings.Contains(he.Msg, tt.wantMsg) {
+				t.Errorf("message %q does not contain %q", he.Msg, tt.wantMsg)
+			}
+		})
+	}
+}
+
+func TestID(t *testing.T) {
+	tests := map[string]struct {
+		id    string
+		valid bool
+	}{
+		"plain":         {id: "demo", valid: true},
+		"generated":     {id: contract.NewID("c_"), valid: true},
+		"max length":    {id: strings.Repeat("a", contract.MaxIDLen), valid: true},
+		"empty":         {id: ""},
+		"too long":      {id: strings.Repeat("a", contract.MaxIDLen+1)},
+		"dot dot":       {id: ".."},
+		"slash":         {id: "a/b"},
+		"leading dash":  {id: "-a"},
+		"leading under": {id: "_a"},
+		"space":         {id: "a b"},
+		"unicode":       {id: "caf\u00e9"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := httpapi.ID("conversation id", tt.id)
+			if tt.valid {
+				if err != nil {
+					t.Fatalf("ID(%q) = %v, want nil", tt.id, err)
+				}
+				return
+			}
+			he := asHTTPError(t, err, http.StatusBadRequest, contract.CodeInvalidID)
+			if !strings.Contains(he.Msg, "conversation id") {
+				t.Errorf("message %q does not name the id", he.Msg)
+			}
+		})
+	}
+}
+
+func TestReplayPoint(t *testing.T) {
+	tests := map[string]struct {
+		header  string
+		query   string
+		want    int64
+		wantBad string // the name the 400 must mention; "" means no error
+	}{
+		"neither":                     {want: 0},
+		"header":                      {header: "7", want: 7},
+		"query":                       {query: "after=9", want: 9},
+		"header wins":                 {header: "7", query: "after=9", want: 7},
+		"zero":                        {query: "after=0", want: 0},
+		"empty query value":           {query: "after=", want: 0},
+		"negative header":             {header: "-1", wantBad: "Last-Event-ID"},
+		"negative query":              {query: "after=-5", wantBad: "after"},
+		"non-numeric header":          {header: "abc", wantBad: "Last-Event-ID"},
+		"non-numeric query":           {query: "after=x1", wantBad: "after"},
+		"bad header beats good query": {header: "1.5", query: "after=3", wantBad: "Last-Event-ID"},
+		"overflow":                    {query: "after=99999999999999999999", wantBad: "after"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/s?"+tt.query, nil)
+			if tt.header != "" {
+				r.Header.Set("Last-Event-ID", tt.header)
+			}
+			got, err := httpapi.ReplayPoint(r)
+			if tt.wantBad != "" {
+				he := asHTTPError(t, err, http.StatusBadRequest, contract.CodeBadRequest)
+				if !strings.HasPrefix(he.Msg, tt.wantBad+" ") {
+					t.Errorf("message %q does not start with %q", he.Msg, tt.wantBad)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("ReplayPoint = %d, %v; want %d", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzDecodeJSON checks that DecodeJSON never panics on untrusted bodies,
+// that every refusal is a 400, and that whatever it accepts is one valid
+// JSON document.
+func FuzzDecodeJSON(f *testing.F) {
+	for _, seed := range []string{
+		``,
+		`{}`,
+		`null`,
+		`{"client_message_id":"m1","text":"hi"}`,
+		`{"text":"hi"}}`,
+		`{"text":"hi"} {}`,
+		`{"text":1e999}`,
+		`{"reports":[{"idempotency_key":"k","kind":"usage","conversation_id":"c","time":"2026-11-30T16:16:40Z","usage":{"model":"m","input_tokens":1}}]}`,
+		`{"reports":[{"time":"not a time"}]}`,
+		`{"reports":null}`,
+		"{\"text\":\"\xff\"}",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		check := func(v any) {
+			err := httpapi.DecodeJSON(body, v)
+			if err == nil {
+				if !json.Valid(body) {
+					t.Errorf("DecodeJSON accepted %q into %T, which is not one valid JSON document", body, v)
+				}
+				return
+			}
+			var he *httpapi.Error
+			if !errors.As(err, &he) || he.Status != http.StatusBadRequest || he.Code != contract.CodeBadRequest {
+				t.Errorf("DecodeJSON(%q) = %v, want a 400 bad_request", body, err)
+			}
+		}
+		check(new(contract.SendMessageRequest))
+		check(new(contract.ReportBatch))
+	})
+}
