@@ -41,8 +41,9 @@ func ValidateConversationID(id string) error { return ValidateID("conversation i
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
 
-// NewID returns prefix + 26 random lowercase base32 characters (130 bits).
-// The result always passes ValidateID when prefix does.
+// NewID returns prefix + 26 lowercase base32 characters carrying 128 random
+// bits. The result passes ValidateID when prefix is a valid id of at most
+// MaxIDLen-26 characters.
 func NewID(prefix string) string {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {

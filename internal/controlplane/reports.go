@@ -1,8 +1,8 @@
 package controlplane
 
 import (
-	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -12,14 +12,12 @@ import (
 	"github.com/talkide/platform/internal/trust"
 )
 
-// reportKey returns the signing key of a known tenant-env.
+// reportKey returns the signing key of a tenant-env. It derives the key for
+// any name without touching the store, so an unsigned request costs no
+// database read; the handler checks that the env exists once the signature
+// has proved who is asking.
 func (s *Server) reportKey(tenant, env, kid string) ([]byte, bool) {
 	if kid != s.cfg.CommandKeyID {
-		return nil, false
-	}
-	// The key derives from the master secret for any name; only envs that
-	// exist may report.
-	if _, err := s.cfg.Store.GetEnv(context.Background(), tenant, env); err != nil {
 		return nil, false
 	}
 	return trust.DeriveEnvKey(s.cfg.CommandSecret, tenant, env), true
@@ -33,6 +31,13 @@ func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p, err := s.reports.Verify(r, body)
+	if err == nil {
+		if _, err = s.cfg.Store.GetEnv(r.Context(), p.Tenant, p.Env); errors.Is(err, store.ErrNotFound) {
+			err = fmt.Errorf("env %s/%s does not exist", p.Tenant, p.Env)
+		} else if err != nil {
+			return err
+		}
+	}
 	if err != nil {
 		return &httpapi.Error{Status: http.StatusUnauthorized, Code: contract.CodeUnauthorized,
 			Msg: "the report's X-Worker-Token signature is missing, invalid, expired or replayed", Err: err}

@@ -87,7 +87,7 @@ func ParseSignature(v string) (Signature, error) {
 			bit, s.Nonce = 16, val
 		case "sig":
 			bit = 32
-			m, err := base64.RawURLEncoding.DecodeString(val)
+			m, err := base64.RawURLEncoding.Strict().DecodeString(val)
 			if err != nil || len(m) != sha256.Size {
 				return Signature{}, fmt.Errorf("%w: bad mac", ErrMalformed)
 			}
@@ -152,8 +152,16 @@ type Verifier struct {
 	direction Direction
 	keys      KeyLookup
 	now       func() time.Time
-	nonces    *nonceCache
+
+	mu sync.Mutex
+	// guarded by mu: one nonce cache per tenant-env, so that one signer
+	// filling its cache cannot block the others.
+	nonces map[string]*nonceCache
 }
+
+// noncesPerEnv bounds the nonces remembered for one tenant-env: more than
+// 2,000 signed requests a second sustained over the 120 s window.
+const noncesPerEnv = 1 << 18
 
 // NewVerifier returns a verifier for requests travelling in dir. now may be
 // nil (time.Now).
@@ -161,7 +169,7 @@ func NewVerifier(dir Direction, keys KeyLookup, now func() time.Time) *Verifier 
 	if now == nil {
 		now = time.Now
 	}
-	return &Verifier{direction: dir, keys: keys, now: now, nonces: newNonceCache(1 << 20)}
+	return &Verifier{direction: dir, keys: keys, now: now, nonces: make(map[string]*nonceCache)}
 }
 
 // Principal is who signed a verified request.
@@ -193,10 +201,22 @@ func (v *Verifier) Verify(r *http.Request, body []byte) (Principal, error) {
 	if skew > MaxClockSkew || skew < -MaxClockSkew {
 		return Principal{}, ErrExpired
 	}
-	if !v.nonces.add(s.Tenant+"/"+s.Env+"/"+s.Nonce, now) {
+	if !v.nonceCache(s.Tenant, s.Env).add(s.Nonce, now) {
 		return Principal{}, ErrReplayed
 	}
 	return Principal{Tenant: s.Tenant, Env: s.Env}, nil
+}
+
+func (v *Verifier) nonceCache(tenant, env string) *nonceCache {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	key := tenant + "/" + env
+	c, ok := v.nonces[key]
+	if !ok {
+		c = newNonceCache(noncesPerEnv)
+		v.nonces[key] = c
+	}
+	return c
 }
 
 // nonceCache remembers nonces for 2×MaxClockSkew: a signature older than that

@@ -496,7 +496,7 @@ func TestNonceCacheFailsClosed(t *testing.T) {
 func TestVerifierFullNonceCacheFailsClosed(t *testing.T) {
 	c := newClock(t0)
 	v := NewVerifier(ToWorker, envKeys, c.Now)
-	v.nonces = newNonceCache(2)
+	v.nonces["acme/prod"] = newNonceCache(2)
 	s := acmeSigner(c)
 	for i := range 2 {
 		r := signedRequest(t, s, "GET", "http://worker/v1/sessions", nil)
@@ -507,6 +507,11 @@ func TestVerifierFullNonceCacheFailsClosed(t *testing.T) {
 	r := signedRequest(t, s, "GET", "http://worker/v1/sessions", nil)
 	if _, err := v.Verify(r, nil); err == nil {
 		t.Fatal("a verifier with a full nonce cache accepted a request")
+	}
+	// Another tenant-env has a cache of its own and is not blocked.
+	other := &Signer{Direction: ToWorker, Tenant: "globex", Env: "prod", KeyID: "c1", Key: DeriveEnvKey(master, "globex", "prod"), Now: c.Now}
+	if _, err := v.Verify(signedRequest(t, other, "GET", "http://worker/v1/sessions", nil), nil); err != nil {
+		t.Fatalf("another tenant-env was blocked by a full cache: %v", err)
 	}
 	c.Set(t0.Add(2*MaxClockSkew + time.Second))
 	r = signedRequest(t, s, "GET", "http://worker/v1/sessions", nil)

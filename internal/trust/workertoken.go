@@ -104,14 +104,14 @@ func (k *Keyring) VerifyWorkerToken(token string, now time.Time) (WorkerClaims, 
 	if !ok {
 		return c, ErrUnknownKey
 	}
-	got, err := base64.RawURLEncoding.DecodeString(parts[3])
+	got, err := base64.RawURLEncoding.Strict().DecodeString(parts[3])
 	if err != nil {
 		return c, fmt.Errorf("%w: bad signature encoding", ErrMalformed)
 	}
 	if !hmac.Equal(got, mac(key, parts[0]+"."+parts[1]+"."+parts[2])) {
 		return c, ErrBadSignature
 	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[2])
+	payload, err := base64.RawURLEncoding.Strict().DecodeString(parts[2])
 	if err != nil {
 		return c, fmt.Errorf("%w: bad payload encoding", ErrMalformed)
 	}
