@@ -23,8 +23,8 @@ func (s *Server) authIdentity(r *http.Request) (store.IdentityToken, error) {
 		return &httpapi.Error{Status: http.StatusUnauthorized, Code: contract.CodeUnauthorized,
 			Msg: "a valid identity token is required (Authorization: Bearer)", Err: err}
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return store.IdentityToken{}, denied(errors.New("no bearer token"))
 	}
 	id, hash, err := trust.ParseIdentityToken(tok)

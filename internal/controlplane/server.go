@@ -117,6 +117,18 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.Handle(GatewayPrefix+"/", gw)
 
+	for path, allow := range map[string][]string{
+		"/api/conversations":                {http.MethodGet, http.MethodPost},
+		"/api/conversations/{id}":           {http.MethodGet},
+		"/api/conversations/{id}/messages":  {http.MethodPost},
+		"/api/conversations/{id}/interrupt": {http.MethodPost},
+		"/api/conversations/{id}/stream":    {http.MethodGet},
+		MintPath:                            {http.MethodPost},
+		contract.ReportsPath:                {http.MethodPost},
+		"/healthz":                          {http.MethodGet},
+	} {
+		mux.Handle(path, httpapi.MethodNotAllowed(s.log, allow...))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -40,13 +40,17 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusOK)
 	flusher.Flush()
 
-	// The relay and the heartbeat both write; mu orders them.
+	// The relay and the heartbeat both write; mu orders them. The heartbeat
+	// goroutine is gone before we return (wg.Wait runs after cancel): a
+	// ResponseWriter may not be used once the handler has returned.
 	var mu sync.Mutex
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(s.streams, cancel)
 	defer stop()
-	go func() {
+	wg.Go(func() {
 		t := time.NewTicker(s.cfg.Heartbeat)
 		defer t.Stop()
 		for {
@@ -62,7 +66,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 				mu.Unlock()
 			}
 		}
-	}()
+	})
 
 	last := after
 	backoff := 100 * time.Millisecond

@@ -84,7 +84,7 @@ func (c *workerClient) do(ctx context.Context, method, path, id string, in, out 
 		return 0, fmt.Errorf("%w: %w", errWorkerUnreachable, err)
 	}
 	if resp.StatusCode >= 300 {
-		return resp.StatusCode, workerError(resp.StatusCode, data)
+		return resp.StatusCode, workerError(resp, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -94,7 +94,8 @@ func (c *workerClient) do(ctx context.Context, method, path, id string, in, out 
 	return resp.StatusCode, nil
 }
 
-func workerError(status int, body []byte) error {
+func workerError(resp *http.Response, body []byte) error {
+	status := resp.StatusCode
 	var e contract.Error
 	if json.Unmarshal(body, &e) != nil || e.Error.Code == "" {
 		return &httpapi.Error{Status: http.StatusBadGateway, Code: contract.CodeUnavailable,
@@ -106,7 +107,7 @@ func workerError(status int, body []byte) error {
 		return &httpapi.Error{Status: http.StatusBadGateway, Code: contract.CodeUnavailable,
 			Msg: "the conversation's worker refused the control-plane's credentials", Err: errors.New(e.Error.Message)}
 	}
-	return &httpapi.Error{Status: status, Code: e.Error.Code, Msg: e.Error.Message}
+	return &httpapi.Error{Status: status, Code: e.Error.Code, Msg: e.Error.Message, RetryAfter: resp.Header.Get("Retry-After")}
 }
 
 // streamEvents follows the worker's event stream after seq, calling fn with
@@ -126,7 +127,7 @@ func (c *workerClient) streamEvents(ctx context.Context, id string, after int64,
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return workerError(resp.StatusCode, data)
+		return workerError(resp, data)
 	}
 	r := sse.NewReader(resp.Body, 4<<20)
 	for {

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/talkide/platform/internal/contract"
 )
@@ -24,6 +25,8 @@ type Error struct {
 	Code   string
 	Msg    string
 	Err    error
+	// RetryAfter, when set, is sent as the Retry-After header (seconds).
+	RetryAfter string
 }
 
 func (e *Error) Error() string {
@@ -64,6 +67,9 @@ func Handle(logger *slog.Logger, h HandlerFunc) http.Handler {
 		if logger != nil {
 			logger.Log(r.Context(), level, "request failed", "method", r.Method, "path", r.URL.Path,
 				"status", he.Status, "code", he.Code, "err", he.Error())
+		}
+		if he.RetryAfter != "" {
+			w.Header().Set("Retry-After", he.RetryAfter)
 		}
 		WriteError(w, he.Status, he.Code, he.Msg)
 	})
@@ -139,4 +145,15 @@ func ReplayPoint(r *http.Request) (int64, error) {
 		return 0, Errorf(http.StatusBadRequest, contract.CodeBadRequest, "%s must be a non-negative integer sequence number", name)
 	}
 	return n, nil
+}
+
+// MethodNotAllowed answers 405 in the contract's error shape, naming the
+// allowed methods. Register it on a known path without a method, so that a
+// catch-all "/" does not turn a wrong method into a 404.
+func MethodNotAllowed(logger *slog.Logger, allow ...string) http.Handler {
+	list := strings.Join(allow, ", ")
+	return Handle(logger, func(w http.ResponseWriter, r *http.Request) error {
+		w.Header().Set("Allow", list)
+		return Errorf(http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed, "method %s is not allowed here; use %s", r.Method, list)
+	})
 }
