@@ -74,8 +74,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "talkide local gateway proxy: the path must start with a valid conversation id")
 		return
 	}
+	rest := strings.TrimPrefix(r.URL.Path, "/"+id)
+	// A dot segment ("..", also percent-encoded) would carry the token out
+	// of the gateway prefix to other control-plane paths.
+	for _, s := range strings.Split(rest, "/") {
+		if s == "." || s == ".." {
+			writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "talkide local gateway proxy: the path must not contain . or .. segments")
+			return
+		}
+	}
 	r2 := r.Clone(r.Context())
-	r2.URL.Path = strings.TrimPrefix(r.URL.Path, "/"+id)
+	r2.URL.Path = rest
 	r2.URL.RawPath = ""
 	for k := range r2.Header {
 		if strings.HasPrefix(strings.ToLower(k), "x-talkide-") {

@@ -30,7 +30,10 @@ type Reporter struct {
 	mu sync.Mutex
 	// guarded by mu
 	queue []contract.Report
-	wake  chan struct{} // buffered(1): something was queued
+	// dropped counts reports ever dropped from the head of queue, so that
+	// flush can tell how much of a batch in flight is still queued.
+	dropped int
+	wake    chan struct{} // buffered(1): something was queued
 
 	maxQueue int
 }
@@ -76,6 +79,7 @@ func (rp *Reporter) Enqueue(r contract.Report) {
 	if over := len(rp.queue) - rp.maxQueue; over > 0 {
 		rp.log.Error("report queue full; dropping the oldest reports", "dropped", over)
 		rp.queue = append([]contract.Report(nil), rp.queue[over:]...)
+		rp.dropped += over
 	}
 	rp.mu.Unlock()
 	select {
@@ -130,6 +134,7 @@ func (rp *Reporter) flush(ctx context.Context) error {
 		rp.mu.Lock()
 		n := min(len(rp.queue), maxBatch)
 		batch := append([]contract.Report(nil), rp.queue[:n]...)
+		dropped := rp.dropped
 		rp.mu.Unlock()
 		if n == 0 {
 			return nil
@@ -153,7 +158,9 @@ func (rp *Reporter) flush(ctx context.Context) error {
 			return fmt.Errorf("control-plane answered %d", resp.StatusCode)
 		}
 		rp.mu.Lock()
-		rp.queue = rp.queue[n:]
+		// Reports dropped meanwhile came off the head, that is off this
+		// batch first; remove only what of the batch is still queued.
+		rp.queue = rp.queue[max(n-(rp.dropped-dropped), 0):]
 		rp.mu.Unlock()
 	}
 }

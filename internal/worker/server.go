@@ -26,6 +26,18 @@ func (w *Worker) Handler() http.Handler {
 	mux.HandleFunc("GET "+contract.HealthPath, func(rw http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	// A known path with another method is a 405 in the contract's error
+	// shape; without these, "/" below would answer 404.
+	for path, allow := range map[string]string{
+		contract.SessionsPath:  http.MethodPost,
+		contract.SessionPath:   http.MethodGet,
+		contract.MessagesPath:  http.MethodPost,
+		contract.StreamPath:    http.MethodGet,
+		contract.InterruptPath: http.MethodPost,
+		contract.HealthPath:    http.MethodGet,
+	} {
+		mux.Handle(path, httpapi.MethodNotAllowed(w.log, allow))
+	}
 	mux.Handle("/", httpapi.Handle(w.log, func(http.ResponseWriter, *http.Request) error {
 		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no such endpoint")
 	}))
@@ -51,7 +63,12 @@ func (w *Worker) signed(h signedHandler) http.Handler {
 				return err
 			}
 		}
-		return h(rw, r, body)
+		err = h(rw, r, body)
+		if errors.Is(err, errShuttingDown) {
+			rw.Header().Set("Retry-After", "5")
+			return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeShuttingDown, "the worker is shutting down; retry shortly")
+		}
+		return err
 	})
 }
 

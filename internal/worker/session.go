@@ -242,6 +242,12 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 		f := harness.Failure(err)
 		if ctx.Err() != nil {
 			f = harness.Failure(context.Canceled)
+			if s.w.isClosing() {
+				// Cut off by the end of the shutdown grace period, not by
+				// the user.
+				f = contract.TurnFailure{Code: contract.FailWorkerRestarted, Retryable: true,
+					Message: "the worker shut down before this turn finished; send the message again to continue"}
+			}
 		}
 		s.emitLocked(contract.Event{Kind: contract.KindTurnFailed, TurnID: rt.id, Failure: &f})
 		log.Info("turn failed", "code", f.Code, "err", err)

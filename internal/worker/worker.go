@@ -111,6 +111,11 @@ func (w *Worker) session(id, userID string, create bool) (s *session, created bo
 	if s, ok := w.sessions[id]; ok {
 		return s, false, nil
 	}
+	if w.closing {
+		// Shutdown closes the sessions it knows; one opened now would stay
+		// open, its log written by a worker that is going away.
+		return nil, false, errShuttingDown
+	}
 	var st *sessionstore.Session
 	if create {
 		st, created, err = w.cfg.Sessions.Create(id, sessionstore.Meta{UserID: userID, Harness: w.cfg.Harness.Name(), CreatedAt: w.cfg.Now().UTC()})
@@ -147,15 +152,25 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		<-done
 	}
 	w.cancelBase()
+	// Take the sessions out under w.mu but close them without it: session
+	// methods lock s.mu and then w.mu (send → beginTurn), so holding w.mu
+	// while locking s.mu could deadlock with a concurrent send.
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	sessions := w.sessions
+	w.sessions = make(map[string]*session)
+	w.mu.Unlock()
 	var errs []error
-	for id, s := range w.sessions {
+	for _, s := range sessions {
 		s.closeSubscribers()
 		errs = append(errs, s.store.Close())
-		delete(w.sessions, id)
 	}
 	return errors.Join(errs...)
+}
+
+func (w *Worker) isClosing() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closing
 }
 
 // beginTurn registers a turn with the shutdown accounting.

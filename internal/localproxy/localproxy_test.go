@@ -1,0 +1,373 @@
+package localproxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/talkide/platform/internal/anthropicsim"
+	"github.com/talkide/platform/internal/minting"
+	"github.com/talkide/platform/internal/sse"
+)
+
+// gatewayPath is where the control-plane serves the gateway.
+const gatewayPath = "/api/internal/gateway/anthropic"
+
+// mintServer is a fake mint endpoint issuing "wt-<conversation>-<n>"; it
+// refuses the conversations in refuse.
+type mintServer struct {
+	srv    *httptest.Server
+	refuse map[string]bool
+
+	mu     sync.Mutex
+	issued map[string][]string // guarded by mu: tokens by conversation
+	n      int                 // guarded by mu
+}
+
+func newMintServer(t *testing.T, refuse ...string) *mintServer {
+	t.Helper()
+	m := &mintServer{refuse: map[string]bool{}, issued: map[string][]string{}}
+	for _, c := range refuse {
+		m.refuse[c] = true
+	}
+	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req minting.MintRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || r.URL.Path != minting.MintPath {
+			http.Error(w, "bad mint request", http.StatusBadRequest)
+			return
+		}
+		if m.refuse[req.ConversationID] || r.Header.Get("Authorization") != "Bearer tki_test.identity" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, `{"error":{"code":"forbidden","message":"not your conversation"}}`)
+			return
+		}
+		m.mu.Lock()
+		m.n++
+		tok := fmt.Sprintf("wt-%s-%d", req.ConversationID, m.n)
+		m.issued[req.ConversationID] = append(m.issued[req.ConversationID], tok)
+		m.mu.Unlock()
+		json.NewEncoder(w).Encode(minting.MintResponse{Token: tok, ExpiresAt: time.Now().Add(2 * time.Minute), KeyID: "k1"})
+	}))
+	t.Cleanup(m.srv.Close)
+	return m
+}
+
+func (m *mintServer) tokens(conv string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.issued[conv]...)
+}
+
+// received is a request as the fake gateway saw it.
+type received struct {
+	Path, RawQuery string
+	Header         http.Header
+	Body           string
+}
+
+// gateway is a fake control-plane gateway recording what it receives;
+// handle answers (nil: 200 {"ok":true}).
+type gateway struct {
+	srv    *httptest.Server
+	handle http.HandlerFunc
+
+	mu  sync.Mutex
+	got []received // guarded by mu
+}
+
+func newGateway(t *testing.T, handle http.HandlerFunc) *gateway {
+	t.Helper()
+	g := &gateway{handle: handle}
+	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		g.mu.Lock()
+		g.got = append(g.got, received{Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: string(b)})
+		g.mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		if g.handle != nil {
+			g.handle(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	t.Cleanup(g.srv.Close)
+	return g
+}
+
+func (g *gateway) received() []received {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]received(nil), g.got...)
+}
+
+// startProxy runs a LocalGatewayProxy for gw with a minter on ms.
+func startProxy(t *testing.T, gwURL string, ms *mintServer) *Server {
+	t.Helper()
+	u, err := url.Parse(gwURL + gatewayPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	minter := minting.New(ms.srv.URL, func() (string, error) { return "tki_test.identity", nil }, nil)
+	s, err := Listen(New(u, minter, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+	return s
+}
+
+func do(t *testing.T, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func TestForwardsWithFreshToken(t *testing.T) {
+	ms := newMintServer(t)
+	gw := newGateway(t, nil)
+	s := startProxy(t, gw.srv.URL, ms)
+
+	for _, conv := range []string{"conv-a", "conv-b"} {
+		req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor(conv)+"/v1/messages?beta=true", strings.NewReader(`{"model":"m"}`))
+		req.Header.Set("Authorization", "Bearer inert-token")
+		req.Header.Set("X-Api-Key", "sk-ant-should-not-travel")
+		req.Header.Set("Cookie", "a=b")
+		req.Header.Set("X-Talkide-Conversation", "someone-else")
+		req.Header.Set("X-Talkide-Tenant", "evil")
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		resp, body := do(t, req)
+		if resp.StatusCode != http.StatusOK || body != `{"ok":true}` {
+			t.Fatalf("%s: status %d body %q", conv, resp.StatusCode, body)
+		}
+		all := gw.received()
+		got := all[len(all)-1]
+		if got.Path != gatewayPath+"/v1/messages" || got.RawQuery != "" {
+			t.Errorf("%s: gateway got path %q query %q", conv, got.Path, got.RawQuery)
+		}
+		toks := ms.tokens(conv)
+		if len(toks) != 1 || got.Header.Get(minting.TokenHeader) != toks[0] {
+			t.Errorf("%s: gateway got token %q, minted %q", conv, got.Header.Get(minting.TokenHeader), toks)
+		}
+		if v := got.Header.Values(minting.ConversationHeader); len(v) != 1 || v[0] != conv {
+			t.Errorf("%s: %s = %q", conv, minting.ConversationHeader, v)
+		}
+		for _, h := range []string{"Authorization", "X-Api-Key", "Cookie", "X-Talkide-Tenant"} {
+			if v := got.Header.Get(h); v != "" {
+				t.Errorf("%s: %s reached the gateway: %q", conv, h, v)
+			}
+		}
+		if got.Header.Get("Anthropic-Version") != "2023-06-01" || got.Body != `{"model":"m"}` {
+			t.Errorf("%s: other headers or the body were not forwarded: %v %q", conv, got.Header, got.Body)
+		}
+	}
+}
+
+func TestStreamsUnbuffered(t *testing.T) {
+	firstRead := make(chan struct{})
+	gw := newGateway(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		sse.Write(w, "", "message_start", []byte(`{"n":1}`))
+		w.(http.Flusher).Flush()
+		// The second event is written only once the client has read the
+		// first through the proxy: a buffering proxy would deadlock here
+		// until the client's timeout.
+		select {
+		case <-firstRead:
+		case <-r.Context().Done():
+			return
+		}
+		sse.Write(w, "", "message_stop", []byte(`{"n":2}`))
+	})
+	s := startProxy(t, gw.srv.URL, newMintServer(t))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.BaseURLFor("conv-sse")+"/v1/messages", strings.NewReader(`{"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	r := sse.NewReader(resp.Body, 1<<16)
+	ev, err := r.Next()
+	if err != nil || ev.Event != "message_start" {
+		t.Fatalf("first event %+v, %v (was the stream buffered?)", ev, err)
+	}
+	close(firstRead)
+	ev, err = r.Next()
+	if err != nil || ev.Event != "message_stop" || string(ev.Data) != `{"n":2}` {
+		t.Fatalf("second event %+v, %v", ev, err)
+	}
+	if _, err := r.Next(); err != io.EOF {
+		t.Errorf("after the last event: %v, want EOF", err)
+	}
+}
+
+// anthropicError is the Anthropic error shape the proxy answers in.
+type anthropicError struct {
+	Type  string `json:"type"`
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func checkAnthropicError(t *testing.T, resp *http.Response, body string, status int, typ string) {
+	t.Helper()
+	if resp.StatusCode != status {
+		t.Errorf("status %d, want %d (body %s)", resp.StatusCode, status, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("content type %q", ct)
+	}
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.DisallowUnknownFields()
+	var e anthropicError
+	if err := dec.Decode(&e); err != nil {
+		t.Fatalf("body %q is not the Anthropic error shape: %v", body, err)
+	}
+	if e.Type != "error" || e.Error.Type != typ || e.Error.Message == "" {
+		t.Errorf("error %+v, want type %q", e, typ)
+	}
+}
+
+func TestRefusesInvalidPaths(t *testing.T) {
+	ms := newMintServer(t)
+	gw := newGateway(t, nil)
+	s := startProxy(t, gw.srv.URL, ms)
+	for name, path := range map[string]string{
+		"dot dot":         "/../v1/messages",
+		"encoded dot dot": "/%2e%2e/v1/messages",
+		"encoded slash":   "/a%2Fb/v1/messages",
+		"empty":           "//v1/messages",
+		"root":            "/",
+		"dot":             "/a.b/v1/messages",
+		"too long":        "/" + strings.Repeat("x", 129) + "/v1/messages",
+		// Dot segments after a valid id would leave the gateway prefix.
+		"escape the gateway":         "/conv-1/../../../api/v1/worker-gateway/token/mint",
+		"escape the gateway encoded": "/conv-1/%2e%2e/%2E%2E/x",
+		"dot segment inside":         "/conv-1/v1/../../x",
+		"single dot":                 "/conv-1/./v1/messages",
+	} {
+		t.Run(name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, s.URL(), strings.NewReader("{}"))
+			// Send the path exactly as written: no client-side cleaning or
+			// re-escaping. (An opaque "//…" would read as an authority.)
+			if strings.HasPrefix(path, "//") {
+				req.URL.Path = path
+			} else {
+				req.URL.Opaque = path
+			}
+			resp, body := do(t, req)
+			checkAnthropicError(t, resp, body, http.StatusBadRequest, "invalid_request_error")
+		})
+	}
+	if n := len(gw.received()); n != 0 {
+		t.Errorf("%d requests reached the gateway", n)
+	}
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if ms.n != 0 {
+		t.Errorf("%d tokens minted", ms.n)
+	}
+}
+
+func TestMintFailureIsAnthropicAuthError(t *testing.T) {
+	gw := newGateway(t, nil)
+	s := startProxy(t, gw.srv.URL, newMintServer(t, "conv-foreign"))
+	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-foreign")+"/v1/messages", strings.NewReader("{}"))
+	resp, body := do(t, req)
+	checkAnthropicError(t, resp, body, http.StatusUnauthorized, "authentication_error")
+	if n := len(gw.received()); n != 0 {
+		t.Errorf("%d requests reached the gateway", n)
+	}
+}
+
+func TestGatewayUnreachable(t *testing.T) {
+	gw := newGateway(t, nil)
+	s := startProxy(t, gw.srv.URL, newMintServer(t))
+	gw.srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-1")+"/v1/messages", strings.NewReader("{}"))
+	resp, body := do(t, req)
+	checkAnthropicError(t, resp, body, http.StatusBadGateway, "api_error")
+}
+
+func TestBaseURLFor(t *testing.T) {
+	s := startProxy(t, newGateway(t, nil).srv.URL, newMintServer(t))
+	if !strings.HasPrefix(s.URL(), "http://127.0.0.1:") {
+		t.Errorf("URL %q is not on loopback", s.URL())
+	}
+	if got, want := s.BaseURLFor("conv-9"), s.URL()+"/conv-9"; got != want {
+		t.Errorf("BaseURLFor = %q, want %q", got, want)
+	}
+}
+
+// TestAnthropicSDKThroughProxy drives the proxy with the official SDK, as a
+// subprocess harness would with ANTHROPIC_BASE_URL=BaseURLFor(conv), against
+// a gateway that accepts only the token minted for conv and forwards to the
+// simulator with the real key.
+func TestAnthropicSDKThroughProxy(t *testing.T) {
+	const simKey = "sk-ant-upstream"
+	sim := anthropicsim.New(simKey, nil)
+	ms := newMintServer(t)
+	gw := newGateway(t, func(w http.ResponseWriter, r *http.Request) {
+		toks := ms.tokens(r.Header.Get(minting.ConversationHeader))
+		if len(toks) == 0 || r.Header.Get(minting.TokenHeader) != toks[len(toks)-1] {
+			http.Error(w, `{"type":"error","error":{"type":"authentication_error","message":"bad token"}}`, http.StatusUnauthorized)
+			return
+		}
+		r.URL.Path = strings.TrimPrefix(r.URL.Path, gatewayPath)
+		r.Header.Del(minting.TokenHeader)
+		r.Header.Set("X-Api-Key", simKey)
+		sim.ServeHTTP(w, r)
+	})
+	s := startProxy(t, gw.srv.URL, ms)
+
+	client := anthropic.NewClient(option.WithBaseURL(s.BaseURLFor("conv-sdk")), option.WithAPIKey("inert"), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{
+		Model:     "claude-sim",
+		MaxTokens: 100,
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello proxy"))},
+	})
+	var msg anthropic.Message
+	for stream.Next() {
+		if err := msg.Accumulate(stream.Current()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	if len(msg.Content) != 1 || !strings.Contains(msg.Content[0].Text, "you said: hello proxy") {
+		t.Errorf("reply %+v", msg.Content)
+	}
+}
