@@ -69,16 +69,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg devConfig
-	var lf logFlags
 	fs.StringVar(&cfg.dataDir, "data-dir", "./.talkide", "directory for the database, secrets, sessions and workspaces")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:7878", "loopback HOST:PORT of the browser API")
 	fs.StringVar(&cfg.anthropicURL, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL (used when ANTHROPIC_API_KEY is set)")
 	fs.StringVar(&cfg.model, "model", "", "model id (default: the harness's default)")
-	lf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	logger, err := newLogger(stderr, lf.format, lf.level)
+	logger, err := parseWithLogger(fs, args, stderr)
 	if err != nil {
 		return err
 	}

@@ -79,9 +79,13 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("bad --log-format %q (text or json)", format)
 }
 
-type logFlags struct{ format, level string }
-
-func (l *logFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
-	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
+// parseWithLogger adds the logging flags to fs, parses args, and returns the
+// logger they describe, writing to w.
+func parseWithLogger(fs *flag.FlagSet, args []string, w io.Writer) (*slog.Logger, error) {
+	format := fs.String("log-format", "text", "log format: text or json")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return newLogger(w, *format, *level)
 }

@@ -18,7 +18,6 @@ func runControlPlane(ctx context.Context, args []string, stderr io.Writer) error
 	fs := flag.NewFlagSet("controlplane", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o cpOptions
-	var lf logFlags
 	var dataDir string
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:7878", "HOST:PORT to serve on")
 	fs.StringVar(&dataDir, "data-dir", "./.talkide-cp", "directory for the SQLite database and the secrets file")
@@ -26,11 +25,7 @@ func runControlPlane(ctx context.Context, args []string, stderr io.Writer) error
 	fs.StringVar(&o.localUser, "local-user", "", "serve the browser API as this one user without credentials (loopback only)")
 	fs.StringVar(&o.tenant, "default-tenant", "local", "tenant of new conversations")
 	fs.StringVar(&o.env, "default-env", "dev", "env of new conversations")
-	lf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	logger, err := newLogger(stderr, lf.format, lf.level)
+	logger, err := parseWithLogger(fs, args, stderr)
 	if err != nil {
 		return err
 	}
@@ -61,7 +56,6 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o workerOptions
-	var lf logFlags
 	var tokenFile, keyFile string
 	fs.StringVar(&o.listen, "listen", ":8080", "HOST:PORT to serve the command API on")
 	fs.StringVar(&o.tenant, "tenant", "", "tenant this worker serves (required)")
@@ -71,11 +65,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&o.commandKeyID, "command-key-id", "c1", "id of the command signing key")
 	fs.StringVar(&o.workspaceRoot, "workspaces", "", "directory of the conversations' workspaces (default: $CLAUDE_CONFIG_DIR/../workspaces)")
 	fs.StringVar(&o.model, "model", "", "model id (default: the harness's default)")
-	lf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	logger, err := newLogger(stderr, lf.format, lf.level)
+	logger, err := parseWithLogger(fs, args, stderr)
 	if err != nil {
 		return err
 	}

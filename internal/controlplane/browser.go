@@ -61,6 +61,17 @@ type SendRequest struct {
 	ClientMessageID string `json:"client_message_id,omitempty"`
 }
 
+// conversationWorker loads a conversation the calling user owns and the
+// client of the worker that serves it.
+func (s *Server) conversationWorker(r *http.Request) (store.Conversation, *workerClient, error) {
+	c, err := s.conversation(r)
+	if err != nil {
+		return c, nil, err
+	}
+	wc, err := s.workerFor(r.Context(), c.Tenant, c.Env)
+	return c, wc, err
+}
+
 // conversation loads a conversation the calling user owns; another user's
 // conversation is as unknown as a missing one.
 func (s *Server) conversation(r *http.Request) (store.Conversation, error) {
@@ -178,11 +189,7 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) error {
 	} else if err := httpapi.ID("client_message_id", req.ClientMessageID); err != nil {
 		return err
 	}
-	c, err := s.conversation(r)
-	if err != nil {
-		return err
-	}
-	wc, err := s.workerFor(r.Context(), c.Tenant, c.Env)
+	c, wc, err := s.conversationWorker(r)
 	if err != nil {
 		return err
 	}
@@ -197,11 +204,7 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request) error {
-	c, err := s.conversation(r)
-	if err != nil {
-		return err
-	}
-	wc, err := s.workerFor(r.Context(), c.Tenant, c.Env)
+	c, wc, err := s.conversationWorker(r)
 	if err != nil {
 		return err
 	}

@@ -29,16 +29,10 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.workerFor(r.Context(), c.Tenant, c.Env); err != nil {
 		return err
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		return errors.New("controlplane: response writer cannot flush")
+	flusher, err := sse.Begin(w)
+	if err != nil {
+		return err
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
 
 	// The relay and the heartbeat both write; mu orders them. The heartbeat
 	// goroutine is gone before we return (wg.Wait runs after cancel): a

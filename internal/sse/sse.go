@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 )
 
@@ -156,4 +157,21 @@ func Write(w io.Writer, id, event string, data []byte) error {
 func WriteComment(w io.Writer, text string) error {
 	_, err := io.WriteString(w, ": "+strings.NewReplacer("\r", " ", "\n", " ").Replace(text)+"\n\n")
 	return err
+}
+
+// Begin starts an event-stream response: it sets the headers that keep
+// proxies from buffering or caching it, writes the 200, and flushes, so the
+// client knows at once that the stream is open.
+func Begin(w http.ResponseWriter) (http.Flusher, error) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		return nil, errors.New("sse: the response writer cannot flush")
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	return flusher, nil
 }

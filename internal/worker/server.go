@@ -181,16 +181,10 @@ func (w *Worker) handleStream(rw http.ResponseWriter, r *http.Request, _ []byte)
 	if err != nil {
 		return err
 	}
-	flusher, ok := rw.(http.Flusher)
-	if !ok {
-		return errors.New("worker: response writer cannot flush")
+	flusher, err := sse.Begin(rw)
+	if err != nil {
+		return err
 	}
-	h := rw.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	rw.WriteHeader(http.StatusOK)
-	flusher.Flush()
 
 	last := after
 	send := func(ev contract.Event) error {
