@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/talkide/platform/internal/minting"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/store/postgres"
 	"github.com/talkide/platform/internal/store/sqlite"
 	"github.com/talkide/platform/internal/tools"
 	"github.com/talkide/platform/internal/trust"
@@ -50,6 +52,7 @@ func (s *server) url() string { return "http://" + s.ln.Addr().String() }
 // cpOptions configure a control-plane process.
 type cpOptions struct {
 	listen      string
+	database    string // --database: see openStore; empty means SQLite at dbPath
 	dbPath      string
 	secretsPath string
 	upstream    string // Anthropic API base URL (or the simulator's)
@@ -74,7 +77,7 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := sqlite.Open(ctx, o.dbPath, &sqlite.Options{Logger: o.logger})
+	st, err := openStore(ctx, o.database, o.dbPath, o.logger)
 	if err != nil {
 		return nil, err
 	}
@@ -107,6 +110,24 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 	return &cpProc{http: srv, store: st, secrets: secrets}, nil
 }
 
+// openStore opens the control-plane's store named by spec: a postgres:// or
+// postgresql:// URL is PostgreSQL; sqlite:PATH, sqlite://PATH or a plain
+// file path is SQLite; an empty spec is SQLite at defaultPath.
+func openStore(ctx context.Context, spec, defaultPath string, logger *slog.Logger) (store.Store, error) {
+	scheme, rest, isURL := strings.Cut(spec, "://")
+	switch {
+	case isURL && (strings.EqualFold(scheme, "postgres") || strings.EqualFold(scheme, "postgresql")):
+		return postgres.Open(ctx, spec, &postgres.Options{Logger: logger})
+	case isURL && strings.EqualFold(scheme, "sqlite"):
+		spec = rest
+	case isURL:
+		return nil, fmt.Errorf("--database: unknown scheme %q: want postgres://, postgresql://, sqlite:PATH or a file path", scheme)
+	case spec == "":
+		spec = defaultPath
+	}
+	return sqlite.Open(ctx, strings.TrimPrefix(spec, "sqlite:"), &sqlite.Options{Logger: logger})
+}
+
 func (p *cpProc) shutdown(ctx context.Context) error {
 	err := p.http.srv.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -127,6 +148,7 @@ type workerOptions struct {
 	workspaceRoot   string
 	model           string
 	notice          string
+	workerID        string // names the worker in session leases; default host-pid
 	logger          *slog.Logger
 }
 
@@ -159,7 +181,11 @@ func startWorker(o workerOptions) (*workerProc, error) {
 		Tools:  tools.Default(&tools.Options{}),
 		Logger: o.logger.With("component", "harness"),
 	})
-	sessions, err := sessionstore.New(filepath.Join(o.claudeConfigDir, "projects"))
+	if o.workerID == "" {
+		o.workerID, _ = os.Hostname()
+		o.workerID += "-" + strconv.Itoa(os.Getpid())
+	}
+	sessions, err := sessionstore.New(filepath.Join(o.claudeConfigDir, "projects"), &sessionstore.Options{Holder: o.workerID})
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +193,7 @@ func startWorker(o workerOptions) (*workerProc, error) {
 		Direction: trust.ToControlPlane, Tenant: o.tenant, Env: o.env, KeyID: o.commandKeyID, Key: o.commandKey,
 	}, &worker.ReporterOptions{Logger: o.logger.With("component", "reporter")})
 	w, err := worker.New(worker.Config{
-		Tenant: o.tenant, Env: o.env,
+		Tenant: o.tenant, Env: o.env, WorkerID: o.workerID,
 		Sessions: sessions, WorkspaceRoot: o.workspaceRoot,
 		Harness:      h,
 		CommandKeyID: o.commandKeyID, CommandKey: o.commandKey,
@@ -189,6 +215,9 @@ func startWorker(o workerOptions) (*workerProc, error) {
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { reporter.Run(rctx); close(done) }()
+	if err := w.FlushOutboxes(); err != nil {
+		o.logger.Warn("could not scan the session volume for undelivered reports", "err", err)
+	}
 	return &workerProc{http: srv, worker: w, localProxy: lp, stopReport: cancel, reportDone: done}, nil
 }
 

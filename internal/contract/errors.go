@@ -16,15 +16,18 @@ type ErrorBody struct {
 
 // Error codes.
 const (
-	CodeBadRequest       = "bad_request"
-	CodeInvalidID        = "invalid_id"
-	CodeTooLarge         = "body_too_large"
-	CodeUnauthorized     = "unauthorized"
-	CodeForbidden        = "forbidden"
-	CodeNotFound         = "not_found"
-	CodeConflict         = "conflict"
-	CodeTurnRunning      = "turn_running"
-	CodeShuttingDown     = "shutting_down"
+	CodeBadRequest   = "bad_request"
+	CodeInvalidID    = "invalid_id"
+	CodeTooLarge     = "body_too_large"
+	CodeUnauthorized = "unauthorized"
+	CodeForbidden    = "forbidden"
+	CodeNotFound     = "not_found"
+	CodeConflict     = "conflict"
+	CodeTurnRunning  = "turn_running"
+	CodeShuttingDown = "shutting_down"
+	// CodeSessionElsewhere: another worker replica holds the conversation's
+	// lease (a rolling update); retry after Retry-After.
+	CodeSessionElsewhere = "session_elsewhere"
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
 	CodeMethodNotAllowed = "method_not_allowed"

@@ -1,19 +1,46 @@
 package sessionstore
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/talkide/platform/internal/contract"
 )
 
-// BenchmarkAppendEvent measures appending one text.delta event (no fsync:
-// the log is synced at the end of a turn).
+// BenchmarkAppendEvent measures appending one text.delta event, without
+// and with a Sync after each (the worst case of group commit: nothing to
+// share the fsync with).
 func BenchmarkAppendEvent(b *testing.B) {
-	st, err := New(filepath.Join(b.TempDir(), "projects"))
-	if err != nil {
-		b.Fatal(err)
+	for _, syncEach := range []bool{false, true} {
+		b.Run(fmt.Sprintf("sync=%v", syncEach), func(b *testing.B) {
+			st := newStore(b)
+			sess, _, err := st.Create("bench", Meta{Harness: "native"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sess.Close()
+			b.ReportAllocs()
+			for b.Loop() {
+				ev := contract.Event{Kind: contract.KindTextDelta, TurnID: "t_0123456789", Text: "a few words of streamed model text"}
+				if err := sess.AppendEvent(&ev); err != nil {
+					b.Fatal(err)
+				}
+				if syncEach {
+					if err := sess.Sync(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
 	}
+}
+
+// BenchmarkGroupCommit measures 64 events appended and then made durable by
+// one Sync, as a streaming turn does.
+func BenchmarkGroupCommit(b *testing.B) {
+	st := newStore(b)
 	sess, _, err := st.Create("bench", Meta{Harness: "native"})
 	if err != nil {
 		b.Fatal(err)
@@ -21,35 +48,76 @@ func BenchmarkAppendEvent(b *testing.B) {
 	defer sess.Close()
 	b.ReportAllocs()
 	for b.Loop() {
-		ev := contract.Event{Kind: contract.KindTextDelta, TurnID: "t_0123456789", Text: "a few words of streamed model text"}
-		if err := sess.AppendEvent(&ev); err != nil {
+		for i := 0; i < 64; i++ {
+			if err := sess.AppendEvent(&contract.Event{Kind: contract.KindTextDelta, Text: "a few words of streamed model text"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := sess.Sync(); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/event")
 }
 
 // BenchmarkReplay measures replaying the last 100 events of a 10,000-event
-// log, what a reconnecting client costs today (a full scan).
+// log: what a reconnecting client costs.
 func BenchmarkReplay(b *testing.B) {
-	st, err := New(filepath.Join(b.TempDir(), "projects"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	st := newStore(b)
 	sess, _, err := st.Create("bench", Meta{Harness: "native"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer sess.Close()
-	for i := 0; i < 10000; i++ {
-		if err := sess.AppendEvent(&contract.Event{Kind: contract.KindTextDelta, Text: "some streamed text"}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	appendN(b, sess, 10000, contract.KindTextDelta)
 	b.ReportAllocs()
 	for b.Loop() {
 		n := 0
 		if err := sess.ReadEvents(9900, func(contract.Event) error { n++; return nil }); err != nil || n != 100 {
 			b.Fatal(n, err)
 		}
+	}
+}
+
+// BenchmarkResume measures opening a session of n events (lease, checkpoint,
+// tail scan, owner marker) and appending the first new event: the time
+// from a worker restart to the first new event.
+func BenchmarkResume(b *testing.B) {
+	for _, n := range []int{100, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+			dir := filepath.Join(b.TempDir(), "projects")
+			st := newStoreAt(b, dir, "w", nil)
+			sess, _, err := st.Create("bench", Meta{Harness: "native"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < n; i++ {
+				if err := sess.AppendEvent(&contract.Event{Kind: contract.KindTextDelta, TurnID: "t_0123456789", Text: "a few words of streamed model text"}); err != nil {
+					b.Fatal(err)
+				}
+				if i%1000 == 999 {
+					sess.Sync()
+				}
+			}
+			sess.Close()
+			b.ResetTimer()
+			for b.Loop() {
+				start := time.Now()
+				s, err := st.Load("bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.AppendEvent(&contract.Event{Kind: contract.KindSessionResumed}); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(time.Since(start).Microseconds()), "µs/resume")
+				b.StopTimer()
+				s.Close()
+				b.StartTimer()
+			}
+		})
 	}
 }

@@ -1,19 +1,18 @@
 // Package sessionstore owns the durable state of worker sessions under
-// $CLAUDE_CONFIG_DIR/projects/{conversationId}/: metadata, the event log
-// (the SSE sequence) and the harness's transcript.
+// $CLAUDE_CONFIG_DIR/projects/{conversationId}/: metadata, the event log (the
+// SSE sequence), the harness's transcript, the report outbox, a checkpoint
+// and the lease that makes one worker the owner.
 //
-// Files are JSON lines, appended with one write per record. A torn last line
-// (a crash mid-write) is detected when the session opens and cut off. See
-// docs/sessions.md for the format.
+// Every log line is a JSON record with a CRC-32C and the fencing number of
+// the lease it was written under. A torn or corrupt tail (a crash mid-write)
+// is cut off when the session opens; a checkpoint makes opening cost the
+// same however long the session has grown. See docs/sessions.md.
 package sessionstore
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,39 +21,71 @@ import (
 	"github.com/talkide/platform/internal/contract"
 )
 
-// FormatVersion is written into meta.json; a session written by a newer
+// FormatVersion is written into meta.json; a session written in another
 // format is refused rather than misread.
-const FormatVersion = 1
+const FormatVersion = 2
 
 // File names inside a session directory.
 const (
 	metaFile       = "meta.json"
 	eventsFile     = "events.jsonl"
 	transcriptFile = "transcript.jsonl"
+	outboxFile     = "outbox.jsonl"
+	outboxCursor   = "outbox.cursor"
+	checkpointFile = "checkpoint.json"
 )
-
-// maxRecord bounds one JSON line on read; a longer line is corruption.
-const maxRecord = 16 << 20
 
 // ErrNotFound is returned by Load for a session that does not exist.
 var ErrNotFound = errors.New("session not found")
 
+// Options configure a Store.
+type Options struct {
+	// Holder names this process in leases (e.g. the pod name); required to
+	// open sessions for writing.
+	Holder string
+	// LeaseTTL is how long a lease lasts without renewal; default
+	// DefaultLeaseTTL. Owners renew at a third of it.
+	LeaseTTL time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// CheckpointEvery is how many events may follow the last checkpoint
+	// before Sync writes a new one; default 512.
+	CheckpointEvery int
+}
+
 // Store is the projects directory.
 type Store struct {
 	root string
+	opts Options
 }
 
 // New returns the store rooted at dir (created if missing), normally
 // $CLAUDE_CONFIG_DIR/projects.
-func New(dir string) (*Store, error) {
+func New(dir string, opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.CheckpointEvery <= 0 {
+		o.CheckpointEvery = 512
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sessionstore: %w", err)
 	}
-	return &Store{root: dir}, nil
+	return &Store{root: dir, opts: o}, nil
 }
 
 // Root is the projects directory.
 func (s *Store) Root() string { return s.root }
+
+// LeaseTTL is the lease lifetime sessions of this store get.
+func (s *Store) LeaseTTL() time.Duration { return s.opts.LeaseTTL }
 
 // Meta describes a session.
 type Meta struct {
@@ -68,55 +99,77 @@ type Meta struct {
 // Session is one open session directory. Its methods are safe for concurrent
 // use.
 type Session struct {
-	dir  string
-	meta Meta
+	store    *Store
+	dir      string
+	meta     Meta
+	readOnly bool
 
 	mu sync.Mutex
 	// guarded by mu
-	events     *os.File
-	transcript *os.File
-	lastSeq    int64
-	eventsSize int64   // bytes of complete records in events.jsonl
-	index      []int64 // index[k] is the offset of event k*indexStride+1
+	lease           *lease
+	events          *logFile
+	transcript      *logFile
+	outbox          *logFile
+	state           EventState
+	durableSeq      int64 // last event seq known to be on stable storage
+	index           []indexEntry
+	compaction      int64 // transcript offset records are read from
+	compactionFence uint64
+	transcripts     int // transcript records since compaction
+	sinceCkpt       int // events appended since the last checkpoint
+	syncing         bool
+	syncDone        *sync.Cond
+	closed          bool
+	ackedTo         int64 // outbox offset of the first unacknowledged report
+}
+
+// indexEntry locates every indexStride-th event: its offset and the fence
+// in force there, so a replay can start reading mid-file.
+type indexEntry struct {
+	Off   int64  `json:"o"`
+	Fence uint64 `json:"f"`
 }
 
 // indexStride is how many events one index entry covers: replay after any
-// seq reads at most this many records it does not need, and the index costs
-// 8 bytes per stride.
+// seq reads at most this many records it does not need.
 const indexStride = 128
 
-// Create opens the session of id, creating it with meta if it does not exist.
-// created tells which happened.
+// Create opens the session of id for writing, creating it with meta if it
+// does not exist; created tells which happened. It takes the session's lease.
 func (s *Store) Create(id string, meta Meta) (sess *Session, created bool, err error) {
 	if err := contract.ValidateConversationID(id); err != nil {
 		return nil, false, err
 	}
 	dir := filepath.Join(s.root, id)
-	sess, err = s.Load(id)
-	if err == nil {
-		return sess, false, nil
+	if _, err := os.Stat(filepath.Join(dir, metaFile)); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, false, fmt.Errorf("sessionstore: %w", err)
+		}
+		meta.Version = FormatVersion
+		meta.ConversationID = id
+		b, err := json.MarshalIndent(meta, "", "  ")
+		if err != nil {
+			return nil, false, err
+		}
+		// Two workers creating at once write the same kind of content; the
+		// rename makes one of them win whole.
+		if err := replaceFile(filepath.Join(dir, metaFile), append(b, '\n')); err != nil {
+			return nil, false, fmt.Errorf("sessionstore: %w", err)
+		}
+		created = true
 	}
-	if !errors.Is(err, ErrNotFound) {
-		return nil, false, err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, false, fmt.Errorf("sessionstore: %w", err)
-	}
-	meta.Version = FormatVersion
-	meta.ConversationID = id
-	b, err := json.MarshalIndent(meta, "", "  ")
-	if err != nil {
-		return nil, false, err
-	}
-	if err := writeFileAtomic(filepath.Join(dir, metaFile), append(b, '\n')); err != nil {
-		return nil, false, err
-	}
-	sess, err = s.Load(id)
-	return sess, err == nil, err
+	sess, err = s.open(id, false)
+	return sess, created && err == nil, err
 }
 
-// Load opens an existing session, cutting off a torn tail of its logs.
-func (s *Store) Load(id string) (*Session, error) {
+// Load opens an existing session for writing, taking its lease.
+func (s *Store) Load(id string) (*Session, error) { return s.open(id, false) }
+
+// Inspect opens an existing session read-only, without a lease and without
+// repairing anything: for tools and checks that must not disturb an owner.
+func (s *Store) Inspect(id string) (*Session, error) { return s.open(id, true) }
+
+func (s *Store) open(id string, readOnly bool) (*Session, error) {
 	if err := contract.ValidateConversationID(id); err != nil {
 		return nil, err
 	}
@@ -130,133 +183,102 @@ func (s *Store) Load(id string) (*Session, error) {
 	}
 	var meta Meta
 	if err := json.Unmarshal(b, &meta); err != nil {
-		return nil, fmt.Errorf("sessionstore: %s: bad meta: %w", id, err)
+		return nil, fmt.Errorf("sessionstore: %s: bad meta.json: %w", id, err)
 	}
-	if meta.Version > FormatVersion {
-		return nil, fmt.Errorf("sessionstore: %s: format version %d is newer than %d", id, meta.Version, FormatVersion)
+	if meta.Version != FormatVersion {
+		return nil, fmt.Errorf("sessionstore: %s: format version %d, this build reads %d", id, meta.Version, FormatVersion)
 	}
-	sess := &Session{dir: dir, meta: meta}
-	var last int64
-	sess.events, sess.eventsSize, err = openLog(filepath.Join(dir, eventsFile), func(off int64, line []byte) error {
-		seq, err := eventSeq(line)
-		if err != nil {
-			return err
+	sess := &Session{store: s, dir: dir, meta: meta, readOnly: readOnly}
+	sess.syncDone = sync.NewCond(&sess.mu)
+	if !readOnly {
+		if s.opts.Holder == "" {
+			return nil, errors.New("sessionstore: opening for writing needs Options.Holder")
 		}
-		if seq != last+1 {
-			return fmt.Errorf("sequence %d after %d", seq, last)
+		if sess.lease, err = acquireLease(dir, s.opts.Holder, s.opts.LeaseTTL, s.opts.Now()); err != nil {
+			return nil, err
 		}
-		if (seq-1)%indexStride == 0 {
-			sess.index = append(sess.index, off)
+	}
+	if err := sess.load(); err != nil {
+		sess.closeFiles()
+		if sess.lease != nil {
+			sess.lease.release()
 		}
-		last = seq
-		return nil
-	})
-	if err != nil {
 		return nil, fmt.Errorf("sessionstore: %s: %w", id, err)
 	}
-	sess.lastSeq = last
-	sess.transcript, _, err = openLog(filepath.Join(dir, transcriptFile), func(_ int64, line []byte) error {
-		if !json.Valid(line) {
-			return errors.New("invalid JSON")
+	if !readOnly {
+		// Mark every log with the new fence before anything else is
+		// written: whatever an earlier owner appends after this line is
+		// ignored by every reader.
+		marker := encodeRecord(sess.lease.fence, nil, "owner "+s.opts.Holder)
+		for _, l := range []*logFile{sess.events, sess.transcript, sess.outbox} {
+			if _, err := l.append(marker); err != nil {
+				sess.closeFiles()
+				sess.lease.release()
+				return nil, fmt.Errorf("sessionstore: %s: %w", id, err)
+			}
+			l.maxFence = sess.lease.fence
 		}
-		return nil
-	})
-	if err != nil {
-		sess.events.Close()
-		return nil, fmt.Errorf("sessionstore: %s: %w", id, err)
 	}
 	return sess, nil
 }
 
-// openLog opens (creating) an append-only JSON-lines file, checks every
-// record with check, and truncates the file after the last good record: a
-// crash can leave a torn last line, never a bad line in the middle, so a bad
-// record followed by good ones is an error.
-func openLog(path string, check func(offset int64, line []byte) error) (*os.File, int64, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+// load reads the checkpoint and the logs after it.
+func (s *Session) load() error {
+	ck, ok := readCheckpoint(s.dir)
+	var err error
+	if ok {
+		s.state = ck.State
+		s.index = ck.Index
+		s.compaction, s.compactionFence = ck.Compaction, ck.CompactionFence
+		s.transcripts = ck.Transcripts
+	}
+	writable := !s.readOnly
+	evFrom, evFence := int64(0), uint64(0)
+	trFrom, trFence := int64(0), uint64(0)
+	obFrom, obFence := int64(0), uint64(0)
+	if ok {
+		evFrom, evFence = ck.Events.Size, ck.Events.Fence
+		trFrom, trFence = ck.Transcript.Size, ck.Transcript.Fence
+		obFrom, obFence = ck.Outbox.Size, ck.Outbox.Fence
+	}
+	s.events, err = openLogFile(filepath.Join(s.dir, eventsFile), evFrom, evFence, writable, func(off int64, r record) error {
+		if r.payload == nil {
+			return nil
+		}
+		var ev contract.Event
+		if err := json.Unmarshal(r.payload, &ev); err != nil {
+			return err
+		}
+		if ev.Seq != s.state.LastSeq+1 {
+			return fmt.Errorf("%w: event seq %d after %d", ErrCorrupt, ev.Seq, s.state.LastSeq)
+		}
+		if (ev.Seq-1)%indexStride == 0 {
+			s.index = append(s.index, indexEntry{Off: off, Fence: r.fence})
+		}
+		s.state.apply(&ev)
+		return nil
+	})
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
-	r := bufio.NewReaderSize(f, 64<<10)
-	var good int64
-	var badAt int64 = -1
-	for {
-		line, err := readLine(r)
-		if errors.Is(err, io.EOF) {
-			if len(line) > 0 && badAt < 0 {
-				badAt = good // unterminated last line: torn
-			}
-			break
+	s.durableSeq = s.state.LastSeq
+	s.transcript, err = openLogFile(filepath.Join(s.dir, transcriptFile), trFrom, trFence, writable, func(off int64, r record) error {
+		if r.marker == markerCompaction {
+			s.compaction, s.compactionFence, s.transcripts = off, r.fence, 0
+		} else if r.payload != nil {
+			s.transcripts++
 		}
-		if err != nil {
-			f.Close()
-			return nil, 0, err
-		}
-		if badAt >= 0 {
-			f.Close()
-			return nil, 0, fmt.Errorf("%s: corrupt record at offset %d followed by more records", filepath.Base(path), badAt)
-		}
-		if cerr := check(good, bytes.TrimSuffix(line, []byte("\n"))); cerr != nil {
-			badAt = good
-			continue
-		}
-		good += int64(len(line))
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if badAt >= 0 {
-		if err := f.Truncate(badAt); err != nil {
-			f.Close()
-			return nil, 0, err
-		}
+	s.outbox, err = openLogFile(filepath.Join(s.dir, outboxFile), obFrom, obFence, writable, nil)
+	if err != nil {
+		return err
 	}
-	if _, err := f.Seek(0, io.SeekEnd); err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	return f, good, nil
-}
-
-// eventSeq reads the seq of an event line. Events are written with seq as
-// their first field, so the fast path parses digits after `{"seq":` without
-// decoding the event; anything else falls back to JSON.
-func eventSeq(line []byte) (int64, error) {
-	const prefix = `{"seq":`
-	if bytes.HasPrefix(line, []byte(prefix)) {
-		var n int64
-		i := len(prefix)
-		for ; i < len(line) && i < len(prefix)+18 && line[i] >= '0' && line[i] <= '9'; i++ {
-			n = n*10 + int64(line[i]-'0')
-		}
-		if i > len(prefix) && i < len(line) && (line[i] == ',' || line[i] == '}') && json.Valid(line) {
-			return n, nil
-		}
-	}
-	var ev struct {
-		Seq int64 `json:"seq"`
-	}
-	if err := json.Unmarshal(line, &ev); err != nil {
-		return 0, err
-	}
-	return ev.Seq, nil
-}
-
-// readLine returns one line including its '\n'; at EOF it returns the
-// unterminated rest (maybe empty) and io.EOF.
-func readLine(r *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		line = append(line, chunk...)
-		if len(line) > maxRecord {
-			return nil, fmt.Errorf("record longer than %d bytes", maxRecord)
-		}
-		if err == nil {
-			return line, nil
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		return line, err
-	}
+	s.ackedTo = readCursor(filepath.Join(s.dir, outboxCursor))
+	return nil
 }
 
 // Meta returns the session's metadata.
@@ -265,169 +287,126 @@ func (s *Session) Meta() Meta { return s.meta }
 // Dir is the session directory; a harness may keep its own files there.
 func (s *Session) Dir() string { return s.dir }
 
-// LastSeq is the sequence number of the newest event (0 when none).
-func (s *Session) LastSeq() int64 {
+// Fence is the fencing number this session writes under (0 read-only).
+func (s *Session) Fence() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.lastSeq
+	if s.lease == nil {
+		return 0
+	}
+	return s.lease.fence
 }
 
-// AppendEvent gives ev the next sequence number and appends it to the log.
-// The line is written with one write call, so a concurrent reader sees either
-// all of it or an unterminated tail, which it ignores.
-func (s *Session) AppendEvent(ev *contract.Event) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.events == nil {
+// writable checks, under mu, that this session may append now.
+func (s *Session) writable() error {
+	if s.closed || s.readOnly {
 		return os.ErrClosed
 	}
-	ev.Seq = s.lastSeq + 1
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	if _, err := s.events.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("sessionstore: append event: %w", err)
-	}
-	if (ev.Seq-1)%indexStride == 0 {
-		s.index = append(s.index, s.eventsSize)
-	}
-	s.eventsSize += int64(len(b) + 1)
-	s.lastSeq = ev.Seq
-	return nil
-}
-
-// ReadEvents calls fn for every event with seq > after, in order, up to the
-// newest complete one. It stops early with fn's error.
-func (s *Session) ReadEvents(after int64, fn func(contract.Event) error) error {
-	f, err := os.Open(filepath.Join(s.dir, eventsFile))
-	if err != nil {
-		return fmt.Errorf("sessionstore: %w", err)
-	}
-	defer f.Close()
-	s.mu.Lock()
-	var start int64
-	if k := after / indexStride; after > 0 && int(k) < len(s.index) {
-		start = s.index[k]
-	}
-	s.mu.Unlock()
-	if _, err := f.Seek(start, io.SeekStart); err != nil {
-		return fmt.Errorf("sessionstore: %w", err)
-	}
-	r := bufio.NewReaderSize(f, 64<<10)
-	for {
-		line, err := readLine(r)
-		if errors.Is(err, io.EOF) {
-			return nil // an unterminated tail is a write in progress
-		}
-		if err != nil {
-			return err
-		}
-		seq, err := eventSeq(line[:len(line)-1])
-		if err != nil {
-			return fmt.Errorf("sessionstore: corrupt event log: %w", err)
-		}
-		if seq <= after {
-			continue
-		}
-		var ev contract.Event
-		if err := json.Unmarshal(line, &ev); err != nil {
-			return fmt.Errorf("sessionstore: corrupt event log: %w", err)
-		}
-		if err := fn(ev); err != nil {
-			return err
-		}
-	}
-}
-
-// AppendTranscript appends one transcript record (a JSON value).
-func (s *Session) AppendTranscript(rec json.RawMessage) error {
-	if !json.Valid(rec) {
-		return errors.New("sessionstore: transcript record is not valid JSON")
-	}
-	var b bytes.Buffer
-	if err := json.Compact(&b, rec); err != nil {
-		return err
-	}
-	b.WriteByte('\n')
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.transcript == nil {
-		return os.ErrClosed
-	}
-	if _, err := s.transcript.Write(b.Bytes()); err != nil {
-		return fmt.Errorf("sessionstore: append transcript: %w", err)
+	if !s.lease.valid(s.store.opts.Now()) {
+		return ErrFenced
 	}
 	return nil
 }
 
-// Transcript returns every transcript record in order.
-func (s *Session) Transcript() ([]json.RawMessage, error) {
-	f, err := os.Open(filepath.Join(s.dir, transcriptFile))
-	if err != nil {
-		return nil, fmt.Errorf("sessionstore: %w", err)
+// RenewLease extends the session's lease; the owner calls it about every
+// third of the TTL. ErrFenced means the lease is lost: stop using the
+// session.
+func (s *Session) RenewLease() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.readOnly {
+		return os.ErrClosed
 	}
-	defer f.Close()
-	r := bufio.NewReaderSize(f, 64<<10)
-	var out []json.RawMessage
-	for {
-		line, err := readLine(r)
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, json.RawMessage(bytes.TrimSuffix(line, []byte("\n"))))
+	if err := s.lease.renew(s.store.opts.LeaseTTL, s.store.opts.Now()); err != nil {
+		return err
 	}
+	return nil
 }
 
-// Sync flushes both logs to stable storage.
+// Sync makes everything appended so far durable. Concurrent callers share
+// one fsync per file (group commit): a caller that finds a sync running
+// waits for it and then, if its own appends are still not covered, leads the
+// next one.
 func (s *Session) Sync() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	for {
+		if s.closed {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.events.durable == s.events.size && s.transcript.durable == s.transcript.size && s.outbox.durable == s.outbox.size {
+			s.mu.Unlock()
+			return nil
+		}
+		if !s.syncing {
+			break
+		}
+		s.syncDone.Wait()
+	}
+	s.syncing = true
+	targets := [3]int64{s.events.size, s.transcript.size, s.outbox.size}
+	files := [3]*logFile{s.events, s.transcript, s.outbox}
+	seq := s.state.LastSeq
+	s.mu.Unlock()
+
 	var errs []error
-	if s.events != nil {
-		errs = append(errs, s.events.Sync())
+	for i, l := range files {
+		if l.durable < targets[i] {
+			errs = append(errs, l.f.Sync())
+		}
 	}
-	if s.transcript != nil {
-		errs = append(errs, s.transcript.Sync())
+	err := errors.Join(errs...)
+
+	s.mu.Lock()
+	s.syncing = false
+	if err == nil {
+		for i, l := range files {
+			l.durable = max(l.durable, targets[i])
+		}
+		s.durableSeq = max(s.durableSeq, seq)
+		if s.sinceCkpt >= s.store.opts.CheckpointEvery && s.events.durable == s.events.size &&
+			s.transcript.durable == s.transcript.size && s.outbox.durable == s.outbox.size {
+			if cerr := s.writeCheckpointLocked(); cerr == nil {
+				s.sinceCkpt = 0
+			}
+		}
 	}
-	return errors.Join(errs...)
+	s.syncDone.Broadcast()
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("sessionstore: sync: %w", err)
+	}
+	return nil
 }
 
-// Close syncs and closes the session's files.
+// Close syncs, writes a checkpoint, releases the lease and closes the files.
 func (s *Session) Close() error {
+	if s.readOnly {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.closed = true
+		s.closeFiles()
+		return nil
+	}
 	err := s.Sync()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.events != nil {
-		err = errors.Join(err, s.events.Close())
-		s.events = nil
+	if s.closed {
+		return err
 	}
-	if s.transcript != nil {
-		err = errors.Join(err, s.transcript.Close())
-		s.transcript = nil
+	if err == nil && s.lease.valid(s.store.opts.Now()) {
+		err = s.writeCheckpointLocked()
 	}
-	return err
+	s.closed = true
+	s.closeFiles()
+	return errors.Join(err, s.lease.release())
 }
 
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
+func (s *Session) closeFiles() {
+	for _, l := range []*logFile{s.events, s.transcript, s.outbox} {
+		if l != nil && l.f != nil {
+			l.f.Close()
+			l.f = nil
+		}
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

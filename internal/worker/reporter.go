@@ -4,23 +4,37 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/trust"
 )
 
-// Reporter sends reports to the control-plane in signed batches and retries
-// with backoff until they are acknowledged. Reports carry idempotency keys,
-// so a batch resent after a lost answer counts nothing twice.
-//
-// The queue is in memory: reports queued when the process dies are lost. The
-// durable outbox on the session volume is the session-store issue's work.
+// Outbox is where reports wait until the control-plane acknowledges them:
+// a session's outbox on the session volume.
+type Outbox interface {
+	// Sync makes appended reports durable, so that a report is never sent
+	// before it would survive a crash (and so never sent twice as two).
+	Sync() error
+	PendingReports() ([]sessionstore.PendingReport, error)
+	// AckReports records delivery up to end; os.ErrClosed means the outbox
+	// was closed and its next owner will send what is left.
+	AckReports(end int64) error
+}
+
+// Reporter sends reports from session outboxes to the control-plane in
+// signed batches and retries with backoff until they are acknowledged.
+// Reports carry idempotency keys, so a batch resent after a lost answer
+// counts nothing twice, and the outbox is durable, so a crash or a
+// control-plane outage loses nothing.
 type Reporter struct {
 	url    string
 	signer *trust.Signer
@@ -29,22 +43,14 @@ type Reporter struct {
 
 	mu sync.Mutex
 	// guarded by mu
-	queue []contract.Report
-	// dropped counts reports ever dropped from the head of queue, so that
-	// flush can tell how much of a batch in flight is still queued.
-	dropped int
-	wake    chan struct{} // buffered(1): something was queued
-
-	maxQueue int
+	dirty map[Outbox]struct{}
+	wake  chan struct{} // buffered(1): an outbox became dirty
 }
 
 // ReporterOptions configure a Reporter.
 type ReporterOptions struct {
 	HTTPClient *http.Client // nil: 10 s timeout client
 	Logger     *slog.Logger
-	// MaxQueue bounds reports held while the control-plane is unreachable;
-	// default 100,000. Beyond it the oldest are dropped and logged.
-	MaxQueue int
 }
 
 // NewReporter returns a reporter posting to the control-plane at baseURL.
@@ -59,28 +65,21 @@ func NewReporter(baseURL string, signer *trust.Signer, opts *ReporterOptions) *R
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.MaxQueue <= 0 {
-		o.MaxQueue = 100_000
-	}
 	return &Reporter{
 		url:    strings.TrimRight(baseURL, "/") + contract.ReportsPath,
 		signer: signer, hc: o.HTTPClient, log: o.Logger,
-		wake: make(chan struct{}, 1), maxQueue: o.MaxQueue,
+		dirty: make(map[Outbox]struct{}), wake: make(chan struct{}, 1),
 	}
 }
 
-// Enqueue queues r. A nil Reporter drops it.
-func (rp *Reporter) Enqueue(r contract.Report) {
+// Notify tells the reporter that ob has reports to send. A nil Reporter
+// ignores it (the reports stay in the outbox).
+func (rp *Reporter) Notify(ob Outbox) {
 	if rp == nil {
 		return
 	}
 	rp.mu.Lock()
-	rp.queue = append(rp.queue, r)
-	if over := len(rp.queue) - rp.maxQueue; over > 0 {
-		rp.log.Error("report queue full; dropping the oldest reports", "dropped", over)
-		rp.queue = append([]contract.Report(nil), rp.queue[over:]...)
-		rp.dropped += over
-	}
+	rp.dirty[ob] = struct{}{}
 	rp.mu.Unlock()
 	select {
 	case rp.wake <- struct{}{}:
@@ -88,15 +87,17 @@ func (rp *Reporter) Enqueue(r contract.Report) {
 	}
 }
 
-// Pending is the number of reports not yet acknowledged.
+// Pending is the number of outboxes with reports not yet delivered.
 func (rp *Reporter) Pending() int {
+	if rp == nil {
+		return 0
+	}
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
-	return len(rp.queue)
+	return len(rp.dirty)
 }
 
-// Run sends batches until ctx ends, then makes one last attempt bounded by
-// a short timeout.
+// Run delivers reports until ctx ends.
 func (rp *Reporter) Run(ctx context.Context) {
 	backoff := 200 * time.Millisecond
 	for {
@@ -107,60 +108,99 @@ func (rp *Reporter) Run(ctx context.Context) {
 			case <-rp.wake:
 			}
 		}
-		err := rp.flush(ctx)
-		if err == nil {
-			backoff = 200 * time.Millisecond
+		if err := rp.Flush(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			rp.log.Warn("reports not delivered; will retry", "outboxes", rp.Pending(), "retry_in", backoff, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 30*time.Second)
 			continue
 		}
-		if ctx.Err() != nil {
-			final, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			_ = rp.flush(final)
-			cancel()
-			return
-		}
-		rp.log.Warn("reports not delivered; will retry", "pending", rp.Pending(), "retry_in", backoff, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 30*time.Second)
+		backoff = 200 * time.Millisecond
 	}
+}
+
+// Flush delivers what every dirty outbox holds now. It returns the first
+// delivery error; the outboxes that failed stay dirty.
+func (rp *Reporter) Flush(ctx context.Context) error {
+	if rp == nil {
+		return nil
+	}
+	rp.mu.Lock()
+	obs := make([]Outbox, 0, len(rp.dirty))
+	for ob := range rp.dirty {
+		obs = append(obs, ob)
+		delete(rp.dirty, ob)
+	}
+	rp.mu.Unlock()
+	var first error
+	for i, ob := range obs {
+		if err := rp.deliver(ctx, ob); err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				continue
+			}
+			rp.mu.Lock()
+			for _, rest := range obs[i:] {
+				rp.dirty[rest] = struct{}{}
+			}
+			rp.mu.Unlock()
+			first = err
+			break
+		}
+	}
+	return first
 }
 
 const maxBatch = 200
 
-func (rp *Reporter) flush(ctx context.Context) error {
-	for {
-		rp.mu.Lock()
-		n := min(len(rp.queue), maxBatch)
-		batch := append([]contract.Report(nil), rp.queue[:n]...)
-		dropped := rp.dropped
-		rp.mu.Unlock()
-		if n == 0 {
-			return nil
-		}
-		body, err := json.Marshal(contract.ReportBatch{Reports: batch})
-		if err != nil {
-			return err
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, rp.url, bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		rp.signer.Sign(req, body)
-		resp, err := rp.hc.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("control-plane answered %d", resp.StatusCode)
-		}
-		rp.mu.Lock()
-		// Reports dropped meanwhile came off the head, that is off this
-		// batch first; remove only what of the batch is still queued.
-		rp.queue = rp.queue[max(n-(rp.dropped-dropped), 0):]
-		rp.mu.Unlock()
+func (rp *Reporter) deliver(ctx context.Context, ob Outbox) error {
+	if err := ob.Sync(); err != nil {
+		return err
 	}
+	pending, err := ob.PendingReports()
+	if err != nil {
+		return err
+	}
+	for len(pending) > 0 {
+		n := min(len(pending), maxBatch)
+		batch := make([]contract.Report, n)
+		for i := range batch {
+			batch[i] = pending[i].Report
+		}
+		if err := rp.post(ctx, batch); err != nil {
+			return err
+		}
+		if err := ob.AckReports(pending[n-1].End); err != nil {
+			return err
+		}
+		pending = pending[n:]
+	}
+	return nil
+}
+
+func (rp *Reporter) post(ctx context.Context, batch []contract.Report) error {
+	body, err := json.Marshal(contract.ReportBatch{Reports: batch})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rp.url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	rp.signer.Sign(req, body)
+	resp, err := rp.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("control-plane answered %d", resp.StatusCode)
+	}
+	return nil
 }

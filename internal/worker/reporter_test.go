@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -116,145 +118,139 @@ func (cp *controlPlane) deliveries(key string) int {
 	return cp.received[key]
 }
 
-// startReporter runs a reporter against cp until the test ends.
-func startReporter(t *testing.T, cp *controlPlane, opts *ReporterOptions, queued ...contract.Report) *Reporter {
+// outbox opens a session store outbox for the reports of conversation c1.
+func outbox(t *testing.T) *sessionstore.Session {
 	t.Helper()
-	rp := NewReporter(cp.srv.URL+"/", &trust.Signer{
-		Direction: trust.ToControlPlane, Tenant: testTenant, Env: testEnv, KeyID: testKeyID, Key: testKey,
-	}, opts)
-	for _, r := range queued {
-		rp.Enqueue(r)
+	st, err := sessionstore.New(filepath.Join(t.TempDir(), "projects"), &sessionstore.Options{Holder: "test"})
+	if err != nil {
+		t.Fatal(err)
 	}
+	s, _, err := st.Create("c1", sessionstore.Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func addReports(t *testing.T, ob *sessionstore.Session, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if _, err := ob.AppendReport(contract.Report{IdempotencyKey: k, Kind: contract.ReportActivity, ConversationID: "c1", Activity: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func newTestReporter(cp *controlPlane) *Reporter {
+	return NewReporter(cp.srv.URL, &trust.Signer{Direction: trust.ToControlPlane, Tenant: testTenant, Env: testEnv, KeyID: testKeyID, Key: testKey}, nil)
+}
+
+func TestReporterDeliversFromTheOutboxOnce(t *testing.T) {
+	cp := newControlPlane(t, 2, false) // the first two answers are lost
+	ob := outbox(t)
+	addReports(t, ob, "a", "b", "c")
+	rp := newTestReporter(cp)
+	rp.Notify(ob)
+	for i := 0; i < 2; i++ {
+		if err := rp.Flush(context.Background()); err == nil {
+			t.Fatalf("flush %d succeeded against a failing control-plane", i)
+		}
+	}
+	if err := rp.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"a", "b", "c"}, cp.keys()); diff != "" {
+		t.Errorf("stored keys (-want +got):\n%s", diff)
+	}
+	if p, _ := ob.PendingReports(); len(p) != 0 {
+		t.Errorf("%d reports still pending after delivery", len(p))
+	}
+	// Nothing is sent again once acknowledged.
+	rp.Notify(ob)
+	if err := rp.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if n := cp.deliveries(k); n != 3 {
+			t.Errorf("%s delivered %d times, want 3 (two lost answers, one acknowledged)", k, n)
+		}
+	}
+}
+
+func TestReporterSurvivesRestart(t *testing.T) {
+	cp := newControlPlane(t, 1, false)
+	dir := filepath.Join(t.TempDir(), "projects")
+	st, _ := sessionstore.New(dir, &sessionstore.Options{Holder: "w1"})
+	s, _, err := st.Create("c1", sessionstore.Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addReports(t, s, "x", "y")
+	rp := newTestReporter(cp)
+	rp.Notify(s)
+	if err := rp.Flush(context.Background()); err == nil {
+		t.Fatal("expected the first delivery to fail")
+	}
+	s.Close() // the worker stops with the reports undelivered
+
+	st2, _ := sessionstore.New(dir, &sessionstore.Options{Holder: "w2"})
+	ids, err := st2.WithPendingReports()
+	if err != nil || len(ids) != 1 || ids[0] != "c1" {
+		t.Fatalf("WithPendingReports = %v, %v", ids, err)
+	}
+	s2, err := st2.Load("c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	rp2 := newTestReporter(cp)
+	rp2.Notify(s2)
+	if err := rp2.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"x", "y"}, cp.keys()); diff != "" {
+		t.Errorf("stored keys (-want +got):\n%s", diff)
+	}
+	if ids, _ := st2.WithPendingReports(); len(ids) != 0 {
+		t.Errorf("still pending: %v", ids)
+	}
+}
+
+func TestReporterRunDeliversInBatches(t *testing.T) {
+	cp := newControlPlane(t, 0, false)
+	ob := outbox(t)
+	var keys []string
+	for i := 0; i < maxBatch*2+5; i++ {
+		keys = append(keys, fmt.Sprintf("k%03d", i))
+	}
+	addReports(t, ob, keys...)
+	rp := newTestReporter(cp)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { rp.Run(ctx); close(done) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return rp
-}
-
-func report(i int) contract.Report {
-	return contract.Report{
-		IdempotencyKey: fmt.Sprintf("conv-1/r-%03d", i),
-		Kind:           contract.ReportActivity,
-		ConversationID: "conv-1",
-		Time:           time.Unix(1_900_000_000, 0).UTC(),
-		Activity:       fmt.Sprintf("step %d", i),
+	rp.Notify(ob)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(cp.keys()) < len(keys) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
 	}
-}
-
-func reports(from, to int) []contract.Report {
-	var out []contract.Report
-	for i := from; i < to; i++ {
-		out = append(out, report(i))
-	}
-	return out
-}
-
-func keysOf(rs []contract.Report) []string {
-	var out []string
-	for _, r := range rs {
-		out = append(out, r.IdempotencyKey)
-	}
-	return out
-}
-
-func TestReporterRetriesUntilAcknowledged(t *testing.T) {
-	cp := newControlPlane(t, 2, false)
-	first := reports(0, 5)
-	rp := startReporter(t, cp, nil, first...)
-	eventually(t, "the first reports are acknowledged", func() bool { return rp.Pending() == 0 })
-	// Queued later, after the control-plane has recovered.
-	later := reports(5, 8)
-	for _, r := range later {
-		rp.Enqueue(r)
-	}
-	eventually(t, "all reports are acknowledged", func() bool { return rp.Pending() == 0 && len(cp.keys()) == 8 })
-
-	if diff := cmp.Diff(keysOf(append(first, later...)), cp.keys()); diff != "" {
-		t.Errorf("stored reports (-want +got):\n%s", diff)
-	}
-	// The unacknowledged batch was resent; the keys kept it from counting
-	// twice.
-	for _, r := range first {
-		if n := cp.deliveries(r.IdempotencyKey); n != 3 {
-			t.Errorf("%s delivered %d times, want 3 (two answered 503)", r.IdempotencyKey, n)
-		}
-	}
-	for _, r := range later {
-		if n := cp.deliveries(r.IdempotencyKey); n != 1 {
-			t.Errorf("%s delivered %d times, want 1", r.IdempotencyKey, n)
-		}
+	cancel()
+	<-done
+	if diff := cmp.Diff(keys, cp.keys()); diff != "" {
+		t.Errorf("stored keys (-want +got):\n%s", diff)
 	}
 	cp.mu.Lock()
-	got := cp.stored[0]
+	batches := cp.batches
 	cp.mu.Unlock()
-	if diff := cmp.Diff(first[0], got); diff != "" {
-		t.Errorf("report content (-sent +stored):\n%s", diff)
+	if batches != 3 {
+		t.Errorf("%d batches, want 3", batches)
 	}
 }
 
-func TestReporterLargeQueueInBatches(t *testing.T) {
-	cp := newControlPlane(t, 0, false)
-	all := reports(0, 2*maxBatch+17)
-	rp := startReporter(t, cp, nil, all...)
-	eventually(t, "all reports are acknowledged", func() bool { return rp.Pending() == 0 && len(cp.keys()) == len(all) })
-	if diff := cmp.Diff(keysOf(all), cp.keys()); diff != "" {
-		t.Errorf("stored reports (-want +got):\n%s", diff)
-	}
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	if cp.batches != 3 {
-		t.Errorf("%d batches, want 3", cp.batches)
-	}
-}
-
-func TestNilReporterDropsReports(t *testing.T) {
+func TestNilReporter(t *testing.T) {
 	var rp *Reporter
-	rp.Enqueue(report(1)) // must not panic
-}
-
-func TestReporterMaxQueueDropsOldest(t *testing.T) {
-	cp := newControlPlane(t, 0, false)
-	// Queued before Run: the oldest beyond MaxQueue are dropped.
-	rp := startReporter(t, cp, &ReporterOptions{MaxQueue: 3}, reports(0, 5)...)
-	eventually(t, "the kept reports are acknowledged", func() bool { return rp.Pending() == 0 && len(cp.keys()) == 3 })
-	if diff := cmp.Diff(keysOf(reports(2, 5)), cp.keys()); diff != "" {
-		t.Errorf("stored reports (-want +got):\n%s", diff)
-	}
-}
-
-// TestReporterDropWhileBatchInFlight: when the queue overflows while a batch
-// is being sent, the acknowledgement must remove only the reports of that
-// batch still queued, not newer ones that moved to the head.
-func TestReporterDropWhileBatchInFlight(t *testing.T) {
-	cp := newControlPlane(t, 0, true)
-	rp := NewReporter(cp.srv.URL, &trust.Signer{
-		Direction: trust.ToControlPlane, Tenant: testTenant, Env: testEnv, KeyID: testKeyID, Key: testKey,
-	}, &ReporterOptions{MaxQueue: 3})
-	for _, r := range reports(0, 3) {
-		rp.Enqueue(r)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { rp.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-
-	select {
-	case <-cp.holding:
-	case <-time.After(waitFor):
-		t.Fatal("the first batch did not arrive")
-	}
-	// r-000..r-002 are in flight; r-003 and r-004 push the two oldest out
-	// of the full queue.
-	rp.Enqueue(report(3))
-	rp.Enqueue(report(4))
-	close(cp.hold)
-	eventually(t, "everything is acknowledged", func() bool { return rp.Pending() == 0 })
-	eventually(t, "the newer reports arrive", func() bool { return len(cp.keys()) >= 5 })
-	if diff := cmp.Diff(keysOf(reports(0, 5)), cp.keys()); diff != "" {
-		t.Errorf("stored reports (-want +got):\n%s", diff)
+	rp.Notify(nil)
+	if rp.Pending() != 0 || rp.Flush(context.Background()) != nil {
+		t.Fatal("a nil reporter is not inert")
 	}
 }

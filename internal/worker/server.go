@@ -64,9 +64,15 @@ func (w *Worker) signed(h signedHandler) http.Handler {
 			}
 		}
 		err = h(rw, r, body)
-		if errors.Is(err, errShuttingDown) {
-			rw.Header().Set("Retry-After", "5")
-			return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeShuttingDown, "the worker is shutting down; retry shortly")
+		switch {
+		case errors.Is(err, errShuttingDown):
+			return &httpapi.Error{Status: http.StatusServiceUnavailable, Code: contract.CodeShuttingDown,
+				Msg: "the worker is shutting down; retry shortly", RetryAfter: "5"}
+		case errors.Is(err, sessionstore.ErrLeaseHeld):
+			// During a rolling update another replica may still own the
+			// conversation; it releases it when its turns are done.
+			return &httpapi.Error{Status: http.StatusServiceUnavailable, Code: contract.CodeSessionElsewhere,
+				Msg: "another worker replica owns this conversation right now; retry shortly", RetryAfter: "1", Err: err}
 		}
 		return err
 	})

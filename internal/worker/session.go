@@ -12,11 +12,16 @@ import (
 	"github.com/talkide/platform/internal/sessionstore"
 )
 
+// sessionstoreRecent is how many client message ids the store keeps for
+// idempotent sends.
+const sessionstoreRecent = 1024
+
 // subscriberBuffer is how many events a stream may fall behind before it is
 // switched to replay from the log; the producer never waits for it.
 const subscriberBuffer = 256
 
-// session is an open conversation on this worker.
+// session is an open conversation on this worker; it holds the session's
+// lease while it is open.
 type session struct {
 	w     *Worker
 	id    string
@@ -24,10 +29,14 @@ type session struct {
 
 	mu sync.Mutex
 	// guarded by mu
-	running *runningTurn
-	turns   int
-	seen    map[string]contract.SendMessageResponse // by client message id
-	subs    map[*subscriber]struct{}
+	running  *runningTurn
+	turns    int
+	seen     map[string]contract.SendMessageResponse // by client message id, the recent ones
+	subs     map[*subscriber]struct{}
+	pending  []contract.Event // appended, waiting to be durable before they are published
+	flushing bool             // a flusher goroutine is running
+	lastUsed time.Time
+	closed   bool
 }
 
 type runningTurn struct {
@@ -38,38 +47,27 @@ type runningTurn struct {
 
 type subscriber struct {
 	ch chan contract.Event
-	// lagged is closed (with ch) when the subscriber fell behind.
+	// lagged is set (and ch closed) when the subscriber fell behind.
 	lagged bool
 }
 
-// openSession rebuilds the in-memory state from the event log. A turn that
-// started but never finished was cut off by a restart: it is closed now with
+// openSession rebuilds the in-memory state from the store's event state (a
+// checkpoint and the tail after it, not the history). A turn that started
+// but never finished was cut off by a restart: it is closed now with
 // turn.failed(worker_restarted), so no client waits on it forever.
 func openSession(w *Worker, st *sessionstore.Session, created bool) (*session, error) {
 	s := &session{
 		w: w, id: st.Meta().ConversationID, store: st,
-		seen: make(map[string]contract.SendMessageResponse),
-		subs: make(map[*subscriber]struct{}),
+		seen:     make(map[string]contract.SendMessageResponse),
+		subs:     make(map[*subscriber]struct{}),
+		lastUsed: w.cfg.Now(),
 	}
-	var openTurn string
-	err := st.ReadEvents(0, func(ev contract.Event) error {
-		switch ev.Kind {
-		case contract.KindUserMessage:
-			s.seen[ev.ClientMessageID] = contract.SendMessageResponse{
-				ConversationID: s.id, ClientMessageID: ev.ClientMessageID, TurnID: ev.TurnID, Seq: ev.Seq, Duplicate: true,
-			}
-		case contract.KindTurnStarted:
-			s.turns++
-			openTurn = ev.TurnID
-		case contract.KindTurnFinished, contract.KindTurnFailed:
-			if ev.TurnID == openTurn {
-				openTurn = ""
-			}
+	state := st.State()
+	s.turns = state.Turns
+	for _, m := range state.Recent {
+		s.seen[m.ClientMessageID] = contract.SendMessageResponse{
+			ConversationID: s.id, ClientMessageID: m.ClientMessageID, TurnID: m.TurnID, Seq: m.Seq, Duplicate: true,
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	if created {
 		s.emit(contract.Event{Kind: contract.KindSessionCreated, Session: &contract.SessionEvent{Harness: w.cfg.Harness.Name(), WorkerID: w.cfg.WorkerID}})
@@ -83,17 +81,17 @@ func openSession(w *Worker, st *sessionstore.Session, created bool) (*session, e
 	if w.cfg.Notice != "" {
 		s.emit(contract.Event{Kind: contract.KindNotice, Text: w.cfg.Notice})
 	}
-	if openTurn != "" {
-		s.emit(contract.Event{Kind: contract.KindTurnFailed, TurnID: openTurn, Failure: &contract.TurnFailure{
+	if state.OpenTurn != "" {
+		s.emit(contract.Event{Kind: contract.KindTurnFailed, TurnID: state.OpenTurn, Failure: &contract.TurnFailure{
 			Code: contract.FailWorkerRestarted, Message: "the worker restarted while this turn was running; send the message again to continue", Retryable: true,
 		}})
-		w.log.Warn("closed a turn cut off by a restart", "conversation", s.id, "turn", openTurn)
+		w.log.Warn("closed a turn cut off by a restart", "conversation", s.id, "turn", state.OpenTurn)
 	}
 	return s, nil
 }
 
-// emit appends ev to the log and hands it to every subscriber. It never
-// blocks on a subscriber.
+// emit appends ev to the log; it reaches subscribers once it is durable.
+// It never blocks on a subscriber or on the disk.
 func (s *session) emit(ev contract.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -106,11 +104,50 @@ func (s *session) emitLocked(ev contract.Event) {
 		ev.Time = s.w.newEventTime()
 	}
 	if err := s.store.AppendEvent(&ev); err != nil {
-		// The event is not durable, so it must not be streamed with an id a
-		// client could later fail to replay.
+		// An event that is not in the log must not be streamed with an id
+		// a client could later fail to replay.
 		s.w.log.Error("event not recorded", "conversation", s.id, "kind", ev.Kind, "err", err)
 		return
 	}
+	s.pending = append(s.pending, ev)
+	if !s.flushing {
+		s.flushing = true
+		go s.flush()
+	}
+}
+
+// flush makes pending events durable (one fsync for all that have
+// accumulated: group commit) and then publishes them in order. A client is
+// never shown an event a crash could still lose.
+func (s *session) flush() {
+	backoff := 10 * time.Millisecond
+	for {
+		err := s.store.Sync()
+		s.mu.Lock()
+		if err != nil {
+			s.mu.Unlock()
+			s.w.log.Error("session sync failed; events held back until it succeeds", "conversation", s.id, "err", err)
+			time.Sleep(backoff)
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		durable := s.store.DurableSeq()
+		n := 0
+		for n < len(s.pending) && s.pending[n].Seq <= durable {
+			s.publishLocked(s.pending[n])
+			n++
+		}
+		s.pending = append(s.pending[:0], s.pending[n:]...)
+		if len(s.pending) == 0 {
+			s.flushing = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *session) publishLocked(ev contract.Event) {
 	for sub := range s.subs {
 		select {
 		case sub.ch <- ev:
@@ -122,11 +159,27 @@ func (s *session) emitLocked(ev contract.Event) {
 	}
 }
 
+// report writes r to the session's outbox and tells the reporter.
+func (s *session) report(r contract.Report) {
+	if _, err := s.store.AppendReport(r); err != nil {
+		s.w.log.Error("report not recorded", "conversation", s.id, "kind", r.Kind, "err", err)
+		return
+	}
+	s.w.cfg.Reporter.Notify(s.store)
+}
+
+// subscribe registers a live subscriber. On a closed session its channel is
+// closed at once, and the stream ends; the client reconnects.
 func (s *session) subscribe() *subscriber {
 	sub := &subscriber{ch: make(chan contract.Event, subscriberBuffer)}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		close(sub.ch)
+		return sub
+	}
 	s.subs[sub] = struct{}{}
-	s.mu.Unlock()
+	s.lastUsed = s.w.cfg.Now()
 	return sub
 }
 
@@ -137,6 +190,29 @@ func (s *session) unsubscribe(sub *subscriber) {
 		delete(s.subs, sub)
 		close(sub.ch)
 	}
+	s.lastUsed = s.w.cfg.Now()
+}
+
+// idle reports whether the session may be closed: no turn, no stream, no
+// report waiting, and unused since before.
+func (s *session) idle(before time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running != nil || len(s.subs) > 0 || len(s.pending) > 0 || s.flushing || !s.lastUsed.Before(before) {
+		return false
+	}
+	p, err := s.store.PendingReports()
+	return err == nil && len(p) == 0
+}
+
+// close ends the session's streams and closes its store, which writes a
+// checkpoint and releases the lease.
+func (s *session) close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.closeSubscribers()
+	return s.store.Close()
 }
 
 func (s *session) closeSubscribers() {
@@ -195,6 +271,16 @@ func (s *session) send(req contract.SendMessageRequest) (contract.SendMessageRes
 	dup := resp
 	dup.Duplicate = true
 	s.seen[req.ClientMessageID] = dup
+	if len(s.seen) > 2*sessionstoreRecent {
+		// Keep only what the store remembers for idempotency.
+		s.seen = make(map[string]contract.SendMessageResponse, sessionstoreRecent)
+		for _, m := range s.store.State().Recent {
+			s.seen[m.ClientMessageID] = contract.SendMessageResponse{
+				ConversationID: s.id, ClientMessageID: m.ClientMessageID, TurnID: m.TurnID, Seq: m.Seq, Duplicate: true,
+			}
+		}
+	}
+	s.lastUsed = s.w.cfg.Now()
 
 	ctx, cancel := context.WithCancel(s.w.base)
 	rt := &runningTurn{id: turnID, cancel: cancel, done: make(chan struct{})}
@@ -233,7 +319,7 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 				r.IdempotencyKey = contract.NewID("r_")
 			}
 			r.IdempotencyKey = s.id + "/" + r.IdempotencyKey
-			s.w.cfg.Reporter.Enqueue(r)
+			s.report(r)
 		},
 	}
 	res, err := s.w.cfg.Harness.RunTurn(minting.WithConversation(ctx, s.id), t)
@@ -258,6 +344,7 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 		log.Info("turn finished", "stop_reason", res.StopReason, "model_calls", res.ModelCalls, "duration", time.Since(start))
 	}
 	s.running = nil
+	s.lastUsed = s.w.cfg.Now()
 	s.mu.Unlock()
 	if err := s.store.Sync(); err != nil {
 		log.Error("session sync failed", "err", err)
@@ -287,4 +374,4 @@ func (s *session) interrupt(ctx context.Context) (contract.InterruptResponse, er
 type transcript struct{ s *sessionstore.Session }
 
 func (t transcript) Records() ([]json.RawMessage, error) { return t.s.Transcript() }
-func (t transcript) Append(rec json.RawMessage) error    { return t.s.AppendTranscript(rec) }
+func (t transcript) Append(rec json.RawMessage) error    { return t.s.AppendTranscript(rec, false) }

@@ -41,6 +41,10 @@ type Config struct {
 	// created or resumed (talkide dev uses it to say that the model is the
 	// simulator).
 	Notice string
+	// IdleTimeout is how long a session with no turn, no stream and no
+	// pending report stays open (holding its lease) before it is closed;
+	// default 2 minutes. A closed session reopens on the next command.
+	IdleTimeout time.Duration
 	// Heartbeat is the interval of SSE comments on idle streams; default 15 s.
 	Heartbeat time.Duration
 }
@@ -55,9 +59,12 @@ type Worker struct {
 	base       context.Context
 	cancelBase context.CancelFunc
 
+	maintDone chan struct{} // closed when the maintenance loop has stopped
+
 	mu sync.Mutex
 	// guarded by mu
 	sessions map[string]*session
+	loading  map[string]*loadingSession // sessions being opened from disk
 	closing  bool
 	turns    sync.WaitGroup // running turns; Add under mu while !closing
 }
@@ -79,6 +86,9 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 15 * time.Second
 	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 2 * time.Minute
+	}
 	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o755); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -90,33 +100,81 @@ func New(cfg Config) (*Worker, error) {
 		return key, true
 	}
 	w := &Worker{
-		cfg:      cfg,
-		log:      cfg.Logger.With("tenant", cfg.Tenant, "env", cfg.Env),
-		verifier: trust.NewVerifier(trust.ToWorker, lookup, cfg.Now),
-		sessions: make(map[string]*session),
+		cfg:       cfg,
+		log:       cfg.Logger.With("tenant", cfg.Tenant, "env", cfg.Env),
+		verifier:  trust.NewVerifier(trust.ToWorker, lookup, cfg.Now),
+		sessions:  make(map[string]*session),
+		loading:   make(map[string]*loadingSession),
+		maintDone: make(chan struct{}),
 	}
 	w.base, w.cancelBase = context.WithCancel(context.Background())
+	go w.maintain()
 	return w, nil
+}
+
+// loadingSession lets concurrent requests for a session wait for one load
+// instead of holding the worker's lock while the disk is read.
+type loadingSession struct {
+	done    chan struct{}
+	s       *session
+	created bool
+	err     error
 }
 
 // errShuttingDown refuses new turns during Shutdown.
 var errShuttingDown = errors.New("worker is shutting down")
 
-// session returns the open session of id, loading it from disk if needed.
-// With create it creates a missing session; otherwise a missing one is
-// sessionstore.ErrNotFound.
-func (w *Worker) session(id, userID string, create bool) (s *session, created bool, err error) {
+// session returns the open session of id, loading it from disk (and taking
+// its lease) if needed. With create it creates a missing session; otherwise
+// a missing one is sessionstore.ErrNotFound. A session leased by another
+// worker is sessionstore.ErrLeaseHeld.
+func (w *Worker) session(id, userID string, create bool) (*session, bool, error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if s, ok := w.sessions[id]; ok {
+		w.mu.Unlock()
 		return s, false, nil
 	}
 	if w.closing {
 		// Shutdown closes the sessions it knows; one opened now would stay
 		// open, its log written by a worker that is going away.
+		w.mu.Unlock()
 		return nil, false, errShuttingDown
 	}
+	if l, ok := w.loading[id]; ok {
+		w.mu.Unlock()
+		<-l.done
+		if errors.Is(l.err, sessionstore.ErrNotFound) && create {
+			return w.session(id, userID, create)
+		}
+		return l.s, false, l.err
+	}
+	l := &loadingSession{done: make(chan struct{})}
+	w.loading[id] = l
+	w.mu.Unlock()
+
+	l.s, l.created, l.err = w.open(id, userID, create)
+
+	w.mu.Lock()
+	delete(w.loading, id)
+	if l.err == nil {
+		if w.closing {
+			w.mu.Unlock()
+			l.s.close()
+			l.s, l.err = nil, errShuttingDown
+			close(l.done)
+			return nil, false, errShuttingDown
+		}
+		w.sessions[id] = l.s
+	}
+	w.mu.Unlock()
+	close(l.done)
+	return l.s, l.created, l.err
+}
+
+func (w *Worker) open(id, userID string, create bool) (*session, bool, error) {
 	var st *sessionstore.Session
+	var created bool
+	var err error
 	if create {
 		st, created, err = w.cfg.Sessions.Create(id, sessionstore.Meta{UserID: userID, Harness: w.cfg.Harness.Name(), CreatedAt: w.cfg.Now().UTC()})
 	} else {
@@ -125,13 +183,91 @@ func (w *Worker) session(id, userID string, create bool) (s *session, created bo
 	if err != nil {
 		return nil, false, err
 	}
-	s, err = openSession(w, st, created)
+	s, err := openSession(w, st, created)
 	if err != nil {
 		st.Close()
 		return nil, false, err
 	}
-	w.sessions[id] = s
+	if p, err := st.PendingReports(); err == nil && len(p) > 0 {
+		w.cfg.Reporter.Notify(st)
+	}
 	return s, created, nil
+}
+
+// maintain renews the leases of open sessions and closes idle ones, until
+// Shutdown.
+func (w *Worker) maintain() {
+	defer close(w.maintDone)
+	interval := w.cfg.Sessions.LeaseTTL() / 3
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.base.Done():
+			return
+		case <-t.C:
+			w.maintainOnce()
+		}
+	}
+}
+
+func (w *Worker) maintainOnce() {
+	w.mu.Lock()
+	open := make([]*session, 0, len(w.sessions))
+	for _, s := range w.sessions {
+		open = append(open, s)
+	}
+	w.mu.Unlock()
+	idleBefore := w.cfg.Now().Add(-w.cfg.IdleTimeout)
+	for _, s := range open {
+		switch err := s.store.RenewLease(); {
+		case errors.Is(err, sessionstore.ErrFenced):
+			// Another worker owns the conversation now: stop at once and
+			// write nothing more.
+			w.log.Error("session lease lost; dropping the session", "conversation", s.id)
+			w.drop(s)
+			s.mu.Lock()
+			rt := s.running
+			s.mu.Unlock()
+			if rt != nil {
+				rt.cancel()
+			}
+			s.close()
+		case err != nil:
+			w.log.Warn("session lease renewal failed; will retry", "conversation", s.id, "err", err)
+		case s.idle(idleBefore):
+			w.drop(s)
+			if err := s.close(); err != nil {
+				w.log.Warn("closing an idle session failed", "conversation", s.id, "err", err)
+			}
+		}
+	}
+}
+
+// drop removes s from the open sessions if it is still there.
+func (w *Worker) drop(s *session) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sessions[s.id] == s {
+		delete(w.sessions, s.id)
+	}
+}
+
+// FlushOutboxes opens every session on the volume whose outbox holds reports
+// not yet acknowledged, so that reports written before a crash are sent even
+// if their conversation is never used again. Sessions leased elsewhere are
+// left to their owner.
+func (w *Worker) FlushOutboxes() error {
+	ids, err := w.cfg.Sessions.WithPendingReports()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if _, _, err := w.session(id, "", false); err != nil && !errors.Is(err, sessionstore.ErrLeaseHeld) {
+			w.log.Warn("could not open a session to flush its reports", "conversation", id, "err", err)
+		}
+	}
+	return nil
 }
 
 func (w *Worker) workspace(id string) string { return filepath.Join(w.cfg.WorkspaceRoot, id) }
@@ -152,6 +288,17 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		<-done
 	}
 	w.cancelBase()
+	// Deliver what the outboxes hold while the sessions are still ours;
+	// what does not make it stays in the outbox for the next owner.
+	fctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+	}
+	if err := w.cfg.Reporter.Flush(fctx); err != nil {
+		w.log.Warn("reports left in the outbox at shutdown", "err", err)
+	}
 	// Take the sessions out under w.mu but close them without it: session
 	// methods lock s.mu and then w.mu (send → beginTurn), so holding w.mu
 	// while locking s.mu could deadlock with a concurrent send.
@@ -159,10 +306,10 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	sessions := w.sessions
 	w.sessions = make(map[string]*session)
 	w.mu.Unlock()
+	<-w.maintDone
 	var errs []error
 	for _, s := range sessions {
-		s.closeSubscribers()
-		errs = append(errs, s.store.Close())
+		errs = append(errs, s.close())
 	}
 	return errors.Join(errs...)
 }

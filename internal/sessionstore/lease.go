@@ -1,0 +1,248 @@
+package sessionstore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// A session's lease lives in its lease/ directory as one file per fencing
+// number, named by the number (zero-padded, so names sort numerically):
+//
+//	lease/00000000000000000007  {"holder":"worker-a","expires_at":"…","released":false}
+//
+// The highest-numbered file is the lease. Taking it over means creating the
+// next number, which is atomic on every filesystem including NFS: the file
+// is written under a temporary name and hard-linked to its final name, and
+// link(2) fails if the name exists (the classic NFS-safe lock; flock gives no
+// mutual exclusion between NFS clients). Only the holder rewrites its own
+// file (renewal, release), by rename.
+
+// Lease timing defaults.
+const (
+	DefaultLeaseTTL = 30 * time.Second
+	// MaxClockSkew is how far apart the clocks of two workers sharing a
+	// volume may be. A holder stops writing this long before its lease
+	// expires, and a taker waits this long after: the two never overlap.
+	MaxClockSkew = 2 * time.Second
+)
+
+// ErrLeaseHeld is returned when another holder owns a live lease.
+var ErrLeaseHeld = errors.New("session lease held by another owner")
+
+// ErrFenced is returned by writes after the lease was lost or released.
+var ErrFenced = errors.New("session lease lost: writes are fenced off")
+
+// LeaseHolderError says who holds a lease; it wraps ErrLeaseHeld.
+type LeaseHolderError struct {
+	Holder    string
+	ExpiresAt time.Time
+}
+
+func (e *LeaseHolderError) Error() string {
+	return fmt.Sprintf("session lease held by %s until %s", e.Holder, e.ExpiresAt.Format(time.RFC3339))
+}
+
+func (e *LeaseHolderError) Unwrap() error { return ErrLeaseHeld }
+
+type leaseFile struct {
+	Holder    string    `json:"holder"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Released  bool      `json:"released,omitempty"`
+}
+
+// lease is a held lease.
+type lease struct {
+	dir     string
+	holder  string
+	fence   uint64
+	expires time.Time
+}
+
+const leaseDir = "lease"
+
+func leaseName(fence uint64) string { return fmt.Sprintf("%020d", fence) }
+
+// currentLease returns the highest fence in dir and its content (fence 0
+// when there is none).
+func currentLease(dir string) (uint64, leaseFile, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, leaseFile{}, nil
+	}
+	if err != nil {
+		return 0, leaseFile{}, err
+	}
+	var fences []uint64
+	for _, e := range entries {
+		if n, err := strconv.ParseUint(e.Name(), 10, 64); err == nil && len(e.Name()) == 20 {
+			fences = append(fences, n)
+		}
+	}
+	if len(fences) == 0 {
+		return 0, leaseFile{}, nil
+	}
+	sort.Slice(fences, func(i, j int) bool { return fences[i] > fences[j] })
+	b, err := os.ReadFile(filepath.Join(dir, leaseName(fences[0])))
+	if err != nil {
+		return 0, leaseFile{}, err
+	}
+	var lf leaseFile
+	if err := json.Unmarshal(b, &lf); err != nil {
+		// A lease file is written whole before it is linked into place; an
+		// unreadable one is treated as expired rather than blocking forever.
+		return fences[0], leaseFile{}, nil
+	}
+	return fences[0], lf, nil
+}
+
+// acquireLease takes the lease of a session directory for holder, or renews
+// it when holder already has it.
+func acquireLease(sessionDir, holder string, ttl time.Duration, now time.Time) (*lease, error) {
+	dir := filepath.Join(sessionDir, leaseDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	for attempt := 0; attempt < 8; attempt++ {
+		fence, cur, err := currentLease(dir)
+		if err != nil {
+			return nil, err
+		}
+		if fence > 0 && cur.Holder == holder && !cur.Released && now.Before(cur.ExpiresAt) {
+			l := &lease{dir: dir, holder: holder, fence: fence, expires: cur.ExpiresAt}
+			return l, l.renew(ttl, now)
+		}
+		if fence > 0 && !cur.Released && cur.Holder != "" && now.Before(cur.ExpiresAt.Add(MaxClockSkew)) {
+			return nil, &LeaseHolderError{Holder: cur.Holder, ExpiresAt: cur.ExpiresAt}
+		}
+		next := fence + 1
+		l := &lease{dir: dir, holder: holder, fence: next, expires: now.Add(ttl)}
+		ok, err := createExclusive(filepath.Join(dir, leaseName(next)), l.content())
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			removeOldLeases(dir, next)
+			return l, nil
+		}
+		// Someone else created that number first: look again.
+	}
+	return nil, fmt.Errorf("%w: lost the race for the lease repeatedly", ErrLeaseHeld)
+}
+
+func (l *lease) content() []byte {
+	b, _ := json.Marshal(leaseFile{Holder: l.holder, ExpiresAt: l.expires.UTC()})
+	return b
+}
+
+// createExclusive writes data under a temporary name and links it to path;
+// false when path exists. A lost reply to link over NFS is recognised by the
+// temporary file's link count.
+func createExclusive(path string, data []byte) (bool, error) {
+	tmp, err := writeTemp(filepath.Dir(path), data)
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(tmp)
+	err = os.Link(tmp, path)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, os.ErrExist) {
+		return false, nil
+	}
+	if st, serr := os.Stat(tmp); serr == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink == 2 {
+			return true, nil
+		}
+	}
+	return false, err
+}
+
+// removeOldLeases keeps the last few lease files, so a directory listing
+// stays short.
+func removeOldLeases(dir string, current uint64) {
+	for f := current; f > 3; f-- {
+		old := filepath.Join(dir, leaseName(f-3))
+		if err := os.Remove(old); err != nil {
+			return
+		}
+	}
+}
+
+// valid reports whether the holder may still write at now: not after its
+// own expiry less the clock skew.
+func (l *lease) valid(now time.Time) bool {
+	return l != nil && now.Before(l.expires.Add(-MaxClockSkew))
+}
+
+// renew extends the lease, first checking that nobody has taken it over.
+func (l *lease) renew(ttl time.Duration, now time.Time) error {
+	fence, cur, err := currentLease(l.dir)
+	if err != nil {
+		return err
+	}
+	if fence != l.fence || cur.Holder != l.holder || cur.Released {
+		return ErrFenced
+	}
+	if !now.Before(l.expires) {
+		// Expired: another owner may already be writing under a newer
+		// number that the listing raced with; never resurrect.
+		return ErrFenced
+	}
+	l.expires = now.Add(ttl)
+	return replaceFile(filepath.Join(l.dir, leaseName(l.fence)), l.content())
+}
+
+// release gives the lease up at once, so another owner need not wait for it
+// to expire.
+func (l *lease) release() error {
+	fence, cur, err := currentLease(l.dir)
+	if err != nil || fence != l.fence || cur.Holder != l.holder {
+		return err
+	}
+	b, _ := json.Marshal(leaseFile{Holder: l.holder, ExpiresAt: l.expires.UTC(), Released: true})
+	l.expires = time.Time{}
+	return replaceFile(filepath.Join(l.dir, leaseName(l.fence)), b)
+}
+
+func writeTemp(dir string, data []byte) (string, error) {
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return tmp.Name(), nil
+}
+
+// replaceFile atomically replaces path with data (temp file, fsync, rename).
+func replaceFile(path string, data []byte) error {
+	tmp, err := writeTemp(filepath.Dir(path), data)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,175 @@
+package sessionstore
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// maxRecord bounds one line on read; a longer line is corruption.
+const maxRecord = 16 << 20
+
+// ErrCorrupt is returned when a log holds an invalid record followed by
+// valid ones: not the torn tail a crash leaves, so it is never cut silently.
+var ErrCorrupt = errors.New("session log is corrupt")
+
+// logFile is one append-only file of records.
+type logFile struct {
+	name     string
+	f        *os.File
+	size     int64  // end of the last complete record
+	durable  int64  // size at the last completed fsync
+	maxFence uint64 // highest fence among the records read or written
+}
+
+// scanFunc sees each record that is not fenced out, with its offset.
+type scanFunc func(off int64, r record) error
+
+// openLogFile opens (creating) path and scans it from offset from (a
+// checkpoint's end, with the fence in force there) to the end: records
+// written under a lower fence than one already seen were appended by an
+// owner that had lost its lease, and are skipped. A torn or invalid last
+// record is cut off; an invalid record followed by valid ones is ErrCorrupt.
+func openLogFile(path string, from int64, fence uint64, writable bool, fn scanFunc) (*logFile, error) {
+	flag := os.O_RDONLY
+	if writable {
+		flag = os.O_RDWR | os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flag, 0o600)
+	if errors.Is(err, os.ErrNotExist) && !writable {
+		return &logFile{name: filepath.Base(path), maxFence: fence}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	l := &logFile{name: filepath.Base(path), f: f, maxFence: fence}
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	end, err := scanRecords(f, from, &l.maxFence, fn)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", l.name, err)
+	}
+	if writable {
+		if st, err := f.Stat(); err == nil && st.Size() > end {
+			if err := f.Truncate(end); err != nil {
+				f.Close()
+				return nil, err
+			}
+		}
+		if _, err := f.Seek(end, io.SeekStart); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	l.size, l.durable = end, end
+	return l, nil
+}
+
+// scanRecords reads records from r (positioned at offset off) and returns
+// the end of the last valid one. *fence is raised as higher fences appear.
+func scanRecords(r io.Reader, off int64, fence *uint64, fn scanFunc) (int64, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	badAt := int64(-1)
+	for {
+		line, err := readLine(br)
+		if errors.Is(err, io.EOF) {
+			return endOf(off, badAt), nil // an unterminated tail is torn
+		}
+		if err != nil {
+			if badAt < 0 {
+				badAt = off
+			}
+			return endOf(off, badAt), nil
+		}
+		rec, derr := decodeRecord(line[:len(line)-1])
+		if derr != nil {
+			if badAt < 0 {
+				badAt = off
+			}
+			off += int64(len(line))
+			continue
+		}
+		if badAt >= 0 {
+			return 0, fmt.Errorf("%w: invalid record at offset %d followed by valid records", ErrCorrupt, badAt)
+		}
+		if rec.fence >= *fence {
+			*fence = rec.fence
+			if fn != nil {
+				if err := fn(off, rec); err != nil {
+					if errors.Is(err, errStop) {
+						return off, nil
+					}
+					return 0, fmt.Errorf("record at offset %d: %w", off, err)
+				}
+			}
+		}
+		off += int64(len(line))
+	}
+}
+
+func endOf(off, badAt int64) int64 {
+	if badAt >= 0 {
+		return badAt
+	}
+	return off
+}
+
+// readLine returns one line including its '\n'; at the end it returns
+// io.EOF (an unterminated rest is not a line).
+func readLine(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > maxRecord {
+			return nil, fmt.Errorf("record longer than %d bytes", maxRecord)
+		}
+		switch {
+		case err == nil:
+			return line, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return nil, err
+		}
+	}
+}
+
+// append writes one encoded record with a single write and returns its
+// offset.
+func (l *logFile) append(line []byte) (int64, error) {
+	if l.f == nil {
+		return 0, os.ErrClosed
+	}
+	off := l.size
+	if _, err := l.f.Write(line); err != nil {
+		// A partial write leaves a torn tail; cut it so the next append
+		// starts on a record boundary.
+		_ = l.f.Truncate(off)
+		_, _ = l.f.Seek(off, io.SeekStart)
+		return 0, fmt.Errorf("%s: %w", l.name, err)
+	}
+	l.size += int64(len(line))
+	return off, nil
+}
+
+// readRange calls fn for each record in [from, to) that is not fenced out,
+// starting with fence in force at from.
+func readRange(path string, from, to int64, fence uint64, fn scanFunc) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return err
+	}
+	_, err = scanRecords(io.LimitReader(f, to-from), from, &fence, fn)
+	return err
+}
