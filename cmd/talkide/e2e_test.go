@@ -70,6 +70,9 @@ func api(t testing.TB, method, url string, in, out any) int {
 		body = bytes.NewReader(b)
 	}
 	req, _ := http.NewRequest(method, url, body)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)

@@ -36,6 +36,9 @@ func newReq(t *testing.T, method, url string, body []byte, hdr map[string]string
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(body) > 0 {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
@@ -43,16 +46,16 @@ func newReq(t *testing.T, method, url string, body []byte, hdr map[string]string
 }
 
 // mint calls the mint endpoint with an identity token.
-func mint(t *testing.T, base, identity, conv string) (int, minting.MintResponse) {
+func mint(t *testing.T, base, identity, conv string) (int, contract.MintResponse) {
 	t.Helper()
-	body, _ := json.Marshal(minting.MintRequest{ConversationID: conv})
+	body, _ := json.Marshal(contract.MintRequest{ConversationID: conv})
 	req := newReq(t, http.MethodPost, base+minting.MintPath, body, map[string]string{"Authorization": "Bearer " + identity})
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out minting.MintResponse
+	var out contract.MintResponse
 	json.NewDecoder(resp.Body).Decode(&out)
 	return resp.StatusCode, out
 }
@@ -140,6 +143,36 @@ func TestSecurityBoundaries(t *testing.T) {
 		}
 	})
 
+	t.Run("browser API refuses what a web page could send", func(t *testing.T) {
+		body := []byte(`{"text":"[[tool:Bash {\"command\":\"id\"}]]"}`)
+		url := base + "/api/conversations/" + a + "/messages"
+		tests := map[string]struct {
+			hdr  map[string]string
+			host string
+			want int
+		}{
+			"text/plain body (no preflight)": {hdr: map[string]string{"Content-Type": "text/plain"}, want: http.StatusUnsupportedMediaType},
+			"cross-origin":                   {hdr: map[string]string{"Origin": "https://evil.example"}, want: http.StatusForbidden},
+			"rebound host name":              {host: "evil.example:7878", want: http.StatusForbidden},
+			"same-origin":                    {hdr: map[string]string{"Origin": base}, want: http.StatusAccepted},
+		}
+		for name, tc := range tests {
+			req := newReq(t, http.MethodPost, url, body, tc.hdr)
+			if tc.host != "" {
+				req.Host = tc.host
+			}
+			got, resp := do(t, req)
+			if got != tc.want {
+				t.Errorf("%s: status %d, want %d: %s", name, got, tc.want, resp)
+			}
+			if got == http.StatusAccepted {
+				var r contract.SendMessageResponse
+				json.Unmarshal([]byte(resp), &r)
+				readStream(t, base, a, 0, turnEnded(r.TurnID))
+			}
+		}
+	})
+
 	t.Run("mint", func(t *testing.T) {
 		if got, _ := mint(t, base, "tki_AAAAAAAAAAAA.BBBBBBBBBBBBBBBBBBBBBBBBBBBBBB", a); got != http.StatusUnauthorized {
 			t.Errorf("wrong identity token: %d", got)
@@ -210,7 +243,7 @@ func TestSecurityBoundaries(t *testing.T) {
 				newReq(t, http.MethodPost, base+"/api/conversations/"+esc+"/messages", []byte(`{"text":"hi"}`), nil),
 				newReq(t, http.MethodPost, base+"/api/conversations/"+esc+"/interrupt", nil, nil),
 				newReq(t, http.MethodGet, base+"/api/conversations/"+esc+"/stream", nil, nil),
-				newReq(t, http.MethodPost, base+minting.MintPath, mustJSON(minting.MintRequest{ConversationID: bad}), map[string]string{"Authorization": "Bearer " + identity}),
+				newReq(t, http.MethodPost, base+minting.MintPath, mustJSON(contract.MintRequest{ConversationID: bad}), map[string]string{"Authorization": "Bearer " + identity}),
 				newReq(t, http.MethodPost, st.info.LocalProxy+"/"+esc+"/v1/messages", []byte(`{}`), nil),
 			}
 			wbody := mustJSON(contract.CreateSessionRequest{ConversationID: bad})
@@ -264,7 +297,7 @@ func TestSecurityBoundaries(t *testing.T) {
 				t.Errorf("the logs contain the %s", name)
 			}
 		}
-		for _, prefix := range []string{"wt1.", "tki_", "sk-sim-"} {
+		for _, prefix := range []string{"wt1.", "tki_", "sk-sim-", "tlp_"} {
 			if strings.Contains(text, prefix) {
 				t.Errorf("the logs contain something shaped like a credential (%q)", prefix)
 			}

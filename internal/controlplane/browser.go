@@ -27,6 +27,9 @@ func (s *Server) browser(h httpapi.HandlerFunc) httpapi.HandlerFunc {
 			return httpapi.Errorf(http.StatusUnauthorized, contract.CodeUnauthorized,
 				"browser authentication is not configured on this control-plane; run it with a local user (talkide dev)")
 		}
+		if err := httpapi.LocalOnly(r); err != nil {
+			return err
+		}
 		if id := r.PathValue("id"); r.Pattern != "" && strings.Contains(r.Pattern, "{id}") {
 			if err := httpapi.ID("conversation id", id); err != nil {
 				return err

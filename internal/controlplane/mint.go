@@ -7,13 +7,12 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
-	"github.com/talkide/platform/internal/minting"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
 
 // MintPath is the WorkerToken mint endpoint.
-const MintPath = minting.MintPath
+const MintPath = contract.MintPath
 
 // authIdentity checks the identity token in Authorization and returns its
 // tenant-env. Every failure is the same 401, so a caller learns nothing about
@@ -60,7 +59,7 @@ func (s *Server) handleMint(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req minting.MintRequest
+	var req contract.MintRequest
 	if err := httpapi.DecodeJSON(body, &req); err != nil {
 		return err
 	}
@@ -76,7 +75,7 @@ func (s *Server) handleMint(w http.ResponseWriter, r *http.Request) error {
 			"conversation %s does not belong to this worker's tenant-env", req.ConversationID)
 	}
 	tok, claims := s.cfg.Keyring.MintWorkerToken(ident.Tenant, ident.Env, c.ID, s.cfg.Now())
-	httpapi.WriteJSON(w, http.StatusOK, minting.MintResponse{
+	httpapi.WriteJSON(w, http.StatusOK, contract.MintResponse{
 		Token: tok, ExpiresAt: unixTime(claims.ExpiresAt), KeyID: s.cfg.Keyring.CurrentKeyID(),
 	})
 	return nil

@@ -11,7 +11,6 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
-	"github.com/talkide/platform/internal/minting"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -98,7 +97,7 @@ func TestMint(t *testing.T) {
 			if resp.StatusCode != tt.wantStatus {
 				t.Fatalf("status = %d: %s", resp.StatusCode, body)
 			}
-			var got minting.MintResponse
+			var got contract.MintResponse
 			decodeJSON(t, body, &got)
 			claims, err := h.keyring.VerifyWorkerToken(got.Token, now)
 			if err != nil {

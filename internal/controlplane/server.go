@@ -17,7 +17,7 @@ import (
 )
 
 // GatewayPrefix is where the gateway-proxy is mounted.
-const GatewayPrefix = "/api/internal/gateway/anthropic"
+const GatewayPrefix = contract.GatewayPrefix
 
 // Config is what the control-plane needs.
 type Config struct {

@@ -22,16 +22,16 @@ import (
 
 // Prefix is where the control-plane mounts the gateway. The handler receives
 // the full path and strips Prefix itself.
-const Prefix = "/api/internal/gateway/anthropic"
+const Prefix = contract.GatewayPrefix
 
 // Header names read by the gateway. Both are removed before forwarding.
 const (
 	// ConversationHeader names the conversation a call belongs to. When it
 	// is absent the WorkerToken's conversation is used.
-	ConversationHeader = "X-Talkide-Conversation"
+	ConversationHeader = contract.ConversationHeader
 	// TokenHeader carries the WorkerToken; "Authorization: Bearer <token>"
 	// is accepted too (what the official SDKs send for an auth token).
-	TokenHeader = trust.SignatureHeader
+	TokenHeader = contract.TokenHeader
 )
 
 // DefaultMaxBody is the default cap on a request body.

@@ -11,8 +11,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"time"
 	"strings"
 
 	"github.com/talkide/platform/internal/contract"
@@ -88,8 +92,17 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// ReadBody reads at most max bytes of r's body; a longer body is a 413.
+// bodyReadTimeout bounds how long a client may take to send a body, so that
+// a slow sender cannot hold a connection and a buffer indefinitely. Streams
+// send no body and are not affected.
+const bodyReadTimeout = 30 * time.Second
+
+// ReadBody reads at most max bytes of r's body within bodyReadTimeout; a
+// longer body is a 413.
 func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	defer rc.SetReadDeadline(time.Time{})
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -156,4 +169,43 @@ func MethodNotAllowed(logger *slog.Logger, allow ...string) http.Handler {
 		w.Header().Set("Allow", list)
 		return Errorf(http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed, "method %s is not allowed here; use %s", r.Method, list)
 	})
+}
+
+// LoopbackHost reports whether a request's Host (or an Origin's host) names
+// the loopback interface: 127.0.0.0/8, ::1 or localhost, with any port.
+func LoopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// LocalOnly guards an API that trusts whoever reaches it on loopback (talkide
+// dev acts as one user without credentials). A web page the developer opens
+// can reach loopback too, so it refuses: a Host that is not loopback (DNS
+// rebinding), an Origin that is not loopback (a cross-site request), and a
+// body that is not JSON (what a page can send without a preflight).
+func LocalOnly(r *http.Request) error {
+	if !LoopbackHost(r.Host) {
+		return Errorf(http.StatusForbidden, contract.CodeForbidden, "this API answers only requests addressed to a loopback host")
+	}
+	if origin := r.Header.Get("Origin"); origin != "" {
+		u, err := url.Parse(origin)
+		if err != nil || !LoopbackHost(u.Host) {
+			return Errorf(http.StatusForbidden, contract.CodeForbidden, "cross-origin requests are refused")
+		}
+	}
+	if r.Method == http.MethodPost && r.ContentLength != 0 {
+		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if err != nil || mt != "application/json" {
+			return Errorf(http.StatusUnsupportedMediaType, contract.CodeBadRequest, "the request body must be sent as Content-Type: application/json")
+		}
+	}
+	return nil
 }

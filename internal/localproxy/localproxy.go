@@ -7,6 +7,11 @@ package localproxy
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +23,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/minting"
 )
 
@@ -25,6 +31,33 @@ import (
 type Proxy struct {
 	rp     *httputil.ReverseProxy
 	logger *slog.Logger
+	key    []byte // derives the per-conversation capabilities; never leaves the process
+}
+
+// capabilityPrefix marks a LocalGatewayProxy capability in logs and scans.
+const capabilityPrefix = "tlp_"
+
+// Capability is the credential a subprocess of conversation id presents to
+// the proxy (as ANTHROPIC_AUTH_TOKEN or ANTHROPIC_API_KEY: either header is
+// accepted). It is worthless outside this process and for any other
+// conversation, so a process steered by one conversation cannot spend
+// another's budget through the proxy.
+func (p *Proxy) Capability(id string) string {
+	m := hmac.New(sha256.New, p.key)
+	m.Write([]byte(id))
+	return capabilityPrefix + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// presented returns the credential a client sent, if any.
+func presented(r *http.Request) string {
+	if k := r.Header.Get("X-Api-Key"); k != "" {
+		return k
+	}
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if ok && strings.EqualFold(scheme, "Bearer") {
+		return tok
+	}
+	return ""
 }
 
 // New returns a proxy forwarding to gatewayURL (the control-plane's
@@ -33,7 +66,11 @@ func New(gatewayURL *url.URL, m *minting.Minter, logger *slog.Logger) *Proxy {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Proxy{logger: logger}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		panic("localproxy: crypto/rand failed: " + err.Error())
+	}
+	p := &Proxy{logger: logger, key: key}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// The conversation id was validated and stripped in ServeHTTP;
@@ -83,6 +120,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if !httpapi.LoopbackHost(r.Host) {
+		writeAnthropicError(w, http.StatusForbidden, "permission_error", "talkide local gateway proxy: only requests addressed to a loopback host are served")
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(presented(r)), []byte(p.Capability(id))) != 1 {
+		writeAnthropicError(w, http.StatusUnauthorized, "authentication_error", "talkide local gateway proxy: the credential is not this conversation's capability")
+		return
+	}
 	r2 := r.Clone(r.Context())
 	r2.URL.Path = rest
 	r2.URL.RawPath = ""
@@ -103,8 +148,9 @@ func writeAnthropicError(w http.ResponseWriter, status int, typ, msg string) {
 
 // Server is a running LocalGatewayProxy on a loopback port.
 type Server struct {
-	srv *http.Server
-	ln  net.Listener
+	srv   *http.Server
+	ln    net.Listener
+	proxy *Proxy
 }
 
 // Listen starts p on 127.0.0.1 with a port chosen by the kernel.
@@ -113,7 +159,7 @@ func Listen(p *Proxy) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("localproxy: %w", err)
 	}
-	s := &Server{srv: &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}, ln: ln}
+	s := &Server{srv: &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}, ln: ln, proxy: p}
 	go s.srv.Serve(ln)
 	return s, nil
 }
@@ -123,6 +169,9 @@ func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
 
 // BaseURLFor is the ANTHROPIC_BASE_URL a subprocess of conversation id uses.
 func (s *Server) BaseURLFor(id string) string { return s.URL() + "/" + id }
+
+// Capability is the credential a subprocess of conversation id presents.
+func (s *Server) Capability(id string) string { return s.proxy.Capability(id) }
 
 // Shutdown stops the server, waiting for calls in flight until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }

@@ -18,6 +18,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/talkide/platform/internal/anthropicsim"
+	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/minting"
 	"github.com/talkide/platform/internal/sse"
 )
@@ -43,7 +44,7 @@ func newMintServer(t *testing.T, refuse ...string) *mintServer {
 		m.refuse[c] = true
 	}
 	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req minting.MintRequest
+		var req contract.MintRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || r.URL.Path != minting.MintPath {
 			http.Error(w, "bad mint request", http.StatusBadRequest)
 			return
@@ -59,7 +60,7 @@ func newMintServer(t *testing.T, refuse ...string) *mintServer {
 		tok := fmt.Sprintf("wt-%s-%d", req.ConversationID, m.n)
 		m.issued[req.ConversationID] = append(m.issued[req.ConversationID], tok)
 		m.mu.Unlock()
-		json.NewEncoder(w).Encode(minting.MintResponse{Token: tok, ExpiresAt: time.Now().Add(2 * time.Minute), KeyID: "k1"})
+		json.NewEncoder(w).Encode(contract.MintResponse{Token: tok, ExpiresAt: time.Now().Add(2 * time.Minute), KeyID: "k1"})
 	}))
 	t.Cleanup(m.srv.Close)
 	return m
@@ -152,8 +153,7 @@ func TestForwardsWithFreshToken(t *testing.T) {
 
 	for _, conv := range []string{"conv-a", "conv-b"} {
 		req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor(conv)+"/v1/messages?beta=true", strings.NewReader(`{"model":"m"}`))
-		req.Header.Set("Authorization", "Bearer inert-token")
-		req.Header.Set("X-Api-Key", "sk-ant-should-not-travel")
+		req.Header.Set("Authorization", "Bearer "+s.Capability(conv))
 		req.Header.Set("Cookie", "a=b")
 		req.Header.Set("X-Talkide-Conversation", "someone-else")
 		req.Header.Set("X-Talkide-Tenant", "evil")
@@ -207,6 +207,7 @@ func TestStreamsUnbuffered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.BaseURLFor("conv-sse")+"/v1/messages", strings.NewReader(`{"stream":true}`))
+	req.Header.Set("X-Api-Key", s.Capability("conv-sse"))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -303,6 +304,7 @@ func TestMintFailureIsAnthropicAuthError(t *testing.T) {
 	gw := newGateway(t, nil)
 	s := startProxy(t, gw.srv.URL, newMintServer(t, "conv-foreign"))
 	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-foreign")+"/v1/messages", strings.NewReader("{}"))
+	req.Header.Set("X-Api-Key", s.Capability("conv-foreign"))
 	resp, body := do(t, req)
 	checkAnthropicError(t, resp, body, http.StatusUnauthorized, "authentication_error")
 	if n := len(gw.received()); n != 0 {
@@ -315,6 +317,7 @@ func TestGatewayUnreachable(t *testing.T) {
 	s := startProxy(t, gw.srv.URL, newMintServer(t))
 	gw.srv.Close()
 	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-1")+"/v1/messages", strings.NewReader("{}"))
+	req.Header.Set("X-Api-Key", s.Capability("conv-1"))
 	resp, body := do(t, req)
 	checkAnthropicError(t, resp, body, http.StatusBadGateway, "api_error")
 }
@@ -350,7 +353,7 @@ func TestAnthropicSDKThroughProxy(t *testing.T) {
 	})
 	s := startProxy(t, gw.srv.URL, ms)
 
-	client := anthropic.NewClient(option.WithBaseURL(s.BaseURLFor("conv-sdk")), option.WithAPIKey("inert"), option.WithMaxRetries(0))
+	client := anthropic.NewClient(option.WithBaseURL(s.BaseURLFor("conv-sdk")), option.WithAuthToken(s.Capability("conv-sdk")), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{
@@ -369,5 +372,42 @@ func TestAnthropicSDKThroughProxy(t *testing.T) {
 	}
 	if len(msg.Content) != 1 || !strings.Contains(msg.Content[0].Text, "you said: hello proxy") {
 		t.Errorf("reply %+v", msg.Content)
+	}
+}
+
+func TestCapabilityIsPerConversation(t *testing.T) {
+	ms := newMintServer(t)
+	gw := newGateway(t, nil)
+	s := startProxy(t, gw.srv.URL, ms)
+	tests := map[string]struct {
+		header, value string
+		want          int
+	}{
+		"none":                          {"", "", http.StatusUnauthorized},
+		"inert placeholder":             {"Authorization", "Bearer inert", http.StatusUnauthorized},
+		"another conversation's":        {"X-Api-Key", s.Capability("conv-b"), http.StatusUnauthorized},
+		"another proxy's":               {"X-Api-Key", startProxy(t, gw.srv.URL, ms).Capability("conv-a"), http.StatusUnauthorized},
+		"own, as bearer":                {"Authorization", "Bearer " + s.Capability("conv-a"), http.StatusOK},
+		"own, as x-api-key":             {"X-Api-Key", s.Capability("conv-a"), http.StatusOK},
+		"own, lower-case bearer scheme": {"Authorization", "bearer " + s.Capability("conv-a"), http.StatusOK},
+	}
+	for name, tc := range tests {
+		req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-a")+"/v1/messages", strings.NewReader("{}"))
+		if tc.header != "" {
+			req.Header.Set(tc.header, tc.value)
+		}
+		if resp, body := do(t, req); resp.StatusCode != tc.want {
+			t.Errorf("%s: status %d, want %d: %s", name, resp.StatusCode, tc.want, body)
+		}
+	}
+	if toks := ms.tokens("conv-b"); len(toks) != 0 {
+		t.Errorf("minted for conv-b with a refused request: %v", toks)
+	}
+	// A rebound host name does not reach the proxy either.
+	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-a")+"/v1/messages", strings.NewReader("{}"))
+	req.Host = "evil.example"
+	req.Header.Set("X-Api-Key", s.Capability("conv-a"))
+	if resp, _ := do(t, req); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("non-loopback Host: status %d", resp.StatusCode)
 	}
 }

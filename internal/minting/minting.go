@@ -18,27 +18,12 @@ import (
 	"github.com/talkide/platform/internal/contract"
 )
 
-// MintPath is the control-plane's mint endpoint.
-const MintPath = "/api/v1/worker-gateway/token/mint"
-
-// ConversationHeader names the conversation of a gateway call; the gateway
-// checks it against the token's scope.
-const ConversationHeader = "X-Talkide-Conversation"
-
-// TokenHeader carries the WorkerToken to the gateway.
-const TokenHeader = "X-Worker-Token"
-
-// MintRequest is the body of a mint call.
-type MintRequest struct {
-	ConversationID string `json:"conversation_id"`
-}
-
-// MintResponse is the mint endpoint's answer.
-type MintResponse struct {
-	Token     string    `json:"token"`
-	ExpiresAt time.Time `json:"expires_at"`
-	KeyID     string    `json:"key_id"`
-}
+// Aliases of the wire names in contract, for callers of this package.
+const (
+	MintPath           = contract.MintPath
+	ConversationHeader = contract.ConversationHeader
+	TokenHeader        = contract.TokenHeader
+)
 
 // ErrMint wraps every failure to obtain a token.
 var ErrMint = errors.New("mint worker token")
@@ -126,13 +111,13 @@ func (m *Minter) Token(ctx context.Context, conversationID string) (string, erro
 	return resp.Token, nil
 }
 
-func (m *Minter) mint(ctx context.Context, conversationID string) (MintResponse, error) {
-	var out MintResponse
+func (m *Minter) mint(ctx context.Context, conversationID string) (contract.MintResponse, error) {
+	var out contract.MintResponse
 	identity, err := m.identity()
 	if err != nil {
 		return out, fmt.Errorf("%w: read identity token: %w", ErrMint, err)
 	}
-	body, _ := json.Marshal(MintRequest{ConversationID: conversationID})
+	body, _ := json.Marshal(contract.MintRequest{ConversationID: conversationID})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.mintURL, bytes.NewReader(body))
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", ErrMint, err)

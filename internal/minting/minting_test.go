@@ -68,7 +68,7 @@ func (m *mintServer) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "wrong endpoint", http.StatusNotFound)
 		return
 	}
-	var req MintRequest
+	var req contract.MintRequest
 	body, _ := io.ReadAll(r.Body)
 	if err := json.Unmarshal(body, &req); err != nil {
 		http.Error(w, "bad body", http.StatusBadRequest)
@@ -84,7 +84,7 @@ func (m *mintServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(MintResponse{
+	json.NewEncoder(w).Encode(contract.MintResponse{
 		Token:     fmt.Sprintf("tok-%s-%d", req.ConversationID, n),
 		ExpiresAt: m.clock.Now().Add(m.ttl),
 		KeyID:     "k1",
@@ -207,7 +207,7 @@ func TestMintErrors(t *testing.T) {
 			wantText: "malformed",
 		},
 		"answer without a token": {
-			fail:     writeJSON(http.StatusOK, MintResponse{ExpiresAt: time.Now().Add(time.Minute)}),
+			fail:     writeJSON(http.StatusOK, contract.MintResponse{ExpiresAt: time.Now().Add(time.Minute)}),
 			wantText: "malformed",
 		},
 		"identity unreadable": {

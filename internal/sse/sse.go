@@ -23,6 +23,12 @@ type Event struct {
 // ErrLineTooLong is returned when a line exceeds the reader's limit.
 var ErrLineTooLong = errors.New("sse: line too long")
 
+// ErrEventTooLarge is returned when one event's data (all its data lines)
+// exceeds four times the line limit.
+var ErrEventTooLarge = errors.New("sse: event too large")
+
+func (r *Reader) maxEvent() int { return 4 * r.maxLine }
+
 // Reader parses an event stream. Lines end in LF or CRLF; a bare CR is kept
 // as data (none of our peers sends one).
 type Reader struct {
@@ -78,6 +84,9 @@ func (r *Reader) Next() (Event, error) {
 			}
 			data.Write(value)
 			hasData = true
+			if data.Len() > r.maxEvent() {
+				return Event{}, ErrEventTooLarge
+			}
 		case "event":
 			ev.Event = string(value)
 		case "id":

@@ -112,3 +112,13 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+func TestEventTooLarge(t *testing.T) {
+	in := strings.Repeat("data: "+strings.Repeat("x", 100)+"\n", 50) + "\n"
+	if _, err := NewReader(strings.NewReader(in), 1024).Next(); !errors.Is(err, ErrEventTooLarge) {
+		t.Fatalf("err = %v, want ErrEventTooLarge", err)
+	}
+	if _, err := NewReader(strings.NewReader(in), 4096).Next(); err != nil {
+		t.Fatalf("an event within the limit: %v", err)
+	}
+}

@@ -173,7 +173,18 @@ func (rp *Reporter) deliver(ctx context.Context, ob Outbox) error {
 			batch[i] = pending[i].Report
 		}
 		if err := rp.post(ctx, batch); err != nil {
-			return err
+			var perm *permanentError
+			if !errors.As(err, &perm) {
+				return err
+			}
+			// Retrying cannot help (the control-plane says the batch is
+			// malformed or not ours to report): drop it loudly rather than
+			// block every report behind it.
+			keys := make([]string, len(batch))
+			for i, r := range batch {
+				keys[i] = r.IdempotencyKey
+			}
+			rp.log.Error("control-plane refused reports for good; dropping them", "status", perm.status, "keys", keys)
 		}
 		if err := ob.AckReports(pending[n-1].End); err != nil {
 			return err
@@ -199,8 +210,18 @@ func (rp *Reporter) post(ctx context.Context, batch []contract.Report) error {
 		return err
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("control-plane answered %d", resp.StatusCode)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusBadRequest, http.StatusForbidden, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return &permanentError{status: resp.StatusCode}
 	}
-	return nil
+	return fmt.Errorf("control-plane answered %d", resp.StatusCode)
+}
+
+// permanentError is an answer that no retry of the same batch can change.
+type permanentError struct{ status int }
+
+func (e *permanentError) Error() string {
+	return fmt.Sprintf("control-plane refused the reports (%d)", e.status)
 }

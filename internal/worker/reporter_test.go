@@ -254,3 +254,20 @@ func TestNilReporter(t *testing.T) {
 		t.Fatal("a nil reporter is not inert")
 	}
 }
+
+func TestReporterDropsPermanentlyRefusedBatches(t *testing.T) {
+	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"error":{"code":"forbidden","message":"not yours"}}`, http.StatusForbidden)
+	}))
+	defer refuse.Close()
+	ob := outbox(t)
+	addReports(t, ob, "p1", "p2")
+	rp := NewReporter(refuse.URL, &trust.Signer{Direction: trust.ToControlPlane, Tenant: testTenant, Env: testEnv, KeyID: testKeyID, Key: testKey}, nil)
+	rp.Notify(ob)
+	if err := rp.Flush(context.Background()); err != nil {
+		t.Fatalf("a permanent refusal blocked the outbox: %v", err)
+	}
+	if p, _ := ob.PendingReports(); len(p) != 0 {
+		t.Fatalf("%d refused reports still pending", len(p))
+	}
+}
