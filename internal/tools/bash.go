@@ -138,7 +138,9 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 	pw.Close() // the children hold the write end now
 	pgid := cmd.Process.Pid
 
+	full := newSpill(call, maxOut)
 	out := newHeadTail(maxOut)
+	out.tee = full
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
@@ -174,6 +176,7 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 
 	text := out.String()
 	if ctxErr != nil {
+		full.finish(false)
 		return Result{Output: text, IsError: true}, ctxErr
 	}
 	var note string
@@ -206,6 +209,7 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 		}
 		text += note
 	}
+	text = appendNote(text, full.finish(out.cut()))
 	return Result{Output: text, IsError: isErr}, nil
 }
 
@@ -326,6 +330,8 @@ func completeRunes(b []byte) int {
 // headTail keeps the first and last bytes written to it, up to a total of
 // max, and counts everything. It is safe for concurrent use.
 type headTail struct {
+	tee io.Writer // when not nil, receives everything written, in order; set before the first Write
+
 	mu    sync.Mutex // guards the fields below
 	max   int
 	head  []byte // up to max/2 bytes
@@ -343,6 +349,9 @@ func (h *headTail) Write(p []byte) (int, error) {
 	defer h.mu.Unlock()
 	n := len(p)
 	h.total += n
+	if h.tee != nil {
+		h.tee.Write(p)
+	}
 	if room := h.max/2 - len(h.head); room > 0 {
 		k := min(room, len(p))
 		h.head = append(h.head, p[:k]...)
@@ -366,6 +375,14 @@ func (h *headTail) Write(p []byte) (int, error) {
 		h.start = (h.start + k) % tailMax
 	}
 	return n, nil
+}
+
+// cut reports whether more than max bytes were written, so that String
+// cuts them.
+func (h *headTail) cut() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.total > h.max
 }
 
 // String returns what was written, cut in the middle with a note when it

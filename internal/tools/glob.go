@@ -53,27 +53,16 @@ func (*Glob) InputSchema() map[string]any {
 	}
 }
 
-func (g *Glob) Run(ctx context.Context, call Call) (Result, error) {
-	if err := start(ctx, call); err != nil {
-		return Result{}, err
-	}
-	var in GlobInput
-	if err := decodeInput(call.Input, &in, "pattern"); err != nil {
-		return errorResult("%v", err), nil
-	}
-	if in.Pattern == "" {
-		return errorResult("invalid input: field \"pattern\" must not be empty"), nil
-	}
-	ws := call.Workspace
-
-	// Split the pattern into a literal directory prefix, which narrows the
-	// walk (and may be absolute), and the glob proper.
+// split splits the pattern into the directory to walk — path joined with
+// the pattern's literal leading segments, which narrow the walk, or those
+// segments alone when the pattern is absolute — and the glob proper.
+func (in GlobInput) split() (dir, rest string) {
 	segs := strings.Split(filepath.ToSlash(in.Pattern), "/")
 	lit := 0
 	for lit < len(segs)-1 && !hasMeta(segs[lit]) {
 		lit++
 	}
-	dir := in.Path
+	dir = in.Path
 	if dir == "" {
 		dir = "."
 	}
@@ -87,7 +76,23 @@ func (g *Glob) Run(ctx context.Context, call Call) (Result, error) {
 	case prefix != "":
 		dir = filepath.Join(dir, prefix)
 	}
-	pat, err := compileGlob(strings.Join(segs[lit:], "/"))
+	return dir, strings.Join(segs[lit:], "/")
+}
+
+func (g *Glob) Run(ctx context.Context, call Call) (Result, error) {
+	if err := start(ctx, call); err != nil {
+		return Result{}, err
+	}
+	var in GlobInput
+	if err := decodeInput(call.Input, &in, "pattern"); err != nil {
+		return errorResult("%v", err), nil
+	}
+	if in.Pattern == "" {
+		return errorResult("invalid input: field \"pattern\" must not be empty"), nil
+	}
+	ws := call.Workspace
+	dir, rest := in.split()
+	pat, err := compileGlob(rest)
 	if err != nil {
 		return errorResult("%v", err), nil
 	}
@@ -141,5 +146,5 @@ func (g *Glob) Run(ctx context.Context, call Call) (Result, error) {
 		b.WriteByte('\n')
 	}
 	maxOut := outputCap(g.MaxOutputBytes)
-	return Result{Output: truncate(b.String(), maxOut)}, nil
+	return Result{Output: capOutput(call, b.String(), maxOut)}, nil
 }

@@ -252,8 +252,11 @@ func (g *Grep) Run(ctx context.Context, call Call) (Result, error) {
 	s := &grepSearch{
 		re: re, multiline: in.Multiline, mode: mode, numbers: numbers,
 		before: before, after: after, headLimit: in.HeadLimit,
-		out: newHeadTail(maxOut),
+		out:  newHeadTail(maxOut),
+		full: newSpill(call, maxOut),
 	}
+	s.out.tee = s.full
+	defer s.full.finish(false)
 	if fi.Mode().IsRegular() {
 		s.file(base, ws.Rel(base), fi)
 	} else if fi.IsDir() {
@@ -278,7 +281,7 @@ func (g *Grep) Run(ctx context.Context, call Call) (Result, error) {
 	} else {
 		return errorResult("Cannot search %s: not a regular file or directory", ws.Rel(base)), nil
 	}
-	return Result{Output: s.result()}, nil
+	return Result{Output: s.result(call)}, nil
 }
 
 // grepSearch is the state of one Grep call.
@@ -290,8 +293,9 @@ type grepSearch struct {
 	before, after     int
 	headLimit         int
 	out               *headTail
-	entries           int  // lines (content) or files (count) written to out
-	limited           bool // head_limit cut the output
+	full              *spill // what out receives, to keep it whole when out cuts it
+	entries           int    // lines (content) or files (count) written to out
+	limited           bool   // head_limit cut the output
 	files             []grepFile
 	totalMatches      int
 	tooBig            []string
@@ -408,8 +412,9 @@ func (s *grepSearch) content(rel string, matched []bool, line func(int) []byte) 
 	return false
 }
 
-func (s *grepSearch) result() string {
+func (s *grepSearch) result(call Call) string {
 	var b strings.Builder
+	streamed := 0 // bytes at the start of b that come from s.out
 	switch s.mode {
 	case GrepFilesWithMatches:
 		sort.SliceStable(s.files, func(i, j int) bool {
@@ -432,6 +437,7 @@ func (s *grepSearch) result() string {
 		}
 	default:
 		b.WriteString(s.out.String())
+		streamed = b.Len()
 		if s.mode == GrepCount && s.totalMatches > 0 && !s.limited {
 			fmt.Fprintf(&b, "\nFound %s in total\n", plural(s.totalMatches, "match"))
 		}
@@ -445,7 +451,15 @@ func (s *grepSearch) result() string {
 	if len(s.tooBig) > 0 {
 		fmt.Fprintf(&b, "[skipped %s larger than %d bytes: %s]\n", plural(len(s.tooBig), "file"), maxGrepFileBytes, strings.Join(s.tooBig, ", "))
 	}
-	return truncate(b.String(), s.out.max+200)
+	text, max := b.String(), s.out.max+200
+	if s.out.cut() {
+		// The full output is in s.full up to the streamed part; the notes
+		// after it complete it.
+		s.full.WriteString(text[streamed:])
+		return appendNote(truncate(text, max), s.full.finish(true))
+	}
+	s.full.finish(false)
+	return capOutput(call, text, max)
 }
 
 // lineStarts returns the offset of each line's first byte. A final newline

@@ -32,7 +32,7 @@ const readDescription = `Reads a text file from the workspace.
 - file_path is relative to the workspace root, or absolute inside it.
 - By default reads up to 2000 lines from the start. For long files, pass offset (1-based line number to start at) and limit (number of lines).
 - Output is in cat -n format: the line number, a tab, then the line. Lines longer than 2000 characters are cut. The line-number prefix is not part of the file.
-- Binary files are refused, and so are directories: use Glob, or Bash with ls, to list a directory.
+- Binary files are refused, and so are directories: use LS, or Glob, to list a directory.
 - Read a file before editing it, and read several files in parallel when you need them.`
 
 // Read reads a text file. The zero value uses the defaults of Options.
@@ -84,6 +84,10 @@ func (r *Read) Run(ctx context.Context, call Call) (Result, error) {
 		limit = DefaultReadLimit
 	}
 	maxOut := outputCap(r.MaxOutputBytes)
+	// full receives what Read would show without the byte cap, to keep it
+	// whole when the cap cuts it.
+	full := newSpill(call, maxOut)
+	defer full.finish(false)
 
 	ws := call.Workspace
 	path, err := ws.Resolve(in.FilePath)
@@ -109,6 +113,7 @@ func (r *Read) Run(ctx context.Context, call Call) (Result, error) {
 	var b strings.Builder
 	n := 0       // lines read so far
 	shown := 0   // lines written to b
+	inRange := 0 // lines from offset on, up to limit: shown, or cut by the byte cap
 	stopped := 0 // line at which the byte cap stopped output, or 0
 	for {
 		if err := ctx.Err(); err != nil {
@@ -122,10 +127,15 @@ func (r *Read) Run(ctx context.Context, call Call) (Result, error) {
 			break
 		}
 		n++
-		if n < offset || shown >= limit || stopped > 0 {
+		if n < offset || inRange >= limit || stopped > 0 && full == nil {
 			continue // keep counting lines for the summary
 		}
+		inRange++
 		entry := fmt.Sprintf("%6d\t%s\n", n, line)
+		full.WriteString(entry)
+		if stopped > 0 {
+			continue
+		}
 		if b.Len()+len(entry) > maxOut && shown > 0 {
 			stopped = n
 			continue
@@ -140,6 +150,10 @@ func (r *Read) Run(ctx context.Context, call Call) (Result, error) {
 	switch {
 	case stopped > 0:
 		fmt.Fprintf(&b, "\n[output truncated to %d bytes: showed lines %d-%d of %d; continue with offset=%d]\n", maxOut, offset, last, n, stopped)
+		if end := offset + inRange - 1; end < n {
+			fmt.Fprintf(full, "\n[showed lines %d-%d of %d; continue with offset=%d]\n", offset, end, n, end+1)
+		}
+		return Result{Output: appendNote(b.String(), full.finish(true))}, nil
 	case last < n:
 		fmt.Fprintf(&b, "\n[showed lines %d-%d of %d; continue with offset=%d]\n", offset, last, n, last+1)
 	}
@@ -157,7 +171,7 @@ func openRegular(path, rel string) (*os.File, error) {
 		return nil, fmt.Errorf("Cannot read %s: %v", rel, err)
 	}
 	if fi.IsDir() {
-		return nil, fmt.Errorf("%s is a directory, not a file; use Glob (or Bash with ls) to list its contents", rel)
+		return nil, fmt.Errorf("%s is a directory, not a file; use LS (or Glob) to list its contents", rel)
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("Cannot read %s: not a regular file (%v)", rel, fi.Mode().Type())

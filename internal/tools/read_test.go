@@ -100,7 +100,7 @@ func TestRead(t *testing.T) {
 		},
 		"directory": {
 			in:      map[string]any{"file_path": "dir"},
-			want:    "dir is a directory, not a file; use Glob (or Bash with ls) to list its contents",
+			want:    "dir is a directory, not a file; use LS (or Glob) to list its contents",
 			isError: true,
 		},
 		"missing": {

@@ -1,6 +1,7 @@
 // Package tools is the agent's headless toolset — Bash, Read, Write, Edit,
-// Glob and Grep, with Claude Code's names and input shapes — confined to one
-// conversation's workspace directory.
+// Glob, Grep, LS and TodoWrite, with Claude Code's names and input shapes —
+// confined to one conversation's workspace directory, and the deployment's
+// Policy that allows or denies each call before it runs.
 package tools
 
 import (
@@ -44,6 +45,12 @@ type Call struct {
 	// called from a goroutine other than Run's; calls are serialized, and
 	// every call happens before Run returns.
 	Output func(chunk string)
+	// StateDir, when not empty, is an absolute per-conversation directory
+	// on the session volume where tools may keep state (created on first
+	// use, 0o700): TodoWrite keeps todos.json there, and an output cut for
+	// the model is kept whole as SpillDir/<ID>.txt. The model cannot read
+	// it. Empty means nothing is kept.
+	StateDir string
 }
 
 // Result is what the model sees of a call.
@@ -60,7 +67,7 @@ type Options struct {
 	BashTimeout time.Duration
 	// MaxOutputBytes caps a result's Output. Beyond it, output is cut in
 	// the middle with the note "[output truncated: N bytes total]", keeping
-	// head and tail. Default 30000.
+	// head and tail, and kept whole under Call.StateDir. Default 30000.
 	MaxOutputBytes int
 	// Env is the complete environment of Bash processes; the caller scrubs
 	// secrets. Nil means a minimal environment: PATH=/usr/local/bin:/usr/bin:/bin,
@@ -100,7 +107,7 @@ func (o *Options) withDefaults() Options {
 }
 
 // Default returns the default toolset, in this order: Bash, Read, Write,
-// Edit, Glob, Grep. opts may be nil.
+// Edit, Glob, Grep, LS, TodoWrite. opts may be nil.
 func Default(opts *Options) []Tool {
 	o := opts.withDefaults()
 	return []Tool{
@@ -110,6 +117,8 @@ func Default(opts *Options) []Tool {
 		&Edit{},
 		&Glob{MaxOutputBytes: o.MaxOutputBytes},
 		&Grep{MaxOutputBytes: o.MaxOutputBytes},
+		&LS{MaxOutputBytes: o.MaxOutputBytes},
+		&TodoWrite{},
 	}
 }
 

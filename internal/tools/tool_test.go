@@ -113,10 +113,10 @@ func TestDefault(t *testing.T) {
 			t.Errorf("%s: InputSchema returns a shared map", tool.Name())
 		}
 	}
-	if diff := cmp.Diff([]string{"Bash", "Read", "Write", "Edit", "Glob", "Grep"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"Bash", "Read", "Write", "Edit", "Glob", "Grep", "LS", "TodoWrite"}, names); diff != "" {
 		t.Errorf("names (-want +got):\n%s", diff)
 	}
-	if Find(tools, "Grep") == nil || Find(tools, "LS") != nil {
+	if Find(tools, "Grep") == nil || Find(tools, "Teleport") != nil {
 		t.Error("Find")
 	}
 
@@ -180,6 +180,10 @@ func TestInputErrors(t *testing.T) {
 		"grep -A type":           {&Grep{}, `{"pattern":"x","-A":1.5}`, `field "-A" must be an integer, got number 1.5`},
 		"grep bad mode":          {&Grep{}, `{"pattern":"x","output_mode":"lines"}`, `"output_mode" must be`},
 		"grep negative -C":       {&Grep{}, `{"pattern":"x","-C":-1}`, `"-C" must not be negative`},
+		"ls missing path":        {&LS{}, `{"ignore":[]}`, `required field "path" is missing`},
+		"ls ignore type":         {&LS{}, `{"path":".","ignore":[1]}`, `field "ignore" must be a string, got number`},
+		"todo missing todos":     {&TodoWrite{}, `{}`, `required field "todos" is missing`},
+		"todo item type":         {&TodoWrite{}, `{"todos":["a"]}`, `field "todos" must be an object, got string`},
 		"unknown fields ignored": {&Glob{}, `{"pattern":"*.none","bogus":{"a":1}}`, `No files found`},
 	}
 	for name, tt := range tests {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -45,7 +46,11 @@ type Options struct {
 	// System is Mara's system prompt; empty means the embedded prompts/mara.md.
 	System string
 	// Tools are offered to the model; nil means tools.Default(nil).
-	Tools  []tools.Tool
+	Tools []tools.Tool
+	// Policy is checked before every tool call; a denied call is answered
+	// with an error result naming the rule, without running. Nil allows
+	// every call.
+	Policy *tools.Policy
 	Logger *slog.Logger
 }
 
@@ -311,13 +316,22 @@ func (h *Harness) runTool(ctx context.Context, t *harness.Turn, ws *tools.Worksp
 	if !ok {
 		return tools.Result{Output: fmt.Sprintf("There is no tool named %q. Available tools: %s.", name, strings.Join(h.toolNames(), ", ")), IsError: true}
 	}
+	if d := h.opts.Policy.Check(name, input, ws); !d.Allowed {
+		h.opts.Logger.Info("tool call denied by policy", "conversation", t.ConversationID, "turn", t.TurnID, "tool", name, "rule", d.Rule)
+		return tools.Result{Output: d.Message(), IsError: true}
+	}
+	var stateDir string
+	if t.SessionDir != "" {
+		stateDir = filepath.Join(t.SessionDir, "tools")
+	}
 	res, err := tool.Run(ctx, tools.Call{
 		ID:        id,
 		Input:     input,
 		Workspace: ws,
-		Output: func(chunk string) {
+		StateDir:  stateDir,
+		Output: streamCap(MaxStreamedOutput, func(chunk string) {
 			t.Emit(contract.Event{Kind: contract.KindToolOutput, Tool: &contract.ToolEvent{ID: id, Name: name, Output: chunk}})
-		},
+		}),
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -334,6 +348,34 @@ func (h *Harness) toolNames() []string {
 		names = append(names, t.Name())
 	}
 	return names
+}
+
+// MaxStreamedOutput bounds the bytes of one tool call's output streamed as
+// tool.output events: every event is durable and replayed to every client,
+// so a command printing gigabytes must not become gigabytes of event log.
+// The tool's result (capped too, kept whole on the session volume) still
+// shows how the output ended.
+const MaxStreamedOutput = 1 << 20
+
+// streamCap passes chunks to emit until max bytes have passed, then one
+// note, then nothing.
+func streamCap(max int, emit func(string)) func(string) {
+	sent, stopped := 0, false
+	return func(chunk string) {
+		if stopped {
+			return
+		}
+		if sent+len(chunk) > max {
+			if rest := max - sent; rest > 0 {
+				emit(chunk[:rest])
+			}
+			emit(fmt.Sprintf("\n[live output stopped after %d bytes; the tool's result shows how it ended]\n", max))
+			stopped = true
+			return
+		}
+		sent += len(chunk)
+		emit(chunk)
+	}
 }
 
 // mapModelError turns an SDK error into a turn failure with a code and
