@@ -51,8 +51,12 @@ type Turn struct {
 // Transcript is the durable record of a session's conversation as the
 // harness sees it, one JSON value per record.
 type Transcript interface {
+	// Records returns the records from the last compaction point on.
 	Records() ([]json.RawMessage, error)
 	Append(rec json.RawMessage) error
+	// Compact appends rec as the start of a new context: Records returns it
+	// and what follows; earlier records stay on disk as history.
+	Compact(rec json.RawMessage) error
 }
 
 // Result is how a turn ended when it ended normally.

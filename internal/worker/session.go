@@ -318,7 +318,11 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 			if r.IdempotencyKey == "" {
 				r.IdempotencyKey = contract.NewID("r_")
 			}
-			r.IdempotencyKey = s.id + "/" + r.IdempotencyKey
+			// The turn id makes the key unique even when the harness's
+			// key is not across restarts (the simulator's message ids
+			// start again at msg_sim_000001): a reused key would make the
+			// control-plane drop a new fact as a duplicate.
+			r.IdempotencyKey = s.id + "/" + rt.id + "/" + r.IdempotencyKey
 			s.report(r)
 		},
 	}
@@ -375,3 +379,4 @@ type transcript struct{ s *sessionstore.Session }
 
 func (t transcript) Records() ([]json.RawMessage, error) { return t.s.Transcript() }
 func (t transcript) Append(rec json.RawMessage) error    { return t.s.AppendTranscript(rec, false) }
+func (t transcript) Compact(rec json.RawMessage) error   { return t.s.AppendTranscript(rec, true) }

@@ -12,9 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
@@ -51,7 +49,13 @@ type Options struct {
 	// with an error result naming the rule, without running. Nil allows
 	// every call.
 	Policy *tools.Policy
-	Logger *slog.Logger
+	// ContextWindow is the model's context window in tokens;
+	// default DefaultContextWindow.
+	ContextWindow int64
+	// CompactAt is the fraction of the window at which the history is
+	// compacted; default DefaultCompactAt.
+	CompactAt float64
+	Logger    *slog.Logger
 }
 
 // Harness runs turns with an Anthropic client.
@@ -59,7 +63,10 @@ type Harness struct {
 	client anthropic.Client
 	opts   Options
 	tools  map[string]tools.Tool
-	params []anthropic.ToolUnionParam
+	// params are the tool definitions of a turn (with Task); subParams
+	// those of a sub-agent (without).
+	params    []anthropic.ToolUnionParam
+	subParams []anthropic.ToolUnionParam
 }
 
 // New returns the harness. The client must already point at the gateway with
@@ -87,20 +94,20 @@ func New(client anthropic.Client, opts *Options) *Harness {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Harness{client: client, opts: o, tools: make(map[string]tools.Tool)}
-	for i, t := range o.Tools {
-		h.tools[t.Name()] = t
-		def := map[string]any{"name": t.Name(), "description": t.Description(), "input_schema": t.InputSchema()}
-		if i == len(o.Tools)-1 {
-			// One cache breakpoint after the last tool caches system + tools.
-			def["cache_control"] = map[string]string{"type": "ephemeral"}
-		}
-		raw, err := json.Marshal(def)
-		if err != nil {
-			panic(fmt.Sprintf("native: tool %s has an unmarshalable schema: %v", t.Name(), err))
-		}
-		h.params = append(h.params, param.Override[anthropic.ToolUnionParam](json.RawMessage(raw)))
+	if o.ContextWindow <= 0 {
+		o.ContextWindow = DefaultContextWindow
 	}
+	if o.CompactAt <= 0 || o.CompactAt >= 1 {
+		o.CompactAt = DefaultCompactAt
+	}
+	h := &Harness{client: client, opts: o, tools: make(map[string]tools.Tool)}
+	defs := make([]map[string]any, 0, len(o.Tools)+1)
+	for _, t := range o.Tools {
+		h.tools[t.Name()] = t
+		defs = append(defs, map[string]any{"name": t.Name(), "description": t.Description(), "input_schema": t.InputSchema()})
+	}
+	h.subParams = toolParams(defs)
+	h.params = toolParams(append(defs, map[string]any{"name": taskToolName, "description": taskDescription, "input_schema": taskSchema}))
 	return h
 }
 
@@ -139,99 +146,38 @@ func (h *Harness) RunTurn(ctx context.Context, t *harness.Turn) (harness.Result,
 	if history, err = mergeUserRuns(history); err != nil {
 		return harness.Result{}, persistErr(err)
 	}
-
-	var res harness.Result
-	for {
-		if res.ModelCalls >= h.opts.MaxModelCalls {
-			return res, &harness.TurnError{Code: contract.FailMaxTurns, Message: fmt.Sprintf("the turn reached its limit of %d model calls", h.opts.MaxModelCalls)}
-		}
-		res.ModelCalls++
-		msg, err := h.callModel(ctx, t, history)
-		if msg != nil {
-			raw, merr := json.Marshal(msg.ToParam())
-			if merr != nil {
-				return res, persistErr(merr)
-			}
-			if err := t.Transcript.Append(raw); err != nil {
-				return res, persistErr(err)
-			}
-			history = append(history, raw)
-		}
-		if err != nil {
-			return res, err
-		}
-		res.StopReason = string(msg.StopReason)
-		uses := toolUses(msg)
-		if msg.StopReason != anthropic.StopReasonToolUse || len(uses) == 0 {
-			return res, nil
-		}
-		results := h.runTools(ctx, t, ws, uses)
-		raw, _ := json.Marshal(wireMessage{Role: "user", Content: results})
-		if err := t.Transcript.Append(raw); err != nil {
-			return res, persistErr(err)
-		}
-		history = append(history, raw)
-		if ctx.Err() != nil {
-			return res, ctx.Err()
-		}
-	}
+	a := h.newAgent(t, ws, log)
+	res, _, err := a.loop(ctx, history)
+	return res, err
 }
 
-// callModel streams one model call, emitting text deltas as they arrive. On
-// interruption it returns what had arrived, cut to complete text blocks, so
-// the transcript keeps what the user saw.
-func (h *Harness) callModel(ctx context.Context, t *harness.Turn, history []json.RawMessage) (*anthropic.Message, error) {
-	msgs := make([]anthropic.MessageParam, len(history))
-	for i, r := range history {
-		msgs[i] = param.Override[anthropic.MessageParam](r)
-	}
-	params := anthropic.MessageNewParams{
-		Model:     anthropic.Model(h.opts.Model),
-		MaxTokens: h.opts.MaxTokens,
-		System: []anthropic.TextBlockParam{{
-			Text:         h.opts.System,
-			CacheControl: anthropic.NewCacheControlEphemeralParam(),
-		}},
-		Tools:    h.params,
-		Messages: msgs,
-	}
-	stream := h.client.Messages.NewStreaming(ctx, params)
-	defer stream.Close()
-	var acc anthropic.Message
-	for stream.Next() {
-		ev := stream.Current()
-		if err := acc.Accumulate(ev); err != nil {
-			return nil, &harness.TurnError{Code: contract.FailModelError, Message: "the model's stream could not be read", Retryable: true, Err: err}
+// toolParams turns tool definitions into request parameters, with one cache
+// breakpoint after the last tool, which caches the tools.
+func toolParams(defs []map[string]any) []anthropic.ToolUnionParam {
+	out := make([]anthropic.ToolUnionParam, len(defs))
+	for i, def := range defs {
+		d := make(map[string]any, len(def)+1)
+		for k, v := range def {
+			d[k] = v
 		}
-		if ev.Type == "content_block_delta" && ev.Delta.Type == "text_delta" && ev.Delta.Text != "" {
-			t.Emit(contract.Event{Kind: contract.KindTextDelta, Text: ev.Delta.Text, Index: int(ev.Index)})
+		if i == len(defs)-1 {
+			d["cache_control"] = map[string]string{"type": "ephemeral"}
 		}
-	}
-	err := stream.Err()
-	if err == nil && ctx.Err() != nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return partial(&acc), ctx.Err()
+		raw, err := json.Marshal(d)
+		if err != nil {
+			panic(fmt.Sprintf("native: tool %v has an unmarshalable schema: %v", def["name"], err))
 		}
-		return partial(&acc), mapModelError(err)
+		out[i] = param.Override[anthropic.ToolUnionParam](json.RawMessage(raw))
 	}
-	if acc.StopReason == "" {
-		return partial(&acc), &harness.TurnError{Code: contract.FailModelError, Message: "the model's stream ended before the message was complete", Retryable: true}
+	return out
+}
+
+func (h *Harness) toolNames() []string {
+	names := make([]string, 0, len(h.opts.Tools))
+	for _, t := range h.opts.Tools {
+		names = append(names, t.Name())
 	}
-	text := messageText(&acc)
-	t.Emit(contract.Event{Kind: contract.KindMessage, Text: text})
-	u := contract.Usage{
-		Model:                    string(acc.Model),
-		InputTokens:              acc.Usage.InputTokens,
-		OutputTokens:             acc.Usage.OutputTokens,
-		CacheCreationInputTokens: acc.Usage.CacheCreationInputTokens,
-		CacheReadInputTokens:     acc.Usage.CacheReadInputTokens,
-	}
-	t.Emit(contract.Event{Kind: contract.KindUsage, Usage: &u})
-	t.Report(contract.Report{Kind: contract.ReportUsage, IdempotencyKey: "usage-" + acc.ID, Usage: &u})
-	return &acc, nil
+	return names
 }
 
 // partial keeps the complete text blocks of an interrupted message, or
@@ -270,84 +216,6 @@ func messageText(m *anthropic.Message) string {
 		}
 	}
 	return b.String()
-}
-
-func toolUses(m *anthropic.Message) []anthropic.ContentBlockUnion {
-	var out []anthropic.ContentBlockUnion
-	for _, c := range m.Content {
-		if c.Type == "tool_use" {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// runTools runs the calls in order and returns their tool_result blocks, one
-// per call. Once ctx is cancelled the remaining calls are answered as
-// interrupted without running.
-func (h *Harness) runTools(ctx context.Context, t *harness.Turn, ws *tools.Workspace, uses []anthropic.ContentBlockUnion) []wireBlock {
-	out := make([]wireBlock, 0, len(uses))
-	for _, u := range uses {
-		if ctx.Err() != nil {
-			out = append(out, resultBlocks([]string{u.ID})...)
-			continue
-		}
-		input := u.Input
-		if len(input) == 0 {
-			input = json.RawMessage("{}")
-		}
-		t.Emit(contract.Event{Kind: contract.KindToolStarted, Tool: &contract.ToolEvent{ID: u.ID, Name: u.Name, Input: input}})
-		start := time.Now()
-		res := h.runTool(ctx, t, ws, u.ID, u.Name, input)
-		dur := time.Since(start)
-		t.Emit(contract.Event{Kind: contract.KindToolFinished, Tool: &contract.ToolEvent{
-			ID: u.ID, Name: u.Name, Output: res.Output, IsError: res.IsError, DurationMS: dur.Milliseconds(),
-		}})
-		t.Report(contract.Report{Kind: contract.ReportToolUse, IdempotencyKey: "tool-" + u.ID,
-			Tool: &contract.ToolReport{ID: u.ID, Name: u.Name, IsError: res.IsError, DurationMS: dur.Milliseconds()}})
-		content, _ := json.Marshal(res.Output)
-		out = append(out, wireBlock{Type: "tool_result", ToolUseID: u.ID, Content: content, IsError: res.IsError})
-	}
-	return out
-}
-
-func (h *Harness) runTool(ctx context.Context, t *harness.Turn, ws *tools.Workspace, id, name string, input json.RawMessage) tools.Result {
-	tool, ok := h.tools[name]
-	if !ok {
-		return tools.Result{Output: fmt.Sprintf("There is no tool named %q. Available tools: %s.", name, strings.Join(h.toolNames(), ", ")), IsError: true}
-	}
-	if d := h.opts.Policy.Check(name, input, ws); !d.Allowed {
-		h.opts.Logger.Info("tool call denied by policy", "conversation", t.ConversationID, "turn", t.TurnID, "tool", name, "rule", d.Rule)
-		return tools.Result{Output: d.Message(), IsError: true}
-	}
-	var stateDir string
-	if t.SessionDir != "" {
-		stateDir = filepath.Join(t.SessionDir, "tools")
-	}
-	res, err := tool.Run(ctx, tools.Call{
-		ID:        id,
-		Input:     input,
-		Workspace: ws,
-		StateDir:  stateDir,
-		Output: streamCap(MaxStreamedOutput, func(chunk string) {
-			t.Emit(contract.Event{Kind: contract.KindToolOutput, Tool: &contract.ToolEvent{ID: id, Name: name, Output: chunk}})
-		}),
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return tools.Result{Output: interruptedText, IsError: true}
-		}
-		return tools.Result{Output: fmt.Sprintf("The tool could not run: %v", err), IsError: true}
-	}
-	return res
-}
-
-func (h *Harness) toolNames() []string {
-	names := make([]string, 0, len(h.opts.Tools))
-	for _, t := range h.opts.Tools {
-		names = append(names, t.Name())
-	}
-	return names
 }
 
 // MaxStreamedOutput bounds the bytes of one tool call's output streamed as

@@ -43,6 +43,14 @@ func (m *memTranscript) Records() ([]json.RawMessage, error) {
 	return out, nil
 }
 
+// Compact starts a new context with rec, as the session store does.
+func (m *memTranscript) Compact(rec json.RawMessage) error {
+	m.mu.Lock()
+	m.recs = nil
+	m.mu.Unlock()
+	return m.Append(rec)
+}
+
 func (m *memTranscript) Append(rec json.RawMessage) error {
 	if !json.Valid(rec) {
 		return errors.New("memTranscript: invalid JSON")
