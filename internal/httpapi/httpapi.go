@@ -16,8 +16,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 	"strings"
+	"time"
 
 	"github.com/talkide/platform/internal/contract"
 )
