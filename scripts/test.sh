@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project: formatting, vet, and go test with the race
-# detector. This is the README's test command and what CI runs (.ci/run).
+# detector, with a throwaway PostgreSQL unless TALKIDE_TEST_DATABASE_URL is
+# set. This is the README's test command and what CI runs (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,20 @@ fi
 
 echo "== go vet"
 go vet ./...
+
+# The PostgreSQL tests use TALKIDE_TEST_DATABASE_URL; without it, start a
+# throwaway server for this run and remove it afterwards, however the run
+# ends. TALKIDE_TEST_DATABASE_URL=skip skips those tests (docs/storage.md).
+if [ -z "${TALKIDE_TEST_DATABASE_URL:-}" ]; then
+  echo "== PostgreSQL (scripts/testdb.sh)"
+  testdb=$(./scripts/testdb.sh start)
+  eval "$testdb"
+  trap './scripts/testdb.sh stop "$TALKIDE_TESTDB_DIR"' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+elif [ "$TALKIDE_TEST_DATABASE_URL" = skip ]; then
+  echo "== PostgreSQL: TALKIDE_TEST_DATABASE_URL=skip, the PostgreSQL tests are skipped"
+fi
 
 echo "== go test"
 # -race needs cgo and gcc, which these machines have. Fuzz targets run their

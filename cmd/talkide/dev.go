@@ -17,6 +17,7 @@ import (
 
 	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -26,7 +27,7 @@ const (
 	devEnv    = "dev"
 	devUser   = "local"
 	// identityTTL is the default lifetime of an identity token (seed § 7.5).
-	identityTTL = 90 * 24 * time.Hour
+	identityTTL = provision.DefaultTokenTTL
 )
 
 // simulatorNotice labels the simulated model wherever a user can see it.
@@ -187,6 +188,10 @@ func (s *devStack) startWorker(ctx context.Context) error {
 	if s.sim != nil {
 		notice = simulatorNotice
 	}
+	// One worker per data directory, under one name across restarts: after
+	// a crash it takes its sessions back at once instead of answering
+	// session_elsewhere until the dead process's leases expire.
+	host, _ := os.Hostname()
 	w, err := startWorker(workerOptions{
 		listen: "127.0.0.1:0", tenant: devTenant, env: devEnv,
 		cpURL:           s.cp.http.url(),
@@ -195,7 +200,8 @@ func (s *devStack) startWorker(ctx context.Context) error {
 		commandKey:      trust.DeriveEnvKey(s.cp.secrets.CommandSecret, devTenant, devEnv),
 		claudeConfigDir: claudeDir, workspaceRoot: workspaces,
 		model: s.cfg.model, notice: notice,
-		logger: s.cfg.logger,
+		workerID: "dev-" + host,
+		logger:   s.cfg.logger,
 	})
 	if err != nil {
 		return err
@@ -214,27 +220,24 @@ func (s *devStack) startWorker(ctx context.Context) error {
 // ensureIdentityToken keeps a valid identity token for tenant/env in path,
 // issuing a new one (stored hashed) when the file is missing or stale.
 func ensureIdentityToken(ctx context.Context, st store.Store, path, tenant, env string) error {
-	if err := st.PutEnv(ctx, store.Env{Tenant: tenant, Name: env, CreatedAt: time.Now().UTC()}); err != nil {
+	if _, err := provision.EnsureEnv(ctx, st, tenant, env, ""); err != nil {
 		return err
 	}
+	now := time.Now().UTC()
 	if b, err := os.ReadFile(path); err == nil {
-		if id, hash, err := trust.ParseIdentityToken(strings.TrimSpace(string(b))); err == nil {
-			rec, err := st.GetIdentityToken(ctx, id)
-			if err == nil && trust.HashesEqual(rec.Hash, hash) && rec.RevokedAt.IsZero() &&
-				rec.Tenant == tenant && rec.Env == env && time.Until(rec.ExpiresAt) > 24*time.Hour {
-				return nil
-			}
+		rec, err := provision.Authenticate(ctx, st, strings.TrimSpace(string(b)), now)
+		if err == nil && rec.RevokedAt.IsZero() && rec.Tenant == tenant && rec.Env == env && rec.ExpiresAt.Sub(now) > 24*time.Hour {
+			return nil
 		}
 	}
-	tok := trust.NewIdentityToken()
-	now := time.Now().UTC()
-	if err := st.AddIdentityToken(ctx, store.IdentityToken{ID: tok.ID, Tenant: tenant, Env: env, Hash: tok.Hash, CreatedAt: now, ExpiresAt: now.Add(identityTTL)}); err != nil {
+	token, _, err := provision.IssueIdentityToken(ctx, st, tenant, env, identityTTL, now)
+	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(tok.Token+"\n"), 0o600)
+	return os.WriteFile(path, []byte(token+"\n"), 0o600)
 }
 
 func (s *devStack) writeInfo() error {

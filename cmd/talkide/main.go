@@ -4,6 +4,8 @@
 //	talkide controlplane  the control-plane (browser API, gateway-proxy, mint, reports)
 //	talkide worker        the per-tenant-env agent worker
 //	talkide chat          a terminal client of a conversation
+//	talkide admin         provisioning: tenant-envs, identity tokens, worker Secrets
+//	talkide sessions      retention: list, archive, delete sessions
 package main
 
 import (
@@ -25,6 +27,8 @@ commands:
   controlplane  run the control-plane
   worker        run an agent worker
   chat          talk to a conversation from the terminal
+  admin         provision tenant-envs and identity tokens (env add|list, token issue|revoke)
+  sessions      list, archive or delete sessions on a session volume
 
 Run "talkide <command> -h" for a command's flags.
 `
@@ -47,6 +51,10 @@ func main() {
 		err = runWorker(ctx, args, os.Stderr)
 	case "chat":
 		err = runChat(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+	case "admin":
+		err = runAdmin(ctx, args, os.Stdout, os.Stderr)
+	case "sessions":
+		err = runSessions(ctx, args, os.Stdout, os.Stderr)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

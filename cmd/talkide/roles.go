@@ -20,7 +20,8 @@ func runControlPlane(ctx context.Context, args []string, stderr io.Writer) error
 	var o cpOptions
 	var dataDir string
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:7878", "HOST:PORT to serve on")
-	fs.StringVar(&dataDir, "data-dir", "./.talkide-cp", "directory for the SQLite database and the secrets file")
+	fs.StringVar(&dataDir, "data-dir", "./.talkide-cp", "directory for the secrets file and the default SQLite database")
+	fs.StringVar(&o.database, "database", "", "the store: a postgres://… or postgresql://… URL (password better in PGPASSWORD or ~/.pgpass), or sqlite:PATH or a file path (default DATA-DIR/controlplane.db)")
 	fs.StringVar(&o.upstream, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL")
 	fs.StringVar(&o.localUser, "local-user", "", "serve the browser API as this one user without credentials (loopback only)")
 	fs.StringVar(&o.tenant, "default-tenant", "local", "tenant of new conversations")

@@ -148,7 +148,8 @@ type workerOptions struct {
 	workspaceRoot   string
 	model           string
 	notice          string
-	workerID        string // names the worker in session leases; default host-pid
+	workerID        string        // names the worker in session leases; default host-pid
+	leaseTTL        time.Duration // session lease lifetime; default sessionstore.DefaultLeaseTTL
 	logger          *slog.Logger
 }
 
@@ -185,7 +186,7 @@ func startWorker(o workerOptions) (*workerProc, error) {
 		o.workerID, _ = os.Hostname()
 		o.workerID += "-" + strconv.Itoa(os.Getpid())
 	}
-	sessions, err := sessionstore.New(filepath.Join(o.claudeConfigDir, "projects"), &sessionstore.Options{Holder: o.workerID})
+	sessions, err := sessionstore.New(filepath.Join(o.claudeConfigDir, "projects"), &sessionstore.Options{Holder: o.workerID, LeaseTTL: o.leaseTTL})
 	if err != nil {
 		return nil, err
 	}

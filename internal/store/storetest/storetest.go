@@ -6,6 +6,8 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +34,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"ReportsRoundTrip":  testReportsRoundTrip,
 		"NotFound":          testNotFound,
 		"Concurrent":        testConcurrent,
+		"ConcurrentOrders":  testConcurrentOrders,
+		"ByteOrder":         testByteOrder,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -644,5 +648,136 @@ func testConcurrent(t *testing.T, s store.Store) {
 	must(t, err)
 	if len(us) != nkeys {
 		t.Errorf("ListUsage: %d records, want %d", len(us), nkeys)
+	}
+}
+
+// testConcurrentOrders sends large batches of the same reports at once, half
+// of them in the opposite order: however a store inserts them, batches that
+// overlap must not deadlock.
+func testConcurrentOrders(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const (
+		workers = 8
+		nkeys   = 300
+	)
+	var batch []contract.Report
+	for i := range nkeys {
+		batch = append(batch, report(fmt.Sprintf("k%03d", i), "c1", time.Duration(i)*time.Millisecond))
+	}
+	reversed := slices.Clone(batch)
+	slices.Reverse(reversed)
+
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex // guards accepted
+		accepted int
+	)
+	for w := range workers {
+		wg.Go(func() {
+			rs := batch
+			if w%2 == 1 {
+				rs = reversed
+			}
+			a, d, err := s.AddReports(ctx, "acme", "prod", rs, at(time.Hour))
+			if err != nil {
+				t.Errorf("AddReports: %v", err)
+				return
+			}
+			if a+d != nkeys {
+				t.Errorf("AddReports: accepted %d + duplicates %d, want %d in all", a, d, nkeys)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			accepted += a
+		})
+	}
+	wg.Wait()
+	if accepted != nkeys {
+		t.Errorf("AddReports from %d workers: accepted %d, want %d", workers, accepted, nkeys)
+	}
+}
+
+// testByteOrder checks that strings order by their bytes, as Go compares
+// them (and SQLite does), not by a database's linguistic collation, which
+// would put "Zed" after "alpha" and ignore the "-" in "a-b". Text, including
+// non-ASCII, round-trips unchanged.
+func testByteOrder(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	names := []string{"alpha", "Zed", "a-b", "ab", "a_b", "a b", "Ab", "é", "e", "f", "日本", "😀"}
+	sorted := slices.Clone(names)
+	sort.Strings(sorted)
+
+	// Envs, by tenant then name.
+	var wantEnvs []store.Env
+	for _, tenant := range []string{"t", "T"} {
+		for _, n := range names {
+			must(t, s.PutEnv(ctx, store.Env{Tenant: tenant, Name: n, WorkerURL: "http://" + n, CreatedAt: t0}))
+		}
+	}
+	for _, tenant := range []string{"T", "t"} {
+		for _, n := range sorted {
+			wantEnvs = append(wantEnvs, store.Env{Tenant: tenant, Name: n, WorkerURL: "http://" + n, CreatedAt: ms(t0)})
+		}
+	}
+	envs, err := s.ListEnvs(ctx)
+	must(t, err)
+	if diff := cmp.Diff(wantEnvs, envs, opts); diff != "" {
+		t.Errorf("ListEnvs (-want +got):\n%s", diff)
+	}
+
+	// Conversations at one time, by ID descending.
+	must(t, s.PutUser(ctx, store.User{ID: "u1", Name: "Ünïcødé 😀", CreatedAt: t0}))
+	for _, n := range names {
+		_, _, err := s.CreateConversation(ctx, store.Conversation{ID: n, Tenant: "t", Env: "e", UserID: "u1", Title: "T " + n, CreatedAt: t0})
+		must(t, err)
+	}
+	var wantConvs []store.Conversation
+	for _, n := range slices.Backward(sorted) {
+		wantConvs = append(wantConvs, store.Conversation{ID: n, Tenant: "t", Env: "e", UserID: "u1", Title: "T " + n, CreatedAt: ms(t0)})
+	}
+	convs, err := s.ListConversations(ctx, "u1")
+	must(t, err)
+	if diff := cmp.Diff(wantConvs, convs, opts); diff != "" {
+		t.Errorf("ListConversations (-want +got):\n%s", diff)
+	}
+	u, err := s.GetUser(ctx, "u1")
+	must(t, err)
+	if u.Name != "Ünïcødé 😀" {
+		t.Errorf("GetUser: name %q, want %q", u.Name, "Ünïcødé 😀")
+	}
+
+	// Usage at one time, by ID.
+	for _, n := range names {
+		must(t, s.RecordUsage(ctx, usage(n, "c1", 0)))
+	}
+	us, err := s.ListUsage(ctx, "c1")
+	must(t, err)
+	var gotIDs []string
+	for _, u := range us {
+		gotIDs = append(gotIDs, u.ID)
+	}
+	if diff := cmp.Diff(sorted, gotIDs); diff != "" {
+		t.Errorf("ListUsage IDs (-want +got):\n%s", diff)
+	}
+
+	// Reports at one time, by tenant, env, then key.
+	for _, te := range [][2]string{{"t", "e"}, {"T", "e"}, {"t", "E"}} {
+		var rs []contract.Report
+		for _, n := range names {
+			rs = append(rs, report(n, "c1", 0))
+		}
+		_, _, err := s.AddReports(ctx, te[0], te[1], rs, at(time.Hour))
+		must(t, err)
+	}
+	var wantKeys []string
+	for _, te := range []string{"T/e", "t/E", "t/e"} {
+		for _, n := range sorted {
+			wantKeys = append(wantKeys, te+"/"+n)
+		}
+	}
+	got, err := s.ListReports(ctx, "c1")
+	must(t, err)
+	if diff := cmp.Diff(wantKeys, keys(got)); diff != "" {
+		t.Errorf("ListReports keys (-want +got):\n%s", diff)
 	}
 }
