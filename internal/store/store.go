@@ -1,7 +1,7 @@
 // Package store is the control-plane's durable state: tenants, envs, users,
 // conversations, identity-token hashes, the usage record and worker reports.
 //
-// Store is implemented by store/sqlite (embedded default) and, later,
+// Store is implemented by store/sqlite (embedded default) and
 // store/postgres; both run the same migrations and the same test suite
 // (store/storetest).
 package store
