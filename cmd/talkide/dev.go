@@ -40,6 +40,7 @@ type devConfig struct {
 	apiKey       string // empty: run the simulator
 	anthropicURL string
 	model        string
+	toolPolicy   string
 	logger       *slog.Logger
 }
 
@@ -74,6 +75,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:7878", "loopback HOST:PORT of the browser API")
 	fs.StringVar(&cfg.anthropicURL, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL (used when ANTHROPIC_API_KEY is set)")
 	fs.StringVar(&cfg.model, "model", "", "model id (default: the harness's default)")
+	fs.StringVar(&cfg.toolPolicy, "tool-policy", "", "JSON file of tool allow/deny rules checked before every tool call (docs/tools.md)")
 	logger, err := parseWithLogger(fs, args, stderr)
 	if err != nil {
 		return err
@@ -199,7 +201,7 @@ func (s *devStack) startWorker(ctx context.Context) error {
 		commandKeyID:    s.cp.secrets.CommandKeyID,
 		commandKey:      trust.DeriveEnvKey(s.cp.secrets.CommandSecret, devTenant, devEnv),
 		claudeConfigDir: claudeDir, workspaceRoot: workspaces,
-		model: s.cfg.model, notice: notice,
+		model: s.cfg.model, toolPolicy: s.cfg.toolPolicy, notice: notice,
 		workerID: "dev-" + host,
 		logger:   s.cfg.logger,
 	})

@@ -66,6 +66,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&o.commandKeyID, "command-key-id", "c1", "id of the command signing key")
 	fs.StringVar(&o.workspaceRoot, "workspaces", "", "directory of the conversations' workspaces (default: $CLAUDE_CONFIG_DIR/../workspaces)")
 	fs.StringVar(&o.model, "model", "", "model id (default: the harness's default)")
+	fs.StringVar(&o.toolPolicy, "tool-policy", "", "JSON file of tool allow/deny rules checked before every tool call (docs/tools.md)")
 	logger, err := parseWithLogger(fs, args, stderr)
 	if err != nil {
 		return err

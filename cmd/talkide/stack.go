@@ -147,6 +147,7 @@ type workerOptions struct {
 	claudeConfigDir string
 	workspaceRoot   string
 	model           string
+	toolPolicy      string // path of a tool policy JSON file (docs/tools.md); empty allows every call
 	notice          string
 	workerID        string        // names the worker in session leases; default host-pid
 	leaseTTL        time.Duration // session lease lifetime; default sessionstore.DefaultLeaseTTL
@@ -177,9 +178,20 @@ func startWorker(o workerOptions) (*workerProc, error) {
 		// credential to be present.
 		option.WithAPIKey("talkide-inert"),
 	)
+	var policy *tools.Policy
+	if o.toolPolicy != "" {
+		b, err := os.ReadFile(o.toolPolicy)
+		if err != nil {
+			return nil, fmt.Errorf("tool policy: %w", err)
+		}
+		if policy, err = tools.ParsePolicy(b); err != nil {
+			return nil, fmt.Errorf("tool policy %s: %w", o.toolPolicy, err)
+		}
+	}
 	h := native.New(client, &native.Options{
 		Model:  o.model,
 		Tools:  tools.Default(&tools.Options{}),
+		Policy: policy,
 		Logger: o.logger.With("component", "harness"),
 	})
 	if o.workerID == "" {

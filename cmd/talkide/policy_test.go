@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+)
+
+// A deployment's tool policy reaches the harness: a denied call is a result
+// the model sees and an event the user sees, and the command never runs.
+func TestToolPolicyFromFile(t *testing.T) {
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.json")
+	os.WriteFile(policy, []byte(`{"rules":[{"name":"no-touch","tool":"Bash","action":"deny","commands":["touch *"],"reason":"no new files"}]}`), 0o600)
+	st, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(dir, "data"), addr: "127.0.0.1:0", toolPolicy: policy, logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st.shutdown(ctx)
+	}()
+	base := st.info.ControlPlane
+	c := createConversation(t, base)
+	r := send(t, base, c.ID, `[[tool:Bash {"command":"echo ok && touch marker"}]]`)
+	got := readStream(t, base, c.ID, 0, turnEnded(r.TurnID))
+	var denied *contract.ToolEvent
+	for _, s := range got {
+		if s.ev.Kind == contract.KindToolFinished {
+			denied = s.ev.Tool
+		}
+	}
+	if denied == nil || !denied.IsError || !strings.Contains(denied.Output, "no-touch") {
+		t.Fatalf("tool.finished = %+v", denied)
+	}
+	if _, err := os.Stat(filepath.Join(st.info.Workspaces, c.ID, "marker")); err == nil {
+		t.Fatal("the denied command ran")
+	}
+	if _, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(dir, "bad"), addr: "127.0.0.1:0", toolPolicy: filepath.Join(dir, "missing.json"), logger: slog.New(slog.DiscardHandler)}); err == nil {
+		t.Fatal("a missing policy file was accepted")
+	}
+}
