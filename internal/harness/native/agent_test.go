@@ -1,13 +1,17 @@
 package native
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/tools"
 )
 
 func TestTaskRunsASubAgent(t *testing.T) {
@@ -184,5 +188,49 @@ func TestCompactionKeepsTheWorkGoing(t *testing.T) {
 	}
 	if !asked {
 		t.Error("no compaction request reached the model")
+	}
+}
+
+// echoTool is a tool a ToolSource offers.
+type echoTool struct{}
+
+func (echoTool) Name() string        { return "mcp__demo__echo" }
+func (echoTool) Description() string { return "Echo the text back." }
+func (echoTool) InputSchema() map[string]any {
+	return map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}}
+}
+func (echoTool) Run(_ context.Context, c tools.Call) (tools.Result, error) {
+	var in struct{ Text string }
+	json.Unmarshal(c.Input, &in)
+	return tools.Result{Output: "echo: " + in.Text}, nil
+}
+
+type sourceFunc func(context.Context, *harness.Turn) ([]tools.Tool, error)
+
+func (f sourceFunc) Tools(ctx context.Context, t *harness.Turn) ([]tools.Tool, error) {
+	return f(ctx, t)
+}
+
+func TestToolSources(t *testing.T) {
+	good := sourceFunc(func(context.Context, *harness.Turn) ([]tools.Tool, error) { return []tools.Tool{echoTool{}}, nil })
+	bad := sourceFunc(func(context.Context, *harness.Turn) ([]tools.Tool, error) {
+		return nil, errors.New(`MCP server "broken" did not start`)
+	})
+	f := newFixture(t, &Options{ToolSources: []ToolSource{bad, good}}, nil)
+	s := &sink{}
+	if _, err := f.run(t, `[[tool:mcp__demo__echo {"text":"hi"}]]`, s); err != nil {
+		t.Fatalf("a failing source failed the turn: %v", err)
+	}
+	var notice, result string
+	for _, ev := range s.Events() {
+		switch ev.Kind {
+		case contract.KindNotice:
+			notice = ev.Text
+		case contract.KindToolFinished:
+			result = ev.Tool.Output
+		}
+	}
+	if !strings.Contains(notice, `"broken" did not start`) || result != "echo: hi" {
+		t.Fatalf("notice %q, result %q", notice, result)
 	}
 }

@@ -28,6 +28,8 @@ type agent struct {
 	system         []anthropic.TextBlockParam
 	params         []anthropic.ToolUnionParam
 	transcript     harness.Transcript
+	extra          map[string]tools.Tool // this turn's tools beyond the built-in ones
+	extraList      []tools.Tool
 	emit           func(contract.Event)
 	report         func(contract.Report)
 	log            *slog.Logger
@@ -38,13 +40,30 @@ type agent struct {
 	lastInput int64
 }
 
-func (h *Harness) newAgent(t *harness.Turn, ws *tools.Workspace, log *slog.Logger) *agent {
-	return &agent{
+func (h *Harness) newAgent(t *harness.Turn, ws *tools.Workspace, log *slog.Logger, extra []tools.Tool) *agent {
+	a := &agent{
 		h: h, convID: t.ConversationID, turnID: t.TurnID, sessionDir: t.SessionDir, ws: ws,
 		system:     h.systemBlocks(ws, false),
-		params:     h.params,
 		transcript: t.Transcript, emit: t.Emit, report: t.Report, log: log,
 	}
+	a.setTools(extra)
+	return a
+}
+
+// setTools sets the turn's extra tools and the request's tool definitions:
+// the built-in tools, the extra ones, and Task unless this is a sub-agent.
+func (a *agent) setTools(extra []tools.Tool) {
+	a.extraList = extra
+	a.extra = make(map[string]tools.Tool, len(extra))
+	defs := append([]map[string]any(nil), a.h.defs...)
+	for _, t := range extra {
+		a.extra[t.Name()] = t
+		defs = append(defs, toolDef(t))
+	}
+	if !a.sub {
+		defs = append(defs, map[string]any{"name": taskToolName, "description": taskDescription, "input_schema": taskSchema})
+	}
+	a.params = toolParams(defs)
 }
 
 // loop runs model calls until the model stops asking for tools. It returns
@@ -251,6 +270,9 @@ func (a *agent) runTool(ctx context.Context, id, name string, input json.RawMess
 	}
 	tool, ok := a.h.tools[name]
 	if !ok {
+		tool, ok = a.extra[name]
+	}
+	if !ok {
 		return tools.Result{Output: fmt.Sprintf("There is no tool named %q. Available tools: %s.", name, strings.Join(a.toolNames(), ", ")), IsError: true}
 	}
 	if d := a.h.opts.Policy.Check(name, input, a.ws); !d.Allowed {
@@ -280,7 +302,13 @@ func (a *agent) runTool(ctx context.Context, id, name string, input json.RawMess
 }
 
 func (a *agent) toolNames() []string {
-	names := a.h.toolNames()
+	names := make([]string, 0, len(a.h.opts.Tools)+len(a.extraList)+1)
+	for _, t := range a.h.opts.Tools {
+		names = append(names, t.Name())
+	}
+	for _, t := range a.extraList {
+		names = append(names, t.Name())
+	}
 	if !a.sub {
 		names = append(names, taskToolName)
 	}

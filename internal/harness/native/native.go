@@ -49,6 +49,10 @@ type Options struct {
 	// with an error result naming the rule, without running. Nil allows
 	// every call.
 	Policy *tools.Policy
+	// ToolSources offer more tools per turn (MCP servers); a source that
+	// fails is reported to the user as a notice and the turn goes on
+	// without its tools.
+	ToolSources []ToolSource
 	// ContextWindow is the model's context window in tokens;
 	// default DefaultContextWindow.
 	ContextWindow int64
@@ -63,10 +67,15 @@ type Harness struct {
 	client anthropic.Client
 	opts   Options
 	tools  map[string]tools.Tool
-	// params are the tool definitions of a turn (with Task); subParams
-	// those of a sub-agent (without).
-	params    []anthropic.ToolUnionParam
-	subParams []anthropic.ToolUnionParam
+	// defs are the built-in tools' definitions, without Task.
+	defs []map[string]any
+}
+
+// ToolSource offers tools for one turn, e.g. those of the MCP servers a
+// conversation uses. Its errors are shown to the user, so they must say
+// what failed without secrets.
+type ToolSource interface {
+	Tools(ctx context.Context, t *harness.Turn) ([]tools.Tool, error)
 }
 
 // New returns the harness. The client must already point at the gateway with
@@ -101,13 +110,10 @@ func New(client anthropic.Client, opts *Options) *Harness {
 		o.CompactAt = DefaultCompactAt
 	}
 	h := &Harness{client: client, opts: o, tools: make(map[string]tools.Tool)}
-	defs := make([]map[string]any, 0, len(o.Tools)+1)
 	for _, t := range o.Tools {
 		h.tools[t.Name()] = t
-		defs = append(defs, map[string]any{"name": t.Name(), "description": t.Description(), "input_schema": t.InputSchema()})
+		h.defs = append(h.defs, toolDef(t))
 	}
-	h.subParams = toolParams(defs)
-	h.params = toolParams(append(defs, map[string]any{"name": taskToolName, "description": taskDescription, "input_schema": taskSchema}))
 	return h
 }
 
@@ -146,9 +152,13 @@ func (h *Harness) RunTurn(ctx context.Context, t *harness.Turn) (harness.Result,
 	if history, err = mergeUserRuns(history); err != nil {
 		return harness.Result{}, persistErr(err)
 	}
-	a := h.newAgent(t, ws, log)
+	a := h.newAgent(t, ws, log, h.turnTools(ctx, t, log))
 	res, _, err := a.loop(ctx, history)
 	return res, err
+}
+
+func toolDef(t tools.Tool) map[string]any {
+	return map[string]any{"name": t.Name(), "description": t.Description(), "input_schema": t.InputSchema()}
 }
 
 // toolParams turns tool definitions into request parameters, with one cache
@@ -172,12 +182,30 @@ func toolParams(defs []map[string]any) []anthropic.ToolUnionParam {
 	return out
 }
 
-func (h *Harness) toolNames() []string {
-	names := make([]string, 0, len(h.opts.Tools))
-	for _, t := range h.opts.Tools {
-		names = append(names, t.Name())
+// turnTools collects the tools the sources offer for this turn. A name
+// already taken (by a built-in tool or an earlier source) is skipped.
+func (h *Harness) turnTools(ctx context.Context, t *harness.Turn, log *slog.Logger) []tools.Tool {
+	var out []tools.Tool
+	taken := map[string]bool{taskToolName: true}
+	for name := range h.tools {
+		taken[name] = true
 	}
-	return names
+	for _, src := range h.opts.ToolSources {
+		ts, err := src.Tools(ctx, t)
+		if err != nil {
+			log.Warn("a tool source failed; the turn goes on without its tools", "err", err)
+			t.Emit(contract.Event{Kind: contract.KindNotice, Text: "some tools are unavailable this turn: " + err.Error()})
+		}
+		for _, tool := range ts {
+			if taken[tool.Name()] {
+				log.Warn("a tool source offered a name already taken; skipped", "tool", tool.Name())
+				continue
+			}
+			taken[tool.Name()] = true
+			out = append(out, tool)
+		}
+	}
+	return out
 }
 
 // partial keeps the complete text blocks of an interrupted message, or

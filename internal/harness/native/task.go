@@ -61,7 +61,6 @@ func (a *agent) runTask(ctx context.Context, id string, input json.RawMessage) t
 	sub := &agent{
 		h: a.h, convID: a.convID, turnID: a.turnID, sessionDir: a.sessionDir, ws: a.ws,
 		system:     a.h.systemBlocks(a.ws, true),
-		params:     a.h.subParams,
 		transcript: tr,
 		report:     a.report,
 		log:        a.log.With("subagent", id),
@@ -81,6 +80,7 @@ func (a *agent) runTask(ctx context.Context, id string, input json.RawMessage) t
 			}
 		},
 	}
+	sub.setTools(a.extraList)
 	prompt, _ := json.Marshal(wireMessage{Role: "user", Content: []wireBlock{{Type: "text", Text: in.Prompt}}})
 	if err := tr.Append(prompt); err != nil {
 		return tools.Result{Output: "The sub-agent's transcript could not be written: " + err.Error(), IsError: true}
