@@ -332,3 +332,21 @@ func (w *Worker) beginTurn() error {
 }
 
 func (w *Worker) newEventTime() time.Time { return w.cfg.Now().UTC() }
+
+// Stats counts the sessions this worker has open and the turns running.
+func (w *Worker) Stats() (open, running int) {
+	w.mu.Lock()
+	sessions := make([]*session, 0, len(w.sessions))
+	for _, s := range w.sessions {
+		sessions = append(sessions, s)
+	}
+	w.mu.Unlock()
+	for _, s := range sessions {
+		s.mu.Lock()
+		if s.running != nil {
+			running++
+		}
+		s.mu.Unlock()
+	}
+	return len(sessions), running
+}

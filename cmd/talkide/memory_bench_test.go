@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// rssBytes is this process's resident set size.
+func rssBytes(b *testing.B) float64 {
+	b.Helper()
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Skipf("no /proc: %v", err)
+	}
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		if f := bytes.Fields(line); len(f) >= 2 && string(f[0]) == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(string(f[1]), 64)
+			return kb * 1024
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// parallel runs fn(i) for i in [0, n) on 32 goroutines.
+func parallel(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				fn(i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// BenchmarkSessionMemory measures, with the whole platform in this process
+// (control-plane, worker with the native harness, simulator), the resident
+// memory each idle session and each active session (a turn waiting on a
+// slow model reply) adds, and the CPU time per turn, at 1, 100 and 1,000
+// sessions. Run with -benchtime=1x.
+func BenchmarkSessionMemory(b *testing.B) {
+	for _, n := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				measureSessions(b, n)
+			}
+		})
+	}
+}
+
+func measureSessions(b *testing.B, n int) {
+	st, err := startDev(context.Background(), devConfig{dataDir: b.TempDir(), addr: "127.0.0.1:0", logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		st.shutdown(ctx)
+	}()
+	http.DefaultTransport.(*http.Transport).MaxIdleConnsPerHost = 64
+	base := st.info.ControlPlane
+	// live is the memory Go holds for live objects and stacks: unlike RSS
+	// it goes down when memory is freed, so deltas between sub-benchmarks
+	// in one process stay meaningful.
+	live := func() float64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return float64(ms.HeapInuse + ms.StackInuse)
+	}
+	before := live()
+
+	ids := make([]string, n)
+	parallel(n, func(i int) { ids[i] = createConversation(b, base).ID })
+	idle := live()
+
+	// One turn each, every model reply held open by a slow stream.
+	start := cpuTime()
+	parallel(n, func(i int) { send(b, base, ids[i], "[[sleep:1500]] hold this turn open for a while") })
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, running := st.worker.worker.Stats(); running == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("not all %d turns became active", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	active := live()
+	rss := rssBytes(b)
+	for {
+		if _, running := st.worker.worker.Stats(); running == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("turns did not finish")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cpu := cpuTime() - start
+
+	const mib = 1 << 20
+	b.ReportMetric((idle-before)/float64(n)/mib, "MiB/idle-session")
+	b.ReportMetric((active-before)/float64(n)/mib, "MiB/active-session")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(n)/1000, "ms-CPU/turn")
+	b.ReportMetric(rss/mib, "MiB-RSS-total")
+}
