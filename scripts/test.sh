@@ -34,6 +34,14 @@ elif [ "$TALKIDE_TEST_DATABASE_URL" = skip ]; then
   echo "== PostgreSQL: TALKIDE_TEST_DATABASE_URL=skip, the PostgreSQL tests are skipped"
 fi
 
+# The claude-code harness's end-to-end tests run the real Claude Code CLI:
+# install the pinned version when it is missing (docs/harnesses.md).
+if [ -z "${TALKIDE_CLAUDE_CODE_BIN:-}" ]; then
+  echo "== Claude Code CLI (scripts/claude-code.sh)"
+  TALKIDE_CLAUDE_CODE_BIN=$(./scripts/claude-code.sh)
+fi
+export TALKIDE_CLAUDE_CODE_BIN
+
 echo "== go test"
 # -race needs cgo and gcc, which these machines have. Fuzz targets run their
 # seed corpora here; longer fuzzing is a separate command (docs/testing.md).

@@ -41,6 +41,9 @@ type devConfig struct {
 	anthropicURL string
 	model        string
 	toolPolicy   string
+	harness      string // native or claude-code
+	claudeBin    string // the claude executable for --harness claude-code
+	mcpAllow     string
 	logger       *slog.Logger
 }
 
@@ -75,7 +78,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:7878", "loopback HOST:PORT of the browser API")
 	fs.StringVar(&cfg.anthropicURL, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL (used when ANTHROPIC_API_KEY is set)")
 	fs.StringVar(&cfg.model, "model", "", "model id (default: the harness's default)")
+	fs.StringVar(&cfg.harness, "harness", "native", "agent harness: native (in-process) or claude-code (the Claude Code CLI; docs/harnesses.md)")
+	fs.StringVar(&cfg.claudeBin, "claude-code-bin", "claude", "the Claude Code CLI for --harness claude-code")
 	fs.StringVar(&cfg.toolPolicy, "tool-policy", "", "JSON file of tool allow/deny rules checked before every tool call (docs/tools.md)")
+	fs.StringVar(&cfg.mcpAllow, "mcp-allow", "", "JSON file of the MCP servers a workspace's .mcp.json may start (docs/mcp.md); default none")
 	logger, err := parseWithLogger(fs, args, stderr)
 	if err != nil {
 		return err
@@ -201,7 +207,8 @@ func (s *devStack) startWorker(ctx context.Context) error {
 		commandKeyID:    s.cp.secrets.CommandKeyID,
 		commandKey:      trust.DeriveEnvKey(s.cp.secrets.CommandSecret, devTenant, devEnv),
 		claudeConfigDir: claudeDir, workspaceRoot: workspaces,
-		model: s.cfg.model, toolPolicy: s.cfg.toolPolicy, notice: notice,
+		model: s.cfg.model, toolPolicy: s.cfg.toolPolicy, mcpAllow: s.cfg.mcpAllow, notice: notice,
+		harness: s.cfg.harness, claudeCodeBin: s.cfg.claudeBin,
 		workerID: "dev-" + host,
 		logger:   s.cfg.logger,
 	})

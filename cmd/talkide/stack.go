@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,8 +20,12 @@ import (
 
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/gateway"
+	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/harness/claudecode"
 	"github.com/talkide/platform/internal/harness/native"
 	"github.com/talkide/platform/internal/localproxy"
+	"github.com/talkide/platform/internal/mcp/issuetracking"
+	mcpservers "github.com/talkide/platform/internal/mcp/servers"
 	"github.com/talkide/platform/internal/minting"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/store"
@@ -148,6 +153,9 @@ type workerOptions struct {
 	workspaceRoot   string
 	model           string
 	toolPolicy      string // path of a tool policy JSON file (docs/tools.md); empty allows every call
+	harness         string // native (default) or claude-code (docs/harnesses.md)
+	claudeCodeBin   string // the claude executable, for --harness claude-code
+	mcpAllow        string // path of the MCP server allow-list (docs/mcp.md); empty allows no .mcp.json server
 	notice          string
 	workerID        string        // names the worker in session leases; default host-pid
 	leaseTTL        time.Duration // session lease lifetime; default sessionstore.DefaultLeaseTTL
@@ -158,6 +166,9 @@ type workerProc struct {
 	http       *server
 	worker     *worker.Worker
 	localProxy *localproxy.Server
+	claudeCode *claudecode.Harness // nil unless --harness claude-code
+	issues     *issuetracking.Source
+	mcpServers *mcpservers.Source
 	stopReport context.CancelFunc
 	reportDone chan struct{}
 }
@@ -188,41 +199,71 @@ func startWorker(o workerOptions) (*workerProc, error) {
 			return nil, fmt.Errorf("tool policy %s: %w", o.toolPolicy, err)
 		}
 	}
+	var mcpAllow *mcpservers.AllowList
+	if o.mcpAllow != "" {
+		b, err := os.ReadFile(o.mcpAllow)
+		if err != nil {
+			return nil, fmt.Errorf("MCP allow-list: %w", err)
+		}
+		if mcpAllow, err = mcpservers.ParseAllowList(b); err != nil {
+			return nil, fmt.Errorf("MCP allow-list %s: %w", o.mcpAllow, err)
+		}
+	}
+	// Reports and the issue tracker's calls travel the same signed channel.
+	reportSigner := &trust.Signer{
+		Direction: trust.ToControlPlane, Tenant: o.tenant, Env: o.env, KeyID: o.commandKeyID, Key: o.commandKey,
+	}
+	issues := issuetracking.NewSource(issuetracking.NewClient(o.cpURL, reportSigner, nil),
+		&issuetracking.SourceOptions{Logger: o.logger.With("component", "issuetracking")})
+	// The servers a workspace declares in .mcp.json, as far as the
+	// allow-list permits; Close (in shutdown) stops them.
+	mcpSource := mcpservers.New(&mcpservers.Options{AllowList: mcpAllow, Logger: o.logger.With("component", "mcp-servers")})
 	h := native.New(client, &native.Options{
-		Model:  o.model,
-		Tools:  tools.Default(&tools.Options{}),
-		Policy: policy,
-		Logger: o.logger.With("component", "harness"),
+		Model:       o.model,
+		Tools:       tools.Default(&tools.Options{}),
+		Policy:      policy,
+		ToolSources: append([]native.ToolSource{issues}, mcpSource),
+		Logger:      o.logger.With("component", "harness"),
 	})
+	// --harness claude-code: the CLI reaches the model through the local
+	// proxy (lp, started below), which the harness asks for per turn.
+	var lp *localproxy.Server
+	selected, cc, err := selectHarness(o, h, func() *localproxy.Server { return lp })
+	if err != nil {
+		mcpSource.Close()
+		return nil, err
+	}
 	if o.workerID == "" {
 		o.workerID, _ = os.Hostname()
 		o.workerID += "-" + strconv.Itoa(os.Getpid())
 	}
 	sessions, err := sessionstore.New(filepath.Join(o.claudeConfigDir, "projects"), &sessionstore.Options{Holder: o.workerID, LeaseTTL: o.leaseTTL})
 	if err != nil {
+		mcpSource.Close()
 		return nil, err
 	}
-	reporter := worker.NewReporter(o.cpURL, &trust.Signer{
-		Direction: trust.ToControlPlane, Tenant: o.tenant, Env: o.env, KeyID: o.commandKeyID, Key: o.commandKey,
-	}, &worker.ReporterOptions{Logger: o.logger.With("component", "reporter")})
+	reporter := worker.NewReporter(o.cpURL, reportSigner, &worker.ReporterOptions{Logger: o.logger.With("component", "reporter")})
 	w, err := worker.New(worker.Config{
 		Tenant: o.tenant, Env: o.env, WorkerID: o.workerID,
 		Sessions: sessions, WorkspaceRoot: o.workspaceRoot,
-		Harness:      h,
+		Harness:      selected,
 		CommandKeyID: o.commandKeyID, CommandKey: o.commandKey,
 		Reporter: reporter, Logger: o.logger.With("component", "worker"),
 		Notice: o.notice,
 	})
 	if err != nil {
+		mcpSource.Close()
 		return nil, err
 	}
-	lp, err := localproxy.Listen(localproxy.New(gatewayURL, minter, o.logger.With("component", "localproxy")))
+	lp, err = localproxy.Listen(localproxy.New(gatewayURL, minter, o.logger.With("component", "localproxy")))
 	if err != nil {
+		mcpSource.Close()
 		return nil, err
 	}
 	srv, err := listen(o.listen, w.Handler())
 	if err != nil {
 		lp.Shutdown(context.Background())
+		mcpSource.Close()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -231,13 +272,16 @@ func startWorker(o workerOptions) (*workerProc, error) {
 	if err := w.FlushOutboxes(); err != nil {
 		o.logger.Warn("could not scan the session volume for undelivered reports", "err", err)
 	}
-	return &workerProc{http: srv, worker: w, localProxy: lp, stopReport: cancel, reportDone: done}, nil
+	return &workerProc{claudeCode: cc, http: srv, worker: w, localProxy: lp, issues: issues, mcpServers: mcpSource, stopReport: cancel, reportDone: done}, nil
 }
 
 // shutdown stops taking commands, lets running turns finish within ctx,
 // then stops the local proxy and delivers the last reports.
 func (p *workerProc) shutdown(ctx context.Context) error {
 	werr := p.worker.Shutdown(ctx)
+	if p.claudeCode != nil {
+		p.claudeCode.Close() // after the turns: stops every CLI process
+	}
 	herr := p.http.srv.Shutdown(ctx)
 	if errors.Is(herr, context.DeadlineExceeded) {
 		herr = p.http.srv.Close()
@@ -246,9 +290,11 @@ func (p *workerProc) shutdown(ctx context.Context) error {
 	if errors.Is(lerr, context.DeadlineExceeded) {
 		lerr = nil
 	}
+	ierr := p.issues.Close()
+	p.mcpServers.Close() // after the turns: stops every .mcp.json server
 	p.stopReport()
 	<-p.reportDone
-	return errors.Join(werr, herr, lerr)
+	return errors.Join(werr, herr, lerr, ierr)
 }
 
 // identityFromFile re-reads the token file on every call, so a rotated
@@ -260,5 +306,30 @@ func identityFromFile(path string) func() (string, error) {
 			return "", err
 		}
 		return strings.TrimSpace(string(b)), nil
+	}
+}
+
+// selectHarness returns the harness named by o.harness: the native one (h)
+// or a Claude Code harness (cc) whose CLIs use the local proxy that lp
+// returns once it runs.
+func selectHarness(o workerOptions, h *native.Harness, lp func() *localproxy.Server) (harness.Harness, *claudecode.Harness, error) {
+	switch o.harness {
+	case "", native.Name:
+		return h, nil, nil
+	case claudecode.Name:
+		bin, err := exec.LookPath(o.claudeCodeBin)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--harness claude-code: the Claude Code CLI (--claude-code-bin %q) was not found: %w", o.claudeCodeBin, err)
+		}
+		cc := claudecode.New(claudecode.Options{
+			Bin:        bin,
+			Model:      o.model,
+			BaseURLFor: func(id string) string { return lp().BaseURLFor(id) },
+			Capability: func(id string) string { return lp().Capability(id) },
+			Logger:     o.logger.With("component", "harness"),
+		})
+		return cc, cc, nil
+	default:
+		return nil, nil, fmt.Errorf("--harness %q: want %s or %s", o.harness, native.Name, claudecode.Name)
 	}
 }

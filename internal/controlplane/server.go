@@ -105,9 +105,13 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /api/conversations/{id}/messages", h(s.browser(s.handleSend)))
 	mux.Handle("POST /api/conversations/{id}/interrupt", h(s.browser(s.handleInterrupt)))
 	mux.Handle("GET /api/conversations/{id}/stream", h(s.browser(s.handleStream)))
+	mux.Handle("GET /api/conversations/{id}/issues", h(s.browser(s.handleListIssues)))
 
 	mux.Handle("POST "+MintPath, h(s.handleMint))
 	mux.Handle("POST "+contract.ReportsPath, h(s.handleReports))
+	mux.Handle("POST "+contract.IssuesPath, h(s.handleWorkerCreateIssue))
+	mux.Handle("GET "+contract.IssuesPath, h(s.handleWorkerListIssues))
+	mux.Handle("POST "+contract.IssueCommentsPath, h(s.handleWorkerCommentIssue))
 
 	gw := s.cfg.Gateway
 	if gw == nil {
@@ -123,8 +127,11 @@ func (s *Server) Handler() http.Handler {
 		"/api/conversations/{id}/messages":  {http.MethodPost},
 		"/api/conversations/{id}/interrupt": {http.MethodPost},
 		"/api/conversations/{id}/stream":    {http.MethodGet},
+		"/api/conversations/{id}/issues":    {http.MethodGet},
 		MintPath:                            {http.MethodPost},
 		contract.ReportsPath:                {http.MethodPost},
+		contract.IssuesPath:                 {http.MethodGet, http.MethodPost},
+		contract.IssueCommentsPath:          {http.MethodPost},
 		"/healthz":                          {http.MethodGet},
 	} {
 		mux.Handle(path, httpapi.MethodNotAllowed(s.log, allow...))

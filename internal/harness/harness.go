@@ -1,7 +1,7 @@
 // Package harness defines how the worker runs one turn of a session: the
 // Harness interface and the typed failure a turn ends with. Implementations
 // live in harness/native (an in-process agent loop on the Anthropic Go SDK)
-// and, later, harness/claudecode (the Claude Code CLI as a subprocess).
+// and harness/claudecode (the Claude Code CLI as a subprocess).
 package harness
 
 import (

@@ -1,5 +1,6 @@
 // Package store is the control-plane's durable state: tenants, envs, users,
-// conversations, identity-token hashes, the usage record and worker reports.
+// conversations, identity-token hashes, the usage record, worker reports and
+// the issues the agent files.
 //
 // Store is implemented by store/sqlite (embedded default) and
 // store/postgres; both run the same migrations and the same test suite
@@ -82,6 +83,40 @@ type StoredReport struct {
 	ReceivedAt time.Time
 }
 
+// Issue is an issue the agent filed in a conversation (UC-09). Status,
+// Severity and the limits on its fields are contract's; the store checks
+// none of them.
+type Issue struct {
+	ID             string
+	Tenant         string
+	Env            string
+	ConversationID string
+	UserID         string // the conversation's user
+	TurnID         string // the turn that filed it
+	IdempotencyKey string // unique per tenant-env
+	Title          string
+	Body           string
+	Severity       string
+	Labels         []string
+	Status         string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time // the last comment or status change
+	// Comments are oldest first; GetIssue and ListIssues fill them,
+	// CreateIssue ignores them.
+	Comments []IssueComment
+}
+
+// IssueComment is one comment on an issue.
+type IssueComment struct {
+	ID             string
+	IssueID        string
+	TurnID         string
+	IdempotencyKey string // unique per issue
+	Body           string
+	Status         string // the status the comment set; empty for none
+	CreatedAt      time.Time
+}
+
 // Store is the control-plane's persistence. Every method is safe for
 // concurrent use. Methods return ErrNotFound when the thing asked for does not
 // exist; a list that finds nothing is empty, not an error. Times are kept to
@@ -134,6 +169,26 @@ type Store interface {
 	// ListReports returns a conversation's reports ordered by Report.Time,
 	// then tenant, env and idempotency key.
 	ListReports(ctx context.Context, conversationID string) ([]StoredReport, error)
+
+	// CreateIssue stores i (its Comments are ignored); created is false, and
+	// the stored issue is returned, when an issue with i's tenant, env and
+	// idempotency key exists. ErrConflict when that issue belongs to another
+	// conversation, or i.ID is taken. ErrNotFound when i's tenant-env,
+	// conversation or user does not exist.
+	CreateIssue(ctx context.Context, i Issue) (stored Issue, created bool, err error)
+	// GetIssue returns an issue with its comments.
+	GetIssue(ctx context.Context, id string) (Issue, error)
+	// ListIssues returns a conversation's issues with their comments, newest
+	// first (CreatedAt descending, then ID descending). status "" lists
+	// every status; limit <= 0 lists all.
+	ListIssues(ctx context.Context, conversationID, status string, limit int) ([]Issue, error)
+	// AddIssueComment appends c to its issue and, when c.Status is set,
+	// changes the issue's status; either way the issue's UpdatedAt becomes
+	// c.CreatedAt if that is later. created is false, the stored comment is
+	// returned and nothing changes when the issue has a comment with c's
+	// idempotency key. ErrNotFound when the issue does not exist;
+	// ErrConflict when c.ID is taken.
+	AddIssueComment(ctx context.Context, c IssueComment) (stored IssueComment, created bool, err error)
 
 	Close() error
 }

@@ -37,6 +37,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"ConcurrentOrders":  testConcurrentOrders,
 		"ByteOrder":         testByteOrder,
 	}
+	for name, test := range issueTests {
+		tests[name] = test
+	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
 			test(t, open(t))

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/talkide/platform/internal/contract"
+)
+
+// claudeCodeBin is the real Claude Code CLI, installed by
+// scripts/claude-code.sh (which scripts/test.sh runs). The tests of the
+// claude-code harness need it: they fail without it rather than pass
+// without having run.
+func claudeCodeBin(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("TALKIDE_CLAUDE_CODE_BIN")
+	if bin == "" {
+		t.Fatal("TALKIDE_CLAUDE_CODE_BIN is not set: run ./scripts/test.sh, which installs the pinned Claude Code CLI and sets it, " +
+			"or set TALKIDE_CLAUDE_CODE_BIN=$(./scripts/claude-code.sh)")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("TALKIDE_CLAUDE_CODE_BIN: %v (run ./scripts/claude-code.sh to install the CLI)", err)
+	}
+	return bin
+}
+
+// startClaudeCodeStack runs talkide dev's stack with --harness claude-code
+// and the model simulator.
+func startClaudeCodeStack(t testing.TB, logger *slog.Logger) *devStack {
+	t.Helper()
+	bin := claudeCodeBin(t)
+	st, err := startDev(context.Background(), devConfig{
+		dataDir: t.TempDir(), addr: "127.0.0.1:0",
+		harness: "claude-code", claudeBin: bin,
+		logger: logger,
+	})
+	if err != nil {
+		t.Fatalf("startDev: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := st.shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return st
+}
+
+// processesIn lists the processes whose working directory is under dir.
+func processesIn(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+var messagesN = regexp.MustCompile(`messages=(\d+) you said: `)
+
+// replyMessages is N of the simulator's "messages=N you said: text" reply
+// in a turn's events, or -1.
+func replyMessages(got []streamed, turnID, text string) int {
+	for _, s := range got {
+		if s.ev.TurnID == turnID && s.ev.Kind == contract.KindMessage && strings.Contains(s.ev.Text, "you said: "+text) {
+			if m := messagesN.FindStringSubmatch(s.ev.Text); m != nil {
+				n, _ := strconv.Atoi(m[1])
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// The end-to-end scenario with the real Claude Code CLI: a tool call, its
+// output and the final text on the event stream; a second turn that carries
+// the history; a worker restart after which the CLI resumes its session.
+func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
+	st := startClaudeCodeStack(t, slog.New(slog.DiscardHandler))
+	base := st.info.ControlPlane
+	c := createConversation(t, base)
+	if c.State == nil || c.State.Harness != "claude-code" {
+		t.Fatalf("session state %+v, want harness claude-code", c.State)
+	}
+
+	r1 := send(t, base, c.ID, `Please run it. [[tool:Bash {"command":"echo hello-from-claude-code"}]]`)
+	got := readStream(t, base, c.ID, 0, turnEnded(r1.TurnID))
+	checkSequence(t, got, 1)
+	want := []string{
+		contract.KindSessionCreated, contract.KindNotice,
+		contract.KindUserMessage, contract.KindTurnStarted,
+		contract.KindMessage, contract.KindUsage,
+		contract.KindToolStarted, contract.KindToolFinished,
+		contract.KindMessage, contract.KindUsage,
+		contract.KindTurnFinished,
+	}
+	if diff := cmp.Diff(want, kinds(got)); diff != "" {
+		t.Fatalf("event kinds (-want +got):\n%s", diff)
+	}
+	var started, finished *contract.ToolEvent
+	var deltas strings.Builder
+	for _, s := range got {
+		switch s.ev.Kind {
+		case contract.KindToolStarted:
+			started = s.ev.Tool
+		case contract.KindToolFinished:
+			finished = s.ev.Tool
+		case contract.KindTextDelta:
+			deltas.WriteString(s.ev.Text)
+		}
+	}
+	if started.Name != "Bash" || !strings.Contains(string(started.Input), "echo hello-from-claude-code") {
+		t.Errorf("tool.started = %+v", started)
+	}
+	if finished.ID != started.ID || finished.IsError || strings.TrimSpace(finished.Output) != "hello-from-claude-code" {
+		t.Errorf("tool.finished = %+v", finished)
+	}
+	final := got[len(got)-3].ev
+	if !strings.Contains(final.Text, "[simulator] tool results: 1) hello-from-claude-code") {
+		t.Errorf("final text %q does not quote the tool's output", final.Text)
+	}
+	if !strings.Contains(deltas.String(), "tool results: 1) hello-from-claude-code") {
+		t.Errorf("the final text did not stream as text.delta events: %q", deltas.String())
+	}
+	last := got[len(got)-1].ev
+	if last.Finish == nil || last.Finish.StopReason != "end_turn" || last.Finish.ModelCalls != 2 {
+		t.Errorf("turn.finished = %+v", last.Finish)
+	}
+	// Both model calls went CLI → LocalGatewayProxy → gateway, which
+	// recorded them against this conversation.
+	usage, err := st.cp.store.ListUsage(context.Background(), c.ID)
+	if err != nil || len(usage) < 2 {
+		t.Fatalf("gateway usage records = %d, %v", len(usage), err)
+	}
+
+	// The CLI stays up between turns, with exactly its environment.
+	ws := filepath.Join(st.info.Workspaces, c.ID)
+	procs := processesIn(ws)
+	if len(procs) != 1 {
+		t.Fatalf("processes in the workspace after a turn: %v, want the one CLI", procs)
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", procs[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, kv := range bytes.Split(bytes.TrimRight(environ, "\x00"), []byte{0}) {
+		k, v, _ := strings.Cut(string(kv), "=")
+		env[k] = v
+	}
+	if _, ok := env["ANTHROPIC_API_KEY"]; ok {
+		t.Error("the CLI has ANTHROPIC_API_KEY")
+	}
+	if env["ANTHROPIC_BASE_URL"] != st.info.LocalProxy+"/"+c.ID || !strings.HasPrefix(env["ANTHROPIC_AUTH_TOKEN"], "tlp_") {
+		t.Errorf("the CLI's ANTHROPIC_BASE_URL %q, ANTHROPIC_AUTH_TOKEN prefix %.4q", env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_AUTH_TOKEN"])
+	}
+	if !strings.HasPrefix(env["CLAUDE_CONFIG_DIR"], st.info.ClaudeConfigDir+"/") {
+		t.Errorf("the CLI's CLAUDE_CONFIG_DIR %q is not on the session volume %s", env["CLAUDE_CONFIG_DIR"], st.info.ClaudeConfigDir)
+	}
+	if len(env) != 9 {
+		t.Errorf("the CLI's environment has %d variables, want the harness's 9: %v", len(env), env)
+	}
+
+	// The second turn carries the history.
+	r2 := send(t, base, c.ID, "second message beta")
+	got2 := readStream(t, base, c.ID, last.Seq, turnEnded(r2.TurnID))
+	n2 := replyMessages(got2, r2.TurnID, "second message beta")
+	if n2 < 5 {
+		t.Fatalf("second turn: the model saw %d messages, want the first turn's too; events %+v", n2, got2)
+	}
+	t.Logf("messages: second turn %d", n2)
+	if p := processesIn(ws); len(p) != 1 || p[0] != procs[0] {
+		t.Errorf("processes after the second turn %v, want the same CLI %d", p, procs[0])
+	}
+
+	// A worker restart stops the CLI; the next turn resumes its session.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := st.restartWorker(ctx); err != nil {
+		t.Fatalf("restart worker: %v", err)
+	}
+	if p := processesIn(ws); len(p) != 0 {
+		t.Fatalf("processes left in the workspace after the worker stopped: %v", p)
+	}
+	r3 := send(t, base, c.ID, "third message gamma")
+	got3 := readStream(t, base, c.ID, got2[len(got2)-1].ev.Seq, turnEnded(r3.TurnID))
+	n3 := replyMessages(got3, r3.TurnID, "third message gamma")
+	if n3 <= n2 {
+		t.Fatalf("after the restart the model saw %d messages, want more than %d (the resumed history)", n3, n2)
+	}
+	var resumed bool
+	for _, s := range got3 {
+		if s.ev.Kind == contract.KindSessionResumed {
+			resumed = true
+			if s.ev.Session.Harness != "claude-code" || s.ev.Session.Messages < 4 {
+				t.Errorf("session.resumed = %+v", s.ev.Session)
+			}
+		}
+	}
+	if !resumed {
+		t.Error("no session.resumed event after the restart")
+	}
+	if last := got3[len(got3)-1].ev; last.Kind != contract.KindTurnFinished {
+		t.Errorf("third turn ended with %s %+v", last.Kind, last.Failure)
+	}
+}
+
+// toolTurn sends text, waits for the turn's end and returns its one tool
+// call's tool.finished and the turn's last event.
+func toolTurn(t *testing.T, base, conv string, after int64, text string) (*contract.ToolEvent, contract.Event) {
+	t.Helper()
+	r := send(t, base, conv, text)
+	got := readStream(t, base, conv, after, turnEnded(r.TurnID))
+	var finished *contract.ToolEvent
+	for _, s := range got {
+		if s.ev.Kind == contract.KindToolFinished {
+			finished = s.ev.Tool
+		}
+	}
+	if finished == nil {
+		t.Fatalf("%s: no tool call in %+v", text, got)
+	}
+	return finished, got[len(got)-1].ev
+}
+
+// The coding session of the native harness's scenario, with Claude Code's
+// own tools: write a file, run it, find the bug, fix it, run it again; then
+// an interrupt during a long Bash command, after which the session goes on.
+func TestClaudeCodeHarnessCodingSessionAndInterrupt(t *testing.T) {
+	st := startClaudeCodeStack(t, slog.New(slog.DiscardHandler))
+	base := st.info.ControlPlane
+	c := createConversation(t, base)
+	ws := filepath.Join(st.info.Workspaces, c.ID)
+	app := filepath.Join(ws, "app.sh")
+
+	steps := []struct {
+		text    string
+		isError bool
+		output  string
+	}{
+		{text: fmt.Sprintf(`[[tool:Write {"file_path":%q,"content":"echo hello wrold\nexit 1\n"}]]`, app)},
+		{text: `[[tool:Bash {"command":"sh app.sh"}]]`, isError: true, output: "hello wrold"},
+		{text: `[[tool:Bash {"command":"grep -n wrold app.sh"}]]`, output: "1:echo hello wrold"},
+		{text: fmt.Sprintf(`[[tool:Edit {"file_path":%q,"old_string":"wrold\nexit 1","new_string":"world"}]]`, app)},
+		{text: `[[tool:Bash {"command":"sh app.sh"}]]`, output: "hello world"},
+		{text: fmt.Sprintf(`[[tool:Read {"file_path":%q}]]`, app), output: "echo hello world"},
+	}
+	var last int64
+	for _, s := range steps {
+		fin, end := toolTurn(t, base, c.ID, last, s.text)
+		last = end.Seq
+		if end.Kind != contract.KindTurnFinished {
+			t.Fatalf("%s: turn ended with %s %+v", s.text, end.Kind, end.Failure)
+		}
+		if fin.IsError != s.isError || !strings.Contains(fin.Output, s.output) {
+			t.Errorf("%s: tool.finished = %+v, want is_error %v and output with %q", s.text, fin, s.isError, s.output)
+		}
+	}
+	if b, err := os.ReadFile(app); err != nil || string(b) != "echo hello world\n" {
+		t.Errorf("app.sh = %q, %v", b, err)
+	}
+
+	// An interrupt during a long command kills it and the CLI.
+	r := send(t, base, c.ID, `[[tool:Bash {"command":"for i in $(seq 600); do sleep 0.1; done; echo never"}]]`)
+	readStream(t, base, c.ID, last, func(ev contract.Event) bool { return ev.Kind == contract.KindToolStarted })
+	var ir contract.InterruptResponse
+	if code := api(t, "POST", base+"/api/conversations/"+c.ID+"/interrupt", nil, &ir); code != 200 || !ir.Interrupted {
+		t.Fatalf("interrupt: %d %+v", code, ir)
+	}
+	got := readStream(t, base, c.ID, last, turnEnded(r.TurnID))
+	end := got[len(got)-1].ev
+	if end.Kind != contract.KindTurnFailed || end.Failure.Code != contract.FailInterrupted {
+		t.Fatalf("interrupted turn ended with %s %+v", end.Kind, end.Failure)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(processesIn(ws)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes left in the workspace after the interrupt: %v", processesIn(ws))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The session goes on, with its history.
+	r2 := send(t, base, c.ID, "after the interrupt")
+	got2 := readStream(t, base, c.ID, end.Seq, turnEnded(r2.TurnID))
+	if n := replyMessages(got2, r2.TurnID, "after the interrupt"); n < 2*len(steps) {
+		t.Errorf("after the interrupt the model saw %d messages, want the session's history; events %+v", n, got2)
+	}
+}

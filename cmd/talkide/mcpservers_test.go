@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+)
+
+// A workspace's .mcp.json declares the echo MCP server, which the
+// operator's allow-list (--mcp-allow) permits, and one it does not: the
+// model calls the echo server's tool and the stream shows the call and its
+// output; the refused server is a notice; the server goes with the worker.
+func TestMCPServerFromWorkspace(t *testing.T) {
+	dir := t.TempDir()
+	echoBin := filepath.Join(dir, "echoserver")
+	if out, err := exec.Command("go", "build", "-o", echoBin, "../../internal/mcp/servers/testdata/echoserver").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	allow := filepath.Join(dir, "mcp-allow.json")
+	os.WriteFile(allow, []byte(fmt.Sprintf(`{"stdio": [{"name": "echo", "command": %q}]}`, echoBin)), 0o600)
+	st, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(dir, "data"), addr: "127.0.0.1:0", mcpAllow: allow, logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st.shutdown(ctx)
+		}
+	}()
+	base := st.info.ControlPlane
+	c := createConversation(t, base)
+	ws := filepath.Join(st.info.Workspaces, c.ID)
+	os.MkdirAll(ws, 0o755)
+	mcpJSON, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
+		"echo":   map[string]any{"command": echoBin},
+		"hidden": map[string]any{"command": "/bin/sh", "args": []string{"-c", "touch pwned"}},
+	}})
+	os.WriteFile(filepath.Join(ws, ".mcp.json"), mcpJSON, 0o644)
+
+	r := send(t, base, c.ID, `[[tool:mcp__echo__echo {"text":"hi"}]]`)
+	got := readStream(t, base, c.ID, 0, turnEnded(r.TurnID))
+	var started, finished *contract.ToolEvent
+	var notices []string
+	for _, s := range got {
+		switch s.ev.Kind {
+		case contract.KindToolStarted:
+			started = s.ev.Tool
+		case contract.KindToolFinished:
+			finished = s.ev.Tool
+		case contract.KindNotice:
+			notices = append(notices, s.ev.Text)
+		case contract.KindTurnFailed:
+			t.Fatalf("turn failed: %+v", s.ev)
+		}
+	}
+	if started == nil || started.Name != "mcp__echo__echo" || !bytes.Equal(started.Input, []byte(`{"text":"hi"}`)) {
+		t.Fatalf("tool.started = %+v", started)
+	}
+	if finished == nil || finished.Name != "mcp__echo__echo" || finished.IsError || finished.Output != "hi" {
+		t.Fatalf("tool.finished = %+v", finished)
+	}
+	if n := strings.Join(notices, "\n"); !strings.Contains(n, `MCP server "hidden": not on the operator's MCP allow-list`) {
+		t.Errorf("notices %q", notices)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "pwned")); err == nil {
+		t.Fatal("a server the allow-list refuses ran")
+	}
+
+	// The next turn uses the same server process; it stops with the worker.
+	r = send(t, base, c.ID, `[[tool:mcp__echo__pid]]`)
+	got = readStream(t, base, c.ID, got[len(got)-1].ev.Seq, turnEnded(r.TurnID))
+	pid := 0
+	for _, s := range got {
+		if s.ev.Kind == contract.KindToolFinished {
+			pid, _ = strconv.Atoi(strings.Fields(s.ev.Tool.Output + " x")[0])
+		}
+	}
+	if pid <= 0 || !processRuns(pid) {
+		t.Fatalf("echo server pid %d not running", pid)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stopped = true
+	if err := st.shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if processRuns(pid) {
+		t.Errorf("the echo server (pid %d) outlived the worker", pid)
+	}
+}
+
+// processRuns reports whether pid is a process that is not a zombie.
+func processRuns(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	f := strings.Fields(string(stat[i+1:]))
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}

@@ -1,0 +1,516 @@
+// Package claudecode is the second harness: it runs the Claude Code CLI
+// headless, one long-lived process per active session speaking stream-json
+// on stdin and stdout, and maps its output onto the contract's events.
+//
+// The CLI reaches the model only through the LocalGatewayProxy (seed § 6.3):
+// ANTHROPIC_BASE_URL=http://127.0.0.1:<port>/<conversationId>, the
+// conversation's capability as ANTHROPIC_AUTH_TOKEN, no ANTHROPIC_API_KEY,
+// and nothing else of the worker's environment. Its own state (config,
+// session transcripts) lives under the session's directory, so a restarted
+// worker resumes the CLI's session with --resume.
+package claudecode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/harness"
+)
+
+// Name is the harness's name in session metadata and flags.
+const Name = "claude-code"
+
+// Defaults.
+const (
+	DefaultPermissionMode = "acceptEdits"
+	DefaultMaxTurns       = 100
+	DefaultPath           = "/usr/local/bin:/usr/bin:/bin"
+	DefaultIdleTimeout    = 5 * time.Minute
+	DefaultMaxLineBytes   = 16 << 20
+	DefaultMaxToolOutput  = 64 << 10
+)
+
+// DefaultAllowedTools are the CLI's tools a turn may use without a
+// permission prompt: the headless toolset. Nothing can answer a prompt
+// (the CLI runs with --permission-prompts none), so a tool outside this
+// list that would prompt is refused, and the model sees the refusal.
+var DefaultAllowedTools = []string{"Bash", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "TodoWrite", "Task", "Agent", "NotebookEdit"}
+
+// stateFile is the harness's own file in the session directory.
+const stateFile = "claude-code.json"
+
+// Options configure the harness. Bin, BaseURLFor and Capability are
+// required; the zero value of every other field means its default.
+type Options struct {
+	// Bin is the claude executable.
+	Bin string
+	// BaseURLFor is the ANTHROPIC_BASE_URL of a conversation's CLI: the
+	// LocalGatewayProxy's http://127.0.0.1:<port>/<conversationId>.
+	BaseURLFor func(conversationID string) string
+	// Capability is the credential the CLI presents to the proxy
+	// (ANTHROPIC_AUTH_TOKEN).
+	Capability func(conversationID string) string
+	// Model is passed as --model; empty leaves the CLI's default.
+	Model string
+	// PermissionMode is --permission-mode; default DefaultPermissionMode.
+	// (As root the CLI refuses bypassPermissions.)
+	PermissionMode string
+	// AllowedTools is --allowedTools; nil means DefaultAllowedTools, an
+	// empty non-nil slice passes none.
+	AllowedTools []string
+	// MaxTurns is --max-turns, the turn's limit on model calls; default
+	// DefaultMaxTurns.
+	MaxTurns int
+	// Path is the CLI's PATH (its Bash tool finds commands there); default
+	// DefaultPath.
+	Path string
+	// ExtraEnv is added to the CLI's environment, as KEY=VALUE. It may not
+	// set a variable the harness sets, nor ANTHROPIC_API_KEY.
+	ExtraEnv []string
+	// ExtraArgs are added to the CLI's command line.
+	ExtraArgs []string
+	// IdleTimeout stops a session's CLI after this long without a turn;
+	// the next turn starts it again with --resume. Default
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxLineBytes bounds one line of the CLI's output; a longer line is
+	// dropped (and logged). Default DefaultMaxLineBytes.
+	MaxLineBytes int
+	// MaxToolOutput bounds a tool result shown in tool.finished; default
+	// DefaultMaxToolOutput. (The model gets what the CLI gives it.)
+	MaxToolOutput int
+	Logger        *slog.Logger // nil: don't log
+	Now           func() time.Time
+}
+
+// managedEnv are the variables the harness sets itself.
+var managedEnv = []string{
+	"PATH", "HOME", "CLAUDE_CONFIG_DIR", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN",
+	"DISABLE_TELEMETRY", "DISABLE_AUTOUPDATER", "DISABLE_ERROR_REPORTING", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+	"ANTHROPIC_API_KEY",
+}
+
+// Harness runs turns through Claude Code CLI processes. Close it to stop
+// them.
+type Harness struct {
+	opts Options
+	log  *slog.Logger
+
+	mu sync.Mutex
+	// guarded by mu
+	procs  map[string]*proc // by conversation id: the running CLIs
+	closed bool
+
+	// trace, when set (by tests), sees every line the CLI prints in a turn.
+	trace func(conv string, line []byte)
+}
+
+// ErrClosed is the cause of a turn started after Close.
+var ErrClosed = errors.New("claudecode: harness closed")
+
+// New returns the harness. It panics when a required option is missing or
+// ExtraEnv sets a variable the harness owns: both are programmer errors.
+func New(opts Options) *Harness {
+	o := opts
+	if o.Bin == "" || o.BaseURLFor == nil || o.Capability == nil {
+		panic("claudecode: Options.Bin, BaseURLFor and Capability are required")
+	}
+	for _, kv := range o.ExtraEnv {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			panic(fmt.Sprintf("claudecode: ExtraEnv entry %q is not KEY=VALUE", kv))
+		}
+		for _, m := range managedEnv {
+			if k == m {
+				panic(fmt.Sprintf("claudecode: ExtraEnv may not set %s", k))
+			}
+		}
+	}
+	if o.PermissionMode == "" {
+		o.PermissionMode = DefaultPermissionMode
+	}
+	if o.AllowedTools == nil {
+		o.AllowedTools = DefaultAllowedTools
+	}
+	if o.MaxTurns <= 0 {
+		o.MaxTurns = DefaultMaxTurns
+	}
+	if o.Path == "" {
+		o.Path = DefaultPath
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.MaxLineBytes <= 0 {
+		o.MaxLineBytes = DefaultMaxLineBytes
+	}
+	if o.MaxToolOutput <= 0 {
+		o.MaxToolOutput = DefaultMaxToolOutput
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	o.ExtraEnv = append([]string(nil), o.ExtraEnv...)
+	o.ExtraArgs = append([]string(nil), o.ExtraArgs...)
+	return &Harness{opts: o, log: o.Logger, procs: make(map[string]*proc)}
+}
+
+// Name implements harness.Harness.
+func (h *Harness) Name() string { return Name }
+
+// RunTurn implements harness.Harness: it sends the user's message to the
+// conversation's CLI (starting it, with --resume when the session has one)
+// and maps the CLI's output until the turn's result line.
+func (h *Harness) RunTurn(ctx context.Context, t *harness.Turn) (harness.Result, error) {
+	log := h.log.With("conversation", t.ConversationID, "turn", t.TurnID)
+	user, _ := json.Marshal(struct {
+		Role    string     `json:"role"`
+		Content []apiBlock `json:"content"`
+	}{"user", []apiBlock{{Type: "text", Text: t.Text}}})
+	if err := t.Transcript.Append(user); err != nil {
+		return harness.Result{}, persistErr(err)
+	}
+	line, _ := json.Marshal(struct {
+		Type            string          `json:"type"`
+		Message         json.RawMessage `json:"message"`
+		ParentToolUseID *string         `json:"parent_tool_use_id"`
+	}{"user", user, nil})
+	line = append(line, '\n')
+
+	for attempt := 0; ; attempt++ {
+		p, err := h.acquire(ctx, t, log)
+		if err != nil {
+			return harness.Result{}, err
+		}
+		res, err, resumeFailed := h.turn(ctx, p, t, line, log)
+		if resumeFailed && attempt == 0 {
+			// The CLI could not find its session (its state was lost):
+			// start a new one rather than failing every turn from now on.
+			p.stop()
+			h.release(t.ConversationID, p)
+			log.Warn("claude code could not resume its session; starting a new one", "detail", p.exitDetail())
+			if err := os.Remove(filepath.Join(t.SessionDir, stateFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return harness.Result{}, persistErr(err)
+			}
+			t.Emit(contract.Event{Kind: contract.KindNotice, Text: "Claude Code could not resume this conversation's session; it starts a new one, without the earlier history"})
+			continue
+		}
+		h.release(t.ConversationID, p)
+		return res, err
+	}
+}
+
+// turn runs one turn on p. resumeFailed reports that p was started with
+// --resume and failed before it began the session.
+func (h *Harness) turn(ctx context.Context, p *proc, t *harness.Turn, line []byte, log *slog.Logger) (res harness.Result, err error, resumeFailed bool) {
+	m := newMapper(t, h.opts.Now, log, h.opts.MaxToolOutput)
+	m.reply = func(b []byte) {
+		go p.send(context.Background(), b)
+	}
+	// Lines printed between turns belong to no turn.
+	for drained := false; !drained; {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				drained = true
+				break
+			}
+			log.Debug("claude code printed a line between turns; ignored", "bytes", len(l))
+		default:
+			drained = true
+		}
+	}
+	defer func() {
+		if m.sessionID != "" {
+			if serr := saveState(t.SessionDir, state{SessionID: m.sessionID}); serr != nil && err == nil {
+				err = persistErr(serr)
+			}
+		}
+	}()
+	if err := p.send(ctx, line); err != nil {
+		if ctx.Err() != nil {
+			return res, ctx.Err(), false
+		}
+		// The process died before it read the message; what it said
+		// on the way out is in its stderr.
+		<-p.exited
+		log.Warn("claude code exited before it took the message", "detail", p.exitDetail())
+		if p.resumed {
+			return res, nil, true
+		}
+		return res, crashed(p), false
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			p.stop()
+			m.interrupted()
+			return res, ctx.Err(), false
+		case l, ok := <-p.lines:
+			if !ok {
+				<-p.exited
+				if ctx.Err() != nil {
+					m.interrupted()
+					return res, ctx.Err(), false
+				}
+				log.Warn("claude code exited during a turn", "detail", p.exitDetail())
+				if p.resumed && !m.begun() {
+					return res, nil, true
+				}
+				m.closeOpenTools("Claude Code stopped during this tool call.")
+				return res, crashed(p), false
+			}
+			if h.trace != nil {
+				h.trace(t.ConversationID, l)
+			}
+			if len(l) == 1 && l[0] == 0 {
+				log.Warn("claude code printed a line over the size limit; dropped", "limit", h.opts.MaxLineBytes)
+				continue
+			}
+			done, res, err := m.handle(l)
+			if !done {
+				continue
+			}
+			if err != nil && p.resumed && !m.begun() {
+				return res, err, true
+			}
+			return res, err, false
+		}
+	}
+}
+
+func crashed(p *proc) error {
+	return &harness.TurnError{Code: contract.FailInternal, Message: "Claude Code exited unexpectedly; send the message again to continue", Retryable: true,
+		Err: fmt.Errorf("claude code exited: %s", p.exitDetail())}
+}
+
+// acquire returns the conversation's running CLI, or starts one.
+func (h *Harness) acquire(ctx context.Context, t *harness.Turn, log *slog.Logger) (*proc, error) {
+	conv := t.ConversationID
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, closedErr()
+	}
+	if p := h.procs[conv]; p != nil {
+		if p.idleTimer != nil {
+			p.idleTimer.Stop()
+			p.idleTimer = nil
+		}
+		select {
+		case <-p.exited:
+			delete(h.procs, conv)
+		default:
+			p.busy = true
+			h.mu.Unlock()
+			return p, nil
+		}
+	}
+	h.mu.Unlock()
+
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	st, err := loadState(t.SessionDir)
+	if err != nil {
+		return nil, &harness.TurnError{Code: contract.FailInternal, Message: "the Claude Code session state could not be read", Err: err}
+	}
+	home := filepath.Join(t.SessionDir, "claude-code", "home")
+	config := filepath.Join(t.SessionDir, "claude-code", "config")
+	for _, d := range []string{home, config, t.Workspace} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, &harness.TurnError{Code: contract.FailInternal, Message: "the Claude Code directories could not be created", Retryable: true, Err: err}
+		}
+	}
+	args := h.args(st.SessionID)
+	p, err := startProc(h.opts.Bin, args, h.env(conv, home, config), t.Workspace, h.opts.MaxLineBytes)
+	if err != nil {
+		return nil, &harness.TurnError{Code: contract.FailInternal, Message: "Claude Code could not be started", Retryable: true, Err: err}
+	}
+	p.resumed = st.SessionID != ""
+	log.Info("claude code started", "pid", p.cmd.Process.Pid, "resume", st.SessionID)
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		go p.stop()
+		return nil, closedErr()
+	}
+	h.procs[conv] = p
+	p.busy = true
+	return p, nil
+}
+
+func closedErr() error {
+	return &harness.TurnError{Code: contract.FailWorkerRestarted, Message: "the worker is shutting down; send the message again to continue", Retryable: true, Err: ErrClosed}
+}
+
+// release ends a turn's use of p: a process still running waits for the
+// next turn (until it has been idle too long); one that exited (or was
+// stopped by an interrupt) is forgotten.
+func (h *Harness) release(conv string, p *proc) {
+	h.mu.Lock()
+	p.busy = false
+	healthy := true
+	select {
+	case <-p.exited:
+		healthy = false
+	default:
+	}
+	if healthy && !h.closed {
+		p.idleTimer = time.AfterFunc(h.opts.IdleTimeout, func() { h.idle(conv, p) })
+		h.mu.Unlock()
+		return
+	}
+	if h.procs[conv] == p {
+		delete(h.procs, conv)
+	}
+	h.mu.Unlock()
+	p.stop()
+}
+
+// idle stops p if it is still the conversation's CLI and has had no turn
+// since its timer was set.
+func (h *Harness) idle(conv string, p *proc) {
+	h.mu.Lock()
+	if h.procs[conv] != p || p.busy || p.idleTimer == nil {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.procs, conv)
+	p.idleTimer = nil
+	h.mu.Unlock()
+	p.stop()
+	h.log.Info("claude code stopped after being idle", "conversation", conv, "idle", h.opts.IdleTimeout)
+}
+
+// Running reports how many CLI processes are running.
+func (h *Harness) Running() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.procs)
+}
+
+// Close stops every CLI process and waits until they are gone. Turns
+// running then fail; later turns fail at once.
+func (h *Harness) Close() error {
+	h.mu.Lock()
+	h.closed = true
+	ps := make([]*proc, 0, len(h.procs))
+	for conv, p := range h.procs {
+		if p.idleTimer != nil {
+			p.idleTimer.Stop()
+			p.idleTimer = nil
+		}
+		ps = append(ps, p)
+		delete(h.procs, conv)
+	}
+	h.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.stop() }()
+	}
+	wg.Wait()
+	return nil
+}
+
+// args is the CLI's command line; resume is the session to continue.
+func (h *Harness) args(resume string) []string {
+	args := []string{
+		"-p",
+		"--input-format", "stream-json",
+		"--output-format", "stream-json",
+		"--verbose",
+		"--include-partial-messages",
+		"--permission-mode", h.opts.PermissionMode,
+		"--permission-prompts", "none",
+		"--max-turns", strconv.Itoa(h.opts.MaxTurns),
+	}
+	if len(h.opts.AllowedTools) > 0 {
+		args = append(args, "--allowedTools", strings.Join(h.opts.AllowedTools, ","))
+	}
+	if h.opts.Model != "" {
+		args = append(args, "--model", h.opts.Model)
+	}
+	if resume != "" {
+		args = append(args, "--resume", resume)
+	}
+	return append(args, h.opts.ExtraArgs...)
+}
+
+// env is the CLI's complete environment: nothing of the worker's.
+func (h *Harness) env(conv, home, config string) []string {
+	env := []string{
+		"PATH=" + h.opts.Path,
+		"HOME=" + home,
+		"CLAUDE_CONFIG_DIR=" + config,
+		"ANTHROPIC_BASE_URL=" + h.opts.BaseURLFor(conv),
+		"ANTHROPIC_AUTH_TOKEN=" + h.opts.Capability(conv),
+		"DISABLE_TELEMETRY=1",
+		"DISABLE_AUTOUPDATER=1",
+		"DISABLE_ERROR_REPORTING=1",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+	}
+	return append(env, h.opts.ExtraEnv...)
+}
+
+// state is the harness's record in the session directory.
+type state struct {
+	// SessionID is the CLI's session, continued with --resume.
+	SessionID string `json:"session_id"`
+}
+
+func loadState(dir string) (state, error) {
+	var st state
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		// A torn write: start a new CLI session rather than never again.
+		return state{}, nil
+	}
+	return st, nil
+}
+
+// saveState writes the state when it changed, atomically.
+func saveState(dir string, st state) error {
+	if old, err := loadState(dir); err == nil && old == st {
+		return nil
+	}
+	b, _ := json.Marshal(st)
+	tmp := filepath.Join(dir, stateFile+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, stateFile))
+}

@@ -1,0 +1,156 @@
+package claudecode
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/harness"
+)
+
+// -update rewrites the golden event files from the transcripts; with
+// TALKIDE_CLAUDE_CODE_BIN set it first records the transcripts again with
+// the real CLI against the model simulator:
+//
+//	TALKIDE_CLAUDE_CODE_BIN=$(./scripts/claude-code.sh) go test ./internal/harness/claudecode -run Golden -update
+var update = flag.Bool("update", false, "record the CLI transcripts again (with TALKIDE_CLAUDE_CODE_BIN) and rewrite the golden files")
+
+const transcriptDir = "testdata/transcripts"
+
+// scenarios are the recorded turns, in the order they run in one
+// conversation; "restart" closes the harness before the turn, so that it
+// runs in a CLI started with --resume.
+var scenarios = []struct {
+	name, text string
+	restart    bool
+	maxTurns   int
+}{
+	{name: "text", text: "hello from the recorder"},
+	{name: "tool", text: `Please run it. [[tool:Bash {"command":"echo hello-from-bash"}]]`},
+	{name: "two_tools", text: `Two at once. [[tool:Bash {"command":"echo one"}]] [[tool:Bash {"command":"echo two; exit 3"}]]`},
+	{name: "write", text: `[[tool:Write {"file_path":"WORKSPACE/notes.txt","content":"hello\n"}]]`},
+	{name: "resumed", text: "after the restart", restart: true},
+	{name: "max_turns", text: `loop [[tool:Bash {"command":"echo again"}]]`, restart: true, maxTurns: 1},
+	{name: "api_error", text: `fail please [[error:400]]`},
+}
+
+// record runs the scenarios with the real CLI and writes one transcript
+// file of raw stdout lines per turn, with the temporary paths replaced by
+// WORKSPACE and SESSION.
+func record(t *testing.T, bin string) {
+	sim := newSimulator(t)
+	s := newSession(t, "rec")
+	var mu bytes.Buffer
+	var h *Harness
+	newHarness := func(maxTurns int) {
+		o := sim.options(bin)
+		o.MaxTurns = maxTurns
+		h = New(o)
+		h.trace = func(_ string, line []byte) { mu.Write(line); mu.WriteByte('\n') }
+	}
+	newHarness(0)
+	for _, sc := range scenarios {
+		if sc.restart {
+			h.Close()
+			newHarness(sc.maxTurns)
+		}
+		mu.Reset()
+		text := strings.ReplaceAll(sc.text, "WORKSPACE", s.ws)
+		_, err := runTurn(t, h, s, text)
+		t.Logf("%s: %v", sc.name, err)
+		out := strings.ReplaceAll(mu.String(), s.ws, "WORKSPACE")
+		out = strings.ReplaceAll(out, s.dir, "SESSION")
+		if err := os.WriteFile(filepath.Join(transcriptDir, sc.name+".jsonl"), []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Close()
+}
+
+// golden is what the mapper makes of one transcript.
+type golden struct {
+	Events  []contract.Event      `json:"events"`
+	Reports []contract.Report     `json:"reports"`
+	Records []json.RawMessage     `json:"transcript"`
+	Result  *harness.Result       `json:"result,omitempty"`
+	Failure *contract.TurnFailure `json:"failure,omitempty"`
+}
+
+// mapTranscript feeds a transcript's lines to a mapper with a clock that
+// moves 5 ms per reading.
+func mapTranscript(t *testing.T, data []byte) golden {
+	var g golden
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tr := &memTranscript{}
+	turn := &harness.Turn{
+		ConversationID: "rec", TurnID: "t1", Transcript: tr,
+		Emit:   func(ev contract.Event) { g.Events = append(g.Events, ev) },
+		Report: func(r contract.Report) { g.Reports = append(g.Reports, r) },
+	}
+	m := newMapper(turn, func() time.Time { clock = clock.Add(5 * time.Millisecond); return clock }, slog.New(slog.DiscardHandler), 200)
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, DefaultMaxLineBytes)
+	for sc.Scan() {
+		done, res, err := m.handle(sc.Bytes())
+		if !done {
+			continue
+		}
+		if err != nil {
+			var te *harness.TurnError
+			if !errors.As(err, &te) {
+				t.Fatalf("the turn failed with %T %v, want a *harness.TurnError", err, err)
+			}
+			f := harness.Failure(err)
+			g.Failure = &f
+		} else {
+			g.Result = &res
+		}
+		break
+	}
+	g.Records = tr.recs
+	return g
+}
+
+func TestGoldenTranscripts(t *testing.T) {
+	if *update {
+		if bin := os.Getenv("TALKIDE_CLAUDE_CODE_BIN"); bin != "" {
+			record(t, bin)
+		} else {
+			t.Log("TALKIDE_CLAUDE_CODE_BIN is unset: the transcripts are kept, only the golden files are rewritten")
+		}
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join(transcriptDir, sc.name+".jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := json.MarshalIndent(mapTranscript(t, data), "", "  ")
+			got = append(got, '\n')
+			path := filepath.Join(transcriptDir, sc.name+".golden.json")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("mapping of %s.jsonl (-want +got):\n%s", sc.name, diff)
+			}
+		})
+	}
+}
