@@ -148,7 +148,7 @@ func (*Edit) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	b.WriteString("\n")
 	b.WriteString(snippet(updated, first, len(in.NewString), snippetContext))
-	return Result{Output: capOutput(call, b.String(), DefaultMaxOutputBytes)}, nil
+	return Result{Output: CapOutput(call, b.String(), DefaultMaxOutputBytes)}, nil
 }
 
 // snippet shows, in cat -n format, the lines of content covering

@@ -146,5 +146,5 @@ func (g *Glob) Run(ctx context.Context, call Call) (Result, error) {
 		b.WriteByte('\n')
 	}
 	maxOut := outputCap(g.MaxOutputBytes)
-	return Result{Output: capOutput(call, b.String(), maxOut)}, nil
+	return Result{Output: CapOutput(call, b.String(), maxOut)}, nil
 }

@@ -459,7 +459,7 @@ func (s *grepSearch) result(call Call) string {
 		return appendNote(truncate(text, max), s.full.finish(true))
 	}
 	s.full.finish(false)
-	return capOutput(call, text, max)
+	return CapOutput(call, text, max)
 }
 
 // lineStarts returns the offset of each line's first byte. A final newline

@@ -187,7 +187,7 @@ func (l *LS) Run(ctx context.Context, call Call) (Result, error) {
 	if capped {
 		fmt.Fprintf(&b, "\n[showing the first %d entries, breadth-first; directories marked [partly listed] or [not listed] hold more: list them with LS, or use Glob]\n", MaxLSEntries)
 	}
-	return Result{Output: capOutput(call, b.String(), outputCap(l.MaxOutputBytes))}, nil
+	return Result{Output: CapOutput(call, b.String(), outputCap(l.MaxOutputBytes))}, nil
 }
 
 // writeLSTree writes d's children, depth-first, indented two spaces per

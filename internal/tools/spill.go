@@ -192,10 +192,12 @@ func (s *spill) discard() {
 	}
 }
 
-// capOutput caps text, a tool's complete output, at max bytes the way
-// truncate does, and when it had to cut, keeps the whole of text on the
-// session volume (see Call.StateDir) and notes it at the end.
-func capOutput(call Call, text string, max int) string {
+// CapOutput caps text, a tool's complete output, at max bytes the way the
+// built-in tools do (head and tail kept, the total noted in the middle), and
+// when it had to cut, keeps the whole of text on the session volume (see
+// Call.StateDir) and notes it at the end. Tools from elsewhere (MCP servers)
+// use it so every tool's output looks the same to the model.
+func CapOutput(call Call, text string, max int) string {
 	if len(text) <= max {
 		return text
 	}

@@ -185,9 +185,9 @@ func (t *mcpTool) Run(ctx context.Context, call tools.Call) (tools.Result, error
 	case cctx.Err() != nil:
 		return tools.Result{Output: fmt.Sprintf("The MCP server %q did not answer within %v; the call was cancelled.", server, t.callTimeout), IsError: true}, nil
 	default:
-		return tools.Result{Output: capOutput(call, fmt.Sprintf("MCP error from server %q: %v", server, err), t.maxOutput), IsError: true}, nil
+		return tools.Result{Output: tools.CapOutput(call, fmt.Sprintf("MCP error from server %q: %v", server, err), t.maxOutput), IsError: true}, nil
 	}
-	return tools.Result{Output: capOutput(call, render(res), t.maxOutput), IsError: res.IsError}, nil
+	return tools.Result{Output: tools.CapOutput(call, render(res), t.maxOutput), IsError: res.IsError}, nil
 }
 
 func (t *mcpTool) notRunning() tools.Result {
