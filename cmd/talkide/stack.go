@@ -18,6 +18,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
+	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/gateway"
 	"github.com/talkide/platform/internal/harness"
@@ -62,6 +63,7 @@ type cpOptions struct {
 	secretsPath string
 	upstream    string // Anthropic API base URL (or the simulator's)
 	apiKey      string
+	prices      string // JSON file of price overrides (docs/budgets.md); empty: the built-in prices
 	localUser   string
 	tenant, env string
 	logger      *slog.Logger
@@ -71,6 +73,7 @@ type cpProc struct {
 	http    *server
 	store   store.Store
 	secrets *cpSecrets
+	budget  *budget.Service // nil without a gateway
 }
 
 func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
@@ -86,14 +89,21 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	var gw http.Handler
+	var (
+		gw  http.Handler
+		bud *budget.Service
+	)
 	if o.apiKey != "" {
 		up, err := url.Parse(o.upstream)
 		if err != nil || up.Scheme == "" || up.Host == "" {
 			st.Close()
 			return nil, fmt.Errorf("bad Anthropic API URL %q", o.upstream)
 		}
-		gw = gateway.New(up, o.apiKey, keyring, st, &gateway.Options{Logger: o.logger.With("component", "gateway")})
+		if bud, err = startBudget(st, o); err != nil {
+			st.Close()
+			return nil, err
+		}
+		gw = gateway.New(up, o.apiKey, keyring, st, &gateway.Options{Logger: o.logger.With("component", "gateway"), Budget: bud})
 	}
 	cp, err := controlplane.New(controlplane.Config{
 		Store: st, Keyring: keyring,
@@ -103,16 +113,45 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 		Logger: o.logger.With("component", "controlplane"),
 	})
 	if err != nil {
+		closeBudget(bud)
 		st.Close()
 		return nil, err
 	}
 	srv, err := listen(o.listen, cp.Handler())
 	if err != nil {
+		closeBudget(bud)
 		st.Close()
 		return nil, err
 	}
 	srv.srv.RegisterOnShutdown(cp.CloseStreams)
-	return &cpProc{http: srv, store: st, secrets: secrets}, nil
+	return &cpProc{http: srv, store: st, secrets: secrets, budget: bud}, nil
+}
+
+// startBudget starts the budget service on the control-plane's store, with
+// the built-in prices and the operator's overrides from o.prices.
+func startBudget(st store.Store, o cpOptions) (*budget.Service, error) {
+	bst, ok := st.(budget.Store)
+	if !ok {
+		return nil, fmt.Errorf("the store %T keeps no budgets", st)
+	}
+	prices := budget.DefaultPrices()
+	if o.prices != "" {
+		b, err := os.ReadFile(o.prices)
+		if err != nil {
+			return nil, fmt.Errorf("prices: %w", err)
+		}
+		if prices, err = prices.Override(b); err != nil {
+			return nil, fmt.Errorf("prices %s: %w", o.prices, err)
+		}
+	}
+	return budget.New(bst, prices, &budget.Options{Logger: o.logger.With("component", "budget")}), nil
+}
+
+// closeBudget stops a budget service that never served.
+func closeBudget(b *budget.Service) {
+	if b != nil {
+		b.Close(context.Background())
+	}
 }
 
 // openStore opens the control-plane's store named by spec: a postgres:// or
@@ -137,6 +176,13 @@ func (p *cpProc) shutdown(ctx context.Context) error {
 	err := p.http.srv.Shutdown(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = p.http.srv.Close() // SSE streams never end on their own
+	}
+	if p.budget != nil {
+		// The last settlements, before the store closes, even when the
+		// HTTP shutdown used up ctx.
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err = errors.Join(err, p.budget.Close(bctx))
+		cancel()
 	}
 	return errors.Join(err, p.store.Close())
 }

@@ -13,6 +13,7 @@ const (
 	errInvalidRequest = "invalid_request_error"
 	errTooLarge       = "request_too_large"
 	errAPI            = "api_error"
+	errRateLimit      = "rate_limit_error"
 )
 
 // httpError is a request the gateway refuses. Msg is what the client sees;

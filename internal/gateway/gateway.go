@@ -9,12 +9,15 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
@@ -54,12 +57,33 @@ type Store interface {
 	RecordUsage(ctx context.Context, u store.UsageRecord) error
 }
 
+// Budget admits model calls before they go upstream and charges them when
+// they are done; *budget.Service implements it. Reserve returns a
+// *budget.Denial for a call a limit refuses, and any other error when the
+// budget cannot be checked. It is called concurrently.
+type Budget interface {
+	Reserve(ctx context.Context, c budget.Call) (*budget.Hold, error)
+}
+
+// DefaultDrainTimeout is how long the gateway goes on reading a response
+// after its client went away, by default.
+const DefaultDrainTimeout = 30 * time.Second
+
 // Options configures a Gateway. The zero value is usable.
 type Options struct {
 	Logger    *slog.Logger      // nil: don't log
 	Now       func() time.Time  // nil: time.Now
 	Transport http.RoundTripper // nil: a clone of http.DefaultTransport
 	MaxBody   int64             // request body cap; 0: DefaultMaxBody
+	// Budget, when set, admits each /v1/messages call before it is
+	// forwarded (a denial is a 429) and settles it when it is done. Nil:
+	// no budgets, every call is forwarded.
+	Budget Budget
+	// DrainTimeout bounds how long the gateway keeps reading a response
+	// whose client went away, so that the call is charged what the upstream
+	// produced (docs/budgets.md); then it cancels the upstream call. 0:
+	// DefaultDrainTimeout; negative: cancel at once.
+	DrainTimeout time.Duration
 }
 
 // Gateway is an http.Handler that forwards model calls upstream. It is safe
@@ -72,6 +96,8 @@ type Gateway struct {
 	log      *slog.Logger // never nil
 	now      func() time.Time
 	maxBody  int64
+	budget   Budget // nil: budgets off
+	drain    time.Duration
 	proxy    *httputil.ReverseProxy
 }
 
@@ -105,6 +131,9 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 	if o.MaxBody <= 0 {
 		o.MaxBody = DefaultMaxBody
 	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = DefaultDrainTimeout
+	}
 	u := *upstream
 	g := &Gateway{
 		upstream: &u,
@@ -114,6 +143,8 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		log:      o.Logger,
 		now:      o.Now,
 		maxBody:  o.MaxBody,
+		budget:   o.Budget,
+		drain:    max(o.DrainTimeout, 0),
 	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
@@ -150,6 +181,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	model, maxTokens := scanRequest(body)
 	c := &call{
 		g:    g,
 		ctx:  r.Context(),
@@ -162,13 +194,47 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			UserID:         conv.UserID,
 			StartedAt:      start,
 		},
-		reqModel: requestModel(body),
+		reqModel: model,
 	}
+	if g.budget != nil && rest == "/v1/messages" {
+		hold, err := g.budget.Reserve(r.Context(), budget.Call{
+			ID: c.rec.ID, Tenant: conv.Tenant, Env: conv.Env, User: conv.UserID,
+			Conversation: conv.ID, Model: model, RequestBytes: int64(len(body)), MaxTokens: maxTokens,
+			StartedAt: start,
+		})
+		if d, ok := errors.AsType[*budget.Denial](err); ok {
+			w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.RetryAfter.Seconds())), 10))
+			g.deny(w, r, conv, &httpError{Status: http.StatusTooManyRequests, Type: errRateLimit, Msg: d.Error()})
+			return
+		}
+		if err != nil {
+			g.deny(w, r, conv, &httpError{Status: http.StatusInternalServerError, Type: errAPI,
+				Msg: "internal error: the budget could not be checked", Err: err})
+			return
+		}
+		c.hold = hold
+	}
+
+	// The upstream call does not end when the client goes away: it goes on
+	// for up to the drain timeout, so that the call is charged what the
+	// upstream produced. Then, or when the call is done, it is cancelled.
+	out, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	c.out, c.cancelOut = out, cancel
+	stop := context.AfterFunc(r.Context(), func() {
+		t := time.NewTimer(g.drain)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-out.Done():
+		}
+	})
+	defer stop()
 	// Every path out of the proxy, including the panic with which it aborts
 	// a response whose copy failed, records the call exactly once.
 	defer c.finish()
 
-	in := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
+	in := r.WithContext(context.WithValue(out, callKey{}, c))
 	in.Body = io.NopCloser(bytes.NewReader(body))
 	in.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	in.ContentLength = int64(len(body))
@@ -241,7 +307,16 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	c := res.Request.Context().Value(callKey{}).(*call)
 	c.rec.Status = res.StatusCode
 	c.meter = newMeter(res.Header)
-	res.Body = &meteredBody{ReadCloser: res.Body, m: c.meter}
+	body := &meteredBody{ReadCloser: res.Body, m: c.meter, drain: g.drain > 0}
+	body.timer = func() func() {
+		t := time.AfterFunc(g.drain, c.cancelOut)
+		return func() { t.Stop() }
+	}
+	if c.hold != nil && c.hold.Hard() && c.meter.streamed && res.StatusCode == http.StatusOK {
+		c.meter.sse.check = c.checkBudget
+		body.tail = c.cutEvent
+	}
+	res.Body = body
 	return nil
 }
 

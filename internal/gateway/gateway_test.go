@@ -91,6 +91,9 @@ type harness struct {
 	gw     *Gateway
 	url    string        // the gateway's base URL, with Prefix
 	served chan struct{} // receives once each gateway ServeHTTP has returned
+	// gone receives when a request's context ends before its ServeHTTP has
+	// returned: its client went away.
+	gone chan struct{}
 }
 
 func newHarness(t testing.TB, upstream http.Handler, opts *Options) *harness {
@@ -110,9 +113,25 @@ func newHarnessURL(t testing.TB, upstream string, opts *Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{keys: keys, store: newFakeStore(convA, convB, convC), served: make(chan struct{}, 64)}
+	h := &harness{keys: keys, store: newFakeStore(convA, convB, convC), served: make(chan struct{}, 64), gone: make(chan struct{}, 64)}
 	h.gw = New(u, testAPIKey, keys, h.store, opts)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		returned := make(chan struct{})
+		defer close(returned)
+		go func() {
+			select {
+			case <-r.Context().Done():
+				select {
+				case <-returned:
+				default:
+					select {
+					case h.gone <- struct{}{}:
+					default:
+					}
+				}
+			case <-returned:
+			}
+		}()
 		defer func() {
 			select {
 			case h.served <- struct{}{}:

@@ -2,14 +2,20 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/store"
 )
 
 // recordTimeout bounds the store write that records a call.
 const recordTimeout = 10 * time.Second
+
+// checkTimeout bounds the store call that extends a reservation mid-stream.
+const checkTimeout = 5 * time.Second
 
 // call is the state of one forwarded request. ServeHTTP creates it and the
 // proxy's hooks fill it in; all of them run on the handler's goroutine, so
@@ -21,19 +27,56 @@ type call struct {
 	reqModel string          // the model the request names, or ""
 	rec      store.UsageRecord
 
+	hold      *budget.Hold       // nil: budgets off, or not a metered path
+	out       context.Context    // the upstream call's
+	cancelOut context.CancelFunc // ends the upstream call
+	cutMsg    string             // why a hard limit cut the stream
+
 	meter *meter // set by modifyResponse; nil when no response came
 	err   error  // set by proxyError: why no response came
 
 	once sync.Once
 }
 
-// finish records the call, once, with the usage seen so far. It runs when
-// the proxy is done with the request: after the body reached EOF, after the
-// client went away mid-body, or after the upstream could not be reached.
+// checkBudget is the meter's hard-stop check of a stream's running usage.
+func (c *call) checkBudget(running usage) bool {
+	u := running.budget()
+	if u.Model == "" {
+		u.Model = c.reqModel
+	}
+	ctx, cancel := context.WithTimeout(c.out, checkTimeout)
+	defer cancel()
+	err := c.hold.Check(ctx, u)
+	if d, ok := errors.AsType[*budget.Denial](err); ok {
+		c.cutMsg = d.Error()
+		return false
+	}
+	return true
+}
+
+// cutEvent is the event that ends a stream a hard limit cut off: an
+// Anthropic error event, which the SDKs raise as an error.
+func (c *call) cutEvent() []byte {
+	b, err := json.Marshal(anthropicError{Type: "error", Error: anthropicErrorBody{Type: errRateLimit, Message: c.cutMsg}})
+	if err != nil {
+		panic("gateway: marshal error event: " + err.Error())
+	}
+	return append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
+}
+
+// finish records the call, once, with the usage seen so far, and settles
+// its reservation. It runs when the proxy is done with the request: after
+// the body reached EOF, after the client went away mid-body (and the rest
+// was drained), or after the upstream could not be reached.
 func (c *call) finish() {
 	c.once.Do(func() {
+		c.cancelOut()
 		rec := c.rec
 		rec.Duration = c.g.now().Sub(rec.StartedAt)
+		var (
+			charged   usage
+			estimated bool
+		)
 		if c.meter != nil {
 			u := c.meter.usage()
 			rec.Streamed = c.meter.streamed
@@ -42,9 +85,17 @@ func (c *call) finish() {
 			rec.OutputTokens = u.OutputTokens
 			rec.CacheCreationInputTokens = u.CacheCreationInputTokens
 			rec.CacheReadInputTokens = u.CacheReadInputTokens
+			charged, estimated = c.meter.charged()
 		}
 		if rec.Model == "" {
 			rec.Model = c.reqModel
+		}
+		charged.Model = rec.Model
+		if c.hold != nil {
+			// The hold writes in the background; until it has, the
+			// reservation keeps holding the call's money.
+			c.hold.Settle(budget.Settlement{Usage: charged.budget(), Status: rec.Status,
+				Streamed: rec.Streamed, Estimated: estimated})
 		}
 
 		// A client that went away is still charged: not its context.
@@ -65,6 +116,15 @@ func (c *call) finish() {
 			"cache_creation_input_tokens", rec.CacheCreationInputTokens,
 			"cache_read_input_tokens", rec.CacheReadInputTokens,
 			"duration", rec.Duration,
+		}
+		if c.hold != nil {
+			attrs = append(attrs, "reserved", c.hold.Reserved().String())
+			if estimated {
+				attrs = append(attrs, "estimated", true)
+			}
+			if c.cutMsg != "" {
+				attrs = append(attrs, "cut", c.cutMsg)
+			}
 		}
 		if c.err != nil {
 			attrs = append(attrs, "err", c.err.Error())

@@ -3,60 +3,81 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 )
 
 // requestModel returns the model a request body names, or "" when the body
 // is not a JSON object whose "model" is a string. Like encoding/json (and the
 // API), the last "model" wins.
+func requestModel(body []byte) string {
+	model, _ := scanRequest(body)
+	return model
+}
+
+// scanRequest returns the model and max_tokens a request body names: "" and
+// 0 when the body is not a JSON object, or when the field is absent or not a
+// string (model) or an integer (max_tokens). The last of each wins.
 //
 // It scans the top level of the object and skips every other value without
 // decoding or validating it: encoding/json spent most of the gateway's time
-// on a large request just to find this one string. It reads untrusted input;
+// on a large request just to find these. It reads untrusted input;
 // FuzzRequestModel holds it to encoding/json's answer on valid JSON.
-func requestModel(body []byte) string {
+func scanRequest(body []byte) (model string, maxTokens int64) {
 	s := scanner{b: body}
 	if !s.consume('{') {
-		return ""
+		return "", 0
 	}
-	var model string
 	if s.consume('}') {
-		return ""
+		return "", 0
 	}
 	for {
 		key, ok := s.str()
 		if !ok || !s.consume(':') {
-			return ""
+			return "", 0
 		}
 		s.ws()
-		if isModelKey(key) {
+		switch {
+		case keyIs(key, "model"):
 			v, ok := s.str()
 			if !ok {
-				return "" // not a string (or broken): no model
+				return "", 0 // not a string (or broken): no model
 			}
 			var m string
 			if json.Unmarshal(v, &m) != nil {
-				return ""
+				return "", 0
 			}
 			model = m
-		} else if !s.skipValue() {
-			return ""
+		case keyIs(key, "max_tokens"):
+			start := s.i
+			if !s.skipValue() {
+				return "", 0
+			}
+			n, err := strconv.ParseInt(string(s.b[start:s.i]), 10, 64)
+			if err != nil || n < 0 {
+				n = 0
+			}
+			maxTokens = n
+		default:
+			if !s.skipValue() {
+				return "", 0
+			}
 		}
 		if s.consume('}') {
-			return model
+			return model, maxTokens
 		}
 		if !s.consume(',') {
-			return ""
+			return "", 0
 		}
 	}
 }
 
-// isModelKey says whether a quoted, possibly escaped key is "model".
-func isModelKey(quoted []byte) bool {
+// keyIs says whether a quoted, possibly escaped key is name.
+func keyIs(quoted []byte, name string) bool {
 	if bytes.IndexByte(quoted, '\\') < 0 {
-		return string(quoted) == `"model"`
+		return len(quoted) == len(name)+2 && string(quoted[1:len(quoted)-1]) == name
 	}
 	var k string
-	return json.Unmarshal(quoted, &k) == nil && k == "model"
+	return json.Unmarshal(quoted, &k) == nil && k == name
 }
 
 // scanner walks JSON text without building anything.

@@ -199,20 +199,10 @@ func TestStreamErrorEvent(t *testing.T) {
 	checkRecord(t, recordOf(convB, 200, true, cannedStartUsage), h.recordFor(t))
 }
 
-// TestClientDisconnect: a client that goes away mid-stream is still charged
-// for what had passed, exactly once, and the upstream call is cancelled.
-func TestClientDisconnect(t *testing.T) {
-	upstreamGone := make(chan struct{})
-	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, ev := range cannedEvents[:4] {
-			io.WriteString(w, ev)
-		}
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
-		close(upstreamGone)
-	}), nil)
-
+// disconnectAfterFirst sends streamBody as convA, reads the first event and
+// goes away.
+func disconnectAfterFirst(t *testing.T, h *harness) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+"/v1/messages", strings.NewReader(streamBody))
@@ -228,14 +218,56 @@ func TestClientDisconnect(t *testing.T) {
 	if ev := readEvent(t, bufio.NewReader(resp.Body)); ev != cannedEvents[0] {
 		t.Fatalf("first event = %q", ev)
 	}
-	cancel()
+}
 
-	checkRecord(t, recordOf(convA, 200, true, cannedStartUsage), h.recordFor(t))
-	<-upstreamGone
+// TestClientDisconnect: a client that goes away mid-stream is charged for
+// what the upstream produced: the gateway reads the rest of the stream, and
+// records the final usage, exactly once.
+func TestClientDisconnect(t *testing.T) {
+	var h *harness
+	h = newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range cannedEvents[:4] {
+			io.WriteString(w, ev)
+		}
+		w.(http.Flusher).Flush()
+		select {
+		case <-h.gone: // the client is gone: the rest is only for the meter
+		case <-r.Context().Done():
+			t.Error("the upstream call was cancelled when the client went away")
+			return
+		}
+		for _, ev := range cannedEvents[4:] {
+			io.WriteString(w, ev)
+			w.(http.Flusher).Flush()
+		}
+	}), nil)
+	disconnectAfterFirst(t, h)
+	checkRecord(t, recordOf(convA, 200, true, cannedStreamUsage), h.recordFor(t))
 	h.waitServed(t)
 	if n := len(h.store.records()); n != 1 {
 		t.Errorf("%d records, want exactly 1", n)
 	}
+}
+
+// TestClientDisconnectDrainTimeout: when the upstream does not finish within
+// the drain timeout after the client went away, the upstream call is
+// cancelled and what had passed is recorded.
+func TestClientDisconnectDrainTimeout(t *testing.T) {
+	upstreamGone := make(chan struct{})
+	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range cannedEvents[:4] {
+			io.WriteString(w, ev)
+		}
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		close(upstreamGone)
+	}), &Options{DrainTimeout: 50 * time.Millisecond})
+	disconnectAfterFirst(t, h)
+	checkRecord(t, recordOf(convA, 200, true, cannedStartUsage), h.recordFor(t))
+	<-upstreamGone
+	h.waitServed(t)
 }
 
 // TestUpstreamDiesMidStream: the upstream connection breaks after some

@@ -6,6 +6,8 @@ import (
 	"io"
 	"mime"
 	"net/http"
+
+	"github.com/talkide/platform/internal/budget"
 )
 
 // Limits of what the meter holds while a response passes.
@@ -22,6 +24,13 @@ type usage struct {
 	OutputTokens             int64
 	CacheCreationInputTokens int64
 	CacheReadInputTokens     int64
+	// The split of CacheCreationInputTokens by time to live
+	// (usage.cache_creation), when the response gives it.
+	CacheWrite5mTokens int64
+	CacheWrite1hTokens int64
+	// usage.server_tool_use.
+	WebSearchRequests int64
+	WebFetchRequests  int64
 }
 
 // wireUsage is Anthropic's usage object. Pointers tell absent from zero.
@@ -30,30 +39,59 @@ type wireUsage struct {
 	OutputTokens             *int64 `json:"output_tokens"`
 	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
+	CacheCreation            *struct {
+		Ephemeral5m *int64 `json:"ephemeral_5m_input_tokens"`
+		Ephemeral1h *int64 `json:"ephemeral_1h_input_tokens"`
+	} `json:"cache_creation"`
+	ServerToolUse *struct {
+		WebSearchRequests *int64 `json:"web_search_requests"`
+		WebFetchRequests  *int64 `json:"web_fetch_requests"`
+	} `json:"server_tool_use"`
 }
 
 // set copies every field present in w (message_start, a JSON body).
-func (u *usage) set(w *wireUsage) {
+func (u *usage) set(w *wireUsage) { u.apply(w, false) }
+
+// update applies a message_delta, whose counts are cumulative: the last
+// output_tokens wins; the other counts replace earlier ones only when
+// non-zero.
+func (u *usage) update(w *wireUsage) { u.apply(w, true) }
+
+func (u *usage) apply(w *wireUsage, delta bool) {
 	if w == nil {
 		return
 	}
-	setIf(&u.InputTokens, w.InputTokens, false)
 	setIf(&u.OutputTokens, w.OutputTokens, false)
-	setIf(&u.CacheCreationInputTokens, w.CacheCreationInputTokens, false)
-	setIf(&u.CacheReadInputTokens, w.CacheReadInputTokens, false)
+	setIf(&u.InputTokens, w.InputTokens, delta)
+	setIf(&u.CacheCreationInputTokens, w.CacheCreationInputTokens, delta)
+	setIf(&u.CacheReadInputTokens, w.CacheReadInputTokens, delta)
+	if c := w.CacheCreation; c != nil {
+		setIf(&u.CacheWrite5mTokens, c.Ephemeral5m, delta)
+		setIf(&u.CacheWrite1hTokens, c.Ephemeral1h, delta)
+	}
+	if t := w.ServerToolUse; t != nil {
+		setIf(&u.WebSearchRequests, t.WebSearchRequests, delta)
+		setIf(&u.WebFetchRequests, t.WebFetchRequests, delta)
+	}
 }
 
-// update applies a message_delta: output_tokens is cumulative, so the last
-// one wins; the input and cache counts replace earlier ones only when
-// non-zero.
-func (u *usage) update(w *wireUsage) {
-	if w == nil {
-		return
+// budget returns u as the budget charges it. Cache writes the response does
+// not split by time to live are 5-minute writes, the API's default.
+func (u usage) budget() budget.Usage {
+	w5, w1 := u.CacheWrite5mTokens, u.CacheWrite1hTokens
+	if rest := u.CacheCreationInputTokens - w5 - w1; rest > 0 {
+		w5 += rest
 	}
-	setIf(&u.OutputTokens, w.OutputTokens, false)
-	setIf(&u.InputTokens, w.InputTokens, true)
-	setIf(&u.CacheCreationInputTokens, w.CacheCreationInputTokens, true)
-	setIf(&u.CacheReadInputTokens, w.CacheReadInputTokens, true)
+	return budget.Usage{
+		Model:              u.Model,
+		InputTokens:        u.InputTokens,
+		OutputTokens:       u.OutputTokens,
+		CacheWrite5mTokens: w5,
+		CacheWrite1hTokens: w1,
+		CacheReadTokens:    u.CacheReadInputTokens,
+		WebSearchRequests:  u.WebSearchRequests,
+		WebFetchRequests:   u.WebFetchRequests,
+	}
 }
 
 // setIf stores *v in dst when v is present (and non-zero, if nonZero). A
@@ -72,6 +110,18 @@ func setIf(dst *int64, v *int64, nonZero bool) {
 type sseUsage struct {
 	u usage
 
+	// content counts the characters of the text, tool input and thinking
+	// that content_block_delta events carried: an estimate of the output
+	// when the stream ends before its final message_delta.
+	content int64
+	// final is set by message_delta: the usage is the response's last word.
+	final bool
+	// check, when set, is called at the end of every message_start,
+	// content_block_delta and message_delta event with the running usage;
+	// when it returns false the stream is cut after that event.
+	check func(running usage) bool
+	cut   bool // check returned false
+
 	line     []byte // the current line, when it spans writes
 	overflow bool   // the current line passed maxSSELine and is skipped
 
@@ -83,15 +133,26 @@ type sseUsage struct {
 
 // Write consumes the next bytes of the stream.
 func (p *sseUsage) Write(b []byte) (int, error) {
-	n := len(b)
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
+	p.feed(b)
+	return len(b), nil
+}
+
+// feed consumes the next bytes of the stream, up to the end of the event
+// after which check asked to cut it: it returns how many bytes belong to
+// the stream the client gets. After a cut it consumes nothing more.
+func (p *sseUsage) feed(b []byte) int {
+	if p.cut {
+		return 0
+	}
+	n := 0
+	for n < len(b) {
+		i := bytes.IndexByte(b[n:], '\n')
 		if i < 0 {
-			p.appendLine(b)
-			break
+			p.appendLine(b[n:])
+			return len(b)
 		}
-		seg := b[:i]
-		b = b[i+1:]
+		seg := b[n : n+i]
+		n += i + 1
 		line := seg
 		if len(p.line) > 0 || p.overflow {
 			p.appendLine(seg)
@@ -101,8 +162,11 @@ func (p *sseUsage) Write(b []byte) (int, error) {
 			p.processLine(bytes.TrimSuffix(line, []byte("\r")))
 		}
 		p.line, p.overflow = p.line[:0], false
+		if p.cut {
+			return n
+		}
 	}
-	return n, nil
+	return n
 }
 
 func (p *sseUsage) appendLine(b []byte) {
@@ -118,10 +182,14 @@ func (p *sseUsage) appendLine(b []byte) {
 
 func (p *sseUsage) processLine(line []byte) {
 	if len(line) == 0 {
+		checked := p.hasData && (p.event == "message_start" || p.event == "message_delta" || p.event == "content_block_delta")
 		if p.hasData && !p.skip {
 			p.dispatch()
 		}
 		p.event, p.data, p.hasData, p.skip = "", p.data[:0], false, false
+		if checked && p.check != nil && !p.check(p.Running()) {
+			p.cut = true
+		}
 		return
 	}
 	if line[0] == ':' {
@@ -137,6 +205,9 @@ func (p *sseUsage) processLine(line []byte) {
 	case "data":
 		more := p.hasData
 		p.hasData = true
+		if p.event == "content_block_delta" {
+			p.content += deltaChars(value)
+		}
 		if !p.wanted() || p.skip {
 			return
 		}
@@ -186,12 +257,61 @@ func (p *sseUsage) dispatch() {
 		}
 	case "message_delta":
 		p.u.update(ev.Usage)
+		p.final = true
 	}
 }
 
 // Usage returns the usage of the events dispatched so far. An event cut off
 // by the end of the stream does not count.
 func (p *sseUsage) Usage() usage { return p.u }
+
+// Running returns Usage with the output at least what the content deltas
+// so far suggest (a token for about four characters): what the stream has
+// produced, before its final message_delta says exactly.
+func (p *sseUsage) Running() usage {
+	u := p.u
+	u.OutputTokens = max(u.OutputTokens, (p.content+3)/4)
+	return u
+}
+
+// deltaChars returns the length of the text, partial_json and thinking
+// strings (still escaped) of the delta of a content_block_delta event's
+// data, without decoding it.
+func deltaChars(data []byte) int64 {
+	s := scanner{b: data}
+	if !s.consume('{') {
+		return 0
+	}
+	var n int64
+	for !s.consume('}') {
+		key, ok := s.str()
+		if !ok || !s.consume(':') {
+			return n
+		}
+		s.ws()
+		if keyIs(key, "delta") && s.consume('{') {
+			for !s.consume('}') {
+				k, ok := s.str()
+				if !ok || !s.consume(':') {
+					return n
+				}
+				s.ws()
+				start := s.i
+				if !s.skipValue() {
+					return n
+				}
+				if keyIs(k, "text") || keyIs(k, "partial_json") || keyIs(k, "thinking") {
+					n += int64(max(s.i-start-2, 0))
+				}
+				s.consume(',')
+			}
+		} else if !s.skipValue() {
+			return n
+		}
+		s.consume(',')
+	}
+	return n
+}
 
 // jsonUsage reads the model and usage of a non-streaming response body. ok
 // is false when the body is not a JSON object.
@@ -214,6 +334,7 @@ type meter struct {
 	sse      sseUsage     // when streamed
 	body     bytes.Buffer // when not: the first maxJSONCapture bytes
 	overflow bool         // the body passed maxJSONCapture
+	eof      bool         // the whole body was read
 }
 
 func newMeter(h http.Header) *meter {
@@ -221,10 +342,12 @@ func newMeter(h http.Header) *meter {
 	return &meter{streamed: mt == "text/event-stream"}
 }
 
-func (m *meter) write(b []byte) {
+// write consumes the next bytes of the body and returns how many of them
+// the client is to get: all, unless a stream was cut.
+func (m *meter) write(b []byte) int {
 	switch {
 	case m.streamed:
-		m.sse.Write(b)
+		return m.sse.feed(b)
 	case m.overflow:
 	case m.body.Len()+len(b) > maxJSONCapture:
 		m.overflow = true
@@ -232,6 +355,7 @@ func (m *meter) write(b []byte) {
 	default:
 		m.body.Write(b)
 	}
+	return len(b)
 }
 
 // usage returns what the body has shown so far.
@@ -246,18 +370,90 @@ func (m *meter) usage() usage {
 	return u
 }
 
+// charged returns the usage to charge, and whether part of it is an
+// estimate: a stream that ended without its final message_delta (cut off,
+// broken, an error event, a client gone for longer than the drain allows)
+// is charged its input and at least the output its content suggests.
+func (m *meter) charged() (u usage, estimated bool) {
+	if !m.streamed {
+		return m.usage(), false
+	}
+	if m.sse.final {
+		return m.sse.Usage(), false
+	}
+	return m.sse.Running(), true
+}
+
 // meteredBody feeds a response body to its meter as the proxy reads it. It
-// adds no buffering: each Read returns what the upstream read returned.
-// ReverseProxy reads and closes it from the handler's goroutine only.
+// adds no buffering: each Read returns what the upstream read returned. When
+// the meter cuts a stream, it returns the stream up to the cut, then tail
+// (a final error event), then io.EOF, and closes the upstream at once. When
+// the proxy closes it before the end (the client went away), it reads the
+// rest into the meter (drain), so that the call is charged what the
+// upstream produced. ReverseProxy reads and closes it from the handler's
+// goroutine only.
 type meteredBody struct {
 	io.ReadCloser
-	m *meter
+	m     *meter
+	drain bool                 // read the rest on an early Close
+	tail  func() []byte        // the event that ends a cut stream
+	timer func() (stop func()) // bounds a drain
+	cut   []byte               // set when cut: what is left of tail to return
+	done  bool
 }
 
 func (b *meteredBody) Read(p []byte) (int, error) {
+	if b.cut != nil {
+		n := copy(p, b.cut)
+		b.cut = b.cut[n:]
+		if len(b.cut) == 0 {
+			return n, io.EOF
+		}
+		return n, nil
+	}
+	if b.done {
+		return 0, io.EOF
+	}
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
-		b.m.write(p[:n])
+		if k := b.m.write(p[:n]); k < n || b.m.sse.cut {
+			b.done = true
+			b.ReadCloser.Close() // the upstream stops generating
+			b.cut = []byte{}
+			if b.tail != nil {
+				b.cut = b.tail()
+			}
+			if len(b.cut) == 0 {
+				return k, io.EOF
+			}
+			return k, nil
+		}
+	}
+	if err == io.EOF {
+		b.m.eof = true
 	}
 	return n, err
+}
+
+func (b *meteredBody) Close() error {
+	if !b.m.eof && !b.done && b.drain {
+		b.done = true
+		if b.timer != nil {
+			defer b.timer()()
+		}
+		buf := make([]byte, 32<<10)
+		for !b.m.sse.cut {
+			n, err := b.ReadCloser.Read(buf)
+			if n > 0 {
+				b.m.write(buf[:n])
+			}
+			if err == io.EOF {
+				b.m.eof = true
+			}
+			if err != nil {
+				break
+			}
+		}
+	}
+	return b.ReadCloser.Close()
 }

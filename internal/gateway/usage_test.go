@@ -24,6 +24,37 @@ func feedSSE(stream []byte, n int) usage {
 	return p.Usage()
 }
 
+// feedRunning is feedSSE for the running usage (content estimate included).
+func feedRunning(stream []byte, n int) usage {
+	var p sseUsage
+	if n <= 0 {
+		n = len(stream) + 1
+	}
+	for len(stream) > 0 {
+		k := min(n, len(stream))
+		p.Write(stream[:k])
+		stream = stream[k:]
+	}
+	return p.Running()
+}
+
+func TestDeltaChars(t *testing.T) {
+	tests := map[string]int64{
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`:                    5,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\": 1}"}}`: 10,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}`:              3,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCgIYAhIM"}}`:   0,
+		`{"delta":{"text":"a","thinking":"bc"},"index":0}`:                                                         3,
+		`{"delta":{"text":`: 0,
+		`not json`:          0,
+	}
+	for in, want := range tests {
+		if got := deltaChars([]byte(in)); got != want {
+			t.Errorf("deltaChars(%s) = %d, want %d", in, got, want)
+		}
+	}
+}
+
 func TestSSEUsage(t *testing.T) {
 	start := func(usage string) string {
 		return "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"m1\",\"usage\":" + usage + "}}\n\n"
@@ -79,6 +110,12 @@ func TestSSEUsage(t *testing.T) {
 		"huge line skipped": {
 			start(`{"input_tokens":2}`) + "event: content_block_delta\ndata: " + strings.Repeat("x", maxSSELine+10) + "\n\n" + delta(`{"output_tokens":3}`),
 			usage{Model: "m1", InputTokens: 2, OutputTokens: 3},
+		},
+		"cache split and server tools": {
+			start(`{"input_tokens":5,"cache_creation_input_tokens":30,"cache_creation":{"ephemeral_5m_input_tokens":10,"ephemeral_1h_input_tokens":20},"output_tokens":1}`) +
+				delta(`{"output_tokens":9,"server_tool_use":{"web_search_requests":2,"web_fetch_requests":1}}`),
+			usage{Model: "m1", InputTokens: 5, CacheCreationInputTokens: 30, CacheWrite5mTokens: 10, CacheWrite1hTokens: 20,
+				OutputTokens: 9, WebSearchRequests: 2, WebFetchRequests: 1},
 		},
 		"huge message_delta skipped": {
 			start(`{"input_tokens":2}`) + "event: message_delta\n" + strings.Repeat("data: "+strings.Repeat("y", 1000)+"\n", maxSSEData/1000+1) + "\n" + delta(`{"output_tokens":3}`),
@@ -154,6 +191,9 @@ func FuzzUsageParser(f *testing.F) {
 		// How the stream is cut into reads must not matter.
 		if got := feedSSE(data, int(chunk)); got != whole {
 			t.Fatalf("chunks of %d: %+v, whole: %+v", chunk, got, whole)
+		}
+		if a, b := feedRunning(data, 0), feedRunning(data, int(chunk)); a != b {
+			t.Fatalf("running usage: chunks of %d: %+v, whole: %+v", chunk, b, a)
 		}
 		u, _ := jsonUsage(data)
 		if u.InputTokens < 0 || u.OutputTokens < 0 || u.CacheCreationInputTokens < 0 || u.CacheReadInputTokens < 0 {

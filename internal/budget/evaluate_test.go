@@ -1,0 +1,163 @@
+package budget
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEvaluate(t *testing.T) {
+	now := time.Date(2026, 11, 30, 14, 7, 30, 0, time.UTC) // a Monday
+	u := User("u1")
+	bucket := func(size BucketSize, start time.Time, cost Money, tokens, requests int64) Bucket {
+		return Bucket{Subject: u, Size: size, Start: start, Cost: cost, Tokens: tokens, Requests: requests}
+	}
+	day := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	r := Reservation{ID: "r", User: "u1", Tenant: "t", Env: "e", Cost: 100, Tokens: 10}
+	inFlight := 2 * time.Second
+	tests := map[string]struct {
+		limit    Limit
+		snap     Snapshot
+		ok       bool
+		inFlight bool
+		retry    time.Duration
+		msg      string
+	}{
+		"day fits exactly": {
+			limit: Limit{Subject: u, Kind: SpendPerDay, Max: 1000},
+			snap:  Snapshot{Buckets: []Bucket{bucket(BucketDay, day, 800, 0, 0)}, Held: map[Subject]Held{u: {Cost: 100}}},
+			ok:    true,
+		},
+		"yesterday does not count": {
+			limit: Limit{Subject: u, Kind: SpendPerDay, Max: 1000},
+			snap:  Snapshot{Buckets: []Bucket{bucket(BucketDay, day.AddDate(0, 0, -1), 5000, 0, 0)}},
+			ok:    true,
+		},
+		"day spent": {
+			limit: Limit{Subject: u, Kind: SpendPerDay, Max: 1000},
+			snap:  Snapshot{Buckets: []Bucket{bucket(BucketDay, day, 901, 0, 0)}},
+			retry: day.AddDate(0, 0, 1).Sub(now),
+			msg:   "user u1 spending limit per day reached: $0.000000901 used, $0.00 held by calls in flight, this call needs $0.0000001, the limit is $0.000001; room frees up at 2026-12-01T00:00:00Z",
+		},
+		"held by calls in flight": {
+			limit:    Limit{Subject: u, Kind: SpendPerDay, Max: 1000},
+			snap:     Snapshot{Buckets: []Bucket{bucket(BucketDay, day, 800, 0, 0)}, Held: map[Subject]Held{u: {Cost: 101}}},
+			inFlight: true,
+			retry:    inFlight,
+			msg:      "retry when calls in flight have finished",
+		},
+		"week from Monday": {
+			limit: Limit{Subject: u, Kind: SpendPerWeek, Max: 1000},
+			snap:  Snapshot{Buckets: []Bucket{bucket(BucketDay, day, 500, 0, 0), bucket(BucketDay, day.AddDate(0, 0, -1), 500, 0, 0)}},
+			ok:    true, // Sunday was last week
+		},
+		"month": {
+			limit: Limit{Subject: u, Kind: SpendPerMonth, Max: 1000},
+			snap:  Snapshot{Buckets: []Bucket{bucket(BucketDay, day, 500, 0, 0), bucket(BucketDay, day.AddDate(0, 0, -29), 500, 0, 0)}},
+			retry: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).Sub(now),
+			msg:   "per month",
+		},
+		"rolling five hours": {
+			limit: Limit{Subject: u, Kind: SpendPer5h, Max: 1000},
+			snap: Snapshot{Buckets: []Bucket{
+				bucket(Bucket5m, time.Date(2026, 11, 30, 9, 5, 0, 0, time.UTC), 300, 0, 0), // still in: 09:05 ≥ 09:05
+				bucket(Bucket5m, time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC), 300, 0, 0),
+				bucket(Bucket5m, time.Date(2026, 11, 30, 14, 5, 0, 0, time.UTC), 350, 0, 0),
+				bucket(Bucket5m, time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), 9999, 0, 0), // out
+			}},
+			// 950 used + 100 > 1000 by 50: the 09:05 bucket leaves at 14:10.
+			retry: time.Date(2026, 11, 30, 14, 10, 0, 0, time.UTC).Sub(now),
+			msg:   "per 5 hours",
+		},
+		"tokens per day": {
+			limit: Limit{Subject: u, Kind: TokensPerDay, Max: 100},
+			snap:  Snapshot{Buckets: []Bucket{bucket(BucketDay, day, 0, 85, 0)}, Held: map[Subject]Held{u: {Tokens: 5}}},
+			ok:    true,
+		},
+		"tokens per day spent": {
+			limit: Limit{Subject: u, Kind: TokensPerDay, Max: 100},
+			snap:  Snapshot{Buckets: []Bucket{bucket(BucketDay, day, 0, 91, 0)}},
+			retry: day.AddDate(0, 0, 1).Sub(now),
+			msg:   "91 tokens used",
+		},
+		"requests per minute": {
+			limit: Limit{Subject: u, Kind: RequestsPerMinute, Max: 3},
+			snap:  Snapshot{Buckets: []Bucket{bucket(BucketMinute, now.Truncate(time.Minute), 0, 0, 3)}},
+			retry: 30 * time.Second,
+			msg:   "3 requests this minute, the limit is 3",
+		},
+		"an extension is no new request": {
+			limit: Limit{Subject: u, Kind: RequestsPerMinute, Max: 3},
+			snap:  Snapshot{Buckets: []Bucket{bucket(BucketMinute, now.Truncate(time.Minute), 0, 0, 3)}, Exists: true},
+			ok:    true,
+		},
+		"concurrent": {
+			limit:    Limit{Subject: u, Kind: Concurrent, Max: 2},
+			snap:     Snapshot{Held: map[Subject]Held{u: {Count: 2}}},
+			inFlight: true,
+			retry:    inFlight,
+			msg:      "2 calls in flight, the limit is 2",
+		},
+		"zero refuses all": {
+			limit: Limit{Subject: u, Kind: SpendPerDay, Max: 0},
+			snap:  Snapshot{},
+			retry: day.AddDate(0, 0, 1).Sub(now),
+			msg:   "this call alone is more than the limit",
+		},
+		"another subject's limit": {
+			limit: Limit{Subject: Tenant("t"), Kind: SpendPerDay, Max: 1000},
+			snap:  Snapshot{Buckets: []Bucket{bucket(BucketDay, day, 5000, 0, 0)}},
+			ok:    true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := evaluate([]Limit{tc.limit}, &tc.snap, r, now, inFlight)
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			d, ok := err.(*Denial)
+			if !ok {
+				t.Fatalf("err = %v, want a *Denial", err)
+			}
+			if d.InFlight != tc.inFlight || d.RetryAfter != tc.retry {
+				t.Errorf("in flight %v, retry after %v; want %v, %v", d.InFlight, d.RetryAfter, tc.inFlight, tc.retry)
+			}
+			if !strings.Contains(d.Error(), tc.msg) {
+				t.Errorf("message %q does not contain %q", d.Error(), tc.msg)
+			}
+		})
+	}
+}
+
+// TestEvaluateWorst: of several limits broken, the denial is the one that
+// lasts longest.
+func TestEvaluateWorst(t *testing.T) {
+	now := time.Date(2026, 11, 30, 14, 7, 30, 0, time.UTC)
+	u := User("u1")
+	limits := []Limit{
+		{Subject: u, Kind: Concurrent, Max: 0},
+		{Subject: Env("t", "e"), Kind: SpendPerMonth, Max: 0},
+		{Subject: u, Kind: SpendPerDay, Max: 0},
+	}
+	err := evaluate(limits, &Snapshot{}, Reservation{Cost: 1}, now, time.Second)
+	d, ok := err.(*Denial)
+	if !ok || d.Limit.Kind != SpendPerMonth {
+		t.Errorf("denial %v, want the monthly one", err)
+	}
+}
+
+func TestPeriodStart(t *testing.T) {
+	sun := time.Date(2026, 11, 29, 23, 59, 0, 0, time.UTC)
+	start, next, _ := periodStart(SpendPerWeek, sun)
+	if want := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC); !start.Equal(want) || !next.Equal(want.AddDate(0, 0, 7)) {
+		t.Errorf("week of Sunday the 29th: %v – %v, want from Monday the 23rd", start, next)
+	}
+	start, next, _ = periodStart(SpendPerMonth, time.Date(2026, 12, 31, 23, 0, 0, 0, time.FixedZone("x", -3600)))
+	if want := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC); !start.Equal(want) || !next.Equal(want.AddDate(0, 1, 0)) {
+		t.Errorf("month in UTC: %v – %v, want January 2027", start, next)
+	}
+}

@@ -1,0 +1,168 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Hold is an admitted call: what it holds, until Settle charges what it
+// cost. Check and Settle are called by the goroutine serving the call; the
+// service's renewer runs beside them.
+type Hold struct {
+	s     *Service
+	call  Call
+	price Price    // of the requested model
+	est   estimate // the reservation's first size
+	hard  []Limit  // the hard spending limits that apply
+
+	tracked bool // a reservation is stored
+
+	mu       sync.Mutex
+	reserved Money // guarded by mu; what the reservation holds
+	tokens   int64 // guarded by mu
+
+	once sync.Once
+}
+
+// Reserved returns what the call holds now.
+func (h *Hold) Reserved() Money {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reserved
+}
+
+// Hard reports whether a hard limit applies: the caller should Check the
+// running usage of a stream as it passes.
+func (h *Hold) Hard() bool { return len(h.hard) > 0 && h.tracked }
+
+// Check keeps the reservation ahead of a stream's running usage u (the
+// input from message_start, the output so far). While the cost of u plus
+// Options.HardStopMargin output tokens fits the reservation it does nothing;
+// otherwise it tries to extend the reservation, and returns a *Denial when a
+// hard limit refuses: the stream must be cut off. Other errors (the store
+// failed) leave the stream running. Without a hard limit it always returns
+// nil.
+func (h *Hold) Check(ctx context.Context, u Usage) error {
+	if !h.Hard() {
+		return nil
+	}
+	p := h.priceOf(u.Model)
+	ahead := u
+	ahead.OutputTokens += h.s.o.HardStopMargin
+	need := p.Cost(ahead)
+	cur := h.Reserved()
+	if need <= cur {
+		return nil
+	}
+	// Extend with room to spare, so that a long stream extends seldom; when
+	// that does not fit, by exactly what is needed.
+	err := h.s.extend(ctx, h, need+max(h.est.Cost/2, need-cur))
+	if _, denied := errors.AsType[*Denial](err); denied {
+		err = h.s.extend(ctx, h, need)
+	}
+	if d, denied := errors.AsType[*Denial](err); denied {
+		d.MidStream = true
+		return d
+	}
+	if err != nil {
+		h.s.log.WarnContext(ctx, "budget: extend reservation", "id", h.call.ID, "user", h.call.User, "err", err.Error())
+	}
+	return nil
+}
+
+func (h *Hold) priceOf(model string) Price {
+	if model == "" || model == h.call.Model {
+		return h.price
+	}
+	p, _ := h.s.prices.Lookup(model)
+	return p
+}
+
+// Settlement is how a call ended.
+type Settlement struct {
+	Usage          // as reported; Model empty: the requested model
+	Status    int  // upstream HTTP status; 0 when none came
+	Streamed  bool //
+	Estimated bool // part of Usage is an estimate (see docs/budgets.md)
+}
+
+// Settle charges the call its cost and releases the rest of its
+// reservation. Only the first call counts. The ledger write happens in the
+// background (Service.Flush waits for it); until it is done the reservation
+// still holds the call's money, so nothing can overspend meanwhile. A
+// failing write is retried; a settlement never charges twice.
+func (h *Hold) Settle(st Settlement) {
+	h.once.Do(func() { h.s.settle(h, st) })
+}
+
+func (s *Service) settle(h *Hold, st Settlement) {
+	c := h.call
+	u := st.Usage
+	if u.Model == "" {
+		u.Model = c.Model
+	}
+	p, known := s.prices.Lookup(u.Model)
+	if !known && u.Model != "" {
+		s.mu.Lock()
+		first := !s.unknown[u.Model]
+		s.unknown[u.Model] = true
+		s.mu.Unlock()
+		if first {
+			s.log.Warn("budget: model has no price; charging the fallback model's", "model", u.Model, "fallback", s.prices.Fallback())
+		}
+	}
+	e := Entry{
+		ID: c.ID, Tenant: c.Tenant, Env: c.Env, User: c.User, Conversation: c.Conversation,
+		Usage: u, Cost: p.Cost(u), Reserved: h.Reserved(), RequestBytes: c.RequestBytes,
+		Status: st.Status, Streamed: st.Streamed, Estimated: st.Estimated,
+		StartedAt: c.StartedAt, SettledAt: s.now(),
+	}
+	s.mu.Lock()
+	// Only users with limits have a history (Reserve makes it); the others'
+	// calls are in the ledger, which seeds a history when one is needed.
+	if hist := s.history[c.User]; hist != nil && observable(e) {
+		defer hist.observe(u, p, c.RequestBytes)
+	}
+	delete(s.live, c.ID)
+	closed := s.closed
+	if !closed {
+		s.settling.Add(1)
+	}
+	s.mu.Unlock()
+	if closed {
+		s.write(context.Background(), e)
+		return
+	}
+	go func() {
+		defer s.settling.Done()
+		s.write(s.bg, e)
+	}()
+}
+
+// write stores a ledger entry, retrying with backoff for about a minute or
+// until ctx ends.
+func (s *Service) write(ctx context.Context, e Entry) {
+	wait := 50 * time.Millisecond
+	deadline := time.Now().Add(time.Minute)
+	for {
+		actx, cancel := context.WithTimeout(ctx, settleAttempt)
+		_, err := s.store.SettleBudget(actx, e)
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			s.log.Error("budget: settlement lost; the reservation will expire", "id", e.ID, "user", e.User,
+				"tenant", e.Tenant, "env", e.Env, "conversation", e.Conversation, "cost", e.Cost.String(), "err", err.Error())
+			return
+		}
+		s.log.Warn("budget: settle, retrying", "id", e.ID, "err", err.Error())
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}

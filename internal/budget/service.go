@@ -1,0 +1,466 @@
+// Package budget is the UserBudgetService: spending and fair-use limits per
+// user, tenant and env, reservations that admit model calls before they go
+// upstream, and a ledger that charges each call its exact cost.
+//
+// The gateway asks Service.Reserve before forwarding a call and settles the
+// Hold when the call is done; docs/budgets.md describes the whole design.
+package budget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	DefaultReservationTTL  = 10 * time.Minute
+	DefaultLimitCacheTTL   = 5 * time.Second
+	DefaultOutputTokens    = 1024
+	DefaultInFlightRetry   = 2 * time.Second
+	DefaultHardStopMargin  = 64
+	DefaultCollectInterval = 10 * time.Minute
+	settleAttempt          = 10 * time.Second
+)
+
+// Options configures a Service. The zero value is usable.
+type Options struct {
+	Logger *slog.Logger     // nil: don't log
+	Now    func() time.Time // nil: time.Now
+
+	// ReservationTTL is how long a reservation lives unless renewed. The
+	// service renews those of its calls in flight every third of it, so
+	// only the reservations of a process that died (or lost its database)
+	// expire, and the money they held is free again after at most this
+	// long. Default DefaultReservationTTL.
+	ReservationTTL time.Duration
+	// LimitCacheTTL is how long limits read from the store are used before
+	// they are read again; a limit set through another process takes effect
+	// here within it. Negative: read them on every call. Default
+	// DefaultLimitCacheTTL.
+	LimitCacheTTL time.Duration
+	// DefaultOutputTokens is the output estimate for a user without history.
+	DefaultOutputTokens int64
+	// InFlightRetry is the Retry-After of a denial that only calls in
+	// flight cause. Default DefaultInFlightRetry.
+	InFlightRetry time.Duration
+	// HardStopMargin is how many output tokens ahead of the stream a hard
+	// limit's reservation is kept: a stream is cut when it could not be
+	// extended by that much, so the cut comes before the limit, not after.
+	// Default DefaultHardStopMargin.
+	HardStopMargin int64
+	// CollectInterval is how often expired reservations and old buckets are
+	// deleted. Default DefaultCollectInterval.
+	CollectInterval time.Duration
+}
+
+// Call is a model call asking for admission.
+type Call struct {
+	// ID is unique per upstream request: the key of the reservation and of
+	// the ledger entry, so a settlement retried never charges twice.
+	ID                  string
+	Tenant, Env, User   string
+	Conversation, Model string // Model as the request names it
+	RequestBytes        int64  // size of the request body
+	MaxTokens           int64  // the request's max_tokens; 0 if unknown
+	StartedAt           time.Time
+}
+
+// Service admits and charges model calls. It is safe for concurrent use.
+// New starts its background work (renewing reservations, collecting
+// garbage); Close stops it.
+type Service struct {
+	store  Store
+	prices *Prices
+	log    *slog.Logger
+	now    func() time.Time
+	o      Options
+
+	mu      sync.Mutex
+	limits  map[Subject]cachedLimits // guarded by mu
+	history map[string]*history      // guarded by mu; by user id
+	live    map[string]*Hold         // guarded by mu; tracked holds, renewed until settled
+	closed  bool                     // guarded by mu
+	unknown map[string]bool          // guarded by mu; unpriced models already logged
+
+	settling sync.WaitGroup // settlements in flight
+	bg       context.Context
+	stopBG   context.CancelFunc
+	bgDone   chan struct{}
+}
+
+type cachedLimits struct {
+	limits []Limit
+	at     time.Time
+}
+
+// New returns a Service over st that prices calls with prices. It panics
+// if either is nil.
+func New(st Store, prices *Prices, opts *Options) *Service {
+	if st == nil || prices == nil {
+		panic("budget: nil store or prices")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ReservationTTL <= 0 {
+		o.ReservationTTL = DefaultReservationTTL
+	}
+	if o.LimitCacheTTL == 0 {
+		o.LimitCacheTTL = DefaultLimitCacheTTL
+	}
+	if o.DefaultOutputTokens <= 0 {
+		o.DefaultOutputTokens = DefaultOutputTokens
+	}
+	if o.InFlightRetry <= 0 {
+		o.InFlightRetry = DefaultInFlightRetry
+	}
+	if o.HardStopMargin <= 0 {
+		o.HardStopMargin = DefaultHardStopMargin
+	}
+	if o.CollectInterval <= 0 {
+		o.CollectInterval = DefaultCollectInterval
+	}
+	s := &Service{
+		store: st, prices: prices, log: o.Logger, now: o.Now, o: o,
+		limits:  map[Subject]cachedLimits{},
+		history: map[string]*history{},
+		live:    map[string]*Hold{},
+		unknown: map[string]bool{},
+		bgDone:  make(chan struct{}),
+	}
+	s.bg, s.stopBG = context.WithCancel(context.Background())
+	go s.background()
+	return s
+}
+
+// Prices returns the price list the service charges with.
+func (s *Service) Prices() *Prices { return s.prices }
+
+// Reserve admits c or refuses it with a *Denial. An admitted call holds a
+// reservation sized from its estimated cost until its Hold is settled.
+// Any other error means the budget could not be checked (the store failed);
+// the call should not go upstream.
+//
+// A call none of whose subjects (user, tenant, env) has a limit is admitted
+// without touching the store: only its settlement is written.
+func (s *Service) Reserve(ctx context.Context, c Call) (*Hold, error) {
+	now := s.now()
+	if c.StartedAt.IsZero() {
+		c.StartedAt = now
+	}
+	subjects := []Subject{User(c.User), Tenant(c.Tenant), Env(c.Tenant, c.Env)}
+	limits, err := s.cachedLimits(ctx, subjects, now)
+	if err != nil {
+		return nil, err
+	}
+	price, _ := s.prices.Lookup(c.Model)
+	h := &Hold{s: s, call: c, price: price}
+	if len(limits) == 0 {
+		return h, nil
+	}
+	hist := s.historyOf(ctx, c.User)
+	h.est = hist.estimate(c, price, s.o.DefaultOutputTokens)
+	for _, l := range limits {
+		if l.Hard {
+			h.hard = append(h.hard, l)
+		}
+	}
+	r := Reservation{
+		ID: c.ID, User: c.User, Tenant: c.Tenant, Env: c.Env,
+		Cost: h.est.Cost, Tokens: h.est.Tokens(),
+		CreatedAt: now, ExpiresAt: now.Add(s.o.ReservationTTL),
+	}
+	q := snapshotQuery(limits, subjects, now)
+	err = s.store.ReserveBudget(ctx, r, q, func(snap *Snapshot) error {
+		return evaluate(limits, snap, r, now, s.o.InFlightRetry)
+	})
+	if err != nil {
+		if _, ok := errors.AsType[*Denial](err); ok {
+			return nil, err
+		}
+		return nil, fmt.Errorf("budget: reserve %s: %w", c.ID, err)
+	}
+	h.tracked = true
+	h.reserved, h.tokens = r.Cost, r.Tokens
+	s.mu.Lock()
+	s.live[c.ID] = h
+	s.mu.Unlock()
+	return h, nil
+}
+
+// extend raises h's reservation to cost if the hard limits allow it.
+func (s *Service) extend(ctx context.Context, h *Hold, cost Money) error {
+	now := s.now()
+	h.mu.Lock()
+	r := Reservation{
+		ID: h.call.ID, User: h.call.User, Tenant: h.call.Tenant, Env: h.call.Env,
+		Cost: cost, Tokens: h.tokens, CreatedAt: now, ExpiresAt: now.Add(s.o.ReservationTTL),
+	}
+	h.mu.Unlock()
+	q := snapshotQuery(h.hard, r.Subjects(), now)
+	err := s.store.ReserveBudget(ctx, r, q, func(snap *Snapshot) error {
+		return evaluate(h.hard, snap, r, now, s.o.InFlightRetry)
+	})
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.reserved = max(h.reserved, cost)
+	h.mu.Unlock()
+	return nil
+}
+
+// cachedLimits returns the limits of subjects, from the cache when fresh.
+func (s *Service) cachedLimits(ctx context.Context, subjects []Subject, now time.Time) ([]Limit, error) {
+	var (
+		out     []Limit
+		missing []Subject
+	)
+	s.mu.Lock()
+	for _, sub := range subjects {
+		c, ok := s.limits[sub]
+		if ok && s.o.LimitCacheTTL > 0 && now.Sub(c.at) < s.o.LimitCacheTTL {
+			out = append(out, c.limits...)
+		} else {
+			missing = append(missing, sub)
+		}
+	}
+	s.mu.Unlock()
+	if len(missing) == 0 {
+		return out, nil
+	}
+	ls, err := s.store.BudgetLimits(ctx, missing...)
+	if err != nil {
+		return nil, fmt.Errorf("budget: read limits: %w", err)
+	}
+	fresh := make(map[Subject][]Limit, len(missing))
+	for _, l := range ls {
+		fresh[l.Subject] = append(fresh[l.Subject], l)
+	}
+	s.mu.Lock()
+	for _, sub := range missing {
+		s.limits[sub] = cachedLimits{limits: fresh[sub], at: now}
+	}
+	s.mu.Unlock()
+	return append(out, ls...), nil
+}
+
+// historyOf returns the history of user, seeded from the ledger the first
+// time this process sees the user.
+func (s *Service) historyOf(ctx context.Context, user string) *history {
+	s.mu.Lock()
+	h, ok := s.history[user]
+	if !ok {
+		h = &history{}
+		s.history[user] = h
+	}
+	s.mu.Unlock()
+	h.seed.Do(func() {
+		// Not the caller's cancellation: the seed is read once for all.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		es, err := s.store.BudgetLedger(ctx, LedgerQuery{User: user, Limit: 20})
+		if err != nil {
+			s.log.WarnContext(ctx, "budget: read history", "user", user, "err", err.Error())
+			return
+		}
+		for i := len(es) - 1; i >= 0; i-- {
+			if e := es[i]; observable(e) {
+				p, _ := s.prices.Lookup(e.Model)
+				h.observe(e.Usage, p, e.RequestBytes)
+			}
+		}
+	})
+	return h
+}
+
+// observable says whether a call's usage tells what the user's calls
+// consume: it completed, and nothing in it is estimated.
+func observable(e Entry) bool { return e.Status == 200 && !e.Estimated }
+
+// SetLimit creates or replaces a limit. This process uses it at once;
+// others within their Options.LimitCacheTTL.
+func (s *Service) SetLimit(ctx context.Context, l Limit) error {
+	if err := l.validate(); err != nil {
+		return err
+	}
+	if l.UpdatedAt.IsZero() {
+		l.UpdatedAt = s.now()
+	}
+	if err := s.store.PutBudgetLimit(ctx, l); err != nil {
+		return fmt.Errorf("budget: set limit: %w", err)
+	}
+	s.forget(l.Subject)
+	return nil
+}
+
+// DeleteLimit removes a limit, if there is one.
+func (s *Service) DeleteLimit(ctx context.Context, sub Subject, k Kind) error {
+	if err := s.store.DeleteBudgetLimit(ctx, sub, k); err != nil {
+		return fmt.Errorf("budget: delete limit: %w", err)
+	}
+	s.forget(sub)
+	return nil
+}
+
+func (s *Service) forget(sub Subject) {
+	s.mu.Lock()
+	delete(s.limits, sub)
+	s.mu.Unlock()
+}
+
+// Limits returns the limits of subjects, or every limit when none is given.
+func (s *Service) Limits(ctx context.Context, subjects ...Subject) ([]Limit, error) {
+	return s.store.BudgetLimits(ctx, subjects...)
+}
+
+// LimitStatus is a limit and where its subject stands against it now.
+type LimitStatus struct {
+	Limit
+	Used   int64     // settled in the current window (requests admitted, for RequestsPerMinute)
+	Held   int64     // held by calls in flight (their count, for Concurrent)
+	Resets time.Time // end of the current calendar period; zero for the rolling window and Concurrent
+}
+
+// Status returns sub's limits and its use of each.
+func (s *Service) Status(ctx context.Context, sub Subject) ([]LimitStatus, error) {
+	now := s.now()
+	limits, err := s.store.BudgetLimits(ctx, sub)
+	if err != nil {
+		return nil, err
+	}
+	held, err := s.store.BudgetHeld(ctx, sub, now)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LimitStatus, 0, len(limits))
+	for _, l := range limits {
+		st := LimitStatus{Limit: l}
+		size, from := BucketDay, time.Time{}
+		switch l.Kind {
+		case Concurrent:
+			st.Held = held.Count
+			out = append(out, st)
+			continue
+		case SpendPer5h:
+			size, from = Bucket5m, windowStart5h(now)
+		case RequestsPerMinute:
+			size = BucketMinute
+			from, st.Resets, _ = periodStart(l.Kind, now)
+		default:
+			from, st.Resets, _ = periodStart(l.Kind, now)
+		}
+		bs, err := s.store.BudgetUsage(ctx, sub, size, from, now.Add(time.Minute))
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range bs {
+			switch {
+			case l.Kind.Spend():
+				st.Used += int64(b.Cost)
+			case l.Kind == TokensPerDay:
+				st.Used += b.Tokens
+			default:
+				st.Used += b.Requests
+			}
+		}
+		switch {
+		case l.Kind.Spend():
+			st.Held = int64(held.Cost)
+		case l.Kind == TokensPerDay:
+			st.Held = held.Tokens
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// Ledger returns ledger entries, newest first.
+func (s *Service) Ledger(ctx context.Context, q LedgerQuery) ([]Entry, error) {
+	return s.store.BudgetLedger(ctx, q)
+}
+
+// Flush waits until every settlement handed to the service so far has been
+// written (or given up), or ctx ends.
+func (s *Service) Flush(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.settling.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops the background work and waits, until ctx ends, for the
+// settlements in flight; those still unwritten then are abandoned (their
+// reservations expire). Settlements after Close are written before Settle
+// returns.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	err := s.Flush(ctx)
+	s.stopBG()
+	<-s.bgDone
+	return err
+}
+
+// background renews the reservations of calls in flight and collects
+// garbage, until Close.
+func (s *Service) background() {
+	defer close(s.bgDone)
+	renew := time.NewTicker(s.o.ReservationTTL / 3)
+	defer renew.Stop()
+	collect := time.NewTicker(s.o.CollectInterval)
+	defer collect.Stop()
+	for {
+		select {
+		case <-s.bg.Done():
+			return
+		case <-renew.C:
+			s.renew(s.bg)
+		case <-collect.C:
+			ctx, cancel := context.WithTimeout(s.bg, time.Minute)
+			if err := s.store.CollectBudget(ctx, s.now()); err != nil && ctx.Err() == nil {
+				s.log.Warn("budget: collect", "err", err.Error())
+			}
+			cancel()
+		}
+	}
+}
+
+// renew extends the reservations of this process's calls in flight.
+func (s *Service) renew(ctx context.Context) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.live))
+	for id := range s.live {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	now := s.now()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := s.store.RenewBudget(ctx, ids, now, now.Add(s.o.ReservationTTL)); err != nil && ctx.Err() == nil {
+		s.log.Warn("budget: renew reservations", "count", len(ids), "err", err.Error())
+	}
+}

@@ -1,0 +1,341 @@
+package budget_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/store/sqlite"
+)
+
+// clock is a settable time source.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time // guarded by mu
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// Test prices: "m" costs 1,000 nanodollars per input token and 2,000 per
+// output token.
+var testPrices = func() *budget.Prices {
+	p, err := budget.DefaultPrices().Override([]byte(`{"models":{"m":{"input":"1","output":"2","cache_write_5m":"1.25","cache_write_1h":"2","cache_read":"0.1"}}}`))
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
+type env struct {
+	svc   *budget.Service
+	store *sqlite.Store
+	clock *clock
+}
+
+func newEnv(t *testing.T, opts budget.Options) *env {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), ":memory:", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	opts.Now = c.Now
+	svc := budget.New(st, testPrices, &opts)
+	t.Cleanup(func() {
+		svc.Close(context.Background())
+		st.Close()
+	})
+	return &env{svc: svc, store: st, clock: c}
+}
+
+var callN int // the tests of this file run one at a time
+
+func call(user string) budget.Call {
+	callN++
+	return budget.Call{ID: fmt.Sprintf("call-%d", callN),
+		Tenant: "acme", Env: "prod", User: user, Conversation: "c1", Model: "m", RequestBytes: 400}
+}
+
+func (e *env) limit(t *testing.T, l budget.Limit) {
+	t.Helper()
+	if err := e.svc.SetLimit(t.Context(), l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) reserve(t *testing.T, c budget.Call) *budget.Hold {
+	t.Helper()
+	h, err := e.svc.Reserve(t.Context(), c)
+	if err != nil {
+		t.Fatalf("reserve: %v", err)
+	}
+	return h
+}
+
+func (e *env) denied(t *testing.T, c budget.Call) *budget.Denial {
+	t.Helper()
+	h, err := e.svc.Reserve(t.Context(), c)
+	d, ok := errors.AsType[*budget.Denial](err)
+	if !ok {
+		t.Fatalf("reserve: %v, %v; want a denial", h, err)
+	}
+	return d
+}
+
+func (e *env) flush(t *testing.T) {
+	t.Helper()
+	if err := e.svc.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// settled is the usage of a call of 100 input and out output tokens.
+func settled(out int64) budget.Settlement {
+	return budget.Settlement{Usage: budget.Usage{Model: "m", InputTokens: 100, OutputTokens: out}, Status: 200, Streamed: true}
+}
+
+// TestReservationSize: the reservation is the input estimate (bytes / 4)
+// plus the user's recent output, not max_tokens.
+func TestReservationSize(t *testing.T) {
+	e := newEnv(t, budget.Options{DefaultOutputTokens: 500})
+	e.limit(t, budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)})
+
+	c := call("u1")
+	c.MaxTokens = 64000
+	h := e.reserve(t, c)
+	if want := budget.Money(100*1000 + 500*2000); h.Reserved() != want {
+		t.Errorf("first reservation %v, want %v (no history: the default output)", h.Reserved(), want)
+	}
+	h.Settle(settled(40))
+	c = call("u1")
+	c.MaxTokens = 20
+	if h := e.reserve(t, c); h.Reserved() != 100*1000+20*2000 {
+		t.Errorf("reservation %v, want the output capped by max_tokens", h.Reserved())
+	}
+	c = call("u1")
+	c.MaxTokens = 64000
+	if h := e.reserve(t, c); h.Reserved() != 100*1000+40*2000 {
+		t.Errorf("reservation %v, want the output of the history (40), not max_tokens", h.Reserved())
+	}
+	// Cached input costs a tenth: the user's input factor learns it.
+	for range 8 {
+		h = e.reserve(t, call("u1"))
+		h.Settle(budget.Settlement{Usage: budget.Usage{Model: "m", CacheReadTokens: 100, OutputTokens: 40}, Status: 200})
+	}
+	if h := e.reserve(t, call("u1")); h.Reserved() >= 100*1000+40*2000 {
+		t.Errorf("reservation %v after a cached call, want less input cost than uncached", h.Reserved())
+	}
+}
+
+// TestStaleReservation: a gateway that crashed never settles; its
+// reservation expires and the limit can be reached again.
+func TestStaleReservation(t *testing.T) {
+	e := newEnv(t, budget.Options{DefaultOutputTokens: 100, ReservationTTL: time.Minute})
+	cost := int64(100*1000 + 100*2000)
+	e.limit(t, budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: 2 * cost})
+	e.reserve(t, call("u1")) // never settled: its process died
+	h := e.reserve(t, call("u1"))
+	if d := e.denied(t, call("u1")); !d.InFlight {
+		t.Errorf("denial %v, want one caused by calls in flight", d)
+	}
+	h.Settle(settled(100))
+	e.flush(t)
+	if d := e.denied(t, call("u1")); !d.InFlight {
+		t.Errorf("denial %v, want one caused by the stale reservation", d)
+	}
+	e.clock.Add(time.Minute + time.Second)
+	e.reserve(t, call("u1")).Settle(settled(100))
+	e.flush(t)
+	if d := e.denied(t, call("u1")); d.InFlight || d.Used != 2*cost {
+		t.Errorf("denial %+v, want the limit spent", d)
+	}
+}
+
+// TestRenewal: the reservations of calls in flight are renewed, so that a
+// long call keeps holding its money.
+func TestRenewal(t *testing.T) {
+	e := newEnv(t, budget.Options{ReservationTTL: 30 * time.Millisecond})
+	e.limit(t, budget.Limit{Subject: budget.User("u1"), Kind: budget.Concurrent, Max: 5})
+	e.reserve(t, call("u1"))
+	start := e.clock.Now()
+	// Let the fake clock run past several lifetimes; the renewer, on a
+	// real ticker, keeps moving the expiry past it.
+	deadline := time.Now().Add(10 * time.Second)
+	for step := 0; ; step++ {
+		e.clock.Add(10 * time.Millisecond)
+		held, err := e.store.BudgetHeld(t.Context(), budget.User("u1"), e.clock.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held.Count != 1 {
+			// Not yet renewed for this step: wait for the renewer.
+			e.clock.Add(-10 * time.Millisecond)
+			if time.Now().After(deadline) {
+				t.Fatal("the reservation was not renewed")
+			}
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if e.clock.Now().Sub(start) > 200*time.Millisecond {
+			return
+		}
+	}
+}
+
+func TestSettleOnce(t *testing.T) {
+	e := newEnv(t, budget.Options{})
+	e.limit(t, budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)})
+	h := e.reserve(t, call("u1"))
+	h.Settle(settled(10))
+	h.Settle(settled(1000))
+	e.flush(t)
+	es, err := e.svc.Ledger(t.Context(), budget.LedgerQuery{User: "u1"})
+	if err != nil || len(es) != 1 || es[0].Cost != 100*1000+10*2000 || es[0].Reserved == 0 {
+		t.Fatalf("ledger %+v, %v; want one entry of the first settlement", es, err)
+	}
+	st, err := e.svc.Status(t.Context(), budget.User("u1"))
+	if err != nil || st[0].Used != int64(es[0].Cost) || st[0].Held != 0 {
+		t.Errorf("status %+v, %v", st, err)
+	}
+}
+
+// TestScopes: tenant and env caps hold every user of theirs.
+func TestScopes(t *testing.T) {
+	e := newEnv(t, budget.Options{DefaultOutputTokens: 100})
+	cost := int64(100*1000 + 100*2000)
+	e.limit(t, budget.Limit{Subject: budget.Env("acme", "prod"), Kind: budget.SpendPerMonth, Max: cost})
+	e.reserve(t, call("u1")).Settle(settled(100))
+	e.flush(t)
+	d := e.denied(t, call("u2"))
+	if d.Limit.Subject != budget.Env("acme", "prod") {
+		t.Errorf("denied by %v, want the env cap", d.Limit.Subject)
+	}
+	e.limit(t, budget.Limit{Subject: budget.Tenant("acme"), Kind: budget.Concurrent, Max: 1})
+	other := call("u2")
+	other.Env = "dev"
+	e.reserve(t, other) // another env of the tenant
+	other = call("u3")
+	other.Env = "dev"
+	if d := e.denied(t, other); d.Limit.Kind != budget.Concurrent || !d.InFlight {
+		t.Errorf("denial %v, want the tenant's concurrency", d)
+	}
+}
+
+func TestFairUse(t *testing.T) {
+	e := newEnv(t, budget.Options{DefaultOutputTokens: 100})
+	e.limit(t, budget.Limit{Subject: budget.User("u1"), Kind: budget.RequestsPerMinute, Max: 2})
+	e.reserve(t, call("u1")).Settle(settled(100))
+	e.reserve(t, call("u1")).Settle(settled(100))
+	d := e.denied(t, call("u1"))
+	if d.Limit.Kind != budget.RequestsPerMinute || d.RetryAfter != time.Minute {
+		t.Errorf("denial %v after %v, want the minute's requests", d, d.RetryAfter)
+	}
+	e.clock.Add(time.Minute)
+	e.reserve(t, call("u1")).Settle(settled(100))
+	e.flush(t)
+
+	e.limit(t, budget.Limit{Subject: budget.User("u1"), Kind: budget.TokensPerDay, Max: 700})
+	// 3 calls of 200 tokens are settled: 600; the next needs 200.
+	if d := e.denied(t, call("u1")); d.Limit.Kind != budget.TokensPerDay || d.Used != 600 {
+		t.Errorf("denial %+v, want tokens per day at 600", d)
+	}
+}
+
+// TestHardCheck: under a hard limit the reservation follows a stream and
+// refuses to grow past the limit.
+func TestHardCheck(t *testing.T) {
+	e := newEnv(t, budget.Options{DefaultOutputTokens: 10, HardStopMargin: 10})
+	limit := budget.Money(100*1000 + 200*2000)
+	e.limit(t, budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(limit), Hard: true})
+	h := e.reserve(t, call("u1"))
+	if !h.Hard() {
+		t.Fatal("the hold does not know of the hard limit")
+	}
+	ctx := t.Context()
+	for out := int64(0); out <= 190; out += 10 {
+		if err := h.Check(ctx, budget.Usage{Model: "m", InputTokens: 100, OutputTokens: out}); err != nil {
+			t.Fatalf("at %d output tokens: %v", out, err)
+		}
+		if h.Reserved() > limit {
+			t.Fatalf("reserved %v, over the limit", h.Reserved())
+		}
+	}
+	err := h.Check(ctx, budget.Usage{Model: "m", InputTokens: 100, OutputTokens: 191})
+	if d, ok := errors.AsType[*budget.Denial](err); !ok || !d.MidStream {
+		t.Fatalf("past the limit: %v, want a mid-stream denial", err)
+	}
+	// A soft limit does not stop streams.
+	e.limit(t, budget.Limit{Subject: budget.User("u2"), Kind: budget.SpendPerDay, Max: int64(limit)})
+	h = e.reserve(t, call("u2"))
+	if h.Hard() || h.Check(ctx, budget.Usage{Model: "m", OutputTokens: 1e6}) != nil {
+		t.Error("a soft limit checks streams")
+	}
+}
+
+// TestUnlimited: without limits nothing is reserved, but the call is
+// charged.
+func TestUnlimited(t *testing.T) {
+	e := newEnv(t, budget.Options{})
+	h := e.reserve(t, call("u1"))
+	held, err := e.store.BudgetHeld(t.Context(), budget.User("u1"), e.clock.Now())
+	if err != nil || held != (budget.Held{}) || h.Reserved() != 0 {
+		t.Errorf("held %+v, %v; reserved %v; want nothing", held, err, h.Reserved())
+	}
+	h.Settle(settled(5))
+	e.flush(t)
+	if es, err := e.svc.Ledger(t.Context(), budget.LedgerQuery{}); err != nil || len(es) != 1 || es[0].Cost != 110_000 {
+		t.Errorf("ledger %+v, %v", es, err)
+	}
+}
+
+// TestLimitCache: a limit set through another process applies here within
+// the cache's lifetime; one set here, at once.
+func TestLimitCache(t *testing.T) {
+	e := newEnv(t, budget.Options{LimitCacheTTL: time.Minute})
+	other := budget.New(e.store, testPrices, &budget.Options{Now: e.clock.Now})
+	t.Cleanup(func() { other.Close(context.Background()) })
+	e.reserve(t, call("u1")) // caches "no limits"
+	if err := other.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.Concurrent, Max: 0}); err != nil {
+		t.Fatal(err)
+	}
+	e.reserve(t, call("u1"))
+	e.clock.Add(time.Minute)
+	e.denied(t, call("u1"))
+	e.limit(t, budget.Limit{Subject: budget.User("u1"), Kind: budget.Concurrent, Max: 10})
+	e.reserve(t, call("u1"))
+	if err := e.svc.DeleteLimit(t.Context(), budget.User("u1"), budget.Concurrent); err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := e.svc.Limits(t.Context()); err != nil || len(ls) != 0 {
+		t.Errorf("limits %v, %v; want none", ls, err)
+	}
+}
+
+func TestSetLimitInvalid(t *testing.T) {
+	e := newEnv(t, budget.Options{})
+	for name, l := range map[string]budget.Limit{
+		"no subject":    {Kind: budget.SpendPerDay, Max: 1},
+		"bad env":       {Subject: budget.Subject{Scope: budget.ScopeEnv, ID: "acme"}, Kind: budget.SpendPerDay, Max: 1},
+		"bad kind":      {Subject: budget.User("u"), Kind: "spend_per_year", Max: 1},
+		"negative":      {Subject: budget.User("u"), Kind: budget.SpendPerDay, Max: -1},
+		"hard requests": {Subject: budget.User("u"), Kind: budget.RequestsPerMinute, Max: 1, Hard: true},
+	} {
+		if err := e.svc.SetLimit(t.Context(), l); !errors.Is(err, budget.ErrInvalidLimit) {
+			t.Errorf("%s: %v, want ErrInvalidLimit", name, err)
+		}
+	}
+}
