@@ -102,8 +102,7 @@ func currentLease(dir string) (uint64, leaseFile, error) {
 	return fences[0], lf, nil
 }
 
-// acquireLease takes the lease of a session directory for holder, or renews
-// it when holder already has it.
+// acquireLease takes the lease of a session directory for holder.
 func acquireLease(sessionDir, holder string, ttl time.Duration, now time.Time) (*lease, error) {
 	dir := filepath.Join(sessionDir, leaseDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -114,11 +113,12 @@ func acquireLease(sessionDir, holder string, ttl time.Duration, now time.Time) (
 		if err != nil {
 			return nil, err
 		}
-		if fence > 0 && cur.Holder == holder && !cur.Released && now.Before(cur.ExpiresAt) {
-			l := &lease{dir: dir, holder: holder, fence: fence, expires: cur.ExpiresAt}
-			return l, l.renew(ttl, now)
-		}
-		if fence > 0 && !cur.Released && cur.Holder != "" && now.Before(cur.ExpiresAt.Add(MaxClockSkew)) {
+		// A live lease under our own name belongs to an earlier opening:
+		// this process before a crash and restart, or a Session of this
+		// process still being closed. Take the next fence rather than share
+		// that one, so the earlier opening is fenced off and its release
+		// cannot give up the new lease.
+		if fence > 0 && !cur.Released && cur.Holder != "" && cur.Holder != holder && now.Before(cur.ExpiresAt.Add(MaxClockSkew)) {
 			return nil, &LeaseHolderError{Holder: cur.Holder, ExpiresAt: cur.ExpiresAt}
 		}
 		next := fence + 1

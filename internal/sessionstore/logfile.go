@@ -36,7 +36,11 @@ type scanFunc func(off int64, r record) error
 func openLogFile(path string, from int64, fence uint64, writable bool, fn scanFunc) (*logFile, error) {
 	flag := os.O_RDONLY
 	if writable {
-		flag = os.O_RDWR | os.O_CREATE
+		// O_APPEND: a record lands after whatever the file holds, also
+		// after records another (fenced-off) owner wrote since we opened
+		// it, which readers then skip; a write at our own idea of the end
+		// would overwrite the newer owner's records instead.
+		flag = os.O_RDWR | os.O_CREATE | os.O_APPEND
 	}
 	f, err := os.OpenFile(path, flag, 0o600)
 	if errors.Is(err, os.ErrNotExist) && !writable {
@@ -142,21 +146,24 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 }
 
 // append writes one encoded record with a single write and returns its
-// offset.
+// offset: where the write landed, which is past l.size when another writer
+// appended in between.
 func (l *logFile) append(line []byte) (int64, error) {
 	if l.f == nil {
 		return 0, os.ErrClosed
 	}
-	off := l.size
 	if _, err := l.f.Write(line); err != nil {
 		// A partial write leaves a torn tail; cut it so the next append
 		// starts on a record boundary.
-		_ = l.f.Truncate(off)
-		_, _ = l.f.Seek(off, io.SeekStart)
+		_ = l.f.Truncate(l.size)
 		return 0, fmt.Errorf("%s: %w", l.name, err)
 	}
-	l.size += int64(len(line))
-	return off, nil
+	end, err := l.f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", l.name, err)
+	}
+	l.size = end
+	return end - int64(len(line)), nil
 }
 
 // readRange calls fn for each record in [from, to) that is not fenced out,

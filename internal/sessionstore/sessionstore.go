@@ -256,6 +256,10 @@ func (s *Session) load() error {
 			s.index = append(s.index, indexEntry{Off: off, Fence: r.fence})
 		}
 		s.state.apply(&ev)
+		// Events after the checkpoint count towards the next one, or a
+		// worker that crashes every few hundred events would never write
+		// one and each reopen would scan more.
+		s.sinceCkpt++
 		return nil
 	})
 	if err != nil {

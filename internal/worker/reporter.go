@@ -41,6 +41,12 @@ type Reporter struct {
 	hc     *http.Client
 	log    *slog.Logger
 
+	// flushing holds a token while a Flush runs, so that Flush calls take
+	// turns: the one in Shutdown waits for a delivery Run has started (its
+	// outbox is no longer in dirty) to be acknowledged before the sessions
+	// close, instead of finding nothing to do.
+	flushing chan struct{}
+
 	mu sync.Mutex
 	// guarded by mu
 	dirty map[Outbox]struct{}
@@ -69,6 +75,7 @@ func NewReporter(baseURL string, signer *trust.Signer, opts *ReporterOptions) *R
 		url:    strings.TrimRight(baseURL, "/") + contract.ReportsPath,
 		signer: signer, hc: o.HTTPClient, log: o.Logger,
 		dirty: make(map[Outbox]struct{}), wake: make(chan struct{}, 1),
+		flushing: make(chan struct{}, 1),
 	}
 }
 
@@ -125,12 +132,19 @@ func (rp *Reporter) Run(ctx context.Context) {
 	}
 }
 
-// Flush delivers what every dirty outbox holds now. It returns the first
-// delivery error; the outboxes that failed stay dirty.
+// Flush delivers what every dirty outbox holds now, after any Flush in
+// progress has ended. It returns the first delivery error; the outboxes
+// that failed stay dirty.
 func (rp *Reporter) Flush(ctx context.Context) error {
 	if rp == nil {
 		return nil
 	}
+	select {
+	case rp.flushing <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-rp.flushing }()
 	rp.mu.Lock()
 	obs := make([]Outbox, 0, len(rp.dirty))
 	for ob := range rp.dirty {
