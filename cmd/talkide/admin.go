@@ -29,6 +29,21 @@ commands:
   token revoke  --id ID
                 revoke an identity token (the end of a rotation's grace period)
 
+  budget set     (--user U | --tenant T [--env E]) --kind K --amount A [--hard]
+                 set a limit; K: daily, weekly, monthly, rolling-5h (dollars),
+                 rpm, tokens-per-day, concurrency
+  budget get     [--user U | --tenant T [--env E]]   list limits (all without a subject)
+  budget delete  (--user U | --tenant T [--env E]) --kind K
+  budget status  (--user U | --tenant T [--env E])
+                 used, held and remaining of each limit, and when it resets
+  usage          [--by user|tenant|env|conversation|model|day[,…]] [--from D] [--to D]
+                 [--user U] [--tenant T] [--env E] [--conversation C] [--model M]
+                 usage and cost from the budget ledger, as a table
+
+  operator-token issue  [--name N]   issue a token for the operator API (/api/admin)
+  operator-token list
+  operator-token revoke --id ID
+
 Every command works on the control-plane's database and secrets: --data-dir DIR
 (default ./.talkide-cp, holding controlplane.db and controlplane-secrets.json)
 and --database URL, as "talkide controlplane" takes them. See docs/operations.md.
@@ -37,12 +52,29 @@ Run "talkide admin <command> -h" for a command's flags.
 
 // runAdmin runs one operator command against the control-plane's store.
 func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) >= 1 && args[0] == "usage" {
+		return adminUsageReport(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) < 2 {
 		fmt.Fprint(stderr, adminUsage)
 		return flag.ErrHelp
 	}
 	cmd, rest := args[0]+" "+args[1], args[2:]
 	switch cmd {
+	case "budget set":
+		return adminBudgetSet(ctx, rest, stdout, stderr)
+	case "budget get":
+		return adminBudgetGet(ctx, rest, stdout, stderr)
+	case "budget delete":
+		return adminBudgetDelete(ctx, rest, stdout, stderr)
+	case "budget status":
+		return adminBudgetStatus(ctx, rest, stdout, stderr)
+	case "operator-token issue":
+		return adminOperatorIssue(ctx, rest, stdout, stderr)
+	case "operator-token list":
+		return adminOperatorList(ctx, rest, stdout, stderr)
+	case "operator-token revoke":
+		return adminOperatorRevoke(ctx, rest, stdout, stderr)
 	case "env add":
 		return adminEnvAdd(ctx, rest, stdout, stderr)
 	case "env list":

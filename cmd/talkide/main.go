@@ -4,7 +4,7 @@
 //	talkide controlplane  the control-plane (browser API, gateway-proxy, mint, reports)
 //	talkide worker        the per-tenant-env agent worker
 //	talkide chat          a terminal client of a conversation
-//	talkide admin         provisioning: tenant-envs, identity tokens, worker Secrets
+//	talkide admin         operators: tenant-envs, identity tokens, worker Secrets, budgets, usage
 //	talkide sessions      retention: list, archive, delete sessions
 package main
 
@@ -27,7 +27,7 @@ commands:
   controlplane  run the control-plane
   worker        run an agent worker
   chat          talk to a conversation from the terminal
-  admin         provision tenant-envs and identity tokens (env add|list, token issue|revoke)
+  admin         operate: env add|list, token issue|revoke, budget set|get|delete|status, usage, operator-token
   sessions      list, archive or delete sessions on a session volume
 
 Run "talkide <command> -h" for a command's flags.

@@ -26,6 +26,8 @@ func runControlPlane(ctx context.Context, args []string, stderr io.Writer) error
 	fs.StringVar(&o.localUser, "local-user", "", "serve the browser API as this one user without credentials (loopback only)")
 	fs.StringVar(&o.tenant, "default-tenant", "local", "tenant of new conversations")
 	fs.StringVar(&o.env, "default-env", "dev", "env of new conversations")
+	fs.StringVar(&o.prices, "prices", "", "JSON file of model prices overriding the built-in list, same shape (docs/budgets.md)")
+	fs.StringVar(&o.operatorTokens, "operator-tokens", "", "file of the operator tokens' hashes that the operator API /api/admin accepts, re-read when it changes (default DATA-DIR/operator-tokens; kept by talkide admin operator-token)")
 	logger, err := parseWithLogger(fs, args, stderr)
 	if err != nil {
 		return err

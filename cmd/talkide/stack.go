@@ -17,6 +17,9 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/controlplane"
@@ -27,6 +30,7 @@ import (
 	"github.com/talkide/platform/internal/localproxy"
 	"github.com/talkide/platform/internal/mcp/issuetracking"
 	mcpservers "github.com/talkide/platform/internal/mcp/servers"
+	"github.com/talkide/platform/internal/metrics"
 	"github.com/talkide/platform/internal/minting"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/store"
@@ -64,16 +68,21 @@ type cpOptions struct {
 	upstream    string // Anthropic API base URL (or the simulator's)
 	apiKey      string
 	prices      string // JSON file of price overrides (docs/budgets.md); empty: the built-in prices
-	localUser   string
-	tenant, env string
-	logger      *slog.Logger
+	// operatorTokens is the file of operator token hashes the operator API
+	// checks (talkide admin operator-token); empty: operator-tokens beside
+	// the secrets file.
+	operatorTokens string
+	localUser      string
+	tenant, env    string
+	logger         *slog.Logger
 }
 
 type cpProc struct {
 	http    *server
 	store   store.Store
 	secrets *cpSecrets
-	budget  *budget.Service // nil without a gateway
+	budget  *budget.Service
+	metrics *metrics.Metrics
 }
 
 func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
@@ -85,32 +94,49 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.operatorTokens == "" {
+		o.operatorTokens = filepath.Join(filepath.Dir(o.secretsPath), "operator-tokens")
+	}
+	operators, err := controlplane.NewOperatorTokens(o.operatorTokens, o.logger.With("component", "operator-api"))
+	if err != nil {
+		return nil, fmt.Errorf("--operator-tokens: %w", err)
+	}
+	prices, err := loadPrices(o.prices)
+	if err != nil {
+		return nil, err
+	}
 	st, err := openStore(ctx, o.database, o.dbPath, o.logger)
 	if err != nil {
 		return nil, err
 	}
-	var (
-		gw  http.Handler
-		bud *budget.Service
-	)
+	// The control-plane's own registry, not the global default one.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg, &metrics.Options{Prices: prices})
+	bud, err := startBudget(st, prices, m, o)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	var gw http.Handler
 	if o.apiKey != "" {
 		up, err := url.Parse(o.upstream)
 		if err != nil || up.Scheme == "" || up.Host == "" {
+			closeBudget(bud)
 			st.Close()
 			return nil, fmt.Errorf("bad Anthropic API URL %q", o.upstream)
 		}
-		if bud, err = startBudget(st, o); err != nil {
-			st.Close()
-			return nil, err
-		}
-		gw = gateway.New(up, o.apiKey, keyring, st, &gateway.Options{Logger: o.logger.With("component", "gateway"), Budget: bud})
+		gw = gateway.New(up, o.apiKey, keyring, st, &gateway.Options{Logger: o.logger.With("component", "gateway"), Budget: bud, Metrics: m})
 	}
 	cp, err := controlplane.New(controlplane.Config{
 		Store: st, Keyring: keyring,
 		CommandSecret: secrets.CommandSecret, CommandKeyID: secrets.CommandKeyID,
 		Gateway: gw, LocalUser: o.localUser,
 		DefaultTenant: o.tenant, DefaultEnv: o.env,
-		Logger: o.logger.With("component", "controlplane"),
+		Logger:    o.logger.With("component", "controlplane"),
+		Budget:    bud,
+		Operators: operators,
+		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn)}),
 	})
 	if err != nil {
 		closeBudget(bud)
@@ -124,27 +150,37 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 		return nil, err
 	}
 	srv.srv.RegisterOnShutdown(cp.CloseStreams)
-	return &cpProc{http: srv, store: st, secrets: secrets, budget: bud}, nil
+	return &cpProc{http: srv, store: st, secrets: secrets, budget: bud, metrics: m}, nil
 }
 
-// startBudget starts the budget service on the control-plane's store, with
-// the built-in prices and the operator's overrides from o.prices.
-func startBudget(st store.Store, o cpOptions) (*budget.Service, error) {
+// loadPrices returns the built-in prices with the operator's overrides from
+// the file at path, if any (--prices).
+func loadPrices(path string) (*budget.Prices, error) {
+	prices := budget.DefaultPrices()
+	if path == "" {
+		return prices, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--prices: %w", err)
+	}
+	if prices, err = prices.Override(b); err != nil {
+		return nil, fmt.Errorf("--prices %s: %w", path, err)
+	}
+	return prices, nil
+}
+
+// startBudget starts the budget service on the control-plane's store; its
+// settlements are counted in m. It runs with or without a gateway: the
+// operator API sets limits and reports usage either way.
+func startBudget(st store.Store, prices *budget.Prices, m *metrics.Metrics, o cpOptions) (*budget.Service, error) {
 	bst, ok := st.(budget.Store)
 	if !ok {
 		return nil, fmt.Errorf("the store %T keeps no budgets", st)
 	}
-	prices := budget.DefaultPrices()
-	if o.prices != "" {
-		b, err := os.ReadFile(o.prices)
-		if err != nil {
-			return nil, fmt.Errorf("prices: %w", err)
-		}
-		if prices, err = prices.Override(b); err != nil {
-			return nil, fmt.Errorf("prices %s: %w", o.prices, err)
-		}
-	}
-	return budget.New(bst, prices, &budget.Options{Logger: o.logger.With("component", "budget")}), nil
+	svc := budget.New(bst, prices, &budget.Options{Logger: o.logger.With("component", "budget"), Settled: m.Settled})
+	m.CountReservations(svc.Reservations)
+	return svc, nil
 }
 
 // closeBudget stops a budget service that never served.

@@ -148,9 +148,12 @@ func (s *Service) write(ctx context.Context, e Entry) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		actx, cancel := context.WithTimeout(ctx, settleAttempt)
-		_, err := s.store.SettleBudget(actx, e)
+		applied, err := s.store.SettleBudget(actx, e)
 		cancel()
 		if err == nil {
+			if applied && s.o.Settled != nil {
+				s.o.Settled(e)
+			}
 			return
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {

@@ -105,6 +105,21 @@ func (p *Prices) Lookup(model string) (price Price, known bool) {
 	return pr, ok
 }
 
+// Canonical returns the listed model id whose price applies to model: model
+// itself, or for a dated id its undated one. known is false, and id empty,
+// when neither is listed.
+func (p *Prices) Canonical(model string) (id string, known bool) {
+	if _, ok := p.models[model]; ok {
+		return model, true
+	}
+	if m := datedModel.FindStringSubmatch(model); m != nil {
+		if _, ok := p.models[m[1]]; ok {
+			return m[1], true
+		}
+	}
+	return "", false
+}
+
 // Models returns the listed model ids, sorted.
 func (p *Prices) Models() []string { return slices.Sorted(maps.Keys(p.models)) }
 

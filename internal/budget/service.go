@@ -55,6 +55,11 @@ type Options struct {
 	// CollectInterval is how often expired reservations and old buckets are
 	// deleted. Default DefaultCollectInterval.
 	CollectInterval time.Duration
+	// Settled, when set, is called once for each ledger entry this process
+	// writes, after it is written, and not for a settlement the ledger
+	// already held: what it is given has been charged exactly once. It runs
+	// on the goroutine that wrote the entry and must not block (metrics).
+	Settled func(Entry)
 }
 
 // Call is a model call asking for admission.
@@ -79,12 +84,17 @@ type Service struct {
 	now    func() time.Time
 	o      Options
 
-	mu      sync.Mutex
-	limits  map[Subject]cachedLimits // guarded by mu
-	history map[string]*history      // guarded by mu; by user id
-	live    map[string]*Hold         // guarded by mu; tracked holds, renewed until settled
-	closed  bool                     // guarded by mu
-	unknown map[string]bool          // guarded by mu; unpriced models already logged
+	mu     sync.Mutex
+	limits map[Subject]cachedLimits // guarded by mu
+	// limitReads are the reads of limits in flight, by the subjects they
+	// read (limitcache.go); limitGen counts the limits changed here, so
+	// that a read that began before a change does not fill the cache.
+	limitReads map[string]*limitRead // guarded by mu
+	limitGen   uint64                // guarded by mu
+	history    map[string]*history   // guarded by mu; by user id
+	live       map[string]*Hold      // guarded by mu; tracked holds, renewed until settled
+	closed     bool                  // guarded by mu
+	unknown    map[string]bool       // guarded by mu; unpriced models already logged
 
 	settling sync.WaitGroup // settlements in flight
 	bg       context.Context
@@ -133,11 +143,12 @@ func New(st Store, prices *Prices, opts *Options) *Service {
 	}
 	s := &Service{
 		store: st, prices: prices, log: o.Logger, now: o.Now, o: o,
-		limits:  map[Subject]cachedLimits{},
-		history: map[string]*history{},
-		live:    map[string]*Hold{},
-		unknown: map[string]bool{},
-		bgDone:  make(chan struct{}),
+		limits:     map[Subject]cachedLimits{},
+		limitReads: map[string]*limitRead{},
+		history:    map[string]*history{},
+		live:       map[string]*Hold{},
+		unknown:    map[string]bool{},
+		bgDone:     make(chan struct{}),
 	}
 	s.bg, s.stopBG = context.WithCancel(context.Background())
 	go s.background()
@@ -146,6 +157,15 @@ func New(st Store, prices *Prices, opts *Options) *Service {
 
 // Prices returns the price list the service charges with.
 func (s *Service) Prices() *Prices { return s.prices }
+
+// Reservations returns the number of calls of this process that hold a
+// reservation in the store now: admitted against a limit and not yet
+// settled. Calls of users without limits hold none.
+func (s *Service) Reservations() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.live)
+}
 
 // Reserve admits c or refuses it with a *Denial. An admitted call holds a
 // reservation sized from its estimated cost until its Hold is settled.
@@ -222,6 +242,8 @@ func (s *Service) extend(ctx context.Context, h *Hold, cost Money) error {
 }
 
 // cachedLimits returns the limits of subjects, from the cache when fresh.
+// Those of the subjects it lacks are read from the store, in one read that
+// concurrent callers lacking the same subjects share (limitcache.go).
 func (s *Service) cachedLimits(ctx context.Context, subjects []Subject, now time.Time) ([]Limit, error) {
 	var (
 		out     []Limit
@@ -236,24 +258,20 @@ func (s *Service) cachedLimits(ctx context.Context, subjects []Subject, now time
 			missing = append(missing, sub)
 		}
 	}
-	s.mu.Unlock()
 	if len(missing) == 0 {
+		s.mu.Unlock()
 		return out, nil
 	}
-	ls, err := s.store.BudgetLimits(ctx, missing...)
-	if err != nil {
-		return nil, fmt.Errorf("budget: read limits: %w", err)
+	r := s.startLimitRead(ctx, missing, now) // unlocks s.mu
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	fresh := make(map[Subject][]Limit, len(missing))
-	for _, l := range ls {
-		fresh[l.Subject] = append(fresh[l.Subject], l)
+	if r.err != nil {
+		return nil, fmt.Errorf("budget: read limits: %w", r.err)
 	}
-	s.mu.Lock()
-	for _, sub := range missing {
-		s.limits[sub] = cachedLimits{limits: fresh[sub], at: now}
-	}
-	s.mu.Unlock()
-	return append(out, ls...), nil
+	return append(out, r.limits...), nil
 }
 
 // historyOf returns the history of user, seeded from the ledger the first
@@ -317,6 +335,9 @@ func (s *Service) DeleteLimit(ctx context.Context, sub Subject, k Kind) error {
 func (s *Service) forget(sub Subject) {
 	s.mu.Lock()
 	delete(s.limits, sub)
+	// Reads under way may predate the change: later calls read again.
+	s.limitGen++
+	clear(s.limitReads)
 	s.mu.Unlock()
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
@@ -44,6 +45,14 @@ type Config struct {
 	// WorkerTransport carries commands to workers; nil: a clone of
 	// http.DefaultTransport.
 	WorkerTransport http.RoundTripper
+	// Budget serves the operator API's limits, status and usage reports
+	// (AdminPrefix); nil: those answer 503.
+	Budget *budget.Service
+	// Operators authenticates the operator API; nil: it answers 503.
+	Operators *OperatorTokens
+	// Metrics, when set, is served at GET /metrics, without authentication
+	// (it must reveal no secret and no user).
+	Metrics http.Handler
 }
 
 // Server is the control-plane.
@@ -120,6 +129,12 @@ func (s *Server) Handler() http.Handler {
 		})
 	}
 	mux.Handle(GatewayPrefix+"/", gw)
+
+	s.registerAdmin(mux, h)
+	if s.cfg.Metrics != nil {
+		mux.Handle("GET /metrics", s.cfg.Metrics)
+		mux.Handle("/metrics", httpapi.MethodNotAllowed(s.log, http.MethodGet))
+	}
 
 	for path, allow := range map[string][]string{
 		"/api/conversations":                {http.MethodGet, http.MethodPost},

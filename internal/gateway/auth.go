@@ -54,7 +54,7 @@ func (g *Gateway) authorize(r *http.Request) (*store.Conversation, *httpError) {
 		return who, forbidden(err)
 	}
 
-	conv, err := g.store.GetConversation(r.Context(), id)
+	conv, err := g.conversation(r.Context(), id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		// Not 404: whether a conversation exists is not the caller's business.
@@ -84,9 +84,17 @@ func workerToken(h http.Header) string {
 // deny answers a refused request and logs it, with whatever is known of the
 // caller. It never logs a header value.
 func (g *Gateway) deny(w http.ResponseWriter, r *http.Request, who *store.Conversation, e *httpError) {
+	g.denyCall(w, r, who, "", e)
+}
+
+// denyCall is deny for a request whose model is known.
+func (g *Gateway) denyCall(w http.ResponseWriter, r *http.Request, who *store.Conversation, model string, e *httpError) {
 	attrs := []any{"status", e.Status, "method", r.Method, "path", r.URL.Path, "reason", e.Msg}
 	if who != nil {
 		attrs = append(attrs, "tenant", who.Tenant, "env", who.Env, "conversation", who.ID)
+		g.observe(who.Tenant, who.Env, model, e.Status, false)
+	} else {
+		g.observe("", "", model, e.Status, false)
 	}
 	if e.Err != nil {
 		attrs = append(attrs, "err", e.Err.Error())

@@ -73,7 +73,7 @@ const DefaultDrainTimeout = 30 * time.Second
 type Options struct {
 	Logger    *slog.Logger      // nil: don't log
 	Now       func() time.Time  // nil: time.Now
-	Transport http.RoundTripper // nil: a clone of http.DefaultTransport
+	Transport http.RoundTripper // nil: a clone of http.DefaultTransport keeping DefaultMaxIdleConns idle connections
 	MaxBody   int64             // request body cap; 0: DefaultMaxBody
 	// Budget, when set, admits each /v1/messages call before it is
 	// forwarded (a denial is a 429) and settles it when it is done. Nil:
@@ -84,6 +84,14 @@ type Options struct {
 	// produced (docs/budgets.md); then it cancels the upstream call. 0:
 	// DefaultDrainTimeout; negative: cancel at once.
 	DrainTimeout time.Duration
+	// ConversationTTL is how long a conversation looked up in the store is
+	// remembered (convcache.go): its later calls within that time do not
+	// wait for the store. 0: DefaultConversationTTL; negative: look it up
+	// on every call.
+	ConversationTTL time.Duration
+	// Metrics, when set, observes every request: its status, the gateway's
+	// own latency, budget denials. Nil: no metrics.
+	Metrics Metrics
 }
 
 // Gateway is an http.Handler that forwards model calls upstream. It is safe
@@ -98,6 +106,8 @@ type Gateway struct {
 	maxBody  int64
 	budget   Budget // nil: budgets off
 	drain    time.Duration
+	convs    *convCache // nil: no cache
+	metrics  Metrics    // nil: no metrics
 	proxy    *httputil.ReverseProxy
 }
 
@@ -126,13 +136,16 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		o.Now = time.Now
 	}
 	if o.Transport == nil {
-		o.Transport = http.DefaultTransport.(*http.Transport).Clone()
+		o.Transport = newTransport()
 	}
 	if o.MaxBody <= 0 {
 		o.MaxBody = DefaultMaxBody
 	}
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = DefaultDrainTimeout
+	}
+	if o.ConversationTTL == 0 {
+		o.ConversationTTL = DefaultConversationTTL
 	}
 	u := *upstream
 	g := &Gateway{
@@ -145,6 +158,8 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		maxBody:  o.MaxBody,
 		budget:   o.Budget,
 		drain:    max(o.DrainTimeout, 0),
+		convs:    newConvCache(o.ConversationTTL),
+		metrics:  o.Metrics,
 	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
@@ -152,6 +167,7 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		FlushInterval:  -1, // every write reaches the client at once, streamed or not
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler:   g.proxyError,
+		BufferPool:     &bufferPool{},
 		ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
 	return g
@@ -203,12 +219,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			StartedAt: start,
 		})
 		if d, ok := errors.AsType[*budget.Denial](err); ok {
+			if g.metrics != nil {
+				g.metrics.BudgetDenied(conv.Tenant, conv.Env, d)
+			}
 			w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.RetryAfter.Seconds())), 10))
-			g.deny(w, r, conv, &httpError{Status: http.StatusTooManyRequests, Type: errRateLimit, Msg: d.Error()})
+			g.denyCall(w, r, conv, model, &httpError{Status: http.StatusTooManyRequests, Type: errRateLimit, Msg: d.Error()})
 			return
 		}
 		if err != nil {
-			g.deny(w, r, conv, &httpError{Status: http.StatusInternalServerError, Type: errAPI,
+			g.denyCall(w, r, conv, model, &httpError{Status: http.StatusInternalServerError, Type: errAPI,
 				Msg: "internal error: the budget could not be checked", Err: err})
 			return
 		}
@@ -239,6 +258,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	in.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	in.ContentLength = int64(len(body))
 	in.TransferEncoding = nil
+	if g.metrics != nil {
+		w = &firstByteWriter{ResponseWriter: w, c: c}
+	}
 	g.proxy.ServeHTTP(w, in)
 }
 
@@ -300,11 +322,18 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	if out.Header.Get("Anthropic-Version") == "" {
 		out.Header.Set("Anthropic-Version", anthropicVersion)
 	}
+	if g.metrics != nil {
+		// ReverseProxy hands the request to the transport right after this.
+		g.metrics.ForwardLatency(g.now().Sub(c.rec.StartedAt))
+	}
 }
 
 // modifyResponse starts metering the response body as it passes.
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	c := res.Request.Context().Value(callKey{}).(*call)
+	if g.metrics != nil {
+		c.respAt = g.now()
+	}
 	c.rec.Status = res.StatusCode
 	c.meter = newMeter(res.Header)
 	body := &meteredBody{ReadCloser: res.Body, m: c.meter, drain: g.drain > 0}

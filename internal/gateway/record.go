@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"sync"
 	"time"
 
@@ -32,8 +33,9 @@ type call struct {
 	cancelOut context.CancelFunc // ends the upstream call
 	cutMsg    string             // why a hard limit cut the stream
 
-	meter *meter // set by modifyResponse; nil when no response came
-	err   error  // set by proxyError: why no response came
+	meter  *meter    // set by modifyResponse; nil when no response came
+	err    error     // set by proxyError: why no response came
+	respAt time.Time // when the upstream's response came; set with metrics only
 
 	once sync.Once
 }
@@ -49,6 +51,9 @@ func (c *call) checkBudget(running usage) bool {
 	err := c.hold.Check(ctx, u)
 	if d, ok := errors.AsType[*budget.Denial](err); ok {
 		c.cutMsg = d.Error()
+		if c.g.metrics != nil {
+			c.g.metrics.BudgetDenied(c.rec.Tenant, c.rec.Env, d)
+		}
 		return false
 	}
 	return true
@@ -91,6 +96,11 @@ func (c *call) finish() {
 			rec.Model = c.reqModel
 		}
 		charged.Model = rec.Model
+		if c.meter != nil {
+			c.g.observe(rec.Tenant, rec.Env, rec.Model, rec.Status, true)
+		} else {
+			c.g.observe(rec.Tenant, rec.Env, rec.Model, http.StatusBadGateway, false) // proxyError's answer
+		}
 		if c.hold != nil {
 			// The hold writes in the background; until it has, the
 			// reservation keeps holding the call's money.

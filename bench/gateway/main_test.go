@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/talkide/platform/internal/store/postgres/pgtest"
+)
+
+// TestRun runs the benchmark small, on SQLite and PostgreSQL: every mode's
+// requests succeed and stream the same bytes, and the report has every
+// figure. It says nothing about the figures themselves.
+func TestRun(t *testing.T) {
+	for name, db := range map[string]func(t *testing.T) string{
+		"sqlite":   func(*testing.T) string { return "sqlite" },
+		"postgres": func(t *testing.T) string { return pgtest.BaseURL(t) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := config{
+				Databases:   []string{db(t)},
+				Concurrency: []int{1, 4},
+				N:           24,
+				Rounds:      2,
+				Warmup:      4,
+				Modes:       []string{"direct", "nobudget", "nolimit", "limit"},
+				RequestKiB:  2,
+				ReplyWords:  30,
+				GatewayLog:  true,
+			}
+			rep, err := run(t.Context(), cfg, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Databases) != 1 || len(rep.Databases[0].Runs) != 2 {
+				t.Fatalf("report %+v", rep)
+			}
+			for _, r := range rep.Databases[0].Runs {
+				if len(r.Modes) != 4 || len(r.Added) != 3 {
+					t.Fatalf("c=%d: %d modes, %d added", r.Concurrency, len(r.Modes), len(r.Added))
+				}
+				direct := r.Modes[0]
+				for _, m := range r.Modes {
+					if m.Requests != 24 || m.Errors != 0 {
+						t.Errorf("c=%d %s: %d requests, %d errors (%s)", r.Concurrency, m.Mode, m.Requests, m.Errors, m.FirstError)
+					}
+					if m.StreamBytes != direct.StreamBytes {
+						t.Errorf("c=%d %s: %v bytes per stream, direct %v", r.Concurrency, m.Mode, m.StreamBytes, direct.StreamBytes)
+					}
+					if m.Total.P50 <= 0 || m.TTFB.P50 <= 0 || m.TTFB.P50 > m.Total.P50 || m.RPS <= 0 || m.Up.P50 <= 0 {
+						t.Errorf("c=%d %s: figures %+v", r.Concurrency, m.Mode, m)
+					}
+				}
+				for _, m := range r.Modes[1:] {
+					if !strings.Contains(callNames(m), "RecordUsage") {
+						t.Errorf("c=%d %s: store calls %v, want RecordUsage", r.Concurrency, m.Mode, m.Store)
+					}
+				}
+				if limit := r.Modes[3]; !strings.Contains(callNames(limit), "ReserveBudget") {
+					t.Errorf("c=%d limit: store calls %v, want ReserveBudget", r.Concurrency, limit.Store)
+				}
+			}
+			var out bytes.Buffer
+			rep.print(&out)
+			if !strings.Contains(out.String(), "added by limit") {
+				t.Errorf("the table has no added line:\n%s", out.String())
+			}
+			if _, err := json.Marshal(rep); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func callNames(m modeStats) string {
+	var names []string
+	for _, c := range m.Store {
+		names = append(names, c.Method)
+	}
+	return strings.Join(names, ",")
+}
+
+func TestRequestBody(t *testing.T) {
+	for _, kib := range []int{4, 16, 200} {
+		b := requestBody(kib, 240)
+		if len(b) != kib<<10 {
+			t.Errorf("%d KiB: %d bytes", kib, len(b))
+		}
+		var v struct {
+			Model    string `json:"model"`
+			Stream   bool   `json:"stream"`
+			Messages []struct {
+				Content string `json:"content"`
+			} `json:"messages"`
+		}
+		if err := json.Unmarshal(b, &v); err != nil || v.Model != model || !v.Stream || len(v.Messages) != 3 {
+			t.Errorf("%d KiB: %v %+v", kib, err, v)
+		}
+		if n := len(strings.Fields(v.Messages[2].Content)); n != 240 {
+			t.Errorf("%d KiB: last message has %d words", kib, n)
+		}
+	}
+}

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/talkide/platform/internal/anthropicsim"
+	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/gateway"
+	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/store/postgres"
+	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/trust"
+)
+
+// apiKey is the simulator's key, which only the gateway and the direct
+// client hold.
+const apiKey = "sk-ant-api03-bench-gateway-0123456789"
+
+// Who the benchmark's calls are for.
+const (
+	benchTenant = "bench"
+	benchEnv    = "prod"
+	// freeUser has no limit: Reserve admits without touching the store.
+	freeUser = "bench-free"
+	// limitedUser has a spending limit far above what the run spends: every
+	// call goes through a real admission in the database and is never
+	// refused.
+	limitedUser = "bench-limited"
+)
+
+// limitMax is the limited user's daily spending limit: never reached.
+const limitMax = 1_000_000 * budget.Dollar
+
+// stack is one database's set-up: the simulator, a budget service on the
+// store, the gateway, each on a loopback listener of its own.
+type stack struct {
+	kind     string // "sqlite" or "postgres"
+	where    string // the file, or user@host:port/db and schema
+	pgPool   int    // PostgreSQL: the pool's connections
+	st       store.Store
+	svc      *budget.Service
+	keys     *trust.Keyring
+	simURL   string // base URL of the simulator
+	gwURL    string // base URL of the gateway, with gateway.Prefix
+	gw0URL   string // the same, of a gateway without a budget service
+	convs    map[string]store.Conversation
+	postgres string  // the server's DSN, to find its processes; "" for SQLite
+	trace    *tracer // legs of each request, store calls, upstream connections
+
+	tokensMu sync.Mutex
+	tokens   map[string]token // guarded by tokensMu; by conversation id
+
+	closers []func() error // run in reverse by close
+}
+
+type token struct {
+	tok    string
+	minted time.Time
+}
+
+// stackConfig is what startStack needs.
+type stackConfig struct {
+	database   string // "sqlite" or a postgres:// URL
+	deltaDelay time.Duration
+	gatewayLog bool // log the gateway's lines as JSON (to io.Discard)
+	// baseline configures the gateways as they were before this benchmark
+	// asked for changes: no conversation cache, http.DefaultTransport's
+	// two idle upstream connections.
+	baseline bool
+	tmpDir   string
+}
+
+// startStack starts everything for one database.
+func startStack(ctx context.Context, cfg stackConfig) (s *stack, err error) {
+	s = &stack{tokens: map[string]token{}, convs: map[string]store.Conversation{}, trace: newTracer()}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+
+	switch {
+	case cfg.database == "sqlite":
+		s.kind = "sqlite"
+		path := filepath.Join(cfg.tmpDir, "cp.db")
+		st, err := sqlite.Open(ctx, path, nil)
+		if err != nil {
+			return nil, err
+		}
+		s.where, s.st = path, st
+		s.closers = append(s.closers, st.Close)
+	case strings.HasPrefix(cfg.database, "postgres://") || strings.HasPrefix(cfg.database, "postgresql://"):
+		s.kind = "postgres"
+		dsn, schema, drop, err := newSchema(ctx, cfg.database)
+		if err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, drop)
+		st, err := postgres.Open(ctx, dsn, nil)
+		if err != nil {
+			return nil, err
+		}
+		s.st = st
+		s.closers = append(s.closers, st.Close)
+		s.postgres = cfg.database
+		u, _ := url.Parse(cfg.database)
+		s.where = fmt.Sprintf("%s%s, schema %s", u.Host, u.Path, schema)
+		if pc, err := pgxPoolSize(dsn); err == nil {
+			s.pgPool = pc
+		}
+	default:
+		return nil, fmt.Errorf("-database %q: want sqlite or a postgres:// URL", cfg.database)
+	}
+
+	// The simulator keeps one request body (it keeps the last ones for
+	// tests); ChunkDelay is the pause before each delta.
+	sim := anthropicsim.New(apiKey, &anthropicsim.Options{ChunkDelay: cfg.deltaDelay, KeepRequests: 1})
+	if s.simURL, err = s.serve(s.trace.wrap(sim), s.trace.connState); err != nil {
+		return nil, err
+	}
+
+	bst, ok := s.st.(budget.Store)
+	if !ok {
+		return nil, fmt.Errorf("the store %T keeps no budgets", s.st)
+	}
+	timed := &timedStore{appStore: s.st, budgetStore: bst, t: s.trace}
+	s.svc = budget.New(timed, budget.DefaultPrices(), nil)
+	s.closers = append(s.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return s.svc.Close(ctx)
+	})
+
+	if s.keys, err = trust.NewKeyring("k1", map[string][]byte{"k1": trust.NewKey()}); err != nil {
+		return nil, err
+	}
+	logger := slog.New(slog.DiscardHandler)
+	if cfg.gatewayLog {
+		// What production pays for its log line, but for the write.
+		logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	up, err := url.Parse(s.simURL)
+	if err != nil {
+		return nil, err
+	}
+	// As cmd/talkide wires it: the default Transport, the budget service.
+	opts := gateway.Options{Logger: logger, Budget: s.svc}
+	if cfg.baseline {
+		opts.ConversationTTL = -1
+		opts.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	gw := gateway.New(up, apiKey, s.keys, timed, &opts)
+	mux := http.NewServeMux()
+	mux.Handle(gateway.Prefix+"/", gw)
+	base, err := s.serve(mux, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.gwURL = base + gateway.Prefix
+
+	// For comparison: the gateway as it was before budgets.
+	opts.Budget = nil
+	gw0 := gateway.New(up, apiKey, s.keys, timed, &opts)
+	mux0 := http.NewServeMux()
+	mux0.Handle(gateway.Prefix+"/", gw0)
+	if base, err = s.serve(mux0, nil); err != nil {
+		return nil, err
+	}
+	s.gw0URL = base + gateway.Prefix
+
+	if err := s.seed(ctx); err != nil {
+		return nil, fmt.Errorf("seed: %w", err)
+	}
+	return s, nil
+}
+
+// serve serves h on a loopback port until close.
+func (s *stack) serve(h http.Handler, connState func(net.Conn, http.ConnState)) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnState: connState}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ln)
+	}()
+	s.closers = append(s.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := srv.Shutdown(ctx)
+		<-done
+		return err
+	})
+	return "http://" + ln.Addr().String(), nil
+}
+
+// seed creates the tenant-env, the two users with a conversation each, and
+// the limited user's limit.
+func (s *stack) seed(ctx context.Context) error {
+	now := time.Now()
+	if err := s.st.PutEnv(ctx, store.Env{Tenant: benchTenant, Name: benchEnv, WorkerURL: "http://127.0.0.1:1", CreatedAt: now}); err != nil {
+		return err
+	}
+	for _, u := range []string{freeUser, limitedUser} {
+		if err := s.st.PutUser(ctx, store.User{ID: u, Name: u, CreatedAt: now}); err != nil {
+			return err
+		}
+		c := store.Conversation{ID: "conv-" + u, Tenant: benchTenant, Env: benchEnv, UserID: u, Title: "benchmark", CreatedAt: now}
+		if _, _, err := s.st.CreateConversation(ctx, c); err != nil {
+			return err
+		}
+		s.convs[u] = c
+	}
+	return s.svc.SetLimit(ctx, budget.Limit{Subject: budget.User(limitedUser), Kind: budget.SpendPerDay, Max: int64(limitMax)})
+}
+
+// token returns a WorkerToken for user's conversation, minted again when
+// half its lifetime has passed, as the worker's minting cache does.
+func (s *stack) token(user string) string {
+	c := s.convs[user]
+	now := time.Now()
+	s.tokensMu.Lock()
+	defer s.tokensMu.Unlock()
+	t, ok := s.tokens[c.ID]
+	if !ok || now.Sub(t.minted) > trust.WorkerTokenTTL/2 {
+		tok, _ := s.keys.MintWorkerToken(c.Tenant, c.Env, c.ID, now)
+		t = token{tok: tok, minted: now}
+		s.tokens[c.ID] = t
+	}
+	return t.tok
+}
+
+// close stops everything, in reverse order of start.
+func (s *stack) close() error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// newSchema creates a schema of its own for the run in the database of
+// base, and returns a DSN whose search_path is that schema and a function
+// that drops it.
+func newSchema(ctx context.Context, base string) (dsn, schema string, drop func() error, err error) {
+	var b [6]byte
+	rand.Read(b[:])
+	schema = "talkide_bench_" + hex.EncodeToString(b[:])
+	if err := execOnce(ctx, base, `CREATE SCHEMA `+schema); err != nil {
+		return "", "", nil, err
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", "", nil, err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	drop = func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return execOnce(ctx, base, `DROP SCHEMA `+schema+` CASCADE`)
+	}
+	return u.String(), schema, drop, nil
+}
+
+// execOnce runs one statement on a connection of its own.
+func execOnce(ctx context.Context, dsn, sql string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("postgres: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("postgres: %s: %w", sql, err)
+	}
+	return nil
+}
+
+// pgxPoolSize is the pool size the store gets from dsn: pool_max_conns, or
+// pgxpool's default.
+func pgxPoolSize(dsn string) (int, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return 0, err
+	}
+	return int(cfg.MaxConns), nil
+}

@@ -1,0 +1,630 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/controlplane"
+)
+
+// talkide admin budget …, admin usage and admin operator-token: the
+// operator's side of budgets, on the control-plane's database directly (no
+// running control-plane needed). The HTTP operator API does the same for
+// automation (internal/controlplane/admin.go).
+
+// openBudget opens the control-plane's store and a budget service on it;
+// done closes both.
+func (l *cpLocation) openBudget(ctx context.Context, stderr io.Writer) (svc *budget.Service, done func(), err error) {
+	st, err := l.open(ctx, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	bst, ok := st.(budget.Store)
+	if !ok {
+		st.Close()
+		return nil, nil, fmt.Errorf("the store %T keeps no budgets", st)
+	}
+	// Prices do not matter here: nothing is charged.
+	svc = budget.New(bst, budget.DefaultPrices(), nil)
+	return svc, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		svc.Close(ctx)
+		st.Close()
+	}, nil
+}
+
+// subjectFlags name a budget subject: --user, or --tenant with or without
+// --env.
+type subjectFlags struct{ user, tenant, env string }
+
+func (f *subjectFlags) add(fs *flag.FlagSet) {
+	fs.StringVar(&f.user, "user", "", "a user id: the limits of that user across tenants and envs")
+	fs.StringVar(&f.tenant, "tenant", "", "a tenant: the limits of all its users together (with --env: of that tenant-env)")
+	fs.StringVar(&f.env, "env", "", "an env of --tenant: the limits of all users of that tenant-env together")
+}
+
+// subject returns the subject named; ok is false when none is.
+func (f *subjectFlags) subject() (sub budget.Subject, ok bool, err error) {
+	switch {
+	case f.user != "" && (f.tenant != "" || f.env != ""):
+		return sub, false, errors.New("give either --user or --tenant [--env], not both")
+	case f.env != "" && f.tenant == "":
+		return sub, false, errors.New("--env needs --tenant: an env is named within its tenant")
+	case f.user != "":
+		if err := contract.ValidateID("--user", f.user); err != nil {
+			return sub, false, err
+		}
+		return budget.User(f.user), true, nil
+	case f.tenant != "":
+		if err := contract.ValidateID("--tenant", f.tenant); err != nil {
+			return sub, false, err
+		}
+		if f.env == "" {
+			return budget.Tenant(f.tenant), true, nil
+		}
+		if err := contract.ValidateID("--env", f.env); err != nil {
+			return sub, false, err
+		}
+		return budget.Env(f.tenant, f.env), true, nil
+	}
+	return sub, false, nil
+}
+
+func (f *subjectFlags) required() (budget.Subject, error) {
+	sub, ok, err := f.subject()
+	if err == nil && !ok {
+		err = errors.New("name the subject: --user U, --tenant T, or --tenant T --env E")
+	}
+	return sub, err
+}
+
+const kindHelp = "the kind of limit (required): daily, weekly, monthly, rolling-5h (spend in dollars), rpm (requests per minute), tokens-per-day, concurrency (calls in flight), or a full name such as spend_per_day"
+
+func adminBudgetSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		loc          cpLocation
+		sf           subjectFlags
+		kind, amount string
+		hard         bool
+	)
+	fs := newAdminFlags("budget set", stderr, &loc)
+	sf.add(fs)
+	fs.StringVar(&kind, "kind", "", kindHelp)
+	fs.StringVar(&amount, "amount", "", "the maximum (required): dollars for a spending limit (5.00), a whole number otherwise")
+	fs.BoolVar(&hard, "hard", false, "for a spending limit: also cut streams off when it is reached mid-stream (docs/budgets.md)")
+	if err := parseAdmin(fs, args); err != nil {
+		return err
+	}
+	sub, err := sf.required()
+	if err != nil {
+		return err
+	}
+	if kind == "" || amount == "" {
+		return errors.New("--kind and --amount are required")
+	}
+	k, err := budget.ParseKind(kind)
+	if err != nil {
+		return err
+	}
+	max, err := budget.ParseAmount(k, amount)
+	if err != nil {
+		return err
+	}
+	svc, done, err := loc.openBudget(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer done()
+	l := budget.Limit{Subject: sub, Kind: k, Max: max, Hard: hard}
+	if err := svc.SetLimit(ctx, l); err != nil {
+		return err
+	}
+	note := ""
+	if hard {
+		note = " (hard)"
+	}
+	fmt.Fprintf(stdout, "set %s: %s %s%s\n", sub, k, formatAmount(k, max), note)
+	fmt.Fprintln(stdout, "running control-planes apply it within 5 seconds")
+	return nil
+}
+
+func adminBudgetGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		loc cpLocation
+		sf  subjectFlags
+	)
+	fs := newAdminFlags("budget get", stderr, &loc)
+	sf.add(fs)
+	if err := parseAdmin(fs, args); err != nil {
+		return err
+	}
+	sub, ok, err := sf.subject()
+	if err != nil {
+		return err
+	}
+	svc, done, err := loc.openBudget(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer done()
+	var ls []budget.Limit
+	if ok {
+		ls, err = svc.Limits(ctx, sub)
+	} else {
+		ls, err = svc.Limits(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if len(ls) == 0 {
+		if ok {
+			fmt.Fprintf(stdout, "no limits for %s\n", sub)
+		} else {
+			fmt.Fprintln(stdout, "no limits (set one: talkide admin budget set --user U --kind daily --amount 5.00)")
+		}
+		return nil
+	}
+	// By scope and subject, each subject's kinds as budget.Kinds lists them.
+	slices.SortFunc(ls, func(a, b budget.Limit) int {
+		return cmp.Or(cmp.Compare(a.Subject.Scope, b.Subject.Scope), cmp.Compare(a.Subject.ID, b.Subject.ID),
+			kindOrder(a.Kind)-kindOrder(b.Kind))
+	})
+	t := table{head: []string{"SCOPE", "SUBJECT", "KIND", "LIMIT", "HARD", "UPDATED"}, right: []bool{3: true}}
+	for _, l := range ls {
+		t.add(string(l.Subject.Scope), l.Subject.ID, string(l.Kind), formatAmount(l.Kind, l.Max), yesNo(l.Hard), formatTime(l.UpdatedAt))
+	}
+	return t.write(stdout)
+}
+
+func adminBudgetDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		loc  cpLocation
+		sf   subjectFlags
+		kind string
+	)
+	fs := newAdminFlags("budget delete", stderr, &loc)
+	sf.add(fs)
+	fs.StringVar(&kind, "kind", "", "the kind of limit to delete (required; as for budget set)")
+	if err := parseAdmin(fs, args); err != nil {
+		return err
+	}
+	sub, err := sf.required()
+	if err != nil {
+		return err
+	}
+	if kind == "" {
+		return errors.New("--kind is required")
+	}
+	k, err := budget.ParseKind(kind)
+	if err != nil {
+		return err
+	}
+	svc, done, err := loc.openBudget(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ls, err := svc.Limits(ctx, sub)
+	if err != nil {
+		return err
+	}
+	found := false
+	for _, l := range ls {
+		found = found || l.Kind == k
+	}
+	if !found {
+		fmt.Fprintf(stdout, "%s has no %s limit; nothing deleted\n", sub, k)
+		return nil
+	}
+	if err := svc.DeleteLimit(ctx, sub, k); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "deleted the %s limit of %s\n", k, sub)
+	return nil
+}
+
+func adminBudgetStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		loc cpLocation
+		sf  subjectFlags
+	)
+	fs := newAdminFlags("budget status", stderr, &loc)
+	sf.add(fs)
+	if err := parseAdmin(fs, args); err != nil {
+		return err
+	}
+	sub, err := sf.required()
+	if err != nil {
+		return err
+	}
+	svc, done, err := loc.openBudget(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return writeBudgetStatus(ctx, stdout, svc, sub, time.Now())
+}
+
+// writeBudgetStatus prints where sub stands against its limits, and what it
+// spent today and this month.
+func writeBudgetStatus(ctx context.Context, w io.Writer, svc *budget.Service, sub budget.Subject, now time.Time) error {
+	sts, err := svc.Status(ctx, sub)
+	if err != nil {
+		return err
+	}
+	q := budget.ReportQuery{By: []budget.Dimension{budget.ByDay}}
+	switch sub.Scope {
+	case budget.ScopeUser:
+		q.User = sub.ID
+	case budget.ScopeTenant:
+		q.Tenant = sub.ID
+	case budget.ScopeEnv:
+		q.Tenant, q.Env, _ = strings.Cut(sub.ID, "/")
+	}
+	q.From, _, _ = budget.ParseReportRange("", "", now)
+	rep, err := svc.Report(ctx, q)
+	if err != nil {
+		return err
+	}
+	var today budget.Totals
+	for _, r := range rep.Rows {
+		if r.Key[0] == now.UTC().Format(time.DateOnly) {
+			today = r.Totals
+		}
+	}
+	fmt.Fprintf(w, "%s at %s\n", sub, formatTime(now))
+	fmt.Fprintf(w, "spent today %s (%s); this month %s (%s)\n\n",
+		dollars(today.Cost), calls(today.Requests), dollars(rep.Total.Cost), calls(rep.Total.Requests))
+	if len(sts) == 0 {
+		fmt.Fprintf(w, "no limits for %s: its calls are admitted and charged\n", sub)
+		return nil
+	}
+	slices.SortStableFunc(sts, func(a, b budget.LimitStatus) int { return kindOrder(a.Kind) - kindOrder(b.Kind) })
+	t := table{head: []string{"KIND", "HARD", "LIMIT", "USED", "HELD", "REMAINING", "RESETS"},
+		right: []bool{2: true, 3: true, 4: true, 5: true}}
+	for _, st := range sts {
+		used := formatAmount(st.Kind, st.Used)
+		held := formatAmount(st.Kind, st.Held)
+		resets := formatTime(st.Resets)
+		switch st.Kind {
+		case budget.Concurrent:
+			used, resets = "-", "now"
+		case budget.RequestsPerMinute:
+			held = "-"
+		case budget.SpendPer5h:
+			resets = "rolling 5 h"
+		}
+		t.add(string(st.Kind), yesNo(st.Hard), formatAmount(st.Kind, st.Max), used, held,
+			formatAmount(st.Kind, controlplane.Remaining(st)), resets)
+	}
+	return t.write(w)
+}
+
+func adminUsageReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		loc                                    cpLocation
+		by, from, to, order                    string
+		user, tenant, env, conversation, model string
+		limit                                  int
+	)
+	fs := newAdminFlags("usage", stderr, &loc)
+	fs.StringVar(&by, "by", "user", "what to group by: user, tenant, env, conversation, model or day; several separated by commas (tenant,day)")
+	fs.StringVar(&from, "from", "", "start: a date (2026-11-01, UTC) or an RFC 3339 time (default: the start of this month)")
+	fs.StringVar(&to, "to", "", "end: a date (that day included) or an RFC 3339 time (excluded) (default: now)")
+	fs.StringVar(&user, "user", "", "only this user's calls")
+	fs.StringVar(&tenant, "tenant", "", "only this tenant's calls")
+	fs.StringVar(&env, "env", "", "only this env's calls (with --tenant)")
+	fs.StringVar(&conversation, "conversation", "", "only this conversation's calls")
+	fs.StringVar(&model, "model", "", "only calls billed for this model")
+	fs.StringVar(&order, "order", "", "row order: cost (highest first) or key (default: key when grouping by day, else cost)")
+	fs.IntVar(&limit, "limit", 0, "print at most this many rows (the total still counts all); 0: all")
+	if err := parseAdmin(fs, args); err != nil {
+		return err
+	}
+	var q budget.ReportQuery
+	var err error
+	if q.By, err = budget.ParseDimensions(by); err != nil {
+		return err
+	}
+	if q.From, q.To, err = budget.ParseReportRange(from, to, time.Now()); err != nil {
+		return err
+	}
+	for _, f := range []struct{ name, v string }{{"--user", user}, {"--tenant", tenant}, {"--env", env}, {"--conversation", conversation}} {
+		if f.v != "" {
+			if err := contract.ValidateID(f.name, f.v); err != nil {
+				return err
+			}
+		}
+	}
+	if env != "" && tenant == "" {
+		return errors.New("--env needs --tenant: an env is named within its tenant")
+	}
+	if model != "" && !controlplane.ValidModel(model) {
+		return fmt.Errorf("--model %q is not a model id", model)
+	}
+	if limit < 0 {
+		return errors.New("--limit must not be negative")
+	}
+	q.User, q.Tenant, q.Env, q.Conversation, q.Model = user, tenant, env, conversation, model
+	q.Order, q.MaxRows = budget.ReportOrder(order), limit
+	svc, done, err := loc.openBudget(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer done()
+	rep, err := svc.Report(ctx, q)
+	if err != nil {
+		return err
+	}
+	return writeUsage(stdout, rep)
+}
+
+// writeUsage prints a usage report as a table with a total.
+func writeUsage(w io.Writer, rep *budget.Report) error {
+	q := rep.Query
+	names := make([]string, len(q.By))
+	for i, d := range q.By {
+		names[i] = string(d)
+	}
+	end := "now"
+	if !q.To.IsZero() {
+		end = formatTime(q.To)
+	}
+	fmt.Fprintf(w, "usage by %s, settled from %s to %s", strings.Join(names, ", "), formatTime(q.From), end)
+	for _, f := range []struct{ name, v string }{{"user", q.User}, {"tenant", q.Tenant}, {"env", q.Env}, {"conversation", q.Conversation}, {"model", q.Model}} {
+		if f.v != "" {
+			fmt.Fprintf(w, ", %s %s", f.name, f.v)
+		}
+	}
+	fmt.Fprintln(w)
+	if rep.Total.Requests == 0 {
+		fmt.Fprintln(w, "no calls")
+		return nil
+	}
+	fmt.Fprintln(w)
+	t := table{}
+	for _, n := range names {
+		t.head = append(t.head, strings.ToUpper(n))
+		t.right = append(t.right, false)
+	}
+	t.head = append(t.head, "CALLS", "INPUT", "CACHE WRITE", "CACHE READ", "OUTPUT", "COST")
+	for range 6 {
+		t.right = append(t.right, true)
+	}
+	cells := func(tot budget.Totals) []string {
+		return []string{thousands(tot.Requests), thousands(tot.InputTokens),
+			thousands(tot.CacheWrite5mTokens + tot.CacheWrite1hTokens), thousands(tot.CacheReadTokens),
+			thousands(tot.OutputTokens), dollars(tot.Cost)}
+	}
+	for _, r := range rep.Rows {
+		t.add(append(append([]string(nil), r.Key...), cells(r.Totals)...)...)
+	}
+	if rep.Omitted > 0 {
+		row := make([]string, len(names))
+		row[0] = fmt.Sprintf("(%d more)", rep.Omitted)
+		t.add(append(row, make([]string, 6)...)...)
+	}
+	total := make([]string, len(names))
+	total[0] = "TOTAL"
+	t.add(append(total, cells(rep.Total)...)...)
+	if err := t.write(w); err != nil {
+		return err
+	}
+	if rep.Total.Failed > 0 || rep.Total.Estimated > 0 {
+		fmt.Fprintf(w, "\nfailed or unanswered calls: %s (charged what the upstream billed); charged partly on an estimate: %s (docs/budgets.md)\n",
+			thousands(rep.Total.Failed), thousands(rep.Total.Estimated))
+	}
+	return nil
+}
+
+// Operator tokens.
+
+// operatorTokenFile returns the token file: --file, or operator-tokens in
+// the data directory, which must be the control-plane's.
+func operatorTokenFile(loc *cpLocation, file string) (string, error) {
+	if file != "" {
+		return file, nil
+	}
+	if _, err := os.Stat(filepath.Join(loc.dataDir, "controlplane-secrets.json")); err != nil {
+		return "", fmt.Errorf("%s is not a control-plane data directory (no controlplane-secrets.json; pass the right --data-dir, or --file): %w", loc.dataDir, err)
+	}
+	return filepath.Join(loc.dataDir, "operator-tokens"), nil
+}
+
+func adminOperatorIssue(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	var loc cpLocation
+	var name, file string
+	fs := newAdminFlags("operator-token issue", stderr, &loc)
+	fs.StringVar(&name, "name", "", "who or what the token is for (shown by list)")
+	fs.StringVar(&file, "file", "", "the token file the control-plane reads (its --operator-tokens; default DATA-DIR/operator-tokens)")
+	if err := parseAdmin(fs, args); err != nil {
+		return err
+	}
+	path, err := operatorTokenFile(&loc, file)
+	if err != nil {
+		return err
+	}
+	token, rec := controlplane.NewOperatorToken(name, time.Now())
+	if err := controlplane.AddOperatorToken(path, rec); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(stdout, token); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "issued operator token %s into %s; it is shown only this once.\n"+
+		"Use it as Authorization: Bearer <token> on /api/admin/… (docs/budgets.md); revoke it with\n"+
+		"  talkide admin operator-token revoke --id %s\n", rec.ID, path, rec.ID)
+	return nil
+}
+
+func adminOperatorList(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	var loc cpLocation
+	var file string
+	fs := newAdminFlags("operator-token list", stderr, &loc)
+	fs.StringVar(&file, "file", "", "the token file (default DATA-DIR/operator-tokens)")
+	if err := parseAdmin(fs, args); err != nil {
+		return err
+	}
+	path, err := operatorTokenFile(&loc, file)
+	if err != nil {
+		return err
+	}
+	ts, err := controlplane.ReadOperatorTokens(path)
+	if err != nil {
+		return err
+	}
+	if len(ts) == 0 {
+		fmt.Fprintln(stdout, "no operator tokens (issue one: talkide admin operator-token issue --name NAME)")
+		return nil
+	}
+	t := table{head: []string{"ID", "CREATED", "NAME"}}
+	for _, o := range ts {
+		n := o.Name
+		if n == "" {
+			n = "-"
+		}
+		t.add(o.ID, formatTime(o.CreatedAt), n)
+	}
+	return t.write(stdout)
+}
+
+func adminOperatorRevoke(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	var loc cpLocation
+	var id, file string
+	fs := newAdminFlags("operator-token revoke", stderr, &loc)
+	fs.StringVar(&id, "id", "", "id of the operator token to revoke (required; see list)")
+	fs.StringVar(&file, "file", "", "the token file (default DATA-DIR/operator-tokens)")
+	if err := parseAdmin(fs, args); err != nil {
+		return err
+	}
+	if id == "" {
+		return errors.New("--id is required")
+	}
+	path, err := operatorTokenFile(&loc, file)
+	if err != nil {
+		return err
+	}
+	rec, err := controlplane.RemoveOperatorToken(path, id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "revoked operator token %s (created %s); running control-planes refuse it from their next request\n", rec.ID, formatTime(rec.CreatedAt))
+	return nil
+}
+
+// Formatting.
+
+// kindOrder is k's place in budget.Kinds: rolling window, day, week,
+// month, tokens, requests, concurrency.
+func kindOrder(k budget.Kind) int { return slices.Index(budget.Kinds, k) }
+
+// calls renders a number of calls: "1 call", "1,024 calls".
+func calls(n int64) string {
+	if n == 1 {
+		return "1 call"
+	}
+	return thousands(n) + " calls"
+}
+
+// formatAmount renders an amount in a kind's unit: dollars, or a count.
+func formatAmount(k budget.Kind, v int64) string {
+	if k.Spend() {
+		return dollars(budget.Money(v))
+	}
+	return thousands(v)
+}
+
+// dollars renders money with thousands separators and two to six
+// decimals, rounded to the microdollar: "$1,234.50", "$0.017385". An amount
+// that rounds to nothing but is not zero is "<$0.000001".
+func dollars(m budget.Money) string {
+	sign := ""
+	if m < 0 {
+		sign, m = "-", -m
+	}
+	micro := (m + budget.Microdollar/2) / budget.Microdollar
+	if micro == 0 && m > 0 {
+		return sign + "<$0.000001"
+	}
+	frac := strings.TrimRight(fmt.Sprintf("%06d", micro%1_000_000), "0")
+	for len(frac) < 2 {
+		frac += "0"
+	}
+	return sign + "$" + thousands(int64(micro/1_000_000)) + "." + frac
+}
+
+// thousands renders n with a comma between groups of three digits.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "-"
+}
+
+// table prints aligned columns, two spaces apart; right[i] aligns column i
+// to the right (numbers).
+type table struct {
+	head  []string
+	right []bool
+	rows  [][]string
+}
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t *table) write(w io.Writer) error {
+	width := make([]int, len(t.head))
+	for _, row := range append([][]string{t.head}, t.rows...) {
+		for i, c := range row {
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	var b strings.Builder
+	for _, row := range append([][]string{t.head}, t.rows...) {
+		var line strings.Builder
+		for i, c := range row {
+			if i > 0 {
+				line.WriteString("  ")
+			}
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			if i < len(t.right) && t.right[i] {
+				line.WriteString(pad + c)
+			} else {
+				line.WriteString(c + pad)
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

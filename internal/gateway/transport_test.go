@@ -1,0 +1,101 @@
+package gateway
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestUpstreamConnectionsReused checks that the default Transport keeps
+// an idle connection for every stream that ran at once: rounds of
+// concurrent calls after the first open no new upstream connections.
+// (With http.DefaultTransport's two idle connections per host, each later
+// round of 16 opened 14.)
+func TestUpstreamConnectionsReused(t *testing.T) {
+	const (
+		streams = 16
+		rounds  = 4
+	)
+	// The upstream holds each call until all of its round have arrived, so
+	// that a round really needs streams connections at once.
+	var (
+		mu      sync.Mutex
+		arrived int
+		release = make(chan struct{})
+		opened  atomic.Int64
+	)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		arrived++
+		ch := release
+		if arrived%streams == 0 {
+			close(release)
+			release = make(chan struct{})
+		}
+		mu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(waitLimit):
+			t.Error("a round's calls did not all reach the upstream")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, cannedJSON)
+	}))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	up.Start()
+	defer up.Close()
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessURL(t, up.URL, nil)
+	gw := New(u, testAPIKey, h.keys, h.store, nil) // the default Transport
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * streams}}
+	defer client.CloseIdleConnections()
+	tok := h.mint(convA)
+
+	for round := range rounds {
+		var wg sync.WaitGroup
+		for range streams {
+			wg.Go(func() {
+				req, err := http.NewRequest(http.MethodPost, srv.URL+Prefix+"/v1/messages", strings.NewReader(requestBody))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				req.Header.Set(TokenHeader, tok)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Errorf("round %d: status %d", round, resp.StatusCode)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// Ideally streams; a call that finds no idle connection at once may
+	// dial while one is being returned, hence the slack.
+	if n := opened.Load(); n > 2*streams {
+		t.Errorf("%d upstream connections for %d rounds of %d concurrent calls, want about %d", n, rounds, streams, streams)
+	}
+	t.Logf("%d upstream connections for %d rounds of %d concurrent calls", opened.Load(), rounds, streams)
+}

@@ -1,0 +1,190 @@
+// Package metrics holds the control-plane's Prometheus collectors: the
+// gateway's requests and its own overhead, the tokens and cost the budget
+// charged, budget denials and reservations in flight.
+//
+// Labels name tenants, envs and models only: never a user, a conversation or
+// a credential. Model labels are bounded by the price list (any model it
+// does not list is "other"), tenants and envs by provisioning.
+package metrics
+
+import (
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/gateway"
+)
+
+// OtherModel is the label of a model the price list does not list.
+const OtherModel = "other"
+
+// LatencyBuckets are the bounds, in seconds, of the overhead histograms:
+// 25 µs to 1 s, since the gateway's own work is meant to take well under a
+// millisecond (docs/benchmarks.md).
+var LatencyBuckets = []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 100e-3, 250e-3, 1}
+
+// Options configures Metrics. The zero value is usable.
+type Options struct {
+	// Prices bounds the model label: a model it lists is its own label (a
+	// dated id its undated one); any other is OtherModel. Nil:
+	// budget.DefaultPrices().
+	Prices *budget.Prices
+}
+
+// Metrics are the control-plane's collectors. It implements
+// gateway.Metrics; its Settled method is budget.Options.Settled. It is safe
+// for concurrent use.
+type Metrics struct {
+	prices *budget.Prices
+
+	requests     *prometheus.CounterVec
+	forward      prometheus.Histogram
+	firstByte    prometheus.Histogram
+	denials      *prometheus.CounterVec
+	settled      *prometheus.CounterVec
+	tokens       *prometheus.CounterVec
+	webSearches  *prometheus.CounterVec
+	cost         *prometheus.CounterVec
+	reservations atomic.Pointer[func() int]
+}
+
+var _ gateway.Metrics = (*Metrics)(nil)
+
+// New creates the collectors and registers them with reg (never the global
+// default registry: pass the control-plane's own). It panics if they are
+// registered there already.
+func New(reg prometheus.Registerer, opts *Options) *Metrics {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Prices == nil {
+		o.Prices = budget.DefaultPrices()
+	}
+	m := &Metrics{
+		prices: o.Prices,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "talkide_gateway_requests_total",
+			Help: "Requests the gateway answered, by tenant, env, model, status class (2xx, 4xx, 5xx, …) and origin of the status (upstream, or gateway for its own refusals and for an unreachable upstream).",
+		}, []string{"tenant", "env", "model", "code", "origin"}),
+		forward: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "talkide_gateway_forward_overhead_seconds",
+			Help:    "The gateway's own time before the upstream: from receiving a request to handing it to the upstream transport (body read, token check, conversation lookup, budget reservation).",
+			Buckets: LatencyBuckets,
+		}),
+		firstByte: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "talkide_gateway_first_byte_overhead_seconds",
+			Help:    "The gateway's own time on the way back: from the upstream's response reaching the gateway to its first bytes being flushed to the client.",
+			Buckets: LatencyBuckets,
+		}),
+		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "talkide_budget_denials_total",
+			Help: "Calls a budget limit refused, by tenant, env, the limit's scope (user, tenant, env) and kind, and stage (admission: answered 429; mid_stream: a hard limit cut the stream).",
+		}, []string{"tenant", "env", "scope", "kind", "stage"}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "talkide_budget_settled_calls_total",
+			Help: "Calls charged in the budget ledger, by tenant, env and model billed.",
+		}, []string{"tenant", "env", "model"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "talkide_budget_tokens_total",
+			Help: "Tokens charged in the budget ledger, by tenant, env, model billed and type (input, output, cache_write_5m, cache_write_1h, cache_read).",
+		}, []string{"tenant", "env", "model", "type"}),
+		webSearches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "talkide_budget_web_searches_total",
+			Help: "Server-side web searches charged in the budget ledger, by tenant, env and model billed.",
+		}, []string{"tenant", "env", "model"}),
+		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "talkide_budget_cost_dollars_total",
+			Help: "Cost charged in the budget ledger, in US dollars, by tenant, env and model billed.",
+		}, []string{"tenant", "env", "model"}),
+	}
+	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "talkide_budget_reservations_in_flight",
+		Help: "Calls of this process holding a budget reservation now (admitted against a limit, not yet settled).",
+	}, func() float64 {
+		if f := m.reservations.Load(); f != nil {
+			return float64((*f)())
+		}
+		return 0
+	})
+	reg.MustRegister(m.requests, m.forward, m.firstByte, m.denials, m.settled, m.tokens, m.webSearches, m.cost, inFlight)
+	return m
+}
+
+// CountReservations makes f the source of the reservations gauge, read at
+// each scrape: (*budget.Service).Reservations.
+func (m *Metrics) CountReservations(f func() int) { m.reservations.Store(&f) }
+
+// Model returns the label of model: its price list id, "" for none, or
+// OtherModel.
+func (m *Metrics) Model(model string) string {
+	if model == "" {
+		return ""
+	}
+	if id, ok := m.prices.Canonical(model); ok {
+		return id
+	}
+	return OtherModel
+}
+
+// codeClass returns "2xx" for 200 and so on; "none" for no status.
+func codeClass(status int) string {
+	if status < 100 || status > 599 {
+		return "none"
+	}
+	return strconv.Itoa(status/100) + "xx"
+}
+
+// Request implements gateway.Metrics.
+func (m *Metrics) Request(r gateway.RequestInfo) {
+	origin := "gateway"
+	if r.Upstream {
+		origin = "upstream"
+	}
+	m.requests.WithLabelValues(r.Tenant, r.Env, m.Model(r.Model), codeClass(r.Status), origin).Inc()
+}
+
+// ForwardLatency implements gateway.Metrics.
+func (m *Metrics) ForwardLatency(d time.Duration) { m.forward.Observe(d.Seconds()) }
+
+// FirstByteLatency implements gateway.Metrics.
+func (m *Metrics) FirstByteLatency(d time.Duration) { m.firstByte.Observe(d.Seconds()) }
+
+// BudgetDenied implements gateway.Metrics. The denial's subject id (a user
+// id, possibly) is not a label; its scope is.
+func (m *Metrics) BudgetDenied(tenant, env string, d *budget.Denial) {
+	stage := "admission"
+	if d.MidStream {
+		stage = "mid_stream"
+	}
+	m.denials.WithLabelValues(tenant, env, string(d.Limit.Subject.Scope), string(d.Limit.Kind), stage).Inc()
+}
+
+// Settled counts a ledger entry: budget.Options.Settled.
+func (m *Metrics) Settled(e budget.Entry) {
+	model := m.Model(e.Model)
+	m.settled.WithLabelValues(e.Tenant, e.Env, model).Inc()
+	for _, t := range []struct {
+		typ string
+		n   int64
+	}{
+		{"input", e.InputTokens},
+		{"output", e.OutputTokens},
+		{"cache_write_5m", e.CacheWrite5mTokens},
+		{"cache_write_1h", e.CacheWrite1hTokens},
+		{"cache_read", e.CacheReadTokens},
+	} {
+		if t.n > 0 {
+			m.tokens.WithLabelValues(e.Tenant, e.Env, model, t.typ).Add(float64(t.n))
+		}
+	}
+	if e.WebSearchRequests > 0 {
+		m.webSearches.WithLabelValues(e.Tenant, e.Env, model).Add(float64(e.WebSearchRequests))
+	}
+	if e.Cost > 0 {
+		m.cost.WithLabelValues(e.Tenant, e.Env, model).Add(float64(e.Cost) / float64(budget.Dollar))
+	}
+}
