@@ -74,13 +74,32 @@ var modeNames = map[string]string{
 	"limit":    "gateway, user with a limit",
 }
 
+// before is the suffix of a mode through a gateway configured as before
+// the changes this benchmark led to.
+const before = "-before"
+
+// describeMode says what a mode is.
+func describeMode(k string) string {
+	if base, ok := strings.CutSuffix(k, before); ok && base != "direct" && modeNames[base] != "" {
+		return modeNames[base] + ", as before: no conversation cache, 2 idle upstream connections"
+	}
+	return modeNames[k]
+}
+
 // modes returns the modes keys names, on s.
 func (s *stack) modes(keys []string) ([]*mode, error) {
 	var ms []*mode
 	for _, k := range keys {
-		m := &mode{key: k, name: modeNames[k]}
-		switch k {
-		case "direct":
+		m := &mode{key: k, name: describeMode(k)}
+		base, old := strings.CutSuffix(k, before)
+		variant := func(v string) string {
+			if old {
+				v += before
+			}
+			return s.gateways[v]
+		}
+		switch {
+		case k == "direct":
 			m.url = s.simURL + "/v1/messages"
 			m.header = func() http.Header {
 				return http.Header{
@@ -89,14 +108,16 @@ func (s *stack) modes(keys []string) ([]*mode, error) {
 					"Content-Type":      {"application/json"},
 				}
 			}
-		case "nobudget", "nolimit", "limit":
+		case base == "nobudget" || base == "nolimit" || base == "limit":
 			user := freeUser
-			if k == "limit" {
+			if base == "limit" {
 				user = limitedUser
 			}
-			m.url = s.gwURL + "/v1/messages"
-			if k == "nobudget" {
-				m.url = s.gw0URL + "/v1/messages"
+			if base == "nobudget" {
+				m.url = variant("nobudget") + "/v1/messages"
+			} else {
+				m.url = variant("budget") + "/v1/messages"
+				m.flush = s.svc.Flush
 			}
 			m.header = func() http.Header {
 				return http.Header{
@@ -105,11 +126,8 @@ func (s *stack) modes(keys []string) ([]*mode, error) {
 					"Content-Type":      {"application/json"},
 				}
 			}
-			if k != "nobudget" {
-				m.flush = s.svc.Flush
-			}
 		default:
-			return nil, fmt.Errorf("unknown mode %q: want direct, nobudget, nolimit or limit", k)
+			return nil, fmt.Errorf("unknown mode %q: want direct, nobudget, nolimit or limit, the last three optionally with %s", k, before)
 		}
 		ms = append(ms, m)
 	}
@@ -117,10 +135,11 @@ func (s *stack) modes(keys []string) ([]*mode, error) {
 }
 
 // newClient is the load generator's client: HTTP/1.1 with keep-alive and
-// an idle pool big enough that every stream keeps its connection.
+// an idle pool big enough that every stream keeps its connection to each
+// server (the simulator and every gateway) across phases.
 func newClient(conns int) *http.Client {
 	return &http.Client{Transport: &http.Transport{
-		MaxIdleConns:        4 * conns,
+		MaxIdleConns:        0, // no limit across hosts
 		MaxIdleConnsPerHost: 2 * conns,
 		IdleConnTimeout:     10 * time.Minute,
 		DisableCompression:  true,

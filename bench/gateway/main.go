@@ -38,7 +38,6 @@ type config struct {
 	ReplyWords   int           `json:"reply_words"`
 	DeltaDelay   time.Duration `json:"delta_delay_ns"`
 	GatewayLog   bool          `json:"gateway_log"`
-	Baseline     bool          `json:"baseline"`
 	ProfileDir   string        `json:"-"`
 }
 
@@ -73,18 +72,26 @@ func main() {
 	flag.IntVar(&cfg.N, "n", 0, "requests per mode at each concurrency; 0: 2,000 up to c=16, else max(20,000, 40×c)")
 	flag.IntVar(&cfg.Rounds, "rounds", 4, "phases per mode; the modes take turns, so drift affects them alike")
 	flag.IntVar(&cfg.Warmup, "warmup", 0, "warm-up requests per mode before measuring; 0: max(200, 2×c)")
-	flag.StringVar(&modes, "modes", "direct,nobudget,nolimit,limit", "comma-separated modes: direct, nobudget (a gateway without a budget service, for comparison), nolimit (gateway, user without limits), limit (gateway, user with a spending limit: a reservation in the database per call)")
+	flag.StringVar(&modes, "modes", "direct,nobudget,nolimit,limit", "comma-separated modes: direct, nobudget (a gateway without a budget service, for comparison), nolimit (gateway, user without limits), limit (gateway, user with a spending limit: a reservation in the database per call); a gateway mode with the suffix -before goes through a gateway configured as before (see -before)")
 	flag.IntVar(&cfg.RequestKiB, "request-kib", 16, "request body size in KiB")
 	flag.IntVar(&cfg.ReplyWords, "reply-words", 240, "words the simulator echoes back (three per delta)")
 	flag.DurationVar(&cfg.DeltaDelay, "delta-delay", 0, "the simulator's pause before each delta")
 	flag.BoolVar(&cfg.GatewayLog, "gateway-log", true, "the gateway logs its line per call as JSON (to io.Discard), as in production")
-	flag.BoolVar(&cfg.Baseline, "baseline", false, "configure the gateway as before the changes this benchmark led to: no conversation cache (ConversationTTL -1), http.DefaultTransport's 2 idle upstream connections")
+	var withBefore bool
+	flag.BoolVar(&withBefore, "before", false, "also run each gateway mode through a gateway configured as before the changes this benchmark led to (mode-before: no conversation cache, http.DefaultTransport's 2 idle upstream connections), in the same rounds")
 	flag.StringVar(&jsonOut, "json", "", "write the results as JSON to this file (- for stdout)")
 	flag.StringVar(&cfg.ProfileDir, "profile", "", "after measuring, send -n more requests per mode under the CPU profiler and write DIR/<db>-c<c>-<mode>.cpu.pprof")
 	flag.Parse()
 
 	cfg.Databases = splitList(dbs)
 	cfg.Modes = splitList(modes)
+	if withBefore {
+		for _, m := range cfg.Modes {
+			if m != "direct" && !strings.HasSuffix(m, before) {
+				cfg.Modes = append(cfg.Modes, m+before)
+			}
+		}
+	}
 	for _, s := range splitList(conc) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
@@ -176,7 +183,7 @@ func runDatabase(ctx context.Context, cfg config, db string, body []byte, logw i
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	s, err := startStack(ctx, stackConfig{database: db, deltaDelay: cfg.DeltaDelay, gatewayLog: cfg.GatewayLog, baseline: cfg.Baseline, tmpDir: tmp})
+	s, err := startStack(ctx, stackConfig{database: db, deltaDelay: cfg.DeltaDelay, gatewayLog: cfg.GatewayLog, tmpDir: tmp})
 	if err != nil {
 		return nil, err
 	}

@@ -317,10 +317,7 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "request: %d bytes, streamed; reply: %d words of text in deltas of 3; delay per delta %v\n",
 		r.Config.RequestBytes, r.Config.ReplyWords, r.Config.DeltaDelay)
 	for _, k := range r.Config.Modes {
-		fmt.Fprintf(w, "mode %s: %s\n", k, modeNames[k])
-	}
-	if r.Config.Baseline {
-		fmt.Fprintln(w, "baseline: the gateway without its conversation cache, with http.DefaultTransport's 2 idle upstream connections")
+		fmt.Fprintf(w, "mode %s: %s\n", k, describeMode(k))
 	}
 	for _, d := range r.Databases {
 		d.print(w)

@@ -56,9 +56,8 @@ type stack struct {
 	st       store.Store
 	svc      *budget.Service
 	keys     *trust.Keyring
-	simURL   string // base URL of the simulator
-	gwURL    string // base URL of the gateway, with gateway.Prefix
-	gw0URL   string // the same, of a gateway without a budget service
+	simURL   string            // base URL of the simulator
+	gateways map[string]string // base URLs of the gateways, with gateway.Prefix, by variant
 	convs    map[string]store.Conversation
 	postgres string  // the server's DSN, to find its processes; "" for SQLite
 	trace    *tracer // legs of each request, store calls, upstream connections
@@ -79,11 +78,7 @@ type stackConfig struct {
 	database   string // "sqlite" or a postgres:// URL
 	deltaDelay time.Duration
 	gatewayLog bool // log the gateway's lines as JSON (to io.Discard)
-	// baseline configures the gateways as they were before this benchmark
-	// asked for changes: no conversation cache, http.DefaultTransport's
-	// two idle upstream connections.
-	baseline bool
-	tmpDir   string
+	tmpDir     string
 }
 
 // startStack starts everything for one database.
@@ -159,30 +154,30 @@ func startStack(ctx context.Context, cfg stackConfig) (s *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// As cmd/talkide wires it: the default Transport, the budget service.
-	opts := gateway.Options{Logger: logger, Budget: s.svc}
-	if cfg.baseline {
-		opts.ConversationTTL = -1
-		opts.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	// Four gateways on the same store and budget service: as cmd/talkide
+	// wires it (the default Transport, the budget service), the same
+	// without a budget service (the gateway before budgets), and both as
+	// they were before the changes this benchmark led to ("-before": no
+	// conversation cache, http.DefaultTransport's two idle upstream
+	// connections per host).
+	s.gateways = map[string]string{}
+	for _, v := range []string{"budget", "nobudget", "budget-before", "nobudget-before"} {
+		opts := gateway.Options{Logger: logger, Budget: s.svc}
+		if strings.HasPrefix(v, "nobudget") {
+			opts.Budget = nil
+		}
+		if strings.HasSuffix(v, "-before") {
+			opts.ConversationTTL = -1
+			opts.Transport = http.DefaultTransport.(*http.Transport).Clone()
+		}
+		mux := http.NewServeMux()
+		mux.Handle(gateway.Prefix+"/", gateway.New(up, apiKey, s.keys, timed, &opts))
+		base, err := s.serve(mux, nil)
+		if err != nil {
+			return nil, err
+		}
+		s.gateways[v] = base + gateway.Prefix
 	}
-	gw := gateway.New(up, apiKey, s.keys, timed, &opts)
-	mux := http.NewServeMux()
-	mux.Handle(gateway.Prefix+"/", gw)
-	base, err := s.serve(mux, nil)
-	if err != nil {
-		return nil, err
-	}
-	s.gwURL = base + gateway.Prefix
-
-	// For comparison: the gateway as it was before budgets.
-	opts.Budget = nil
-	gw0 := gateway.New(up, apiKey, s.keys, timed, &opts)
-	mux0 := http.NewServeMux()
-	mux0.Handle(gateway.Prefix+"/", gw0)
-	if base, err = s.serve(mux0, nil); err != nil {
-		return nil, err
-	}
-	s.gw0URL = base + gateway.Prefix
 
 	if err := s.seed(ctx); err != nil {
 		return nil, fmt.Errorf("seed: %w", err)
