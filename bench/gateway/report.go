@@ -143,7 +143,7 @@ func summarize(key string, phases []*phaseResult) modeStats {
 		elapsed += p.elapsed
 		ms.FlushMs += ms3(p.flush)
 		cpu += p.after.cpu - p.before.cpu
-		pgcpu += p.after.serverPG - p.before.serverPG
+		pgcpu += pgDelta(p.before.serverPG, p.after.serverPG)
 		busy += p.after.machineBusy - p.before.machineBusy
 		steal += p.after.machineSteal - p.before.machineSteal
 		mallocs += p.after.mallocs - p.before.mallocs

@@ -82,8 +82,8 @@ type stackConfig struct {
 }
 
 // startStack starts everything for one database.
-func startStack(ctx context.Context, cfg stackConfig) (s *stack, err error) {
-	s = &stack{tokens: map[string]token{}, convs: map[string]store.Conversation{}, trace: newTracer()}
+func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
+	s := &stack{tokens: map[string]token{}, convs: map[string]store.Conversation{}, trace: newTracer()}
 	defer func() {
 		if err != nil {
 			s.close()

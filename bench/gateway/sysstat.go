@@ -19,7 +19,7 @@ import (
 type counters struct {
 	wall     time.Time
 	cpu      time.Duration // this process: user + system
-	serverPG time.Duration // the PostgreSQL server's processes, when known
+	serverPG map[int]int64 // the PostgreSQL server's processes' CPU, by pid, in ticks; nil when unknown
 	mallocs  uint64
 	bytes    uint64 // allocated
 	numGC    uint32
@@ -112,13 +112,14 @@ func findPGServer(ctx context.Context, dsn string) *pgServer {
 	return &pgServer{postmaster: st.ppid}
 }
 
-// cpu sums the user and system time of the postmaster and its children.
-func (s *pgServer) cpu() time.Duration {
+// cpu returns the user and system time of the postmaster and each of its
+// children, by pid, in clock ticks.
+func (s *pgServer) cpu() map[int]int64 {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return nil
 	}
-	var ticks int64
+	ticks := map[int]int64{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -126,8 +127,19 @@ func (s *pgServer) cpu() time.Duration {
 		}
 		st, ok := procStat(pid)
 		if ok && (pid == s.postmaster || st.ppid == s.postmaster) {
-			ticks += st.utime + st.stime
+			ticks[pid] = st.utime + st.stime
 		}
+	}
+	return ticks
+}
+
+// pgDelta is the server's CPU time between two readings: what each process
+// alive at the second used since the first (all of it, if it started since).
+// A process that ended in between is not counted.
+func pgDelta(before, after map[int]int64) time.Duration {
+	var ticks int64
+	for pid, t := range after {
+		ticks += max(0, t-before[pid])
 	}
 	return time.Duration(ticks) * clockTick
 }
