@@ -14,8 +14,8 @@ const limitReadTimeout = 5 * time.Second
 // reading them itself. When the cache of a busy user expires, each of its
 // calls in flight used to read the limits, and those reads queued for the
 // database's connections on the way of the calls (bench/gateway: at 256
-// concurrent streams on PostgreSQL, 4–7% of calls read them, waiting a
-// median 47–61 ms).
+// concurrent streams on PostgreSQL, 2–9% of calls read them, each waiting
+// a median of 7–61 ms).
 type limitRead struct {
 	done chan struct{} // closed when limits and err are set
 	// The limits of the subjects read, in the store's order, or why they
