@@ -77,11 +77,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.dataDir, "data-dir", "./.talkide", "directory for the database, secrets, sessions and workspaces")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:7878", "loopback HOST:PORT of the browser API")
 	fs.StringVar(&cfg.anthropicURL, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL (used when ANTHROPIC_API_KEY is set)")
-	fs.StringVar(&cfg.model, "model", "", "model id (default: the harness's default)")
-	fs.StringVar(&cfg.harness, "harness", "native", "agent harness: native (in-process) or claude-code (the Claude Code CLI; docs/harnesses.md)")
-	fs.StringVar(&cfg.claudeBin, "claude-code-bin", "claude", "the Claude Code CLI for --harness claude-code")
-	fs.StringVar(&cfg.toolPolicy, "tool-policy", "", "JSON file of tool allow/deny rules checked before every tool call (docs/tools.md)")
-	fs.StringVar(&cfg.mcpAllow, "mcp-allow", "", "JSON file of the MCP servers a workspace's .mcp.json may start (docs/mcp.md); default none")
+	registerAgentFlags(fs, &cfg.model, &cfg.harness, &cfg.claudeBin, &cfg.toolPolicy, &cfg.mcpAllow)
 	logger, err := parseWithLogger(fs, args, stderr)
 	if err != nil {
 		return err

@@ -97,3 +97,13 @@ func parseWithLogger(fs *flag.FlagSet, args []string, w io.Writer) (*slog.Logger
 	}
 	return newLogger(w, *format, *level)
 }
+
+// registerAgentFlags adds the flags that shape the agent, which talkide dev
+// and talkide worker share.
+func registerAgentFlags(fs *flag.FlagSet, model, harness, claudeBin, toolPolicy, mcpAllow *string) {
+	fs.StringVar(model, "model", "", "model id (default: the harness's default)")
+	fs.StringVar(harness, "harness", "native", "agent harness: native (in-process) or claude-code (the Claude Code CLI; docs/harnesses.md)")
+	fs.StringVar(claudeBin, "claude-code-bin", "claude", "the Claude Code CLI for --harness claude-code")
+	fs.StringVar(toolPolicy, "tool-policy", "", "JSON file of tool allow/deny rules checked before every tool call (docs/tools.md)")
+	fs.StringVar(mcpAllow, "mcp-allow", "", "JSON file of the MCP servers a workspace's .mcp.json may start (docs/mcp.md); default none")
+}

@@ -67,11 +67,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&keyFile, "command-key-file", "", "file holding the base64 command signing key (default: $TALKIDE_WORKER_COMMAND_KEY)")
 	fs.StringVar(&o.commandKeyID, "command-key-id", "c1", "id of the command signing key")
 	fs.StringVar(&o.workspaceRoot, "workspaces", "", "directory of the conversations' workspaces (default: $CLAUDE_CONFIG_DIR/../workspaces)")
-	fs.StringVar(&o.model, "model", "", "model id (default: the harness's default)")
-	fs.StringVar(&o.harness, "harness", "native", "agent harness: native (in-process) or claude-code (the Claude Code CLI; docs/harnesses.md)")
-	fs.StringVar(&o.claudeCodeBin, "claude-code-bin", "claude", "the Claude Code CLI for --harness claude-code")
-	fs.StringVar(&o.toolPolicy, "tool-policy", "", "JSON file of tool allow/deny rules checked before every tool call (docs/tools.md)")
-	fs.StringVar(&o.mcpAllow, "mcp-allow", "", "JSON file of the MCP servers a workspace's .mcp.json may start (docs/mcp.md); default none")
+	registerAgentFlags(fs, &o.model, &o.harness, &o.claudeCodeBin, &o.toolPolicy, &o.mcpAllow)
 	logger, err := parseWithLogger(fs, args, stderr)
 	if err != nil {
 		return err
