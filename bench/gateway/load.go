@@ -62,8 +62,9 @@ type mode struct {
 	name   string // what it is, for the report
 	url    string
 	header func() http.Header
-	// flush waits until the gateway's settlements are written: a phase
-	// through the gateway ends when its calls are fully charged.
+	// flush waits until the gateway's background writes (usage records,
+	// settlements) are done: a phase through the gateway ends when its
+	// calls are fully recorded and charged.
 	flush func(context.Context) error
 }
 
@@ -96,7 +97,7 @@ func (s *stack) modes(keys []string) ([]*mode, error) {
 			if old {
 				v += before
 			}
-			return s.gateways[v]
+			return v
 		}
 		switch {
 		case k == "direct":
@@ -114,10 +115,13 @@ func (s *stack) modes(keys []string) ([]*mode, error) {
 				user = limitedUser
 			}
 			if base == "nobudget" {
-				m.url = variant("nobudget") + "/v1/messages"
+				gw := s.gws[variant("nobudget")]
+				m.url = s.gateways[variant("nobudget")] + "/v1/messages"
+				m.flush = gw.Flush
 			} else {
-				m.url = variant("budget") + "/v1/messages"
-				m.flush = s.svc.Flush
+				gw := s.gws[variant("budget")]
+				m.url = s.gateways[variant("budget")] + "/v1/messages"
+				m.flush = func(ctx context.Context) error { return errors.Join(gw.Flush(ctx), s.svc.Flush(ctx)) }
 			}
 			m.header = func() http.Header {
 				return http.Header{
@@ -159,8 +163,8 @@ type phaseResult struct {
 	errs     int
 	firstErr error
 	streamed int64         // bytes of the responses, summed
-	elapsed  time.Duration // from the first request to the last response, and the settlements written
-	flush    time.Duration // of elapsed: waiting for settlements after the last response
+	elapsed  time.Duration // from the first request to the last response, and the background writes done
+	flush    time.Duration // of elapsed: waiting for usage records and settlements after the last response
 	before   counters
 	after    counters
 	// Where the time went (trace.go), per request.
@@ -234,7 +238,7 @@ func (l *load) phase(ctx context.Context, m *mode, c, n int) *phaseResult {
 		f := time.Now()
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		if err := m.flush(fctx); err != nil && res.firstErr == nil {
-			res.firstErr = fmt.Errorf("settlements not written: %w", err)
+			res.firstErr = fmt.Errorf("usage records or settlements not written: %w", err)
 			res.errs++
 		}
 		cancel()

@@ -230,7 +230,7 @@ func runDatabase(ctx context.Context, cfg config, db string, body []byte, logw i
 				m := modes[(i+round)%len(modes)] // a different mode goes first each round
 				res := l.phase(ctx, m, c, per)
 				phases[m.key] = append(phases[m.key], res)
-				fmt.Fprintf(logw, "%s c=%d round %d/%d %-8s %6d requests in %v (settlements: %v), errors %d\n",
+				fmt.Fprintf(logw, "%s c=%d round %d/%d %-8s %6d requests in %v (background writes: %v), errors %d\n",
 					s.kind, c, round+1, cfg.Rounds, m.key, len(res.timings), res.elapsed.Round(time.Millisecond),
 					res.flush.Round(time.Millisecond), res.errs)
 				if ctx.Err() != nil {

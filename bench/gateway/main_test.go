@@ -54,8 +54,8 @@ func TestRun(t *testing.T) {
 					}
 				}
 				for _, m := range r.Modes[1:] {
-					if !strings.Contains(callNames(m), "RecordUsage") {
-						t.Errorf("c=%d %s: store calls %v, want RecordUsage", r.Concurrency, m.Mode, m.Store)
+					if !strings.Contains(callNames(m), "RecordUsages") {
+						t.Errorf("c=%d %s: store calls %v, want RecordUsages", r.Concurrency, m.Mode, m.Store)
 					}
 				}
 				if limit := r.Modes[3]; !strings.Contains(callNames(limit), "ReserveBudget") {

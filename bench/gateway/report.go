@@ -60,7 +60,7 @@ type modeStats struct {
 	AllocBytes  float64 `json:"alloc_bytes_per_request"`
 	GCs         uint32  `json:"gcs"`
 	GCPauseMs   float64 `json:"gc_pause_ms"`
-	FlushMs     float64 `json:"settlement_wait_ms"` // after the last response of each phase, summed
+	FlushMs     float64 `json:"settlement_wait_ms"` // for usage records and settlements after the last response of each phase, summed
 	StreamBytes float64 `json:"stream_bytes_per_request"`
 	// The machine while the mode ran, in percent of its CPUs' time: busy
 	// in other processes than this one and the PostgreSQL server (another

@@ -56,8 +56,9 @@ type stack struct {
 	st       store.Store
 	svc      *budget.Service
 	keys     *trust.Keyring
-	simURL   string            // base URL of the simulator
-	gateways map[string]string // base URLs of the gateways, with gateway.Prefix, by variant
+	simURL   string                      // base URL of the simulator
+	gateways map[string]string           // base URLs of the gateways, with gateway.Prefix, by variant
+	gws      map[string]*gateway.Gateway // the gateways, by variant
 	convs    map[string]store.Conversation
 	postgres string  // the server's DSN, to find its processes; "" for SQLite
 	trace    *tracer // legs of each request, store calls, upstream connections
@@ -161,6 +162,7 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 	// conversation cache, http.DefaultTransport's two idle upstream
 	// connections per host).
 	s.gateways = map[string]string{}
+	s.gws = map[string]*gateway.Gateway{}
 	for _, v := range []string{"budget", "nobudget", "budget-before", "nobudget-before"} {
 		opts := gateway.Options{Logger: logger, Budget: s.svc}
 		if strings.HasPrefix(v, "nobudget") {
@@ -170,8 +172,17 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 			opts.ConversationTTL = -1
 			opts.Transport = http.DefaultTransport.(*http.Transport).Clone()
 		}
+		gw := gateway.New(up, apiKey, s.keys, timed, &opts)
+		s.gws[v] = gw
+		// After its server has shut down (closers run in reverse), before
+		// the store closes: its last usage records.
+		s.closers = append(s.closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			return gw.Close(ctx)
+		})
 		mux := http.NewServeMux()
-		mux.Handle(gateway.Prefix+"/", gateway.New(up, apiKey, s.keys, timed, &opts))
+		mux.Handle(gateway.Prefix+"/", gw)
 		base, err := s.serve(mux, nil)
 		if err != nil {
 			return nil, err
@@ -292,11 +303,14 @@ func execOnce(ctx context.Context, dsn, sql string) error {
 }
 
 // pgxPoolSize is the pool size the store gets from dsn: pool_max_conns, or
-// pgxpool's default.
+// the store's default.
 func pgxPoolSize(dsn string) (int, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return 0, err
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		return postgres.DefaultMaxConns, nil
 	}
 	return int(cfg.MaxConns), nil
 }

@@ -19,8 +19,8 @@ import (
 // splits a call into the way up (client to the simulator's handler: for
 // the gateway, the token check, lookup, reservation and the upstream
 // request), the stream (the simulator's handler) and the way down (its
-// return to the client's EOF: for the gateway, the end of the copy, the
-// usage record and the last chunk).
+// return to the client's EOF: for the gateway, the end of the copy and
+// the last chunk; the usage record is written in the background).
 
 // seqHeader numbers a request within its phase.
 const seqHeader = "X-Bench-Seq"
@@ -113,12 +113,12 @@ func (s *timedStore) GetConversation(ctx context.Context, id string) (store.Conv
 	return s.appStore.GetConversation(ctx, id)
 }
 
-func (s *timedStore) RecordUsage(ctx context.Context, u store.UsageRecord) error {
-	defer s.t.time("RecordUsage", time.Now())
-	return s.appStore.RecordUsage(ctx, u)
+func (s *timedStore) RecordUsages(ctx context.Context, us []store.UsageRecord) error {
+	defer s.t.time("RecordUsages (background)", time.Now())
+	return s.appStore.RecordUsages(ctx, us)
 }
 
-func (s *timedStore) ReserveBudget(ctx context.Context, r budget.Reservation, q budget.SnapshotQuery, admit func(*budget.Snapshot) error) error {
+func (s *timedStore) ReserveBudget(ctx context.Context, r budget.Reservation, q budget.SnapshotQuery, admit func(*budget.Snapshot, *budget.Reservation) error) error {
 	defer s.t.time("ReserveBudget", time.Now())
 	return s.budgetStore.ReserveBudget(ctx, r, q, admit)
 }
@@ -126,6 +126,11 @@ func (s *timedStore) ReserveBudget(ctx context.Context, r budget.Reservation, q 
 func (s *timedStore) SettleBudget(ctx context.Context, e budget.Entry) (bool, error) {
 	defer s.t.time("SettleBudget (background)", time.Now())
 	return s.budgetStore.SettleBudget(ctx, e)
+}
+
+func (s *timedStore) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease *budget.SliceSize) ([]bool, error) {
+	defer s.t.time("SettleBudgetBatch (background)", time.Now())
+	return s.budgetStore.SettleBudgetBatch(ctx, es, lease)
 }
 
 func (s *timedStore) BudgetLimits(ctx context.Context, subjects ...budget.Subject) ([]budget.Limit, error) {

@@ -203,7 +203,7 @@ func TestBudgetStatusTable(t *testing.T) {
 	if err := st.ReserveBudget(t.Context(), budget.Reservation{ID: "inflight", User: "alice", Tenant: "acme", Env: "prod",
 		Cost: 123_456_789, Tokens: 4000, CreatedAt: now, ExpiresAt: now.Add(time.Minute)},
 		budget.SnapshotQuery{Subjects: []budget.Subject{budget.User("alice")}, Now: now},
-		func(*budget.Snapshot) error { return nil }); err != nil {
+		func(*budget.Snapshot, *budget.Reservation) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer

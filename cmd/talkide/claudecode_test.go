@@ -146,7 +146,11 @@ func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 		t.Errorf("turn.finished = %+v", last.Finish)
 	}
 	// Both model calls went CLI → LocalGatewayProxy → gateway, which
-	// recorded them against this conversation.
+	// recorded them against this conversation (in the background: Flush
+	// waits for the records).
+	if err := st.cp.gateway.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	usage, err := st.cp.store.ListUsage(context.Background(), c.ID)
 	if err != nil || len(usage) < 2 {
 		t.Fatalf("gateway usage records = %d, %v", len(usage), err)

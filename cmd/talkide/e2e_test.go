@@ -233,7 +233,11 @@ func TestEndToEndBashTurn(t *testing.T) {
 		t.Errorf("turn.finished = %+v", last.Finish)
 	}
 
-	// The gateway recorded both model calls against this conversation.
+	// The gateway recorded both model calls against this conversation (in
+	// the background: Flush waits for the records).
+	if err := st.cp.gateway.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	usage, err := st.cp.store.ListUsage(context.Background(), c.ID)
 	if err != nil || len(usage) != 2 {
 		t.Fatalf("usage records = %d, %v", len(usage), err)

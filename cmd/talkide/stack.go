@@ -82,6 +82,7 @@ type cpProc struct {
 	store   store.Store
 	secrets *cpSecrets
 	budget  *budget.Service
+	gateway *gateway.Gateway // nil without an API key
 	metrics *metrics.Metrics
 }
 
@@ -118,7 +119,10 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 		st.Close()
 		return nil, err
 	}
-	var gw http.Handler
+	var (
+		gw        *gateway.Gateway
+		gwHandler http.Handler // without a gateway a nil interface, not a nil *Gateway
+	)
 	if o.apiKey != "" {
 		up, err := url.Parse(o.upstream)
 		if err != nil || up.Scheme == "" || up.Host == "" {
@@ -127,11 +131,12 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 			return nil, fmt.Errorf("bad Anthropic API URL %q", o.upstream)
 		}
 		gw = gateway.New(up, o.apiKey, keyring, st, &gateway.Options{Logger: o.logger.With("component", "gateway"), Budget: bud, Metrics: m})
+		gwHandler = gw
 	}
 	cp, err := controlplane.New(controlplane.Config{
 		Store: st, Keyring: keyring,
 		CommandSecret: secrets.CommandSecret, CommandKeyID: secrets.CommandKeyID,
-		Gateway: gw, LocalUser: o.localUser,
+		Gateway: gwHandler, LocalUser: o.localUser,
 		DefaultTenant: o.tenant, DefaultEnv: o.env,
 		Logger:    o.logger.With("component", "controlplane"),
 		Budget:    bud,
@@ -150,7 +155,7 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 		return nil, err
 	}
 	srv.srv.RegisterOnShutdown(cp.CloseStreams)
-	return &cpProc{http: srv, store: st, secrets: secrets, budget: bud, metrics: m}, nil
+	return &cpProc{http: srv, store: st, secrets: secrets, budget: bud, gateway: gw, metrics: m}, nil
 }
 
 // loadPrices returns the built-in prices with the operator's overrides from
@@ -213,12 +218,15 @@ func (p *cpProc) shutdown(ctx context.Context) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = p.http.srv.Close() // SSE streams never end on their own
 	}
+	// The last usage records and settlements, before the store closes,
+	// even when the HTTP shutdown used up ctx.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if p.gateway != nil {
+		err = errors.Join(err, p.gateway.Close(bctx))
+	}
 	if p.budget != nil {
-		// The last settlements, before the store closes, even when the
-		// HTTP shutdown used up ctx.
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		err = errors.Join(err, p.budget.Close(bctx))
-		cancel()
 	}
 	return errors.Join(err, p.store.Close())
 }

@@ -101,47 +101,59 @@ func evaluate(limits []Limit, snap *Snapshot, r Reservation, now time.Time, inFl
 
 // check evaluates one limit.
 func check(l Limit, snap *Snapshot, r Reservation, now time.Time, inFlightRetry time.Duration) *Denial {
-	held := snap.Held[l.Subject]
 	d := &Denial{Limit: l}
-	switch l.Kind {
-	case Concurrent:
-		d.Held, d.Need = held.Count, 1
-		if d.Held+d.Need <= l.Max {
-			return nil
-		}
-		d.InFlight = d.Need <= l.Max
-		d.RetryAfter = inFlightRetry
-		return d
-	case RequestsPerMinute:
-		if snap.Exists {
-			return nil // not a new request
-		}
-		d.Need = 1
-		start, _, _ := periodStart(l.Kind, now)
-		d.Used = sumBuckets(snap.Buckets, l.Subject, BucketMinute, start, func(b Bucket) int64 { return b.Requests })
-	case TokensPerDay:
-		d.Need, d.Held = r.Tokens, held.Tokens
-		start, _, _ := periodStart(l.Kind, now)
-		d.Used = sumBuckets(snap.Buckets, l.Subject, BucketDay, start, func(b Bucket) int64 { return b.Tokens })
-	case SpendPer5h:
-		d.Need, d.Held = int64(r.Cost), int64(held.Cost)
-		d.Used = sumBuckets(snap.Buckets, l.Subject, Bucket5m, windowStart5h(now), func(b Bucket) int64 { return int64(b.Cost) })
-	default: // calendar spend
-		d.Need, d.Held = int64(r.Cost), int64(held.Cost)
-		start, _, _ := periodStart(l.Kind, now)
-		d.Used = sumBuckets(snap.Buckets, l.Subject, BucketDay, start, func(b Bucket) int64 { return int64(b.Cost) })
-	}
+	d.Used, d.Held, d.Need = standing(l, snap, r, now)
 	if d.Used+d.Held+d.Need <= l.Max {
 		return nil
+	}
+	d.classify(snap, now, inFlightRetry)
+	return d
+}
+
+// standing returns where l's subject stands in l's unit: what has been
+// settled in its window, what the live reservations other than r hold,
+// and what r asks for.
+func standing(l Limit, snap *Snapshot, r Reservation, now time.Time) (used, held, need int64) {
+	h := snap.Held[l.Subject]
+	switch l.Kind {
+	case Concurrent:
+		return 0, h.Count, 1
+	case RequestsPerMinute:
+		if snap.Exists {
+			return 0, 0, 0 // not a new request
+		}
+		start, _, _ := periodStart(l.Kind, now)
+		return sumBuckets(snap.Buckets, l.Subject, BucketMinute, start, func(b Bucket) int64 { return b.Requests }), 0, 1
+	case TokensPerDay:
+		start, _, _ := periodStart(l.Kind, now)
+		return sumBuckets(snap.Buckets, l.Subject, BucketDay, start, func(b Bucket) int64 { return b.Tokens }), h.Tokens, r.Tokens
+	case SpendPer5h:
+		return sumBuckets(snap.Buckets, l.Subject, Bucket5m, windowStart5h(now), func(b Bucket) int64 { return int64(b.Cost) }),
+			int64(h.Cost), int64(r.Cost)
+	}
+	// calendar spend
+	start, _, _ := periodStart(l.Kind, now)
+	return sumBuckets(snap.Buckets, l.Subject, BucketDay, start, func(b Bucket) int64 { return int64(b.Cost) }),
+		int64(h.Cost), int64(r.Cost)
+}
+
+// classify says, of a denial whose Used, Held and Need are set, whether
+// only calls in flight stand in the way and when a retry can pass.
+func (d *Denial) classify(snap *Snapshot, now time.Time, inFlightRetry time.Duration) {
+	l := d.Limit
+	d.InFlight, d.Resets = false, time.Time{}
+	if l.Kind == Concurrent {
+		d.InFlight = d.Need <= l.Max
+		d.RetryAfter = inFlightRetry
+		return
 	}
 	if d.Used+d.Need <= l.Max {
 		d.InFlight = true
 		d.RetryAfter = inFlightRetry
-		return d
+		return
 	}
 	d.Resets = resets(l, snap, now, d.Used+d.Need-l.Max)
 	d.RetryAfter = max(d.Resets.Sub(now), minRetry)
-	return d
 }
 
 // windowStart5h is the start of the oldest five-minute bucket that overlaps

@@ -17,7 +17,8 @@ type Hold struct {
 	est   estimate // the reservation's first size
 	hard  []Limit  // the hard spending limits that apply
 
-	tracked bool // a reservation is stored
+	tracked bool   // a reservation of its own is stored
+	slice   *slice // admitted from this slice (lease.go); nil: not
 
 	mu       sync.Mutex
 	reserved Money // guarded by mu; what the reservation holds
@@ -131,41 +132,131 @@ func (s *Service) settle(h *Hold, st Settlement) {
 		s.settling.Add(1)
 	}
 	s.mu.Unlock()
+	q := &s.queue
+	if h.slice != nil {
+		h.slice.settled(amount{e.Reserved, h.tokens}, e)
+		q = &h.slice.queue
+	}
 	if closed {
-		s.write(context.Background(), e)
+		s.writeBatch(context.Background(), q.slice, []Entry{e})
 		return
 	}
-	go func() {
-		defer s.settling.Done()
-		s.write(s.bg, e)
-	}()
+	s.enqueue(q, e)
 }
 
-// write stores a ledger entry, retrying with backoff for about a minute or
-// until ctx ends.
-func (s *Service) write(ctx context.Context, e Entry) {
+// settleQueue holds settlements waiting to be written. One goroutine at a
+// time writes them, in batches: what settles while a batch is being
+// written goes into the next, so that under load a transaction carries
+// many settlements instead of each waiting for its own.
+type settleQueue struct {
+	slice *slice // nil: calls with reservations of their own, or none
+
+	mu      sync.Mutex
+	pending []Entry // guarded by mu
+	running bool    // guarded by mu; a goroutine is writing
+}
+
+func (q *settleQueue) empty() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.pending) == 0 && !q.running
+}
+
+// enqueue adds e to q and starts q's writer if none is running. The caller
+// has counted e in s.settling.
+func (s *Service) enqueue(q *settleQueue, e Entry) {
+	q.mu.Lock()
+	q.pending = append(q.pending, e)
+	start := !q.running
+	q.running = true
+	q.mu.Unlock()
+	if start {
+		go s.drain(q)
+	}
+}
+
+// drain writes q's settlements until none is left.
+func (s *Service) drain(q *settleQueue) {
+	for {
+		q.mu.Lock()
+		n := min(len(q.pending), maxBatch)
+		if n == 0 {
+			q.pending, q.running = nil, false
+			q.mu.Unlock()
+			return
+		}
+		es := q.pending[:n:n]
+		q.pending = q.pending[n:]
+		q.mu.Unlock()
+		s.writeBatch(s.bg, q.slice, es)
+		s.settling.Add(-n)
+	}
+}
+
+// writeBatch stores ledger entries, retrying with backoff for about a
+// minute or until ctx ends. The entries of a slice's calls move their cost
+// from the slice to the ledger.
+func (s *Service) writeBatch(ctx context.Context, l *slice, es []Entry) {
+	var sum amount
+	for _, e := range es {
+		sum = sum.plus(amount{e.Cost, e.Usage.Tokens()})
+	}
 	wait := 50 * time.Millisecond
 	deadline := time.Now().Add(time.Minute)
 	for {
 		actx, cancel := context.WithTimeout(ctx, settleAttempt)
-		applied, err := s.store.SettleBudget(actx, e)
+		applied, err := s.writeOnce(actx, l, es, sum)
 		cancel()
 		if err == nil {
-			if applied && s.o.Settled != nil {
-				s.o.Settled(e)
+			if s.o.Settled != nil {
+				for i, e := range es {
+					if applied[i] {
+						s.o.Settled(e)
+					}
+				}
 			}
 			return
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			s.log.Error("budget: settlement lost; the reservation will expire", "id", e.ID, "user", e.User,
-				"tenant", e.Tenant, "env", e.Env, "conversation", e.Conversation, "cost", e.Cost.String(), "err", err.Error())
+			if l != nil {
+				// Still held by the slice's reservation, which expires.
+				l.mu.Lock()
+				l.unwritten = l.unwritten.minus(sum)
+				l.mu.Unlock()
+			}
+			for _, e := range es {
+				s.log.Error("budget: settlement lost; the reservation will expire", "id", e.ID, "user", e.User,
+					"tenant", e.Tenant, "env", e.Env, "conversation", e.Conversation, "cost", e.Cost.String(), "err", err.Error())
+			}
 			return
 		}
-		s.log.Warn("budget: settle, retrying", "id", e.ID, "err", err.Error())
+		s.log.Warn("budget: settle, retrying", "batch", BatchName(es, nil), "err", err.Error())
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
 		}
 		wait = min(wait*2, 5*time.Second)
 	}
+}
+
+// writeOnce makes one attempt at writing es (whose costs sum to sum).
+func (s *Service) writeOnce(ctx context.Context, l *slice, es []Entry, sum amount) ([]bool, error) {
+	if l == nil {
+		return s.store.SettleBudgetBatch(ctx, es, nil)
+	}
+	// The slice's reservation, written with its absolute size, shrinks by
+	// what the entries cost: their money is in the buckets from now on.
+	l.write.Lock()
+	defer l.write.Unlock()
+	l.mu.Lock()
+	next := l.granted.minus(sum).floor()
+	l.mu.Unlock()
+	applied, err := s.store.SettleBudgetBatch(ctx, es, &SliceSize{ID: l.id, Cost: next.cost, Tokens: next.tokens})
+	if err == nil {
+		l.mu.Lock()
+		l.granted = next
+		l.unwritten = l.unwritten.minus(sum)
+		l.mu.Unlock()
+	}
+	return applied, err
 }

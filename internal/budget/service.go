@@ -55,6 +55,16 @@ type Options struct {
 	// CollectInterval is how often expired reservations and old buckets are
 	// deleted. Default DefaultCollectInterval.
 	CollectInterval time.Duration
+	// LeaseCalls sizes the slices of limits this process reserves and
+	// admits calls from in memory (lease.go): room for about this many
+	// calls, or for what the calls in flight hold if more, never more than
+	// a quarter of what the limits leave. Negative: no slices, every call
+	// under a limit is a reservation in the store. Default
+	// DefaultLeaseCalls.
+	LeaseCalls int
+	// LeaseIdle is how long a slice is kept unused before what it holds
+	// beyond its calls in flight is given back. Default DefaultLeaseIdle.
+	LeaseIdle time.Duration
 	// Settled, when set, is called once for each ledger entry this process
 	// writes, after it is written, and not for a settlement the ledger
 	// already held: what it is given has been charged exactly once. It runs
@@ -95,6 +105,12 @@ type Service struct {
 	live       map[string]*Hold      // guarded by mu; tracked holds, renewed until settled
 	closed     bool                  // guarded by mu
 	unknown    map[string]bool       // guarded by mu; unpriced models already logged
+
+	replica   string              // names this process's slices
+	sliceSeq  uint64              // guarded by mu
+	slices    map[sliceKey]*slice // guarded by mu; the current slice of each key
+	sliceByID map[string]*slice   // guarded by mu; every slice with a reservation, retired ones too
+	queue     settleQueue         // settlements of calls not admitted from a slice
 
 	settling sync.WaitGroup // settlements in flight
 	bg       context.Context
@@ -141,6 +157,12 @@ func New(st Store, prices *Prices, opts *Options) *Service {
 	if o.CollectInterval <= 0 {
 		o.CollectInterval = DefaultCollectInterval
 	}
+	if o.LeaseCalls == 0 {
+		o.LeaseCalls = DefaultLeaseCalls
+	}
+	if o.LeaseIdle <= 0 {
+		o.LeaseIdle = DefaultLeaseIdle
+	}
 	s := &Service{
 		store: st, prices: prices, log: o.Logger, now: o.Now, o: o,
 		limits:     map[Subject]cachedLimits{},
@@ -148,6 +170,9 @@ func New(st Store, prices *Prices, opts *Options) *Service {
 		history:    map[string]*history{},
 		live:       map[string]*Hold{},
 		unknown:    map[string]bool{},
+		replica:    newReplicaID(),
+		slices:     map[sliceKey]*slice{},
+		sliceByID:  map[string]*slice{},
 		bgDone:     make(chan struct{}),
 	}
 	s.bg, s.stopBG = context.WithCancel(context.Background())
@@ -158,13 +183,20 @@ func New(st Store, prices *Prices, opts *Options) *Service {
 // Prices returns the price list the service charges with.
 func (s *Service) Prices() *Prices { return s.prices }
 
-// Reservations returns the number of calls of this process that hold a
-// reservation in the store now: admitted against a limit and not yet
-// settled. Calls of users without limits hold none.
+// Reservations returns the number of calls of this process that hold
+// money now: admitted against a limit, with a reservation of their own or
+// from a slice, and not yet settled. Calls of users without limits hold
+// none.
 func (s *Service) Reservations() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.live)
+	n := len(s.live)
+	for _, l := range s.sliceByID {
+		l.mu.Lock()
+		n += l.calls
+		l.mu.Unlock()
+	}
+	return n
 }
 
 // Reserve admits c or refuses it with a *Denial. An admitted call holds a
@@ -191,6 +223,9 @@ func (s *Service) Reserve(ctx context.Context, c Call) (*Hold, error) {
 	}
 	hist := s.historyOf(ctx, c.User)
 	h.est = hist.estimate(c, price, s.o.DefaultOutputTokens)
+	if s.o.LeaseCalls > 0 && sliceable(limits) {
+		return s.reserveFromSlice(ctx, h, limits)
+	}
 	for _, l := range limits {
 		if l.Hard {
 			h.hard = append(h.hard, l)
@@ -202,8 +237,8 @@ func (s *Service) Reserve(ctx context.Context, c Call) (*Hold, error) {
 		CreatedAt: now, ExpiresAt: now.Add(s.o.ReservationTTL),
 	}
 	q := snapshotQuery(limits, subjects, now)
-	err = s.store.ReserveBudget(ctx, r, q, func(snap *Snapshot) error {
-		return evaluate(limits, snap, r, now, s.o.InFlightRetry)
+	err = s.store.ReserveBudget(ctx, r, q, func(snap *Snapshot, r *Reservation) error {
+		return evaluate(limits, snap, *r, now, s.o.InFlightRetry)
 	})
 	if err != nil {
 		if _, ok := errors.AsType[*Denial](err); ok {
@@ -229,8 +264,8 @@ func (s *Service) extend(ctx context.Context, h *Hold, cost Money) error {
 	}
 	h.mu.Unlock()
 	q := snapshotQuery(h.hard, r.Subjects(), now)
-	err := s.store.ReserveBudget(ctx, r, q, func(snap *Snapshot) error {
-		return evaluate(h.hard, snap, r, now, s.o.InFlightRetry)
+	err := s.store.ReserveBudget(ctx, r, q, func(snap *Snapshot, r *Reservation) error {
+		return evaluate(h.hard, snap, *r, now, s.o.InFlightRetry)
 	})
 	if err != nil {
 		return err
@@ -427,8 +462,9 @@ func (s *Service) Flush(ctx context.Context) error {
 
 // Close stops the background work and waits, until ctx ends, for the
 // settlements in flight; those still unwritten then are abandoned (their
-// reservations expire). Settlements after Close are written before Settle
-// returns.
+// reservations expire). Then it gives back what this process's slices hold
+// beyond calls still in flight. Settlements after Close are written before
+// Settle returns.
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -438,6 +474,7 @@ func (s *Service) Close(ctx context.Context) error {
 	s.closed = true
 	s.mu.Unlock()
 	err := s.Flush(ctx)
+	s.Release(ctx)
 	s.stopBG()
 	<-s.bgDone
 	return err
@@ -451,10 +488,16 @@ func (s *Service) background() {
 	defer renew.Stop()
 	collect := time.NewTicker(s.o.CollectInterval)
 	defer collect.Stop()
+	trim := time.NewTicker(min(scarceIdle, s.o.LeaseIdle))
+	defer trim.Stop()
 	for {
 		select {
 		case <-s.bg.Done():
 			return
+		case <-trim.C:
+			ctx, cancel := context.WithTimeout(s.bg, settleAttempt)
+			s.trimSlices(ctx, false)
+			cancel()
 		case <-renew.C:
 			s.renew(s.bg)
 		case <-collect.C:
@@ -467,21 +510,39 @@ func (s *Service) background() {
 	}
 }
 
-// renew extends the reservations of this process's calls in flight.
+// renew extends the reservations of this process's calls in flight and
+// of its slices.
 func (s *Service) renew(ctx context.Context) {
 	s.mu.Lock()
-	ids := make([]string, 0, len(s.live))
+	ids := make([]string, 0, len(s.live)+len(s.sliceByID))
 	for id := range s.live {
 		ids = append(ids, id)
+	}
+	ls := make([]*slice, 0, len(s.sliceByID))
+	for id, l := range s.sliceByID {
+		ids = append(ids, id)
+		ls = append(ls, l)
 	}
 	s.mu.Unlock()
 	if len(ids) == 0 {
 		return
 	}
 	now := s.now()
+	expires := now.Add(s.o.ReservationTTL)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := s.store.RenewBudget(ctx, ids, now, now.Add(s.o.ReservationTTL)); err != nil && ctx.Err() == nil {
-		s.log.Warn("budget: renew reservations", "count", len(ids), "err", err.Error())
+	if err := s.store.RenewBudget(ctx, ids, now, expires); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("budget: renew reservations", "count", len(ids), "err", err.Error())
+		}
+		return
+	}
+	// The store renews only what had not expired; so does this.
+	for _, l := range ls {
+		l.mu.Lock()
+		if l.expires.After(now) && l.expires.Before(expires) {
+			l.expires = expires
+		}
+		l.mu.Unlock()
 	}
 }

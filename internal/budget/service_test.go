@@ -54,6 +54,11 @@ func newEnv(t *testing.T, opts budget.Options) *env {
 	}
 	c := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	opts.Now = c.Now
+	if opts.LeaseCalls == 0 {
+		// These tests are about the reservations of single calls;
+		// lease_test.go is about slices.
+		opts.LeaseCalls = -1
+	}
 	svc := budget.New(st, testPrices, &opts)
 	t.Cleanup(func() {
 		svc.Close(context.Background())

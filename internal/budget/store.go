@@ -2,6 +2,7 @@ package budget
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -15,12 +16,14 @@ type Store interface {
 	// ReserveBudget admits r atomically. It serialises with every other
 	// ReserveBudget whose q.Subjects overlap (across processes), then loads
 	// the Snapshot q asks for, as one consistent view taken after it got the
-	// lock, and calls admit with it. When admit returns an error, nothing is
-	// written and that error is returned. Otherwise r is stored: inserted, or
-	// when a reservation with r.ID exists, its Cost, Tokens and ExpiresAt
-	// replaced. A reservation new to the store also counts one request in
-	// the minute bucket of r.CreatedAt of each of q.Subjects.
-	ReserveBudget(ctx context.Context, r Reservation, q SnapshotQuery, admit func(*Snapshot) error) error
+	// lock, and calls admit with it and a copy of r. When admit returns an
+	// error, nothing is written and that error is returned. Otherwise the
+	// copy is stored as admit left it (admit may change its Cost and Tokens,
+	// nothing else): inserted, or when a reservation with r.ID exists, its
+	// Cost, Tokens and ExpiresAt replaced. A reservation new to the store
+	// also counts one request in the minute bucket of r.CreatedAt of each
+	// of q.Subjects.
+	ReserveBudget(ctx context.Context, r Reservation, q SnapshotQuery, admit func(*Snapshot, *Reservation) error) error
 
 	// RenewBudget moves the expiry of the live reservations among ids to
 	// expires. A reservation that has already expired at now is not renewed:
@@ -33,6 +36,16 @@ type Store interface {
 	// Otherwise e's cost, tokens and one request are added to the day and
 	// five-minute buckets of e.SettledAt of e's user, tenant and env.
 	SettleBudget(ctx context.Context, e Entry) (applied bool, err error)
+
+	// SettleBudgetBatch records each of es as SettleBudget does, all in one
+	// transaction, and reports for each whether it was applied. With lease
+	// nil it deletes the reservation of each entry's ID, as SettleBudget
+	// does. Otherwise the entries were admitted from a slice (lease.go): no
+	// reservation of theirs is deleted; instead the reservation lease.ID, if
+	// it exists, is set to hold lease.Cost and lease.Tokens, or deleted when
+	// both are zero; its expiry stays. An empty es with a lease only resizes
+	// the slice.
+	SettleBudgetBatch(ctx context.Context, es []Entry, lease *SliceSize) (applied []bool, err error)
 
 	// CollectBudget deletes what no admission reads any more: reservations
 	// expired for an hour, five-minute buckets older than six hours and
@@ -66,11 +79,30 @@ type Reservation struct {
 	Tokens            int64
 	CreatedAt         time.Time
 	ExpiresAt         time.Time
+	// Slice is true for a slice (lease.go): money held for calls admitted
+	// in memory, not a call. It does not count under concurrency limits.
+	Slice bool
+}
+
+// Calls is how many calls r counts for under a concurrency limit.
+func (r Reservation) Calls() int64 {
+	if r.Slice {
+		return 0
+	}
+	return 1
 }
 
 // Subjects returns the user, tenant and env of r.
 func (r Reservation) Subjects() []Subject {
 	return []Subject{User(r.User), Tenant(r.Tenant), Env(r.Tenant, r.Env)}
+}
+
+// SliceSize is what a slice's reservation holds after a settlement: its
+// money and tokens, with the settled calls' costs moved to the ledger.
+type SliceSize struct {
+	ID     string
+	Cost   Money
+	Tokens int64
 }
 
 // BucketSize is the span of a usage bucket.
@@ -115,7 +147,7 @@ type Bucket struct {
 type Held struct {
 	Cost   Money
 	Tokens int64
-	Count  int64
+	Count  int64 // calls: slices count none (Reservation.Calls)
 }
 
 // SnapshotQuery says what ReserveBudget loads: the buckets of Subjects of
@@ -160,4 +192,18 @@ type LedgerQuery struct {
 	User, Tenant, Env, Conversation string
 	From, To                        time.Time // SettledAt in [From, To); zero: unbounded
 	Limit                           int       // at most this many; 0: all
+}
+
+// BatchName names a settlement batch in errors: its first entry and how
+// many more, or the slice it resizes.
+func BatchName(es []Entry, lease *SliceSize) string {
+	switch {
+	case len(es) == 0 && lease != nil:
+		return "slice " + lease.ID
+	case len(es) == 0:
+		return "nothing"
+	case len(es) == 1:
+		return es[0].ID
+	}
+	return fmt.Sprintf("%s and %d more", es[0].ID, len(es)-1)
 }

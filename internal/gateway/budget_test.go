@@ -61,7 +61,7 @@ func newBudget(t testing.TB, opts *budget.Options) *budget.Service {
 	return svc
 }
 
-// flush waits for the service's settlements.
+// flush waits for the service's settlements and returns its slices' slack.
 func flush(t testing.TB, svc *budget.Service) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
@@ -69,6 +69,9 @@ func flush(t testing.TB, svc *budget.Service) {
 	if err := svc.Flush(ctx); err != nil {
 		t.Fatal("settlements did not finish:", err)
 	}
+	// And the slack of the service's slices, so that what is held is what
+	// calls in flight hold.
+	svc.Release(ctx)
 }
 
 // archive is a txtar archive: a comment, then files, each after a line

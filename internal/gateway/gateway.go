@@ -51,10 +51,12 @@ var forwarded = map[string]bool{
 
 // Store is the part of the control-plane store the gateway needs. Its
 // methods are called concurrently; GetConversation returns an error wrapping
-// store.ErrNotFound for an unknown conversation.
+// store.ErrNotFound for an unknown conversation. RecordUsages stores a
+// batch of usage records in one transaction and ignores a record whose ID
+// is stored already (store.Store's semantics).
 type Store interface {
 	GetConversation(ctx context.Context, id string) (store.Conversation, error)
-	RecordUsage(ctx context.Context, u store.UsageRecord) error
+	RecordUsages(ctx context.Context, us []store.UsageRecord) error
 }
 
 // Budget admits model calls before they go upstream and charges them when
@@ -95,7 +97,8 @@ type Options struct {
 }
 
 // Gateway is an http.Handler that forwards model calls upstream. It is safe
-// for concurrent use.
+// for concurrent use. It writes usage records in the background (see
+// Flush and Close).
 type Gateway struct {
 	upstream *url.URL
 	apiKey   string
@@ -108,6 +111,7 @@ type Gateway struct {
 	drain    time.Duration
 	convs    *convCache // nil: no cache
 	metrics  Metrics    // nil: no metrics
+	rec      *recorder
 	proxy    *httputil.ReverseProxy
 }
 
@@ -160,6 +164,7 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		drain:    max(o.DrainTimeout, 0),
 		convs:    newConvCache(o.ConversationTTL),
 		metrics:  o.Metrics,
+		rec:      newRecorder(st, o.Logger),
 	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
@@ -172,6 +177,19 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 	}
 	return g
 }
+
+// Flush waits until the usage records of the calls that ended before it
+// was called are written (or, after a minute of failing writes, logged as
+// lost), or until ctx ends.
+func (g *Gateway) Flush(ctx context.Context) error { return g.rec.flush(ctx) }
+
+// Close waits, until ctx ends, for the usage records not yet written; when
+// ctx ends first the rest are logged as lost. Close does not stop the
+// gateway from serving: a call that ends after Close writes its record
+// itself before its response ends, as a store write on the call's path.
+// Call it after the HTTP server has shut down and before the store closes.
+// A gateway that is never closed holds no goroutine while it is idle.
+func (g *Gateway) Close(ctx context.Context) error { return g.rec.close(ctx) }
 
 // ServeHTTP authorises, forwards and meters one model call.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -27,14 +27,18 @@ const waitLimit = 10 * time.Second
 const testAPIKey = "sk-ant-api03-gateway-test-KEY-0123456789"
 
 // fakeStore is an in-memory Store. Every recorded usage is also sent on
-// recorded, while its buffer has room: RecordUsage never blocks.
+// recorded, while its buffer has room: RecordUsages blocks only in onRecord.
 type fakeStore struct {
 	recorded chan store.UsageRecord
 
-	mu     sync.Mutex
-	convs  map[string]store.Conversation // guarded by mu
-	usage  []store.UsageRecord           // guarded by mu
-	getErr error                         // guarded by mu; returned by GetConversation when set
+	mu      sync.Mutex
+	convs   map[string]store.Conversation // guarded by mu
+	usage   []store.UsageRecord           // guarded by mu
+	batches []int                         // guarded by mu; the size of each batch stored
+	getErr  error                         // guarded by mu; returned by GetConversation when set
+	// onRecord, when set, runs first in every RecordUsages; an error it
+	// returns fails the write.
+	onRecord func(ctx context.Context, us []store.UsageRecord) error // guarded by mu
 }
 
 func newFakeStore(convs ...store.Conversation) *fakeStore {
@@ -58,18 +62,43 @@ func (s *fakeStore) GetConversation(ctx context.Context, id string) (store.Conve
 	return c, nil
 }
 
-func (s *fakeStore) RecordUsage(ctx context.Context, u store.UsageRecord) error {
+func (s *fakeStore) RecordUsages(ctx context.Context, us []store.UsageRecord) error {
+	s.mu.Lock()
+	hook := s.onRecord
+	s.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx, us); err != nil {
+			return err
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.usage = append(s.usage, u)
+	s.usage = append(s.usage, us...)
+	s.batches = append(s.batches, len(us))
 	s.mu.Unlock()
-	select {
-	case s.recorded <- u:
-	default: // nobody is counting (a benchmark)
+	for _, u := range us {
+		select {
+		case s.recorded <- u:
+		default: // nobody is counting (a benchmark)
+		}
 	}
 	return nil
+}
+
+// setOnRecord sets the store's onRecord hook.
+func (s *fakeStore) setOnRecord(f func(ctx context.Context, us []store.UsageRecord) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onRecord = f
+}
+
+// batchSizes returns the size of each batch stored so far.
+func (s *fakeStore) batchSizes() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.batches...)
 }
 
 func (s *fakeStore) records() []store.UsageRecord {
@@ -105,6 +134,13 @@ func newHarness(t testing.TB, upstream http.Handler, opts *Options) *harness {
 
 func newHarnessURL(t testing.TB, upstream string, opts *Options) *harness {
 	t.Helper()
+	return newHarnessSetup(t, upstream, opts, nil)
+}
+
+// newHarnessSetup is newHarnessURL with setup, when not nil, run on the
+// gateway before it serves.
+func newHarnessSetup(t testing.TB, upstream string, opts *Options, setup func(*Gateway)) *harness {
+	t.Helper()
 	keys, err := trust.NewKeyring("k1", map[string][]byte{"k1": bytes.Repeat([]byte{1}, 32)})
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +151,18 @@ func newHarnessURL(t testing.TB, upstream string, opts *Options) *harness {
 	}
 	h := &harness{keys: keys, store: newFakeStore(convA, convB, convC), served: make(chan struct{}, 64), gone: make(chan struct{}, 64)}
 	h.gw = New(u, testAPIKey, keys, h.store, opts)
+	if setup != nil {
+		setup(h.gw)
+	}
+	// Registered before the server's cleanup, so run after it. Bounded, so
+	// that a test that failed with a store write held does not hang.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := h.gw.Close(ctx); err != nil {
+			t.Errorf("gateway Close: %v", err)
+		}
+	})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		returned := make(chan struct{})
 		defer close(returned)
@@ -168,6 +216,17 @@ func (h *harness) post(t *testing.T, path string, hdr http.Header, body string) 
 	}
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
+}
+
+// flush waits until the gateway has written the usage records of the
+// calls that ended so far, and logged them.
+func (h *harness) flush(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
+	defer cancel()
+	if err := h.gw.Flush(ctx); err != nil {
+		t.Fatalf("gateway Flush: %v", err)
+	}
 }
 
 // waitServed waits until the gateway has finished one request.
@@ -368,6 +427,7 @@ func TestSecurity(t *testing.T) {
 			forwarded++
 		}
 	}
+	h.flush(t)
 	if got := len(h.store.records()); got != forwarded {
 		t.Errorf("%d usage records, want %d", got, forwarded)
 	}

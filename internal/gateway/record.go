@@ -12,9 +12,6 @@ import (
 	"github.com/talkide/platform/internal/store"
 )
 
-// recordTimeout bounds the store write that records a call.
-const recordTimeout = 10 * time.Second
-
 // checkTimeout bounds the store call that extends a reservation mid-stream.
 const checkTimeout = 5 * time.Second
 
@@ -70,7 +67,8 @@ func (c *call) cutEvent() []byte {
 }
 
 // finish records the call, once, with the usage seen so far, and settles
-// its reservation. It runs when the proxy is done with the request: after
+// its reservation. Neither store write happens on the call's path: the
+// recorder and the hold write in the background. It runs when the proxy is done with the request: after
 // the body reached EOF, after the client went away mid-body (and the rest
 // was drained), or after the upstream could not be reached.
 func (c *call) finish() {
@@ -108,9 +106,6 @@ func (c *call) finish() {
 				Streamed: rec.Streamed, Estimated: estimated})
 		}
 
-		// A client that went away is still charged: not its context.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), recordTimeout)
-		defer cancel()
 		attrs := []any{
 			"id", rec.ID,
 			"tenant", rec.Tenant,
@@ -139,10 +134,9 @@ func (c *call) finish() {
 		if c.err != nil {
 			attrs = append(attrs, "err", c.err.Error())
 		}
-		if err := c.g.store.RecordUsage(ctx, rec); err != nil {
-			c.g.log.ErrorContext(ctx, "gateway: record usage", append(attrs, "record_err", err.Error())...)
-			return
-		}
-		c.g.log.InfoContext(ctx, "gateway: call", attrs...)
+		// Written in the background (recorder.go), and logged once written.
+		// A client that went away is still recorded: its context is kept
+		// for the log line's values only.
+		c.g.rec.add(pending{ctx: context.WithoutCancel(c.ctx), rec: rec, attrs: attrs})
 	})
 }

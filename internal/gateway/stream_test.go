@@ -115,6 +115,7 @@ func TestUsageRecorded(t *testing.T) {
 			}
 			checkRecord(t, tc.want, h.recordFor(t))
 			h.waitServed(t)
+			h.flush(t)
 			if n := len(h.store.records()); n != 1 {
 				t.Errorf("%d records, want 1", n)
 			}
@@ -245,6 +246,7 @@ func TestClientDisconnect(t *testing.T) {
 	disconnectAfterFirst(t, h)
 	checkRecord(t, recordOf(convA, 200, true, cannedStreamUsage), h.recordFor(t))
 	h.waitServed(t)
+	h.flush(t)
 	if n := len(h.store.records()); n != 1 {
 		t.Errorf("%d records, want exactly 1", n)
 	}
@@ -360,6 +362,7 @@ func TestLogs(t *testing.T) {
 		readAll(t, resp.Body)
 		h.waitServed(t)
 	}
+	h.flush(t) // the call's line is written with its record
 
 	out := buf.String()
 	for _, secret := range []string{testAPIKey, tok, parts[2], parts[3], tampered, expired} {
@@ -378,10 +381,29 @@ func TestLogs(t *testing.T) {
 	if len(lines) != len(calls) {
 		t.Errorf("%d log lines for %d calls:\n%s", len(lines), len(calls), out)
 	}
-	first := lines[0]
+	// A call's line is written with its record, in the background: after
+	// the denials that followed it, perhaps.
+	var forwarded, denied []map[string]any
+	for _, m := range lines {
+		switch m["msg"] {
+		case "gateway: call":
+			forwarded = append(forwarded, m)
+		case "gateway: denied":
+			if m["status"] == nil {
+				t.Errorf("denial logged as %v", m)
+			}
+			denied = append(denied, m)
+		default:
+			t.Errorf("unexpected log line %v", m)
+		}
+	}
+	if len(forwarded) != 2 || len(denied) != len(calls)-2 {
+		t.Fatalf("%d call lines and %d denials, want 2 and %d:\n%s", len(forwarded), len(denied), len(calls)-2, out)
+	}
+	first := forwarded[0]
 	want := map[string]any{
 		"level": "INFO", "msg": "gateway: call", "tenant": "acme", "env": "prod", "conversation": "conv-a",
-		"user": "user-1", "model": testModel, "status": 200.0, "streamed": true,
+		"user": "user-1", "path": "/v1/messages", "model": testModel, "status": 200.0, "streamed": true,
 		"input_tokens": 25.0, "output_tokens": 15.0, "cache_creation_input_tokens": 100.0, "cache_read_input_tokens": 200.0,
 	}
 	for k, v := range want {
@@ -392,9 +414,7 @@ func TestLogs(t *testing.T) {
 	if _, ok := first["duration"]; !ok {
 		t.Error("log line has no duration")
 	}
-	for _, m := range lines[2:] {
-		if m["msg"] != "gateway: denied" || m["status"] == nil {
-			t.Errorf("denial logged as %v", m)
-		}
+	if id, _ := first["id"].(string); !strings.HasPrefix(id, "gw_") {
+		t.Errorf("log line id = %v, want the record's", first["id"])
 	}
 }

@@ -155,6 +155,11 @@ type Store interface {
 	// ignored. The record's tenant-env and conversation need not be stored:
 	// usage is a fact and is never refused for what it refers to.
 	RecordUsage(ctx context.Context, u UsageRecord) error
+	// RecordUsages records each of us as RecordUsage does, in one
+	// transaction: on an error nothing is stored. A record whose ID is
+	// stored already, or comes earlier in us, is ignored. An empty us does
+	// nothing.
+	RecordUsages(ctx context.Context, us []UsageRecord) error
 	// ListUsage returns a conversation's usage oldest first (StartedAt, then
 	// ID).
 	ListUsage(ctx context.Context, conversationID string) ([]UsageRecord, error)

@@ -22,6 +22,8 @@ func Run(t *testing.T, open func(t *testing.T) budget.Store, shared func(t *test
 	t.Run("Limits", func(t *testing.T) { testLimits(t, open(t)) })
 	t.Run("Reserve", func(t *testing.T) { testReserve(t, open(t)) })
 	t.Run("Settle", func(t *testing.T) { testSettle(t, open(t)) })
+	t.Run("SettleBatch", func(t *testing.T) { testSettleBatch(t, open(t)) })
+	t.Run("Slice", func(t *testing.T) { testSlice(t, open(t)) })
 	t.Run("Renew", func(t *testing.T) { testRenew(t, open(t)) })
 	t.Run("Collect", func(t *testing.T) { testCollect(t, open(t)) })
 	t.Run("Ledger", func(t *testing.T) { testLedger(t, open(t)) })
@@ -104,7 +106,7 @@ func query(now time.Time, subjects ...budget.Subject) budget.SnapshotQuery {
 func reserve(t *testing.T, s budget.Store, r budget.Reservation, q budget.SnapshotQuery) *budget.Snapshot {
 	t.Helper()
 	var got *budget.Snapshot
-	if err := s.ReserveBudget(t.Context(), r, q, func(snap *budget.Snapshot) error { got = snap; return nil }); err != nil {
+	if err := s.ReserveBudget(t.Context(), r, q, func(snap *budget.Snapshot, _ *budget.Reservation) error { got = snap; return nil }); err != nil {
 		t.Fatalf("reserve %s: %v", r.ID, err)
 	}
 	return got
@@ -126,7 +128,7 @@ func testReserve(t *testing.T, s budget.Store) {
 
 	// A refusal writes nothing and returns admit's error as it is.
 	refused := errors.New("no")
-	err := s.ReserveBudget(ctx, reservation("r4", "u1", 1, t0), q, func(*budget.Snapshot) error { return refused })
+	err := s.ReserveBudget(ctx, reservation("r4", "u1", 1, t0), q, func(*budget.Snapshot, *budget.Reservation) error { return refused })
 	if err != refused {
 		t.Fatalf("refused reserve: err = %v, want admit's error", err)
 	}
@@ -251,6 +253,91 @@ func testSettle(t *testing.T, s budget.Store) {
 	}
 }
 
+// testSettleBatch: entries settled in one batch are each charged once,
+// their reservations deleted, and a batch repeated applies nothing.
+func testSettleBatch(t *testing.T, s budget.Store) {
+	ctx := t.Context()
+	u1 := budget.User("u1")
+	reserve(t, s, reservation("b1", "u1", 100, t0), query(t0, u1))
+	reserve(t, s, reservation("b2", "u1", 100, t0), query(t0, u1))
+	es := []budget.Entry{entry("b1", "u1", 10, t0), entry("b2", "u1", 20, t0), entry("b3", "u1", 30, t0)}
+	if _, err := s.SettleBudget(ctx, es[2]); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := s.SettleBudgetBatch(ctx, es, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]bool{true, true, false}, applied); diff != "" {
+		t.Errorf("applied (-want +got):\n%s", diff)
+	}
+	if applied, err = s.SettleBudgetBatch(ctx, es, nil); err != nil || applied[0] || applied[1] || applied[2] {
+		t.Errorf("batch again: applied %v, %v; want nothing", applied, err)
+	}
+	if applied, err := s.SettleBudgetBatch(ctx, nil, nil); err != nil || len(applied) != 0 {
+		t.Errorf("empty batch: %v, %v", applied, err)
+	}
+	held, err := s.BudgetHeld(ctx, u1, t0)
+	if err != nil || held != (budget.Held{}) {
+		t.Errorf("held after the batch = %+v, %v; want nothing", held, err)
+	}
+	days, err := s.BudgetUsage(ctx, u1, budget.BucketDay, budget.BucketDay.Start(t0), t0.Add(time.Hour))
+	if err != nil || len(days) != 1 || days[0].Cost != 60 || days[0].Requests != 3 {
+		t.Errorf("day buckets %+v, %v; want 60 in 3 requests", days, err)
+	}
+}
+
+// testSlice: a slice's reservation is raised by admit, counts no call,
+// shrinks by what the settlements of its calls cost, and is deleted when
+// resized to nothing.
+func testSlice(t *testing.T, s budget.Store) {
+	ctx := t.Context()
+	u1, acme := budget.User("u1"), budget.Tenant("acme")
+	r := reservation("slice-1", "u1", 100, t0)
+	r.Slice = true
+	err := s.ReserveBudget(ctx, r, query(t0, u1, acme), func(_ *budget.Snapshot, r *budget.Reservation) error {
+		r.Cost += 900
+		r.Tokens = 50
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserve(t, s, reservation("call-1", "u1", 5, t0), query(t0, u1))
+	for _, sub := range []budget.Subject{u1, acme} {
+		held, err := s.BudgetHeld(ctx, sub, t0)
+		if err != nil || held != (budget.Held{Cost: 1005, Tokens: 50, Count: 1}) {
+			t.Errorf("%s holds %+v, %v; want the raised slice and one call", sub, held, err)
+		}
+	}
+	snap := reserve(t, s, reservation("call-2", "u1", 1, t0), query(t0, u1))
+	if h := snap.Held[u1]; h.Count != 1 || h.Cost != 1005 {
+		t.Errorf("snapshot holds %+v, want the slice counting no call", h)
+	}
+	es := []budget.Entry{entry("from-slice-1", "u1", 300, t0), entry("from-slice-2", "u1", 200, t0)}
+	if _, err := s.SettleBudgetBatch(ctx, es, &budget.SliceSize{ID: "slice-1", Cost: 500, Tokens: 10}); err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.BudgetHeld(ctx, u1, t0)
+	if err != nil || held != (budget.Held{Cost: 506, Tokens: 10, Count: 2}) {
+		t.Errorf("after settling from the slice: %+v, %v; want the slice at 500 beside the calls' 6", held, err)
+	}
+	if _, err := s.SettleBudgetBatch(ctx, nil, &budget.SliceSize{ID: "slice-1"}); err != nil {
+		t.Fatal(err)
+	}
+	snap = reserve(t, s, r, query(t0, u1))
+	if snap.Exists {
+		t.Error("a slice resized to nothing is still stored")
+	}
+	// Resizing a slice that is not there creates nothing.
+	if _, err := s.SettleBudgetBatch(ctx, nil, &budget.SliceSize{ID: "slice-gone", Cost: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := s.BudgetHeld(ctx, u1, t0); held.Cost != 6+100 {
+		t.Errorf("held %+v; want the two calls and the slice made again", held)
+	}
+}
+
 func testRenew(t *testing.T, s budget.Store) {
 	ctx := t.Context()
 	u1 := budget.User("u1")
@@ -372,7 +459,7 @@ func testSerialised(t *testing.T, a, b budget.Store) {
 				s = b
 			}
 			r := reservation(fmt.Sprintf("c%d", i), "u1", 1, t0)
-			err := s.ReserveBudget(context.Background(), r, query(t0, u1), func(snap *budget.Snapshot) error {
+			err := s.ReserveBudget(context.Background(), r, query(t0, u1), func(snap *budget.Snapshot, _ *budget.Reservation) error {
 				if snap.Held[u1].Count >= capN {
 					return full
 				}

@@ -1,10 +1,12 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -60,10 +62,11 @@ func (s *Store) budgetTx(ctx context.Context, f func(pgx.Tx) error) error {
 }
 
 // ReserveBudget implements budget.Store.
-func (s *Store) ReserveBudget(ctx context.Context, r budget.Reservation, q budget.SnapshotQuery, admit func(*budget.Snapshot) error) error {
+func (s *Store) ReserveBudget(ctx context.Context, in budget.Reservation, q budget.SnapshotQuery, admit func(*budget.Snapshot, *budget.Reservation) error) error {
 	var denied error
 	err := s.budgetTx(ctx, func(tx pgx.Tx) error {
 		denied = nil
+		r := in
 		keys := make([]int64, len(q.Subjects))
 		for i, sub := range q.Subjects {
 			keys[i] = budgetLockKey(sub)
@@ -96,14 +99,14 @@ func (s *Store) ReserveBudget(ctx context.Context, r budget.Reservation, q budge
 		if err := res.Close(); err != nil {
 			return err
 		}
-		if denied = admit(snap); denied != nil {
+		if denied = admit(snap, &r); denied != nil {
 			return denied
 		}
 		b = &pgx.Batch{}
 		b.Queue(`INSERT INTO budget_reservations
-			(id, user_id, tenant, env, cost, tokens, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			(id, user_id, tenant, env, cost, tokens, created_at, expires_at, calls) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (id) DO UPDATE SET cost = excluded.cost, tokens = excluded.tokens, expires_at = excluded.expires_at`,
-			r.ID, r.User, r.Tenant, r.Env, int64(r.Cost), r.Tokens, millis(r.CreatedAt), millis(r.ExpiresAt))
+			r.ID, r.User, r.Tenant, r.Env, int64(r.Cost), r.Tokens, millis(r.CreatedAt), millis(r.ExpiresAt), r.Calls())
 		if !snap.Exists {
 			minute := millis(budget.BucketMinute.Start(r.CreatedAt))
 			for _, sub := range q.Subjects {
@@ -116,7 +119,7 @@ func (s *Store) ReserveBudget(ctx context.Context, r budget.Reservation, q budge
 		return err
 	}
 	if err != nil {
-		return fmt.Errorf("postgres: reserve budget %s: %w", r.ID, err)
+		return fmt.Errorf("postgres: reserve budget %s: %w", in.ID, err)
 	}
 	return nil
 }
@@ -169,7 +172,7 @@ func snapshotQuery(id string, q budget.SnapshotQuery) (string, []any) {
 		where, more := heldWhere(sub, len(args)+1)
 		args = append(args, more...)
 		fmt.Fprintf(&b, `
-		UNION ALL SELECT 'h', $%d::text, '', '', %d::bigint, COALESCE(SUM(cost), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint, COUNT(*)
+		UNION ALL SELECT 'h', $%d::text, '', '', %d::bigint, COALESCE(SUM(cost), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint, COALESCE(SUM(calls), 0)::bigint
 		FROM budget_reservations WHERE %s AND expires_at > $6 AND id <> $7`, len(args)+1, i, where)
 		args = append(args, sub.ID)
 	}
@@ -228,33 +231,90 @@ const ledgerColumns = `id, tenant, env, user_id, conversation_id, model, status,
 
 // SettleBudget implements budget.Store.
 func (s *Store) SettleBudget(ctx context.Context, e budget.Entry) (applied bool, err error) {
-	err = s.budgetTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO budget_ledger (`+ledgerColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
-			ON CONFLICT (id) DO NOTHING`,
-			e.ID, e.Tenant, e.Env, e.User, e.Conversation, e.Model, int64(e.Status), e.Streamed, e.Estimated,
-			e.InputTokens, e.OutputTokens, e.CacheWrite5mTokens, e.CacheWrite1hTokens, e.CacheReadTokens,
-			e.WebSearchRequests, e.WebFetchRequests, int64(e.Cost), int64(e.Reserved), e.RequestBytes,
-			millis(e.StartedAt), millis(e.SettledAt))
-		if err != nil {
-			return err
-		}
+	a, err := s.SettleBudgetBatch(ctx, []budget.Entry{e}, nil)
+	if err != nil {
+		return false, err
+	}
+	return a[0], nil
+}
+
+// SettleBudgetBatch implements budget.Store: one batch inserts the ledger
+// rows and reports which are new, a second adds those to their buckets and
+// deletes or resizes reservations. With begin and commit, four round trips
+// for any number of entries.
+func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease *budget.SliceSize) ([]bool, error) {
+	applied := make([]bool, len(es))
+	err := s.budgetTx(ctx, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		if applied = tag.RowsAffected() == 1; applied {
-			// Always in this order, so concurrent settlements never wait
-			// for each other in a cycle.
+		for _, e := range es {
+			b.Queue(`INSERT INTO budget_ledger (`+ledgerColumns+`)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+				ON CONFLICT (id) DO NOTHING`,
+				e.ID, e.Tenant, e.Env, e.User, e.Conversation, e.Model, int64(e.Status), e.Streamed, e.Estimated,
+				e.InputTokens, e.OutputTokens, e.CacheWrite5mTokens, e.CacheWrite1hTokens, e.CacheReadTokens,
+				e.WebSearchRequests, e.WebFetchRequests, int64(e.Cost), int64(e.Reserved), e.RequestBytes,
+				millis(e.StartedAt), millis(e.SettledAt))
+		}
+		if len(es) > 0 {
+			res := tx.SendBatch(ctx, b)
+			for i := range es {
+				tag, err := res.Exec()
+				if err != nil {
+					res.Close()
+					return err
+				}
+				applied[i] = tag.RowsAffected() == 1
+			}
+			if err := res.Close(); err != nil {
+				return err
+			}
+		}
+		// Buckets summed per key, and added in the order of their keys, so
+		// that concurrent settlements never wait for each other in a cycle.
+		type key struct {
+			scope, subject string
+			size           budget.BucketSize
+			start          int64
+		}
+		type sum struct{ cost, tokens, requests int64 }
+		sums := map[key]sum{}
+		for i, e := range es {
+			if !applied[i] {
+				continue
+			}
 			for _, sub := range []budget.Subject{budget.User(e.User), budget.Tenant(e.Tenant), budget.Env(e.Tenant, e.Env)} {
 				for _, size := range []budget.BucketSize{budget.BucketDay, budget.Bucket5m} {
-					b.Queue(upsertBucket, string(sub.Scope), sub.ID, string(size),
-						millis(size.Start(e.SettledAt)), int64(e.Cost), e.Usage.Tokens(), int64(1))
+					k := key{string(sub.Scope), sub.ID, size, millis(size.Start(e.SettledAt))}
+					v := sums[k]
+					sums[k] = sum{v.cost + int64(e.Cost), v.tokens + e.Usage.Tokens(), v.requests + 1}
 				}
 			}
 		}
-		b.Queue(`DELETE FROM budget_reservations WHERE id = $1`, e.ID)
+		keys := slices.SortedFunc(maps.Keys(sums), func(a, b key) int {
+			return cmp.Or(strings.Compare(a.scope, b.scope), strings.Compare(a.subject, b.subject),
+				strings.Compare(string(a.size), string(b.size)), cmp.Compare(a.start, b.start))
+		})
+		b = &pgx.Batch{}
+		for _, k := range keys {
+			v := sums[k]
+			b.Queue(upsertBucket, k.scope, k.subject, string(k.size), k.start, v.cost, v.tokens, v.requests)
+		}
+		switch {
+		case lease == nil && len(es) > 0:
+			ids := make([]string, len(es))
+			for i, e := range es {
+				ids[i] = e.ID
+			}
+			b.Queue(`DELETE FROM budget_reservations WHERE id = ANY($1)`, ids)
+		case lease != nil && lease.Cost == 0 && lease.Tokens == 0:
+			b.Queue(`DELETE FROM budget_reservations WHERE id = $1`, lease.ID)
+		case lease != nil:
+			b.Queue(`UPDATE budget_reservations SET cost = $1, tokens = $2 WHERE id = $3`, int64(lease.Cost), lease.Tokens, lease.ID)
+		}
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
-		return false, fmt.Errorf("postgres: settle %s: %w", e.ID, err)
+		return nil, fmt.Errorf("postgres: settle %s: %w", budget.BatchName(es, lease), err)
 	}
 	return applied, nil
 }
@@ -355,7 +415,7 @@ func (s *Store) BudgetHeld(ctx context.Context, sub budget.Subject, now time.Tim
 		h    budget.Held
 		cost int64
 	)
-	err := s.pool.QueryRow(ctx, `SELECT COALESCE(SUM(cost), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint, COUNT(*)
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(SUM(cost), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint, COALESCE(SUM(calls), 0)::bigint
 		FROM budget_reservations WHERE expires_at > $1 AND `+where, append([]any{millis(now)}, args...)...).
 		Scan(&cost, &h.Tokens, &h.Count)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,14 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
+// DefaultMaxConns is the pool's size unless dsn sets pool_max_conns.
+// pgxpool's own default (4 on this 2-core machine) made the gateway's
+// store calls queue for a connection at 256 concurrent streams
+// (docs/benchmarks.md); what the control-plane runs at once is mostly
+// short, and PostgreSQL's default max_connections (100) leaves room for
+// several replicas of 16.
+const DefaultMaxConns = 16
+
 // Open connects to the database named by dsn, a postgres:// URL or a
 // keyword/value string as libpq takes them (the PG* environment variables
 // and ~/.pgpass fill in what it leaves out), checks that it can connect, and
@@ -62,6 +71,9 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = DefaultMaxConns
 	}
 	where := fmt.Sprintf("%s@%s:%d/%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

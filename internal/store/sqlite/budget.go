@@ -20,26 +20,28 @@ import (
 var _ budget.Store = (*Store)(nil)
 
 // ReserveBudget implements budget.Store.
-func (s *Store) ReserveBudget(ctx context.Context, r budget.Reservation, q budget.SnapshotQuery, admit func(*budget.Snapshot) error) error {
+func (s *Store) ReserveBudget(ctx context.Context, in budget.Reservation, q budget.SnapshotQuery, admit func(*budget.Snapshot, *budget.Reservation) error) error {
 	var denied error
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		snap, err := loadSnapshot(ctx, tx, r.ID, q)
+		st := s.stmts(ctx, tx)
+		snap, err := loadSnapshot(st, in.ID, q)
 		if err != nil {
 			return err
 		}
-		if denied = admit(snap); denied != nil {
+		r := in
+		if denied = admit(snap, &r); denied != nil {
 			return denied
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO budget_reservations
-			(id, user_id, tenant, env, cost, tokens, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		_, err = st.exec(`INSERT INTO budget_reservations
+			(id, user_id, tenant, env, cost, tokens, created_at, expires_at, calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET cost = excluded.cost, tokens = excluded.tokens, expires_at = excluded.expires_at`,
-			r.ID, r.User, r.Tenant, r.Env, int64(r.Cost), r.Tokens, millis(r.CreatedAt), millis(r.ExpiresAt))
+			r.ID, r.User, r.Tenant, r.Env, int64(r.Cost), r.Tokens, millis(r.CreatedAt), millis(r.ExpiresAt), r.Calls())
 		if err != nil || snap.Exists {
 			return err
 		}
 		minute := millis(budget.BucketMinute.Start(r.CreatedAt))
 		for _, sub := range q.Subjects {
-			if _, err := tx.ExecContext(ctx, upsertBucket, sub.Scope, sub.ID, budget.BucketMinute, minute, 0, 0, 1); err != nil {
+			if _, err := st.exec(upsertBucket, sub.Scope, sub.ID, budget.BucketMinute, minute, 0, 0, 1); err != nil {
 				return err
 			}
 		}
@@ -49,7 +51,7 @@ func (s *Store) ReserveBudget(ctx context.Context, r budget.Reservation, q budge
 		return err
 	}
 	if err != nil {
-		return fmt.Errorf("sqlite: reserve budget %s: %w", r.ID, err)
+		return fmt.Errorf("sqlite: reserve budget %s: %w", in.ID, err)
 	}
 	return nil
 }
@@ -82,11 +84,11 @@ func since(t time.Time) int64 {
 	return millis(t)
 }
 
-func loadSnapshot(ctx context.Context, tx *sql.Tx, id string, q budget.SnapshotQuery) (*budget.Snapshot, error) {
+func loadSnapshot(st *txStmts, id string, q budget.SnapshotQuery) (*budget.Snapshot, error) {
 	snap := &budget.Snapshot{Held: make(map[budget.Subject]budget.Held, len(q.Subjects))}
 	now := millis(q.Now)
 	for _, sub := range q.Subjects {
-		rows, err := tx.QueryContext(ctx, `SELECT bucket, period_start, cost, tokens, requests FROM budget_usage
+		rows, err := st.query(`SELECT bucket, period_start, cost, tokens, requests FROM budget_usage
 			WHERE scope = ? AND subject = ? AND (
 				(bucket = 'day' AND period_start >= ?) OR
 				(bucket = '5m' AND period_start >= ?) OR
@@ -110,9 +112,12 @@ func loadSnapshot(ctx context.Context, tx *sql.Tx, id string, q budget.SnapshotQ
 		where, args := heldWhere(sub)
 		var h budget.Held
 		var cost int64
-		err = tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(cost), 0), COALESCE(SUM(tokens), 0), COUNT(*)
+		row, err := st.queryRow(`SELECT COALESCE(SUM(cost), 0), COALESCE(SUM(tokens), 0), COALESCE(SUM(calls), 0)
 			FROM budget_reservations WHERE `+where+` AND expires_at > ? AND id <> ?`,
-			append(args, now, id)...).Scan(&cost, &h.Tokens, &h.Count)
+			append(args, now, id)...)
+		if err == nil {
+			err = row.Scan(&cost, &h.Tokens, &h.Count)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -124,9 +129,11 @@ func loadSnapshot(ctx context.Context, tx *sql.Tx, id string, q budget.SnapshotQ
 		cost           int64
 		created, until int64
 	)
-	err := tx.QueryRowContext(ctx, `SELECT user_id, tenant, env, cost, tokens, created_at, expires_at
-		FROM budget_reservations WHERE id = ?`, id).
-		Scan(&own.User, &own.Tenant, &own.Env, &cost, &own.Tokens, &created, &until)
+	row, err := st.queryRow(`SELECT user_id, tenant, env, cost, tokens, created_at, expires_at
+		FROM budget_reservations WHERE id = ?`, id)
+	if err == nil {
+		err = row.Scan(&own.User, &own.Tenant, &own.Env, &cost, &own.Tokens, &created, &until)
+	}
 	switch {
 	case err == sql.ErrNoRows:
 	case err != nil:
@@ -166,40 +173,71 @@ const ledgerColumns = `id, tenant, env, user_id, conversation_id, model, status,
 
 // SettleBudget implements budget.Store.
 func (s *Store) SettleBudget(ctx context.Context, e budget.Entry) (applied bool, err error) {
-	err = s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO budget_ledger (`+ledgerColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (id) DO NOTHING`,
-			e.ID, e.Tenant, e.Env, e.User, e.Conversation, e.Model, e.Status, e.Streamed, e.Estimated,
-			e.InputTokens, e.OutputTokens, e.CacheWrite5mTokens, e.CacheWrite1hTokens, e.CacheReadTokens,
-			e.WebSearchRequests, e.WebFetchRequests, int64(e.Cost), int64(e.Reserved), e.RequestBytes,
-			millis(e.StartedAt), millis(e.SettledAt))
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if applied = n == 1; applied {
-			for _, sub := range []budget.Subject{budget.User(e.User), budget.Tenant(e.Tenant), budget.Env(e.Tenant, e.Env)} {
-				for _, size := range []budget.BucketSize{budget.BucketDay, budget.Bucket5m} {
-					_, err := tx.ExecContext(ctx, upsertBucket, sub.Scope, sub.ID, size,
-						millis(size.Start(e.SettledAt)), int64(e.Cost), e.Usage.Tokens(), 1)
-					if err != nil {
-						return err
+	a, err := s.SettleBudgetBatch(ctx, []budget.Entry{e}, nil)
+	if err != nil {
+		return false, err
+	}
+	return a[0], nil
+}
+
+// SettleBudgetBatch implements budget.Store.
+func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease *budget.SliceSize) ([]bool, error) {
+	applied := make([]bool, len(es))
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		st := s.stmts(ctx, tx)
+		for i, e := range es {
+			res, err := st.exec(insertLedger,
+				e.ID, e.Tenant, e.Env, e.User, e.Conversation, e.Model, e.Status, e.Streamed, e.Estimated,
+				e.InputTokens, e.OutputTokens, e.CacheWrite5mTokens, e.CacheWrite1hTokens, e.CacheReadTokens,
+				e.WebSearchRequests, e.WebFetchRequests, int64(e.Cost), int64(e.Reserved), e.RequestBytes,
+				millis(e.StartedAt), millis(e.SettledAt))
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			if applied[i] = n == 1; applied[i] {
+				for _, sub := range []budget.Subject{budget.User(e.User), budget.Tenant(e.Tenant), budget.Env(e.Tenant, e.Env)} {
+					for _, size := range []budget.BucketSize{budget.BucketDay, budget.Bucket5m} {
+						_, err := st.exec(upsertBucket, sub.Scope, sub.ID, size,
+							millis(size.Start(e.SettledAt)), int64(e.Cost), e.Usage.Tokens(), 1)
+						if err != nil {
+							return err
+						}
 					}
 				}
 			}
+			if lease == nil {
+				if _, err := st.exec(deleteReservation, e.ID); err != nil {
+					return err
+				}
+			}
 		}
-		_, err = tx.ExecContext(ctx, `DELETE FROM budget_reservations WHERE id = ?`, e.ID)
+		if lease == nil {
+			return nil
+		}
+		var err error
+		if lease.Cost == 0 && lease.Tokens == 0 {
+			_, err = st.exec(deleteReservation, lease.ID)
+		} else {
+			_, err = st.exec(`UPDATE budget_reservations SET cost = ?, tokens = ? WHERE id = ?`,
+				int64(lease.Cost), lease.Tokens, lease.ID)
+		}
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("sqlite: settle %s: %w", e.ID, err)
+		return nil, fmt.Errorf("sqlite: settle %s: %w", budget.BatchName(es, lease), err)
 	}
 	return applied, nil
 }
+
+const deleteReservation = `DELETE FROM budget_reservations WHERE id = ?`
+
+const insertLedger = `INSERT INTO budget_ledger (` + ledgerColumns + `)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (id) DO NOTHING`
 
 // CollectBudget implements budget.Store.
 func (s *Store) CollectBudget(ctx context.Context, now time.Time) error {
@@ -301,7 +339,7 @@ func (s *Store) BudgetHeld(ctx context.Context, sub budget.Subject, now time.Tim
 		h    budget.Held
 		cost int64
 	)
-	err := s.reader.QueryRowContext(ctx, `SELECT COALESCE(SUM(cost), 0), COALESCE(SUM(tokens), 0), COUNT(*)
+	err := s.reader.QueryRowContext(ctx, `SELECT COALESCE(SUM(cost), 0), COALESCE(SUM(tokens), 0), COALESCE(SUM(calls), 0)
 		FROM budget_reservations WHERE `+where+` AND expires_at > ?`, append(args, millis(now))...).
 		Scan(&cost, &h.Tokens, &h.Count)
 	if err != nil {

@@ -10,6 +10,10 @@ import (
 
 const conversationColumns = `id, tenant, env, user_id, title, created_at`
 
+// insertConversation stores a conversation unless its ID is taken.
+const insertConversation = `INSERT INTO conversations (` + conversationColumns + `) VALUES (?, ?, ?, ?, ?, ?)
+	ON CONFLICT (id) DO NOTHING`
+
 // CreateConversation implements store.Store.
 func (s *Store) CreateConversation(ctx context.Context, c store.Conversation) (store.Conversation, bool, error) {
 	var (
@@ -17,8 +21,11 @@ func (s *Store) CreateConversation(ctx context.Context, c store.Conversation) (s
 		created bool
 	)
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO conversations (`+conversationColumns+`) VALUES (?, ?, ?, ?, ?, ?)
-			ON CONFLICT (id) DO NOTHING`, c.ID, c.Tenant, c.Env, c.UserID, c.Title, millis(c.CreatedAt))
+		ins, err := s.txStmt(ctx, tx, insertConversation)
+		if err != nil {
+			return err
+		}
+		res, err := ins.ExecContext(ctx, c.ID, c.Tenant, c.Env, c.UserID, c.Title, millis(c.CreatedAt))
 		if err != nil {
 			return constraint(err)
 		}
@@ -29,8 +36,7 @@ func (s *Store) CreateConversation(ctx context.Context, c store.Conversation) (s
 			stored.CreatedAt = fromMillis(millis(c.CreatedAt))
 			return nil
 		}
-		stored, err = scanConversation(tx.QueryRowContext(ctx, `SELECT `+conversationColumns+` FROM conversations
-			WHERE id = ?`, c.ID))
+		stored, err = scanConversation(tx.QueryRowContext(ctx, getConversation, c.ID))
 		if err != nil {
 			return err
 		}
@@ -45,10 +51,18 @@ func (s *Store) CreateConversation(ctx context.Context, c store.Conversation) (s
 	return stored, created, nil
 }
 
-// GetConversation implements store.Store.
+// getConversation reads one conversation by its ID.
+const getConversation = `SELECT ` + conversationColumns + ` FROM conversations WHERE id = ?`
+
+// GetConversation implements store.Store. The gateway looks a conversation
+// up on its first model call (then caches it), the control plane on most
+// requests about one, so its query is prepared once.
 func (s *Store) GetConversation(ctx context.Context, id string) (store.Conversation, error) {
-	c, err := scanConversation(s.reader.QueryRowContext(ctx, `SELECT `+conversationColumns+` FROM conversations
-		WHERE id = ?`, id))
+	st, err := s.readStmt(ctx, getConversation)
+	if err != nil {
+		return store.Conversation{}, fmt.Errorf("sqlite: get conversation %s: %w", id, err)
+	}
+	c, err := scanConversation(st.QueryRowContext(ctx, id))
 	if err != nil {
 		return store.Conversation{}, fmt.Errorf("sqlite: get conversation %s: %w", id, notFound(err))
 	}

@@ -23,8 +23,8 @@ import (
 
 // Options configures Open. A nil *Options is the zero Options.
 type Options struct {
-	// Logger receives the store's few log lines (migrations applied). Nil
-	// means don't log.
+	// Logger receives the store's few log lines (migrations applied,
+	// checkpoints failing or forced). Nil means don't log.
 	Logger *slog.Logger
 }
 
@@ -45,10 +45,19 @@ const busyTimeout = 5000
 // the same reason. Reads go through reader, a small pool of query-only
 // connections that WAL lets run beside the writer. An in-memory database
 // lives and dies with its one connection, so there reader is writer.
+//
+// No connection checkpoints the WAL on its own (wal_autocheckpoint=0): for a
+// file database ckpt does it in the background, on a third connection (see
+// checkpoint.go). Hot paths run statements prepared once, from writeStmts
+// and readStmts (see stmt.go).
 type Store struct {
 	writer *sql.DB
 	reader *sql.DB
+	ckpt   *checkpointer // nil for :memory:, which has no WAL
 	log    *slog.Logger
+
+	writeStmts *stmtCache // on writer
+	readStmts  *stmtCache // on reader; writeStmts when reader is writer
 }
 
 var _ store.Store = (*Store)(nil)
@@ -77,7 +86,7 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 
 	s := &Store{log: o.Logger}
 	var err error
-	s.writer, err = openDB(ctx, path, 1, "_txlock=immediate")
+	s.writer, err = openDB(ctx, path, 1, map[string]string{"_txlock": "immediate"})
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -85,15 +94,24 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		s.writer.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
+	s.writeStmts = newStmtCache(s.writer)
 	if memory {
-		s.reader = s.writer
+		s.reader, s.readStmts = s.writer, s.writeStmts
 		return s, nil
 	}
-	s.reader, err = openDB(ctx, path, maxReaders, "_query_only=1")
+	s.reader, err = openDB(ctx, path, maxReaders, map[string]string{"_query_only": "1"})
 	if err != nil {
 		s.writer.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
+	s.readStmts = newStmtCache(s.reader)
+	s.ckpt, err = newCheckpointer(ctx, path, s.log)
+	if err != nil {
+		s.writer.Close()
+		s.reader.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.ckpt.start(checkpointInterval)
 	return s, nil
 }
 
@@ -114,14 +132,22 @@ func create(path string) error {
 // openDB opens a pool of at most conns connections to path, each set up by
 // the DSN parameters: WAL, busy_timeout, foreign keys, synchronous=NORMAL
 // (durable across a crash of the process; a power loss may lose the last
-// transactions, never corrupt), plus extra.
-func openDB(ctx context.Context, path string, conns int, extra string) (*sql.DB, error) {
+// transactions, never corrupt), no automatic checkpoints (the Store's
+// checkpointer does them), plus extra, whose values replace these.
+func openDB(ctx context.Context, path string, conns int, extra map[string]string) (*sql.DB, error) {
 	q := url.Values{}
 	q.Set("_busy_timeout", fmt.Sprint(busyTimeout))
 	q.Set("_journal_mode", "WAL")
 	q.Set("_foreign_keys", "1")
 	q.Set("_synchronous", "NORMAL")
-	db, err := sql.Open("sqlite", path+"?"+q.Encode()+"&"+extra)
+	// Only a connection that commits a write ever checkpoints
+	// automatically, so this matters for the writer; the others get it
+	// too so that no connection of the Store does.
+	q.Set("_pragma", "wal_autocheckpoint(0)")
+	for k, v := range extra {
+		q.Set(k, v)
+	}
+	db, err := sql.Open("sqlite", path+"?"+q.Encode())
 	if err != nil {
 		return nil, err
 	}
@@ -136,11 +162,22 @@ func openDB(ctx context.Context, path string, conns int, extra string) (*sql.DB,
 	return db, nil
 }
 
-// Close closes the database.
+// Close closes the database. It stops the checkpointer first and checkpoints
+// the whole WAL last (see checkpointer.close).
 func (s *Store) Close() error {
-	err := s.writer.Close()
+	if s.ckpt != nil {
+		s.ckpt.stop()
+	}
+	err := s.writeStmts.close()
+	if s.readStmts != s.writeStmts {
+		err = errors.Join(err, s.readStmts.close())
+	}
+	err = errors.Join(err, s.writer.Close())
 	if s.reader != s.writer {
 		err = errors.Join(err, s.reader.Close())
+	}
+	if s.ckpt != nil {
+		err = errors.Join(err, s.ckpt.close())
 	}
 	if err != nil {
 		return fmt.Errorf("sqlite: close: %w", err)
@@ -148,7 +185,8 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// tx runs f in a write transaction and commits it when f returns nil.
+// tx runs f in a write transaction and commits it when f returns nil. In f,
+// take prepared statements from txStmt, never writeStmt (see stmt.go).
 func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
@@ -158,7 +196,11 @@ func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
 		tx.Rollback()
 		return err
 	}
-	return tx.Commit()
+	err = tx.Commit()
+	// The writer's connection is free again: prepare what txStmt could
+	// not (only ever the first use of a query).
+	s.writeStmts.prepareWanted(ctx)
+	return err
 }
 
 // constraint maps a violated constraint to the store's sentinel errors:

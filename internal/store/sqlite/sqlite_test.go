@@ -3,6 +3,7 @@ package sqlite
 import (
 	"bytes"
 	"database/sql"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -192,13 +193,17 @@ func TestPersistence(t *testing.T) {
 func TestPragmas(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "talkide.db"))
 	want := map[string]string{
-		"journal_mode": "wal",
-		"busy_timeout": "5000",
-		"foreign_keys": "1",
-		"synchronous":  "1", // NORMAL
+		"journal_mode":       "wal",
+		"busy_timeout":       "5000",
+		"foreign_keys":       "1",
+		"synchronous":        "1", // NORMAL
+		"wal_autocheckpoint": "0", // the checkpointer's job
 	}
-	for pool, db := range map[string]*sql.DB{"writer": s.writer, "reader": s.reader} {
+	for pool, db := range map[string]*sql.DB{"writer": s.writer, "reader": s.reader, "checkpointer": s.ckpt.db} {
 		for pragma, w := range want {
+			if pool == "checkpointer" && pragma == "busy_timeout" {
+				w = fmt.Sprint(forcedTimeout)
+			}
 			var got string
 			if err := db.QueryRowContext(t.Context(), "PRAGMA "+pragma).Scan(&got); err != nil {
 				t.Fatalf("%s: PRAGMA %s: %v", pool, pragma, err)

@@ -4,6 +4,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -29,6 +30,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"Conversations":     testConversations,
 		"ConversationList":  testConversationList,
 		"Usage":             testUsage,
+		"UsageBatch":        testUsageBatch,
+		"UsageBatchOrders":  testUsageBatchOrders,
 		"Reports":           testReports,
 		"ReportsTenantEnvs": testReportsTenantEnvs,
 		"ReportsRoundTrip":  testReportsRoundTrip,
@@ -434,6 +437,107 @@ func testUsage(t *testing.T, s store.Store) {
 				checkUTC(t, "ListUsage", u.StartedAt)
 			}
 		})
+	}
+}
+
+// storedUsage is u as a store returns it.
+func storedUsage(u store.UsageRecord) store.UsageRecord {
+	u.StartedAt = ms(u.StartedAt)
+	u.Duration = u.Duration.Truncate(time.Microsecond)
+	return u
+}
+
+func testUsageBatch(t *testing.T, s store.Store) {
+	ctx := t.Context()
+
+	// An empty batch does nothing.
+	must(t, s.RecordUsages(ctx, nil))
+	must(t, s.RecordUsages(ctx, []store.UsageRecord{}))
+
+	// A batch that fails stores nothing.
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.RecordUsages(cancelled, []store.UsageRecord{usage("r-never", "c1", 0)}); err == nil {
+		t.Error("RecordUsages with a cancelled context succeeded")
+	}
+
+	// Within one batch the first record of an ID counts; usage needs no
+	// stored env, user or conversation.
+	dupInBatch := usage("r-1", "c1", time.Hour)
+	dupInBatch.OutputTokens = 1
+	must(t, s.RecordUsages(ctx, []store.UsageRecord{
+		usage("r-2", "c1", time.Minute),
+		usage("r-1", "c1", 0),
+		dupInBatch,
+		usage("r-other", "c2", 0),
+	}))
+	// Across batches, and between RecordUsage and RecordUsages, a known ID
+	// changes nothing.
+	dupAcross := usage("r-2", "c1", time.Hour)
+	dupAcross.InputTokens = 1
+	must(t, s.RecordUsages(ctx, []store.UsageRecord{dupAcross, usage("r-3", "c1", 2*time.Minute)}))
+	single := usage("r-3", "c1", time.Hour)
+	single.Status = 500
+	must(t, s.RecordUsage(ctx, single))
+	must(t, s.RecordUsage(ctx, usage("r-4", "c1", 3*time.Minute)))
+	again := usage("r-4", "c1", time.Hour)
+	again.Model = "other"
+	must(t, s.RecordUsages(ctx, []store.UsageRecord{again}))
+
+	want := []store.UsageRecord{
+		storedUsage(usage("r-1", "c1", 0)),
+		storedUsage(usage("r-2", "c1", time.Minute)),
+		storedUsage(usage("r-3", "c1", 2*time.Minute)),
+		storedUsage(usage("r-4", "c1", 3*time.Minute)),
+	}
+	got, err := s.ListUsage(ctx, "c1")
+	must(t, err)
+	if diff := cmp.Diff(want, got, opts); diff != "" {
+		t.Errorf("ListUsage(c1) (-want +got):\n%s", diff)
+	}
+	got, err = s.ListUsage(ctx, "c2")
+	must(t, err)
+	if diff := cmp.Diff([]store.UsageRecord{storedUsage(usage("r-other", "c2", 0))}, got, opts); diff != "" {
+		t.Errorf("ListUsage(c2) (-want +got):\n%s", diff)
+	}
+}
+
+// testUsageBatchOrders sends large batches of the same usage records at
+// once, half of them in the opposite order: overlapping batches must not
+// deadlock, and each record is stored once.
+func testUsageBatchOrders(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const (
+		workers = 8
+		nrecs   = 300
+	)
+	var batch []store.UsageRecord
+	for i := range nrecs {
+		batch = append(batch, usage(fmt.Sprintf("r%03d", i), "c1", time.Duration(i)*time.Millisecond))
+	}
+	reversed := slices.Clone(batch)
+	slices.Reverse(reversed)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			us := batch
+			if w%2 == 1 {
+				us = reversed
+			}
+			if err := s.RecordUsages(ctx, us); err != nil {
+				t.Errorf("RecordUsages: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	got, err := s.ListUsage(ctx, "c1")
+	must(t, err)
+	var want []store.UsageRecord
+	for _, u := range batch {
+		want = append(want, storedUsage(u))
+	}
+	if diff := cmp.Diff(want, got, opts); diff != "" {
+		t.Errorf("ListUsage (-want +got):\n%s", diff)
 	}
 }
 

@@ -1,0 +1,213 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/talkide/platform/internal/store"
+)
+
+// Usage records are written off the call's path: finish hands each record
+// to the gateway's recorder and returns, and a writer goroutine stores the
+// records in batches. What charges a call is the budget ledger, settled on
+// its own (budgets.md); the usage record may appear shortly after the call
+// ended.
+
+const (
+	// recordBatch is the most records one store write takes.
+	recordBatch = 256
+	// recordQueue is how many records may wait for the writer. A call
+	// that finds the queue full waits for room: a record is never dropped
+	// for want of memory.
+	recordQueue = 4096
+	// recordRetryFor is how long a failing write is retried before its
+	// records are logged as lost, as the budget's settlements are.
+	recordRetryFor = time.Minute
+	// recordTimeout bounds one attempt to write a batch.
+	recordTimeout = 10 * time.Second
+)
+
+// pending is a usage record waiting to be written, with its log line.
+type pending struct {
+	ctx   context.Context // the call's, without its cancellation: for the log line only
+	rec   store.UsageRecord
+	attrs []any
+}
+
+// recorder writes usage records in the background. Its writer goroutine
+// runs only while there is something to write: add starts one when none
+// runs, and it exits when the queue is empty. So an idle gateway holds no
+// goroutine, and one that is never closed leaks none.
+type recorder struct {
+	store Store
+	log   *slog.Logger
+	// Set by newRecorder to the constants above; tests change them before
+	// the gateway serves.
+	batch    int           // the most records per write
+	limit    int           // the most records queued
+	retryFor time.Duration // how long a failing write is retried
+
+	bg   context.Context // the writer's; close cancels it, which ends its retries
+	stop context.CancelFunc
+
+	mu      sync.Mutex
+	queue   []pending     // guarded by mu; handed in, not yet taken by the writer
+	running bool          // guarded by mu; a writer goroutine runs
+	closed  bool          // guarded by mu; add writes at once
+	waiting int           // guarded by mu; calls waiting for room in the queue
+	handed  uint64        // guarded by mu; records ever queued
+	done    uint64        // guarded by mu; of those, written or given up, in queue order
+	changed chan struct{} // guarded by mu; closed and replaced by signal
+}
+
+func newRecorder(st Store, log *slog.Logger) *recorder {
+	bg, stop := context.WithCancel(context.Background())
+	return &recorder{
+		store: st, log: log,
+		batch: recordBatch, limit: recordQueue, retryFor: recordRetryFor,
+		bg: bg, stop: stop,
+		changed: make(chan struct{}),
+	}
+}
+
+// signal wakes everyone waiting for the recorder's state to change: calls
+// waiting for room, Flush, close. r.mu must be held.
+func (r *recorder) signal() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// wait releases r.mu until the next signal. r.mu must be held; it is held
+// again when wait returns.
+func (r *recorder) wait(ctx context.Context) error {
+	ch := r.changed
+	r.mu.Unlock()
+	defer r.mu.Lock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// add hands p to the writer. It waits while the queue is full. After close
+// it writes p itself before it returns.
+func (r *recorder) add(p pending) {
+	r.mu.Lock()
+	if !r.closed && len(r.queue) >= r.limit {
+		r.waiting++
+		r.signal() // whoever watches waiting (a test) sees it change
+		for !r.closed && len(r.queue) >= r.limit {
+			r.wait(context.Background())
+		}
+		r.waiting--
+	}
+	if r.closed {
+		r.mu.Unlock()
+		r.write(context.Background(), []pending{p})
+		return
+	}
+	r.queue = append(r.queue, p)
+	r.handed++
+	if !r.running {
+		r.running = true
+		go r.run()
+	}
+	r.mu.Unlock()
+}
+
+// run writes the queue, a batch at a time, until it is empty.
+func (r *recorder) run() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.queue) > 0 {
+		n := min(len(r.queue), r.batch)
+		b := r.queue[:n:n]
+		r.queue = r.queue[n:]
+		if len(r.queue) == 0 {
+			r.queue = nil
+		}
+		r.signal() // there is room
+		r.mu.Unlock()
+		r.write(r.bg, b)
+		r.mu.Lock()
+		r.done += uint64(n)
+		r.signal()
+	}
+	r.running = false
+	r.signal()
+}
+
+// write stores b, retrying with backoff for up to retryFor or until ctx
+// ends, and then logs each record's line: the call, or its loss.
+func (r *recorder) write(ctx context.Context, b []pending) {
+	us := make([]store.UsageRecord, len(b))
+	for i, p := range b {
+		us[i] = p.rec
+	}
+	wait := 50 * time.Millisecond
+	deadline := time.Now().Add(r.retryFor)
+	for {
+		actx, cancel := context.WithTimeout(ctx, recordTimeout)
+		err := r.store.RecordUsages(actx, us)
+		cancel()
+		if err == nil {
+			for _, p := range b {
+				r.log.InfoContext(p.ctx, "gateway: call", p.attrs...)
+			}
+			return
+		}
+		if ctx.Err() != nil || !time.Now().Before(deadline) {
+			for _, p := range b {
+				r.log.ErrorContext(p.ctx, "gateway: usage record lost", append(p.attrs, "record_err", err.Error())...)
+			}
+			return
+		}
+		r.log.Warn("gateway: record usage, retrying", "records", len(b), "first_id", b[0].rec.ID, "err", err.Error())
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// flush waits until every record queued before it was called is written or
+// given up, or ctx ends.
+func (r *recorder) flush(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	target := r.handed
+	for r.done < target {
+		if err := r.wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close makes add write at once from now on, and waits until the queue is
+// written or ctx ends. When ctx ends first the writer stops retrying: what
+// it has not written then is logged as lost. close returns when the writer
+// goroutine has exited.
+func (r *recorder) close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	r.signal() // calls waiting for room write at once now
+	r.mu.Unlock()
+	err := r.flush(ctx)
+	// Nothing is queued any more, or ctx ended: then the writer's retries
+	// end, and what it has not written it logs as lost.
+	r.stop()
+	r.mu.Lock()
+	for r.running {
+		r.wait(context.Background())
+	}
+	r.mu.Unlock()
+	return err
+}
