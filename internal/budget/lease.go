@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -93,6 +94,8 @@ type slice struct {
 	granted   amount        // guarded by mu; what the reservation holds, as of the last write
 	inFlight  amount        // guarded by mu; the estimates of the calls admitted and not settled
 	calls     int           // guarded by mu; those calls
+	waiting   amount        // guarded by mu; what the calls waiting for a growth need
+	lastNeed  amount        // guarded by mu; the estimate of the last call admitted
 	unwritten amount        // guarded by mu; the costs of settled calls not in the ledger yet
 	expires   time.Time     // guarded by mu; the reservation's expiry
 	used      time.Time     // guarded by mu; the last admission (monotonic clock)
@@ -144,12 +147,15 @@ func (s *Service) sliceFor(key sliceKey, limits []Limit) *slice {
 	return l
 }
 
+// sameLimits compares two sets of limits, in any order (the cache and the
+// store order them differently). Limits of one subject and kind are
+// unique, and a call has a handful.
 func sameLimits(a, b []Limit) bool {
 	if len(a) != len(b) {
 		return false
 	}
-	for i := range a {
-		if a[i] != b[i] {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
 			return false
 		}
 	}
@@ -172,6 +178,7 @@ func (s *Service) reserveFromSlice(ctx context.Context, h *Hold, limits []Limit)
 		case l.room().covers(need) && l.usable(now, s.o.ReservationTTL):
 			l.inFlight = l.inFlight.plus(need)
 			l.calls++
+			l.lastNeed = need
 			l.used = time.Now()
 			// Grow ahead of need when what is left would not admit half
 			// a slice's calls more than are in flight: the growth then
@@ -189,11 +196,19 @@ func (s *Service) reserveFromSlice(ctx context.Context, h *Hold, limits []Limit)
 			return h, nil
 		case l.growing != nil:
 			ch := l.growing
+			l.waiting = l.waiting.plus(need)
 			l.mu.Unlock()
+			var err error
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				return nil, fmt.Errorf("budget: reserve %s: %w", c.ID, ctx.Err())
+				err = fmt.Errorf("budget: reserve %s: %w", c.ID, ctx.Err())
+			}
+			l.mu.Lock()
+			l.waiting = l.waiting.minus(need)
+			l.mu.Unlock()
+			if err != nil {
+				return nil, err
 			}
 			continue
 		}
@@ -236,15 +251,18 @@ func (s *Service) grow(ctx context.Context, l *slice, need amount) error {
 	l.write.Lock()
 	defer l.write.Unlock()
 	l.mu.Lock()
-	granted, exposure, calls := l.granted, l.inFlight.plus(l.unwritten), l.calls
+	granted, exposure, waiting := l.granted, l.inFlight.plus(l.unwritten), l.waiting
 	short := need.minus(l.room()).floor()
-	l.mu.Unlock()
 	perCall := need
-	if perCall.zero() && calls > 0 {
-		perCall = amount{exposure.cost / Money(calls), exposure.tokens / int64(calls)}
+	if perCall.zero() {
+		perCall = l.lastNeed
 	}
+	l.mu.Unlock()
+	// The slack: room for LeaseCalls more calls, or as much as is in
+	// flight, and for the calls that arrived while the slice was growing,
+	// so that a burst of calls costs a growth or two, not one per doubling.
 	n := int64(s.o.LeaseCalls)
-	want := amount{max(perCall.cost*Money(n), exposure.cost), max(perCall.tokens*n, exposure.tokens)}
+	want := amount{max(perCall.cost*Money(n), exposure.cost), max(perCall.tokens*n, exposure.tokens)}.plus(waiting)
 
 	now := s.now()
 	subjects := []Subject{User(l.key.user), Tenant(l.key.tenant), Env(l.key.tenant, l.key.env)}

@@ -165,3 +165,48 @@ func TestLimitReadStale(t *testing.T) {
 		t.Error("a call after SetLimit was admitted under the limits read before it")
 	}
 }
+
+// TestLimitReadAhead: limits past half their time in the cache are read
+// again in the background; the call that notices does not wait for it,
+// and the calls after it get what the read found.
+func TestLimitReadAhead(t *testing.T) {
+	e := newEnv(t, budget.Options{})
+	u1 := budget.User("u1")
+	e.limit(t, budget.Limit{Subject: u1, Kind: budget.Concurrent, Max: 1000})
+	gs := &gatedStore{Store: e.store, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	svc := budget.New(gs, testPrices, &budget.Options{Now: e.clock.Now, LimitCacheTTL: time.Minute, LeaseCalls: -1})
+	t.Cleanup(func() { svc.Close(context.Background()) })
+
+	first := make(chan error)
+	go func() { _, err := svc.Reserve(t.Context(), call("u1")); first <- err }()
+	<-gs.entered
+	gs.release <- struct{}{} // the first read, which the call waits for
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	// Lowered through another process: this one learns it from the store.
+	if err := e.store.PutBudgetLimit(t.Context(), budget.Limit{Subject: u1, Kind: budget.Concurrent, Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Add(40 * time.Second)
+	if _, err := svc.Reserve(t.Context(), call("u1")); err != nil {
+		t.Fatalf("the call that starts the read ahead: %v", err) // admitted under the cached limit, without waiting
+	}
+	<-gs.entered
+	close(gs.release)
+	// The read ahead fills the cache; soon a call is refused by the new limit.
+	for {
+		_, err := svc.Reserve(t.Context(), call("u1"))
+		if d, ok := errors.AsType[*budget.Denial](err); ok && d.Limit.Max == 1 {
+			break
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal("the limit read ahead never applied")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if n := gs.reads.Load(); n != 2 {
+		t.Errorf("%d reads of the limits, want 2 (the first, the one ahead)", n)
+	}
+}

@@ -278,23 +278,36 @@ func (s *Service) extend(ctx context.Context, h *Hold, cost Money) error {
 
 // cachedLimits returns the limits of subjects, from the cache when fresh.
 // Those of the subjects it lacks are read from the store, in one read that
-// concurrent callers lacking the same subjects share (limitcache.go).
+// concurrent callers lacking the same subjects share (limitcache.go); those
+// past half their time in the cache are read again in the background.
 func (s *Service) cachedLimits(ctx context.Context, subjects []Subject, now time.Time) ([]Limit, error) {
 	var (
-		out     []Limit
-		missing []Subject
+		out            []Limit
+		missing, stale []Subject
 	)
+	ttl := s.o.LimitCacheTTL
 	s.mu.Lock()
 	for _, sub := range subjects {
 		c, ok := s.limits[sub]
-		if ok && s.o.LimitCacheTTL > 0 && now.Sub(c.at) < s.o.LimitCacheTTL {
-			out = append(out, c.limits...)
-		} else {
+		age := now.Sub(c.at)
+		switch {
+		case !ok || ttl <= 0 || age >= ttl:
 			missing = append(missing, sub)
+		case age >= ttl/2:
+			stale = append(stale, sub)
+			fallthrough
+		default:
+			out = append(out, c.limits...)
 		}
 	}
 	if len(missing) == 0 {
-		s.mu.Unlock()
+		if len(stale) > 0 {
+			// Read again ahead of expiry, in the background: a busy
+			// subject's calls never wait for its limits.
+			s.startLimitRead(ctx, stale, now) // unlocks s.mu
+		} else {
+			s.mu.Unlock()
+		}
 		return out, nil
 	}
 	r := s.startLimitRead(ctx, missing, now) // unlocks s.mu
