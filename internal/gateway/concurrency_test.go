@@ -58,9 +58,17 @@ func fixedUsageUpstream() http.Handler {
 // for calls in flight by its Retry-After.
 var noon = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-func concurrencyOptions() *budget.Options {
-	return &budget.Options{Now: func() time.Time { return noon }, InFlightRetry: inFlightRA * time.Second}
+func concurrencyOptions(leaseCalls int) *budget.Options {
+	return &budget.Options{Now: func() time.Time { return noon }, InFlightRetry: inFlightRA * time.Second, LeaseCalls: leaseCalls}
 }
+
+// admissions are the ways the budget service admits calls: a reservation
+// per call, slices as configured by default, and slices of one call's room
+// (a growth nearly every call: the most admissions racing in the store).
+var admissions = []struct {
+	name       string
+	leaseCalls int
+}{{"PerCall", -1}, {"Slices", 0}, {"SmallSlices", 1}}
 
 // hammer fires callers concurrent clients for convA's user at the gateways,
 // round robin. Each sends calls until it is refused for good (a Retry-After
@@ -165,42 +173,50 @@ func checkSpend(t *testing.T, svcs []*budget.Service, limit budget.Money, succee
 func limitFor(n int) budget.Money { return budget.Money(n)*callCost + callCost/2 }
 
 func TestConcurrentSQLite(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), t.TempDir()+"/cp.db", nil)
-	if err != nil {
-		t.Fatal(err)
+	for _, a := range admissions {
+		t.Run(a.name, func(t *testing.T) {
+			st, err := sqlite.Open(t.Context(), t.TempDir()+"/cp.db", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			svc := budget.New(st, testPrices(t), concurrencyOptions(a.leaseCalls))
+			t.Cleanup(func() { svc.Close(context.Background()) })
+			limit := limitFor(40)
+			if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User(convA.UserID), Kind: budget.SpendPerDay, Max: int64(limit)}); err != nil {
+				t.Fatal(err)
+			}
+			h := newHarness(t, fixedUsageUpstream(), &Options{Budget: svc})
+			checkSpend(t, []*budget.Service{svc}, limit, hammer(t, []*harness{h}))
+		})
 	}
-	t.Cleanup(func() { st.Close() })
-	svc := budget.New(st, testPrices(t), concurrencyOptions())
-	t.Cleanup(func() { svc.Close(context.Background()) })
-	limit := limitFor(40)
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User(convA.UserID), Kind: budget.SpendPerDay, Max: int64(limit)}); err != nil {
-		t.Fatal(err)
-	}
-	h := newHarness(t, fixedUsageUpstream(), &Options{Budget: svc})
-	checkSpend(t, []*budget.Service{svc}, limit, hammer(t, []*harness{h}))
 }
 
 func TestConcurrentPostgresTwoGateways(t *testing.T) {
-	url := pgtest.URL(t)
-	var (
-		hs   []*harness
-		svcs []*budget.Service
-	)
-	up := fixedUsageUpstream()
-	for range 2 {
-		st, err := postgres.Open(t.Context(), url, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		svc := budget.New(st, testPrices(t), concurrencyOptions())
-		t.Cleanup(func() { svc.Close(context.Background()) })
-		svcs = append(svcs, svc)
-		hs = append(hs, newHarness(t, up, &Options{Budget: svc}))
+	for _, a := range admissions {
+		t.Run(a.name, func(t *testing.T) {
+			url := pgtest.URL(t) // a database of its own
+			var (
+				hs   []*harness
+				svcs []*budget.Service
+			)
+			up := fixedUsageUpstream()
+			for range 2 {
+				st, err := postgres.Open(t.Context(), url, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { st.Close() })
+				svc := budget.New(st, testPrices(t), concurrencyOptions(a.leaseCalls))
+				t.Cleanup(func() { svc.Close(context.Background()) })
+				svcs = append(svcs, svc)
+				hs = append(hs, newHarness(t, up, &Options{Budget: svc}))
+			}
+			limit := limitFor(60)
+			if err := svcs[0].SetLimit(t.Context(), budget.Limit{Subject: budget.User(convA.UserID), Kind: budget.SpendPerDay, Max: int64(limit)}); err != nil {
+				t.Fatal(err)
+			}
+			checkSpend(t, svcs, limit, hammer(t, hs))
+		})
 	}
-	limit := limitFor(60)
-	if err := svcs[0].SetLimit(t.Context(), budget.Limit{Subject: budget.User(convA.UserID), Kind: budget.SpendPerDay, Max: int64(limit)}); err != nil {
-		t.Fatal(err)
-	}
-	checkSpend(t, svcs, limit, hammer(t, hs))
 }
