@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -370,14 +369,7 @@ func TestLogs(t *testing.T) {
 			t.Errorf("log holds a secret %.16q…", secret)
 		}
 	}
-	var lines []map[string]any
-	for line := range strings.Lines(out) {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", line)
-		}
-		lines = append(lines, m)
-	}
+	lines := logLines(t, out)
 	if len(lines) != len(calls) {
 		t.Errorf("%d log lines for %d calls:\n%s", len(lines), len(calls), out)
 	}
