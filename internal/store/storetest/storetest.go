@@ -507,29 +507,15 @@ func testUsageBatch(t *testing.T, s store.Store) {
 // deadlock, and each record is stored once.
 func testUsageBatchOrders(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	const (
-		workers = 8
-		nrecs   = 300
-	)
 	var batch []store.UsageRecord
-	for i := range nrecs {
+	for i := range 300 {
 		batch = append(batch, usage(fmt.Sprintf("r%03d", i), "c1", time.Duration(i)*time.Millisecond))
 	}
-	reversed := slices.Clone(batch)
-	slices.Reverse(reversed)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			us := batch
-			if w%2 == 1 {
-				us = reversed
-			}
-			if err := s.RecordUsages(ctx, us); err != nil {
-				t.Errorf("RecordUsages: %v", err)
-			}
-		})
-	}
-	wg.Wait()
+	inOpposingOrders(batch, func(us []store.UsageRecord) {
+		if err := s.RecordUsages(ctx, us); err != nil {
+			t.Errorf("RecordUsages: %v", err)
+		}
+	})
 	got, err := s.ListUsage(ctx, "c1")
 	must(t, err)
 	var want []store.UsageRecord
@@ -539,6 +525,27 @@ func testUsageBatchOrders(t *testing.T, s store.Store) {
 	if diff := cmp.Diff(want, got, opts); diff != "" {
 		t.Errorf("ListUsage (-want +got):\n%s", diff)
 	}
+}
+
+// opposingWorkers is how many goroutines inOpposingOrders sends from.
+const opposingWorkers = 8
+
+// inOpposingOrders calls send with batch from opposingWorkers goroutines at
+// once, every other one with batch reversed, and waits for them.
+func inOpposingOrders[T any](batch []T, send func([]T)) {
+	reversed := slices.Clone(batch)
+	slices.Reverse(reversed)
+	var wg sync.WaitGroup
+	for w := range opposingWorkers {
+		wg.Go(func() {
+			if w%2 == 1 {
+				send(reversed)
+			} else {
+				send(batch)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func report(key, conv string, d time.Duration) contract.Report {
@@ -763,44 +770,30 @@ func testConcurrent(t *testing.T, s store.Store) {
 // overlap must not deadlock.
 func testConcurrentOrders(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	const (
-		workers = 8
-		nkeys   = 300
-	)
+	const nkeys = 300
 	var batch []contract.Report
 	for i := range nkeys {
 		batch = append(batch, report(fmt.Sprintf("k%03d", i), "c1", time.Duration(i)*time.Millisecond))
 	}
-	reversed := slices.Clone(batch)
-	slices.Reverse(reversed)
-
 	var (
-		wg       sync.WaitGroup
 		mu       sync.Mutex // guards accepted
 		accepted int
 	)
-	for w := range workers {
-		wg.Go(func() {
-			rs := batch
-			if w%2 == 1 {
-				rs = reversed
-			}
-			a, d, err := s.AddReports(ctx, "acme", "prod", rs, at(time.Hour))
-			if err != nil {
-				t.Errorf("AddReports: %v", err)
-				return
-			}
-			if a+d != nkeys {
-				t.Errorf("AddReports: accepted %d + duplicates %d, want %d in all", a, d, nkeys)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			accepted += a
-		})
-	}
-	wg.Wait()
+	inOpposingOrders(batch, func(rs []contract.Report) {
+		a, d, err := s.AddReports(ctx, "acme", "prod", rs, at(time.Hour))
+		if err != nil {
+			t.Errorf("AddReports: %v", err)
+			return
+		}
+		if a+d != nkeys {
+			t.Errorf("AddReports: accepted %d + duplicates %d, want %d in all", a, d, nkeys)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		accepted += a
+	})
 	if accepted != nkeys {
-		t.Errorf("AddReports from %d workers: accepted %d, want %d", workers, accepted, nkeys)
+		t.Errorf("AddReports from %d workers: accepted %d, want %d", opposingWorkers, accepted, nkeys)
 	}
 }
 
