@@ -8,3 +8,6 @@ func SetReportPage(t *testing.T, n int) {
 	reportPage = n
 	t.Cleanup(func() { reportPage = old })
 }
+
+// WaitGrowths waits for the slices growing in the background.
+func (s *Service) WaitGrowths() { s.growers.Wait() }

@@ -195,39 +195,48 @@ func (s *Service) drain(q *settleQueue) {
 
 // writeBatch stores ledger entries, retrying with backoff for about a
 // minute or until ctx ends. The entries of a slice's calls move their cost
-// from the slice to the ledger.
+// from the slice to the ledger. A batch of several that fails is written
+// again entry by entry, so that one entry the store refuses neither holds
+// up nor loses the others.
 func (s *Service) writeBatch(ctx context.Context, l *slice, es []Entry) {
-	var sum amount
-	for _, e := range es {
-		sum = sum.plus(amount{e.Cost, e.Usage.Tokens()})
+	if len(es) > 1 {
+		actx, cancel := context.WithTimeout(ctx, settleAttempt)
+		applied, err := s.writeOnce(actx, l, es)
+		cancel()
+		if err == nil {
+			s.written(es, applied)
+			return
+		}
+		s.log.Warn("budget: settlement batch failed; writing its entries one by one", "batch", BatchName(es, nil), "err", err.Error())
+		var failed []Entry
+		for _, e := range es {
+			one := []Entry{e}
+			actx, cancel := context.WithTimeout(ctx, settleAttempt)
+			applied, err := s.writeOnce(actx, l, one)
+			cancel()
+			if err != nil {
+				failed = append(failed, e)
+				continue
+			}
+			s.written(one, applied)
+		}
+		for _, e := range failed { // the good ones first, then the retries
+			s.writeBatch(ctx, l, []Entry{e})
+		}
+		return
 	}
 	wait := 50 * time.Millisecond
 	deadline := time.Now().Add(time.Minute)
 	for {
 		actx, cancel := context.WithTimeout(ctx, settleAttempt)
-		applied, err := s.writeOnce(actx, l, es, sum)
+		applied, err := s.writeOnce(actx, l, es)
 		cancel()
 		if err == nil {
-			if s.o.Settled != nil {
-				for i, e := range es {
-					if applied[i] {
-						s.o.Settled(e)
-					}
-				}
-			}
+			s.written(es, applied)
 			return
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			if l != nil {
-				// Still held by the slice's reservation, which expires.
-				l.mu.Lock()
-				l.unwritten = l.unwritten.minus(sum)
-				l.mu.Unlock()
-			}
-			for _, e := range es {
-				s.log.Error("budget: settlement lost; the reservation will expire", "id", e.ID, "user", e.User,
-					"tenant", e.Tenant, "env", e.Env, "conversation", e.Conversation, "cost", e.Cost.String(), "err", err.Error())
-			}
+			s.lost(l, es, err)
 			return
 		}
 		s.log.Warn("budget: settle, retrying", "batch", BatchName(es, nil), "err", err.Error())
@@ -239,23 +248,66 @@ func (s *Service) writeBatch(ctx context.Context, l *slice, es []Entry) {
 	}
 }
 
-// writeOnce makes one attempt at writing es (whose costs sum to sum).
-func (s *Service) writeOnce(ctx context.Context, l *slice, es []Entry, sum amount) ([]bool, error) {
+// written calls Options.Settled for the entries the ledger did not hold.
+func (s *Service) written(es []Entry, applied []bool) {
+	if s.o.Settled == nil {
+		return
+	}
+	for i, e := range es {
+		if applied[i] {
+			s.o.Settled(e)
+		}
+	}
+}
+
+// lost gives up on es, whose last write failed with err.
+func (s *Service) lost(l *slice, es []Entry, err error) {
+	if l != nil {
+		// As if written: the slice admits nothing from their money (the
+		// write may have been committed, and then the reservation is
+		// smaller already), and its next write sets the reservation's
+		// size again.
+		sum := costs(es)
+		l.write.Lock()
+		l.mu.Lock()
+		l.granted = l.granted.minus(sum).floor()
+		l.unwritten = l.unwritten.minus(sum)
+		l.stale = true
+		l.mu.Unlock()
+		l.write.Unlock()
+	}
+	for _, e := range es {
+		s.log.Error("budget: settlement lost; the call goes uncharged", "id", e.ID, "user", e.User,
+			"tenant", e.Tenant, "env", e.Env, "conversation", e.Conversation, "cost", e.Cost.String(), "err", err.Error())
+	}
+}
+
+// costs sums what entries cost, in money and tokens.
+func costs(es []Entry) amount {
+	var sum amount
+	for _, e := range es {
+		sum = sum.plus(amount{e.Cost, e.Usage.Tokens()})
+	}
+	return sum
+}
+
+// writeOnce makes one attempt at writing es.
+func (s *Service) writeOnce(ctx context.Context, l *slice, es []Entry) ([]bool, error) {
 	if l == nil {
 		return s.store.SettleBudgetBatch(ctx, es, nil)
 	}
 	// The slice's reservation, written with its absolute size, shrinks by
 	// what the entries cost: their money is in the buckets from now on.
+	sum := costs(es)
 	l.write.Lock()
 	defer l.write.Unlock()
-	l.mu.Lock()
-	next := l.granted.minus(sum).floor()
-	l.mu.Unlock()
+	next := l.settledSize(sum)
 	applied, err := s.store.SettleBudgetBatch(ctx, es, &SliceSize{ID: l.id, Cost: next.cost, Tokens: next.tokens})
 	if err == nil {
 		l.mu.Lock()
 		l.granted = next
 		l.unwritten = l.unwritten.minus(sum)
+		l.stale = false
 		l.mu.Unlock()
 	}
 	return applied, err

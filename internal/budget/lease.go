@@ -49,6 +49,8 @@ const (
 	scarceIdle = 250 * time.Millisecond
 	// maxBatch bounds the settlements written in one transaction.
 	maxBatch = 256
+	// growTimeout bounds a growth in the background.
+	growTimeout = 10 * time.Second
 )
 
 // sliceable reports whether calls under limits can be admitted from a
@@ -83,7 +85,8 @@ type sliceKey struct{ user, tenant, env string }
 type slice struct {
 	id     string
 	key    sliceKey
-	limits []Limit // the limits it was reserved under
+	limits []Limit   // the limits it was reserved under
+	readAt time.Time // when those limits were read from the store
 
 	// write serialises the store writes of this slice (growing, settling,
 	// trimming): each writes the reservation's absolute size, computed
@@ -92,16 +95,25 @@ type slice struct {
 
 	mu        sync.Mutex
 	granted   amount        // guarded by mu; what the reservation holds, as of the last write
+	stale     bool          // guarded by mu; a write failed: the reservation may hold more than granted
 	inFlight  amount        // guarded by mu; the estimates of the calls admitted and not settled
 	calls     int           // guarded by mu; those calls
 	waiting   amount        // guarded by mu; what the calls waiting for a growth need
 	lastNeed  amount        // guarded by mu; the estimate of the last call admitted
 	unwritten amount        // guarded by mu; the costs of settled calls not in the ledger yet
 	expires   time.Time     // guarded by mu; the reservation's expiry
-	used      time.Time     // guarded by mu; the last admission (monotonic clock)
-	scarce    bool          // guarded by mu; the limits had little left when it last grew
+	used      time.Time     // guarded by mu; the last admission or growth
+	scarce    bool          // guarded by mu; the limits had less left than the last growth wanted
+	lastExtra amount        // guarded by mu; the slack the last growth got
 	retired   bool          // guarded by mu; admits nothing more
 	growing   chan struct{} // guarded by mu; closed when the growth under way ends
+	growGen   uint64        // guarded by mu; counts growths
+	// The refusal of the last growth a call asked for, with that growth's
+	// number and the call's need: the calls that waited for it and need
+	// as much are refused with it, instead of each asking the store again.
+	denial     *Denial // guarded by mu
+	denialGen  uint64  // guarded by mu
+	denialNeed amount  // guarded by mu
 
 	queue settleQueue // the settlements to write
 }
@@ -115,6 +127,16 @@ func (l *slice) usable(now time.Time, ttl time.Duration) bool {
 	return l.expires.Sub(now) > ttl/3
 }
 
+// admit counts a call needing need as in flight. Called with mu held.
+// Idleness is measured on the process's clock, not Options.Now: it is
+// about this process's activity, and tests fix Options.Now.
+func (l *slice) admit(need amount) {
+	l.inFlight = l.inFlight.plus(need)
+	l.calls++
+	l.lastNeed = need
+	l.used = time.Now()
+}
+
 func newReplicaID() string {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -123,14 +145,16 @@ func newReplicaID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// sliceFor returns the current slice of key, reserved under limits, making
-// a new one (retiring the old) when there is none or the limits changed.
-func (s *Service) sliceFor(key sliceKey, limits []Limit) *slice {
+// sliceFor returns the current slice of key, reserved under limits (read
+// at readAt), making a new one and retiring the old when there is none or
+// the limits changed. Limits read before those of the current slice do
+// not replace it: that call is admitted under the newer ones.
+func (s *Service) sliceFor(key sliceKey, limits []Limit, readAt time.Time) *slice {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l := s.slices[key]; l != nil {
 		l.mu.Lock()
-		ok := !l.retired && sameLimits(l.limits, limits)
+		ok := !l.retired && (sameLimits(l.limits, limits) || readAt.Before(l.readAt))
 		if !ok {
 			l.retired = true
 		}
@@ -140,11 +164,35 @@ func (s *Service) sliceFor(key sliceKey, limits []Limit) *slice {
 		}
 	}
 	s.sliceSeq++
-	l := &slice{id: fmt.Sprintf("slice-%s-%d", s.replica, s.sliceSeq), key: key, limits: limits}
+	l := &slice{id: fmt.Sprintf("slice-%s-%d", s.replica, s.sliceSeq), key: key, limits: limits, readAt: readAt}
 	l.queue.slice = l
 	s.slices[key] = l
 	s.sliceByID[l.id] = l
 	return l
+}
+
+// retireSlices retires the current slices whose subjects include one for
+// which match is true. Called with s.mu held.
+func (s *Service) retireSlices(match func(sliceKey) bool) {
+	for key, l := range s.slices {
+		if match(key) {
+			l.mu.Lock()
+			l.retired = true
+			l.mu.Unlock()
+			delete(s.slices, key)
+		}
+	}
+}
+
+// covers reports whether key's subjects include sub.
+func (key sliceKey) covers(sub Subject) bool {
+	switch sub.Scope {
+	case ScopeUser:
+		return key.user == sub.ID
+	case ScopeTenant:
+		return key.tenant == sub.ID
+	}
+	return Env(key.tenant, key.env) == sub
 }
 
 // sameLimits compares two sets of limits, in any order (the cache and the
@@ -162,13 +210,18 @@ func sameLimits(a, b []Limit) bool {
 	return true
 }
 
-// reserveFromSlice admits h's call from the slice of its subjects.
-func (s *Service) reserveFromSlice(ctx context.Context, h *Hold, limits []Limit) (*Hold, error) {
+// reserveFromSlice admits h's call from the slice of its subjects; limits
+// were read at readAt.
+func (s *Service) reserveFromSlice(ctx context.Context, h *Hold, limits []Limit, readAt time.Time) (*Hold, error) {
 	c := h.call
 	key := sliceKey{c.User, c.Tenant, c.Env}
 	need := amount{h.est.Cost, h.est.Tokens()}
+	admitted := func(l *slice) (*Hold, error) {
+		h.slice, h.reserved, h.tokens = l, need.cost, need.tokens
+		return h, nil
+	}
 	for {
-		l := s.sliceFor(key, limits)
+		l := s.sliceFor(key, limits, readAt)
 		now := s.now()
 		l.mu.Lock()
 		switch {
@@ -176,26 +229,27 @@ func (s *Service) reserveFromSlice(ctx context.Context, h *Hold, limits []Limit)
 			l.mu.Unlock()
 			continue
 		case l.room().covers(need) && l.usable(now, s.o.ReservationTTL):
-			l.inFlight = l.inFlight.plus(need)
-			l.calls++
-			l.lastNeed = need
-			l.used = time.Now()
+			l.admit(need)
 			// Grow ahead of need when what is left would not admit half
 			// a slice's calls more than are in flight: the growth then
 			// has several calls' time to finish before one waits for it.
+			// Not when the last growth found the limits nearly spent:
+			// another would add next to nothing.
 			low := !l.room().covers(need.times(int64(max(s.o.LeaseCalls/2, 1))).plus(l.inFlight))
-			refill := low && l.growing == nil
+			spent := l.scarce && !l.lastExtra.covers(need)
+			refill := low && !spent && l.growing == nil
 			if refill {
 				l.growing = make(chan struct{})
+				l.growGen++
+				s.growers.Add(1)
 			}
 			l.mu.Unlock()
 			if refill {
 				go s.growInBackground(l)
 			}
-			h.slice, h.reserved, h.tokens = l, need.cost, need.tokens
-			return h, nil
+			return admitted(l)
 		case l.growing != nil:
-			ch := l.growing
+			ch, gen := l.growing, l.growGen
 			l.waiting = l.waiting.plus(need)
 			l.mu.Unlock()
 			var err error
@@ -206,37 +260,55 @@ func (s *Service) reserveFromSlice(ctx context.Context, h *Hold, limits []Limit)
 			}
 			l.mu.Lock()
 			l.waiting = l.waiting.minus(need)
+			var d *Denial
+			if err == nil && l.denial != nil && l.denialGen == gen && need.covers(l.denialNeed) && !l.room().covers(need) {
+				copied := *l.denial
+				d = &copied
+			}
 			l.mu.Unlock()
 			if err != nil {
 				return nil, err
+			}
+			if d != nil {
+				return nil, d
 			}
 			continue
 		}
 		ch := make(chan struct{})
 		l.growing = ch
+		l.growGen++
+		gen := l.growGen
 		l.mu.Unlock()
-		err := s.grow(ctx, l, need)
+		ok, err := s.grow(ctx, l, need, true)
+		d, denied := errors.AsType[*Denial](err)
 		l.mu.Lock()
 		l.growing = nil
 		close(ch)
+		if denied {
+			l.denial, l.denialGen, l.denialNeed = d, gen, need
+		}
 		l.mu.Unlock()
-		if err != nil {
-			if _, ok := errors.AsType[*Denial](err); ok {
-				return nil, err
-			}
+		switch {
+		case denied:
+			return nil, err
+		case err != nil:
 			return nil, fmt.Errorf("budget: reserve %s: %w", c.ID, err)
+		case ok:
+			return admitted(l)
 		}
 	}
 }
 
-// growInBackground grows l ahead of need; l.growing is set. A refusal only
-// means the limits leave no more room for slack.
+// growInBackground grows l ahead of need; l.growing is set and counted in
+// s.growers. A refusal only means the limits leave no more room for
+// slack.
 func (s *Service) growInBackground(l *slice) {
-	ctx, cancel := context.WithTimeout(s.bg, settleAttempt)
-	err := s.grow(ctx, l, amount{})
+	defer s.growers.Done()
+	ctx, cancel := context.WithTimeout(s.bg, growTimeout)
+	_, err := s.grow(ctx, l, amount{}, false)
 	cancel()
 	if _, denied := errors.AsType[*Denial](err); err != nil && !denied && s.bg.Err() == nil {
-		s.log.Warn("budget: grow slice", "slice", l.id, "err", err.Error())
+		s.log.Warn("budget: grow slice", "slice", l.id, "user", l.key.user, "tenant", l.key.tenant, "env", l.key.env, "err", err.Error())
 	}
 	l.mu.Lock()
 	close(l.growing)
@@ -245,12 +317,18 @@ func (s *Service) growInBackground(l *slice) {
 }
 
 // grow enlarges l's reservation so that it can admit need more, plus slack
-// (see the top of this file). A *Denial is the refusal of a call needing
-// need, in that call's terms.
-func (s *Service) grow(ctx context.Context, l *slice, need amount) error {
+// (see the top of this file), and when admit is true admits a call needing
+// need from it at once, so that no other call takes the room first;
+// admitted says whether it did. A *Denial is the refusal of a call needing
+// need, in that call's terms. A retired slice does not grow.
+func (s *Service) grow(ctx context.Context, l *slice, need amount, admit bool) (admitted bool, err error) {
 	l.write.Lock()
 	defer l.write.Unlock()
 	l.mu.Lock()
+	if l.retired {
+		l.mu.Unlock()
+		return false, nil
+	}
 	granted, exposure, waiting := l.granted, l.inFlight.plus(l.unwritten), l.waiting
 	short := need.minus(l.room()).floor()
 	perCall := need
@@ -273,14 +351,15 @@ func (s *Service) grow(ctx context.Context, l *slice, need amount) error {
 	}
 	var (
 		final  Reservation
+		extra  amount
 		scarce bool
 	)
-	err := s.store.ReserveBudget(ctx, r, snapshotQuery(l.limits, subjects, now), func(snap *Snapshot, r *Reservation) error {
+	err = s.store.ReserveBudget(ctx, r, snapshotQuery(l.limits, subjects, now), func(snap *Snapshot, r *Reservation) error {
 		if err := evaluateCall(l.limits, snap, *r, need, now, s.o.InFlightRetry); err != nil {
 			return err
 		}
 		free := headroom(l.limits, snap, *r, now)
-		extra := amount{min(want.cost, free.cost/4), min(want.tokens, free.tokens/4)}.floor()
+		extra = amount{min(want.cost, free.cost/4), min(want.tokens, free.tokens/4)}.floor()
 		scarce = extra.cost < want.cost || extra.tokens < want.tokens
 		r.Cost += extra.cost
 		r.Tokens += extra.tokens
@@ -288,15 +367,20 @@ func (s *Service) grow(ctx context.Context, l *slice, need amount) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.granted = amount{final.Cost, final.Tokens}
+	l.stale = false
 	l.expires = final.ExpiresAt
-	l.scarce = scarce
+	l.scarce, l.lastExtra = scarce, extra
 	l.used = time.Now() // not idle before its first call
-	l.mu.Unlock()
-	return nil
+	if admit && !l.retired && l.room().covers(need) {
+		l.admit(need)
+		return true, nil
+	}
+	return false, nil
 }
 
 // evaluateCall decides the growth of a slice by r for a call needing need:
@@ -342,14 +426,29 @@ func headroom(limits []Limit, snap *Snapshot, r Reservation, now time.Time) amou
 	return free
 }
 
-// settled takes a call admitted from l off its calls in flight and queues
-// its ledger entry.
+// settled takes a call admitted from l off its calls in flight and counts
+// its cost as unwritten until its ledger entry is.
 func (l *slice) settled(need amount, e Entry) {
 	l.mu.Lock()
 	l.inFlight = l.inFlight.minus(need)
 	l.calls--
 	l.unwritten = l.unwritten.plus(amount{e.Cost, e.Usage.Tokens()})
 	l.mu.Unlock()
+}
+
+// settledSize is the size l's reservation gets when settlements costing
+// sum are written: their money moves to the ledger, but never below what
+// the calls still in flight and the other unwritten settlements need
+// (a call that cost more than its estimate takes no cover from the others,
+// as with reservations of their own), and never above what it holds.
+// Called with l.write held.
+func (l *slice) settledSize(sum amount) amount {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	still := l.inFlight.plus(l.unwritten).minus(sum)
+	next := l.granted.minus(sum)
+	next = amount{max(next.cost, still.cost), max(next.tokens, still.tokens)}
+	return amount{min(next.cost, l.granted.cost), min(next.tokens, l.granted.tokens)}.floor()
 }
 
 // trim gives back what l holds beyond its calls' needs when it has been
@@ -377,20 +476,19 @@ func (s *Service) trim(ctx context.Context, l *slice, all bool) bool {
 		l.retired = true
 	}
 	target := amount{min(l.granted.cost, exposure.cost), min(l.granted.tokens, exposure.tokens)}
-	shrink := target != l.granted
-	// Locally first: nothing is admitted from what is about to go.
-	old := l.granted
+	write := target != l.granted || l.stale
+	// Locally first, and kept even if the write fails (it may have been
+	// committed): nothing is admitted from what is about to go.
 	l.granted = target
 	l.mu.Unlock()
-	if shrink {
-		if _, err := s.store.SettleBudgetBatch(ctx, nil, &SliceSize{ID: l.id, Cost: target.cost, Tokens: target.tokens}); err != nil {
-			// The reservation still holds old, and the next trim tries
-			// again.
-			l.mu.Lock()
-			l.granted = old
-			l.mu.Unlock()
+	if write {
+		_, err := s.store.SettleBudgetBatch(ctx, nil, &SliceSize{ID: l.id, Cost: target.cost, Tokens: target.tokens})
+		l.mu.Lock()
+		l.stale = err != nil // the next trim writes it again
+		l.mu.Unlock()
+		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn("budget: trim slice", "slice", l.id, "held", old.cost.String(), "err", err.Error())
+				s.log.Warn("budget: trim slice", "slice", l.id, "user", l.key.user, "tenant", l.key.tenant, "env", l.key.env, "err", err.Error())
 			}
 			return false
 		}

@@ -328,3 +328,184 @@ func TestSliceSettlementsBatched(t *testing.T) {
 		t.Errorf("%d settlements in %d batches, want 10 in 2", e, b)
 	}
 }
+
+// failingStore fails settlement batches that hold failID, and slice
+// resizes without entries (trims) after writing them when trimCommits.
+type failingStore struct {
+	budget.Store
+	failID      string
+	trimCommits atomic.Bool
+}
+
+func (s *failingStore) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease *budget.SliceSize) ([]bool, error) {
+	for _, e := range es {
+		if e.ID == s.failID {
+			return nil, errors.New("invalid byte sequence")
+		}
+	}
+	applied, err := s.Store.SettleBudgetBatch(ctx, es, lease)
+	if len(es) == 0 && s.trimCommits.Load() {
+		return nil, errors.New("connection reset after commit")
+	}
+	return applied, err
+}
+
+// held is what the store holds for u1 now.
+func held(t *testing.T, svc *budget.Service) budget.Money {
+	t.Helper()
+	st, err := svc.Status(t.Context(), budget.User("u1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return budget.Money(st[0].Held)
+}
+
+// TestSliceOverrunKeepsCover: a call that costs more than its estimate
+// does not take the cover of the slice's other calls in flight: the store
+// still holds at least their estimates.
+func TestSliceOverrunKeepsCover(t *testing.T) {
+	svc, _ := newSliceEnv(t, ":memory:", budget.Options{DefaultOutputTokens: 100, LeaseCalls: 1})
+	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := svc.Reserve(t.Context(), call("u1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := svc.Reserve(t.Context(), call("u1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.WaitGrowths()       // the slice's size is settled before a's cost comes
+	a.Settle(settled(2000)) // twenty times its output estimate
+	if err := svc.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(t, svc); got < b.Reserved() {
+		t.Errorf("the store holds %v while a call of %v is in flight", got, b.Reserved())
+	}
+}
+
+// TestSliceTrimCommittedDespiteError: a trim whose write was committed
+// but reported failed leaves the process admitting nothing the store does
+// not hold.
+func TestSliceTrimCommittedDespiteError(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), ":memory:", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fs := &failingStore{Store: st}
+	svc := budget.New(fs, testPrices, &budget.Options{DefaultOutputTokens: 100})
+	defer svc.Close(context.Background())
+	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := svc.Reserve(t.Context(), call("u1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.WaitGrowths()
+	inFlight := h.Reserved() // in flight while the slice is trimmed to it
+	fs.trimCommits.Store(true)
+	svc.Release(t.Context())
+	fs.trimCommits.Store(false)
+	for range 3 {
+		h, err := svc.Reserve(t.Context(), call("u1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inFlight += h.Reserved()
+	}
+	if got := held(t, svc); got < inFlight {
+		t.Errorf("the store holds %v for %v in flight", got, inFlight)
+	}
+}
+
+// TestSliceBadSettlement: one settlement the store refuses does not hold
+// up the others of its batch.
+func TestSliceBadSettlement(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), ":memory:", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cs := &countingStore{Store: st, entered: make(chan struct{}), gate: make(chan struct{})}
+	fs := &failingStore{Store: cs}
+	svc := budget.New(fs, testPrices, &budget.Options{DefaultOutputTokens: 100})
+	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)}); err != nil {
+		t.Fatal(err)
+	}
+	var hs []*budget.Hold
+	for i := range 6 {
+		c := call("u1")
+		if i == 3 {
+			c.ID = "bad"
+			fs.failID = c.ID
+		}
+		h, err := svc.Reserve(t.Context(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	hs[0].Settle(settled(100))
+	<-cs.entered // the first batch is being written
+	for _, h := range hs[1:] {
+		h.Settle(settled(100))
+	}
+	go func() { // let every later batch through
+		for range cs.entered {
+			cs.gate <- struct{}{}
+		}
+	}()
+	cs.gate <- struct{}{}
+	for {
+		es, err := svc.Ledger(t.Context(), budget.LedgerQuery{User: "u1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) == 5 {
+			break
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("%d entries in the ledger, want the 5 good ones", len(es))
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	// The bad one is retried until Close gives up on it.
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := svc.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close = %v, want the bad settlement unwritten", err)
+	}
+	close(cs.entered)
+}
+
+// TestSliceRetiredByConcurrencyLimit: a concurrency limit added over a
+// spending limit makes calls take reservations of their own, and the
+// slice reserved before admits nothing and holds nothing that blocks them.
+func TestSliceRetiredByConcurrencyLimit(t *testing.T) {
+	svc, _ := newSliceEnv(t, ":memory:", budget.Options{DefaultOutputTokens: 100})
+	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(4 * fixedCost)}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := svc.Reserve(t.Context(), call("u1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Settle(settled(100))
+	if err := svc.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.Tenant("acme"), Kind: budget.Concurrent, Max: 10}); err != nil {
+		t.Fatal(err)
+	}
+	svc.Release(t.Context()) // what the trimmer does within a quarter of a second
+	for i := range 3 {
+		if _, err := svc.Reserve(t.Context(), call("u1")); err != nil {
+			t.Fatalf("call %d of the 3 that fit: %v", i+1, err)
+		}
+	}
+}

@@ -24,6 +24,7 @@ const (
 	DefaultHardStopMargin  = 64
 	DefaultCollectInterval = 10 * time.Minute
 	settleAttempt          = 10 * time.Second
+	releaseTimeout         = 5 * time.Second
 )
 
 // Options configures a Service. The zero value is usable.
@@ -111,6 +112,7 @@ type Service struct {
 	slices    map[sliceKey]*slice // guarded by mu; the current slice of each key
 	sliceByID map[string]*slice   // guarded by mu; every slice with a reservation, retired ones too
 	queue     settleQueue         // settlements of calls not admitted from a slice
+	growers   sync.WaitGroup      // slices growing in the background
 
 	settling sync.WaitGroup // settlements in flight
 	bg       context.Context
@@ -212,7 +214,7 @@ func (s *Service) Reserve(ctx context.Context, c Call) (*Hold, error) {
 		c.StartedAt = now
 	}
 	subjects := []Subject{User(c.User), Tenant(c.Tenant), Env(c.Tenant, c.Env)}
-	limits, err := s.cachedLimits(ctx, subjects, now)
+	limits, readAt, err := s.cachedLimits(ctx, subjects, now)
 	if err != nil {
 		return nil, err
 	}
@@ -223,9 +225,18 @@ func (s *Service) Reserve(ctx context.Context, c Call) (*Hold, error) {
 	}
 	hist := s.historyOf(ctx, c.User)
 	h.est = hist.estimate(c, price, s.o.DefaultOutputTokens)
-	if s.o.LeaseCalls > 0 && sliceable(limits) {
-		return s.reserveFromSlice(ctx, h, limits)
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if s.o.LeaseCalls > 0 && sliceable(limits) && !closed {
+		return s.reserveFromSlice(ctx, h, limits, readAt)
 	}
+	// A reservation of its own: a slice these subjects had (their limits
+	// were all sliceable before) admits nothing more.
+	s.mu.Lock()
+	key := sliceKey{c.User, c.Tenant, c.Env}
+	s.retireSlices(func(k sliceKey) bool { return k == key })
+	s.mu.Unlock()
 	for _, l := range limits {
 		if l.Hard {
 			h.hard = append(h.hard, l)
@@ -280,11 +291,14 @@ func (s *Service) extend(ctx context.Context, h *Hold, cost Money) error {
 // Those of the subjects it lacks are read from the store, in one read that
 // concurrent callers lacking the same subjects share (limitcache.go); those
 // past half their time in the cache are read again in the background.
-func (s *Service) cachedLimits(ctx context.Context, subjects []Subject, now time.Time) ([]Limit, error) {
+//
+// readAt is when the oldest of the limits returned was read.
+func (s *Service) cachedLimits(ctx context.Context, subjects []Subject, now time.Time) (limits []Limit, readAt time.Time, err error) {
 	var (
 		out            []Limit
 		missing, stale []Subject
 	)
+	readAt = now
 	ttl := s.o.LimitCacheTTL
 	s.mu.Lock()
 	for _, sub := range subjects {
@@ -293,11 +307,13 @@ func (s *Service) cachedLimits(ctx context.Context, subjects []Subject, now time
 		switch {
 		case !ok || ttl <= 0 || age >= ttl:
 			missing = append(missing, sub)
+			continue
 		case age >= ttl/2:
 			stale = append(stale, sub)
-			fallthrough
-		default:
-			out = append(out, c.limits...)
+		}
+		out = append(out, c.limits...)
+		if c.at.Before(readAt) {
+			readAt = c.at
 		}
 	}
 	if len(missing) == 0 {
@@ -308,18 +324,18 @@ func (s *Service) cachedLimits(ctx context.Context, subjects []Subject, now time
 		} else {
 			s.mu.Unlock()
 		}
-		return out, nil
+		return out, readAt, nil
 	}
 	r := s.startLimitRead(ctx, missing, now) // unlocks s.mu
 	select {
 	case <-r.done:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, time.Time{}, ctx.Err()
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("budget: read limits: %w", r.err)
+		return nil, time.Time{}, fmt.Errorf("budget: read limits: %w", r.err)
 	}
-	return append(out, r.limits...), nil
+	return append(out, r.limits...), readAt, nil
 }
 
 // historyOf returns the history of user, seeded from the ledger the first
@@ -383,6 +399,9 @@ func (s *Service) DeleteLimit(ctx context.Context, sub Subject, k Kind) error {
 func (s *Service) forget(sub Subject) {
 	s.mu.Lock()
 	delete(s.limits, sub)
+	// Slices reserved under the old limits admit nothing more; the next
+	// call reserves under the new ones, or on its own.
+	s.retireSlices(func(k sliceKey) bool { return k.covers(sub) })
 	// Reads under way may predate the change: later calls read again.
 	s.limitGen++
 	clear(s.limitReads)
@@ -477,7 +496,8 @@ func (s *Service) Flush(ctx context.Context) error {
 // settlements in flight; those still unwritten then are abandoned (their
 // reservations expire). Then it gives back what this process's slices hold
 // beyond calls still in flight. Settlements after Close are written before
-// Settle returns.
+// Settle returns; admissions after Close each have a reservation of their
+// own.
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -487,9 +507,14 @@ func (s *Service) Close(ctx context.Context) error {
 	s.closed = true
 	s.mu.Unlock()
 	err := s.Flush(ctx)
-	s.Release(ctx)
-	s.stopBG()
+	s.stopBG() // background growths fail from now on
+	s.growers.Wait()
 	<-s.bgDone
+	// Given back even when ctx has ended: what a slice holds beyond its
+	// calls would otherwise stay held until it expires.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	s.Release(rctx)
+	cancel()
 	return err
 }
 

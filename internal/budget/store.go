@@ -26,8 +26,9 @@ type Store interface {
 	ReserveBudget(ctx context.Context, r Reservation, q SnapshotQuery, admit func(*Snapshot, *Reservation) error) error
 
 	// RenewBudget moves the expiry of the live reservations among ids to
-	// expires. A reservation that has already expired at now is not renewed:
-	// an admission may have discounted it.
+	// expires, never earlier than it is (a growth may have moved it past).
+	// A reservation that has already expired at now is not renewed: an
+	// admission may have discounted it.
 	RenewBudget(ctx context.Context, ids []string, now, expires time.Time) error
 
 	// SettleBudget records e in the ledger and deletes the reservation e.ID.

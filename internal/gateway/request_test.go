@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -73,5 +74,53 @@ func BenchmarkRequestModel(b *testing.B) {
 		if requestModel(body) != "claude-req-model" {
 			b.Fatal("wrong model")
 		}
+	}
+}
+
+func TestModelName(t *testing.T) {
+	for _, s := range []string{"claude-sonnet-4-5", "claude-3-5-haiku@20241022", "anthropic.claude-v2:1", strings.Repeat("m", maxModelName)} {
+		if !modelName(s) {
+			t.Errorf("modelName(%q) = false, want true", s)
+		}
+	}
+	for _, s := range []string{"", "a\x00b", "a b", "tab\t", "é", "a\nb", "\x7f", strings.Repeat("m", maxModelName+1)} {
+		if modelName(s) {
+			t.Errorf("modelName(%q) = true, want false", s)
+		}
+	}
+}
+
+// TestBadModelRefused: a request whose model cannot be a model's name is
+// a 400 that says so, and is neither forwarded nor recorded; a response
+// naming such a model is charged as the requested one.
+func TestBadModelRefused(t *testing.T) {
+	hits := make(chan struct{}, 8)
+	up := fakeAnthropic()
+	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits <- struct{}{}
+		up.ServeHTTP(w, r)
+	}), nil)
+	tok := tokenHeader(h.mint(convA))
+	for _, model := range []string{"a\u0000b", "two words", strings.Repeat("x", maxModelName+1), "ünïcode"} {
+		body, err := json.Marshal(map[string]any{"model": model, "max_tokens": 10, "messages": []any{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp := h.post(t, "/v1/messages", tok, string(body))
+		got := readAll(t, resp.Body)
+		h.waitServed(t)
+		if resp.StatusCode != http.StatusBadRequest || decodeError(t, got) != errInvalidRequest || !strings.Contains(got, "model") {
+			t.Errorf("model %q: status %d, body %s; want a 400 invalid_request_error about the model", model, resp.StatusCode, got)
+		}
+	}
+	if len(hits) != 0 {
+		t.Errorf("%d refused requests reached the upstream", len(hits))
+	}
+	h.flush(t)
+	if n := len(h.store.records()); n != 0 {
+		t.Errorf("%d usage records for refused requests", n)
+	}
+	if u, ok := jsonUsage([]byte(`{"model":"bad\u0000name","usage":{"input_tokens":3}}`)); !ok || u.Model != "" || u.InputTokens != 3 {
+		t.Errorf("jsonUsage of a response naming a bad model = %+v, %v; want its usage without the model", u, ok)
 	}
 }

@@ -250,7 +250,7 @@ func (p *sseUsage) dispatch() {
 	switch ev.Type {
 	case "message_start":
 		if ev.Message != nil {
-			if ev.Message.Model != "" {
+			if modelName(ev.Message.Model) {
 				p.u.Model = ev.Message.Model
 			}
 			p.u.set(ev.Message.Usage)
@@ -323,7 +323,9 @@ func jsonUsage(body []byte) (u usage, ok bool) {
 	if json.Unmarshal(body, &msg) != nil {
 		return usage{}, false
 	}
-	u.Model = msg.Model
+	if modelName(msg.Model) {
+		u.Model = msg.Model
+	}
 	u.set(msg.Usage)
 	return u, true
 }

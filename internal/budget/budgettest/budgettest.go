@@ -356,6 +356,13 @@ func testRenew(t *testing.T, s budget.Store) {
 	if err := s.RenewBudget(ctx, nil, t0, t0); err != nil {
 		t.Errorf("renewing nothing: %v", err)
 	}
+	// A renewal never moves an expiry earlier.
+	if err := s.RenewBudget(ctx, []string{"live"}, t0, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := s.BudgetHeld(ctx, u1, t0.Add(20*time.Minute)); err != nil || held.Count != 1 {
+		t.Errorf("held after a renewal to an earlier time = %+v, %v; want the live one still", held, err)
+	}
 }
 
 func testCollect(t *testing.T, s budget.Store) {

@@ -217,7 +217,7 @@ func (s *Store) RenewBudget(ctx context.Context, ids []string, now, expires time
 		return nil
 	}
 	ids = slices.Sorted(slices.Values(ids))
-	_, err := s.pool.Exec(ctx, `UPDATE budget_reservations SET expires_at = $1
+	_, err := s.pool.Exec(ctx, `UPDATE budget_reservations SET expires_at = GREATEST(expires_at, $1)
 		WHERE expires_at > $2 AND id = ANY($3)`, millis(expires), millis(now), ids)
 	if err != nil {
 		return fmt.Errorf("postgres: renew reservations: %w", err)

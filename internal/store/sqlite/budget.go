@@ -158,7 +158,7 @@ func (s *Store) RenewBudget(ctx context.Context, ids []string, now, expires time
 		for _, id := range chunk {
 			args = append(args, id)
 		}
-		_, err := s.writer.ExecContext(ctx, `UPDATE budget_reservations SET expires_at = ?
+		_, err := s.writer.ExecContext(ctx, `UPDATE budget_reservations SET expires_at = MAX(expires_at, ?)
 			WHERE expires_at > ? AND id IN (?`+strings.Repeat(", ?", len(chunk)-1)+`)`, args...)
 		if err != nil {
 			return fmt.Errorf("sqlite: renew reservations: %w", err)
