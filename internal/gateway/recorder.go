@@ -148,6 +148,34 @@ func (r *recorder) write(ctx context.Context, b []pending) {
 	for i, p := range b {
 		us[i] = p.rec
 	}
+	if len(b) > 1 {
+		// One attempt for the batch; when it fails, each record on its
+		// own, so that one the store refuses neither holds up nor loses
+		// the others: the good ones first, then the retries.
+		actx, cancel := context.WithTimeout(ctx, recordTimeout)
+		err := r.store.RecordUsages(actx, us)
+		cancel()
+		if err == nil {
+			r.logWritten(b)
+			return
+		}
+		r.log.Warn("gateway: usage record batch failed; writing its records one by one", "records", len(b), "first_id", b[0].rec.ID, "err", err.Error())
+		var failed []pending
+		for i, p := range b {
+			actx, cancel := context.WithTimeout(ctx, recordTimeout)
+			err := r.store.RecordUsages(actx, us[i:i+1])
+			cancel()
+			if err != nil {
+				failed = append(failed, p)
+				continue
+			}
+			r.logWritten(b[i : i+1])
+		}
+		for _, p := range failed {
+			r.write(ctx, []pending{p})
+		}
+		return
+	}
 	wait := 50 * time.Millisecond
 	deadline := time.Now().Add(r.retryFor)
 	for {
@@ -155,9 +183,7 @@ func (r *recorder) write(ctx context.Context, b []pending) {
 		err := r.store.RecordUsages(actx, us)
 		cancel()
 		if err == nil {
-			for _, p := range b {
-				r.log.InfoContext(p.ctx, "gateway: call", p.attrs...)
-			}
+			r.logWritten(b)
 			return
 		}
 		if ctx.Err() != nil || !time.Now().Before(deadline) {
@@ -174,6 +200,13 @@ func (r *recorder) write(ctx context.Context, b []pending) {
 			t.Stop()
 		}
 		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+// logWritten writes the log line of each call whose record is written.
+func (r *recorder) logWritten(b []pending) {
+	for _, p := range b {
+		r.log.InfoContext(p.ctx, "gateway: call", p.attrs...)
 	}
 }
 

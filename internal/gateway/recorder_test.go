@@ -359,3 +359,50 @@ func newUpstream(t *testing.T) string {
 	t.Cleanup(up.Close)
 	return up.URL
 }
+
+// TestRecordBadRecordAlone: a batch the store refuses is written record
+// by record, so that the one record it refuses is lost alone.
+func TestRecordBadRecordAlone(t *testing.T) {
+	var buf lockedBuffer
+	h := newHarnessSetup(t, newUpstream(t), &Options{Logger: jsonLogger(&buf)}, func(g *Gateway) { g.rec.retryFor = 0 })
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	var (
+		first atomic.Bool
+		bad   atomic.Value // the id the store refuses: the second of the first batch
+	)
+	h.store.setOnRecord(func(ctx context.Context, us []store.UsageRecord) error {
+		if first.CompareAndSwap(false, true) {
+			entered <- struct{}{}
+			<-release
+			return nil
+		}
+		if len(us) > 1 {
+			bad.CompareAndSwap(nil, us[1].ID)
+		}
+		for _, u := range us {
+			if u.ID == bad.Load() {
+				return errors.New("invalid byte sequence for encoding UTF8")
+			}
+		}
+		return nil
+	})
+	h.call(t)
+	<-entered
+	for range 4 {
+		h.call(t) // queued behind the held write: one batch
+	}
+	close(release)
+	h.flush(t)
+	if n := len(h.store.records()); n != 4 {
+		t.Errorf("%d records stored, want the 4 good ones", n)
+	}
+	lines := logLines(t, buf.String())
+	lost := withMsg(lines, "gateway: usage record lost")
+	if len(lost) != 1 || lost[0]["id"] != bad.Load() {
+		t.Errorf("lost lines %v, want one, for %v", lost, bad.Load())
+	}
+	if n := len(withMsg(lines, "gateway: call")); n != 4 {
+		t.Errorf("%d call lines, want 4", n)
+	}
+}
