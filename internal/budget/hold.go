@@ -200,9 +200,7 @@ func (s *Service) drain(q *settleQueue) {
 // up nor loses the others.
 func (s *Service) writeBatch(ctx context.Context, l *slice, es []Entry) {
 	if len(es) > 1 {
-		actx, cancel := context.WithTimeout(ctx, settleAttempt)
-		applied, err := s.writeOnce(actx, l, es)
-		cancel()
+		applied, err := s.attempt(ctx, l, es)
 		if err == nil {
 			s.written(es, applied)
 			return
@@ -211,9 +209,7 @@ func (s *Service) writeBatch(ctx context.Context, l *slice, es []Entry) {
 		var failed []Entry
 		for _, e := range es {
 			one := []Entry{e}
-			actx, cancel := context.WithTimeout(ctx, settleAttempt)
-			applied, err := s.writeOnce(actx, l, one)
-			cancel()
+			applied, err := s.attempt(ctx, l, one)
 			if err != nil {
 				failed = append(failed, e)
 				continue
@@ -228,9 +224,7 @@ func (s *Service) writeBatch(ctx context.Context, l *slice, es []Entry) {
 	wait := 50 * time.Millisecond
 	deadline := time.Now().Add(time.Minute)
 	for {
-		actx, cancel := context.WithTimeout(ctx, settleAttempt)
-		applied, err := s.writeOnce(actx, l, es)
-		cancel()
+		applied, err := s.attempt(ctx, l, es)
 		if err == nil {
 			s.written(es, applied)
 			return
@@ -289,6 +283,13 @@ func costs(es []Entry) amount {
 		sum = sum.plus(amount{e.Cost, e.Usage.Tokens()})
 	}
 	return sum
+}
+
+// attempt makes one attempt at writing es, bounded to settleAttempt.
+func (s *Service) attempt(ctx context.Context, l *slice, es []Entry) ([]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, settleAttempt)
+	defer cancel()
+	return s.writeOnce(ctx, l, es)
 }
 
 // writeOnce makes one attempt at writing es.

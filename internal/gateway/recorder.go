@@ -152,9 +152,7 @@ func (r *recorder) write(ctx context.Context, b []pending) {
 		// One attempt for the batch; when it fails, each record on its
 		// own, so that one the store refuses neither holds up nor loses
 		// the others: the good ones first, then the retries.
-		actx, cancel := context.WithTimeout(ctx, recordTimeout)
-		err := r.store.RecordUsages(actx, us)
-		cancel()
+		err := r.attempt(ctx, us)
 		if err == nil {
 			r.logWritten(b)
 			return
@@ -162,9 +160,7 @@ func (r *recorder) write(ctx context.Context, b []pending) {
 		r.log.Warn("gateway: usage record batch failed; writing its records one by one", "records", len(b), "first_id", b[0].rec.ID, "err", err.Error())
 		var failed []pending
 		for i, p := range b {
-			actx, cancel := context.WithTimeout(ctx, recordTimeout)
-			err := r.store.RecordUsages(actx, us[i:i+1])
-			cancel()
+			err := r.attempt(ctx, us[i:i+1])
 			if err != nil {
 				failed = append(failed, p)
 				continue
@@ -179,9 +175,7 @@ func (r *recorder) write(ctx context.Context, b []pending) {
 	wait := 50 * time.Millisecond
 	deadline := time.Now().Add(r.retryFor)
 	for {
-		actx, cancel := context.WithTimeout(ctx, recordTimeout)
-		err := r.store.RecordUsages(actx, us)
-		cancel()
+		err := r.attempt(ctx, us)
 		if err == nil {
 			r.logWritten(b)
 			return
@@ -201,6 +195,13 @@ func (r *recorder) write(ctx context.Context, b []pending) {
 		}
 		wait = min(wait*2, 5*time.Second)
 	}
+}
+
+// attempt makes one attempt at writing us, bounded to recordTimeout.
+func (r *recorder) attempt(ctx context.Context, us []store.UsageRecord) error {
+	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	return r.store.RecordUsages(ctx, us)
 }
 
 // logWritten writes the log line of each call whose record is written.
