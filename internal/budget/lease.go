@@ -174,13 +174,29 @@ func (s *Service) sliceFor(key sliceKey, limits []Limit, readAt time.Time) *slic
 // retireSlices retires the current slices whose subjects include one for
 // which match is true. Called with s.mu held.
 func (s *Service) retireSlices(match func(sliceKey) bool) {
-	for key, l := range s.slices {
+	for key := range s.slices {
 		if match(key) {
-			l.mu.Lock()
-			l.retired = true
-			l.mu.Unlock()
-			delete(s.slices, key)
+			s.retireLocked(key)
 		}
+	}
+}
+
+// retireSlice retires the current slice of key, if there is one.
+func (s *Service) retireSlice(key sliceKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retireLocked(key)
+}
+
+// retireLocked retires the current slice of key, if any: it admits nothing
+// more, and is trimmed and dropped when its calls are done. Called with
+// s.mu held.
+func (s *Service) retireLocked(key sliceKey) {
+	if l := s.slices[key]; l != nil {
+		l.mu.Lock()
+		l.retired = true
+		l.mu.Unlock()
+		delete(s.slices, key)
 	}
 }
 

@@ -233,10 +233,7 @@ func (s *Service) Reserve(ctx context.Context, c Call) (*Hold, error) {
 	}
 	// A reservation of its own: a slice these subjects had (their limits
 	// were all sliceable before) admits nothing more.
-	s.mu.Lock()
-	key := sliceKey{c.User, c.Tenant, c.Env}
-	s.retireSlices(func(k sliceKey) bool { return k == key })
-	s.mu.Unlock()
+	s.retireSlice(sliceKey{c.User, c.Tenant, c.Env})
 	for _, l := range limits {
 		if l.Hard {
 			h.hard = append(h.hard, l)
