@@ -24,8 +24,11 @@ import (
 //
 // A slice's settlements are written in batches; the transaction that
 // writes them moves their cost from the slice to the buckets (the slice's
-// reservation shrinks by what they cost), so that the store never counts
-// a settled call twice. A slice grows when a call does not fit (on that
+// reservation shrinks by what they cost, never below what its other
+// calls in flight hold), so that the store never counts a settled call
+// twice. Every write sets the reservation's absolute size; one that fails
+// or whose outcome is unknown leaves the smaller size in memory. A slice
+// grows when a call does not fit (on that
 // call's way, once for all the calls waiting), and ahead of need when it
 // runs low (in the background). It is sized for about Options.LeaseCalls
 // calls, or for what its calls in flight hold when that is more, but never
