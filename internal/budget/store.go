@@ -1,8 +1,11 @@
 package budget
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -193,6 +196,49 @@ type LedgerQuery struct {
 	User, Tenant, Env, Conversation string
 	From, To                        time.Time // SettledAt in [From, To); zero: unbounded
 	Limit                           int       // at most this many; 0: all
+}
+
+// SettledBuckets returns what settling the entries of es that applied
+// says were new adds to the usage buckets: for each, its cost, its tokens
+// and one request in the day and five-minute buckets of its SettledAt, of
+// its user, tenant and env; summed per bucket, and ordered by subject,
+// size and start, so that stores that add them in this order never make
+// two settlements wait for each other in a cycle.
+func SettledBuckets(es []Entry, applied []bool) []Bucket {
+	type key struct {
+		sub   Subject
+		size  BucketSize
+		start int64
+	}
+	sums := map[key]*Bucket{}
+	for i, e := range es {
+		if !applied[i] {
+			continue
+		}
+		for _, sub := range []Subject{User(e.User), Tenant(e.Tenant), Env(e.Tenant, e.Env)} {
+			for _, size := range []BucketSize{BucketDay, Bucket5m} {
+				start := size.Start(e.SettledAt)
+				k := key{sub, size, start.UnixMilli()}
+				b := sums[k]
+				if b == nil {
+					b = &Bucket{Subject: sub, Size: size, Start: start}
+					sums[k] = b
+				}
+				b.Cost += e.Cost
+				b.Tokens += e.Usage.Tokens()
+				b.Requests++
+			}
+		}
+	}
+	out := make([]Bucket, 0, len(sums))
+	for _, b := range sums {
+		out = append(out, *b)
+	}
+	slices.SortFunc(out, func(a, b Bucket) int {
+		return cmp.Or(strings.Compare(string(a.Subject.Scope), string(b.Subject.Scope)), strings.Compare(a.Subject.ID, b.Subject.ID),
+			strings.Compare(string(a.Size), string(b.Size)), a.Start.Compare(b.Start))
+	})
+	return out
 }
 
 // BatchName names a settlement batch in errors: its first entry and how

@@ -1,12 +1,10 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -269,35 +267,10 @@ func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease 
 				return err
 			}
 		}
-		// Buckets summed per key, and added in the order of their keys, so
-		// that concurrent settlements never wait for each other in a cycle.
-		type key struct {
-			scope, subject string
-			size           budget.BucketSize
-			start          int64
-		}
-		type sum struct{ cost, tokens, requests int64 }
-		sums := map[key]sum{}
-		for i, e := range es {
-			if !applied[i] {
-				continue
-			}
-			for _, sub := range []budget.Subject{budget.User(e.User), budget.Tenant(e.Tenant), budget.Env(e.Tenant, e.Env)} {
-				for _, size := range []budget.BucketSize{budget.BucketDay, budget.Bucket5m} {
-					k := key{string(sub.Scope), sub.ID, size, millis(size.Start(e.SettledAt))}
-					v := sums[k]
-					sums[k] = sum{v.cost + int64(e.Cost), v.tokens + e.Usage.Tokens(), v.requests + 1}
-				}
-			}
-		}
-		keys := slices.SortedFunc(maps.Keys(sums), func(a, b key) int {
-			return cmp.Or(strings.Compare(a.scope, b.scope), strings.Compare(a.subject, b.subject),
-				strings.Compare(string(a.size), string(b.size)), cmp.Compare(a.start, b.start))
-		})
 		b = &pgx.Batch{}
-		for _, k := range keys {
-			v := sums[k]
-			b.Queue(upsertBucket, k.scope, k.subject, string(k.size), k.start, v.cost, v.tokens, v.requests)
+		for _, k := range budget.SettledBuckets(es, applied) {
+			b.Queue(upsertBucket, string(k.Subject.Scope), k.Subject.ID, string(k.Size), millis(k.Start),
+				int64(k.Cost), k.Tokens, k.Requests)
 		}
 		switch {
 		case lease == nil && len(es) > 0:

@@ -198,21 +198,17 @@ func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease 
 			if err != nil {
 				return err
 			}
-			if applied[i] = n == 1; applied[i] {
-				for _, sub := range []budget.Subject{budget.User(e.User), budget.Tenant(e.Tenant), budget.Env(e.Tenant, e.Env)} {
-					for _, size := range []budget.BucketSize{budget.BucketDay, budget.Bucket5m} {
-						_, err := st.exec(upsertBucket, sub.Scope, sub.ID, size,
-							millis(size.Start(e.SettledAt)), int64(e.Cost), e.Usage.Tokens(), 1)
-						if err != nil {
-							return err
-						}
-					}
-				}
-			}
+			applied[i] = n == 1
 			if lease == nil {
 				if _, err := st.exec(deleteReservation, e.ID); err != nil {
 					return err
 				}
+			}
+		}
+		for _, b := range budget.SettledBuckets(es, applied) {
+			_, err := st.exec(upsertBucket, b.Subject.Scope, b.Subject.ID, b.Size, millis(b.Start), int64(b.Cost), b.Tokens, b.Requests)
+			if err != nil {
+				return err
 			}
 		}
 		if lease == nil {
