@@ -4,16 +4,16 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
@@ -51,7 +51,7 @@ func (l *cpLocation) openBudget(ctx context.Context, stderr io.Writer) (svc *bud
 // --env.
 type subjectFlags struct{ user, tenant, env string }
 
-func (f *subjectFlags) add(fs *flag.FlagSet) {
+func (f *subjectFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.user, "user", "", "a user id: the limits of that user across tenants and envs")
 	fs.StringVar(&f.tenant, "tenant", "", "a tenant: the limits of all its users together (with --env: of that tenant-env)")
 	fs.StringVar(&f.env, "env", "", "an env of --tenant: the limits of all users of that tenant-env together")
@@ -94,169 +94,169 @@ func (f *subjectFlags) required() (budget.Subject, error) {
 
 const kindHelp = "the kind of limit (required): daily, weekly, monthly, rolling-5h (spend in dollars), rpm (requests per minute), tokens-per-day, concurrency (calls in flight), or a full name such as spend_per_day"
 
-func adminBudgetSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func newAdminBudgetSetCmd(std stdio) *cobra.Command {
 	var (
 		loc          cpLocation
 		sf           subjectFlags
 		kind, amount string
 		hard         bool
 	)
-	fs := newAdminFlags("budget set", stderr, &loc)
+	cmd := adminLeaf(std, "set", "Set a limit of a user, tenant or tenant-env", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+		sub, err := sf.required()
+		if err != nil {
+			return err
+		}
+		if kind == "" || amount == "" {
+			return errors.New("--kind and --amount are required")
+		}
+		k, err := budget.ParseKind(kind)
+		if err != nil {
+			return err
+		}
+		max, err := budget.ParseAmount(k, amount)
+		if err != nil {
+			return err
+		}
+		svc, done, err := loc.openBudget(ctx, stderr)
+		if err != nil {
+			return err
+		}
+		defer done()
+		l := budget.Limit{Subject: sub, Kind: k, Max: max, Hard: hard}
+		if err := svc.SetLimit(ctx, l); err != nil {
+			return err
+		}
+		note := ""
+		if hard {
+			note = " (hard)"
+		}
+		fmt.Fprintf(stdout, "set %s: %s %s%s\n", sub, k, k.Display(max), note)
+		fmt.Fprintln(stdout, "running control-planes apply it within 5 seconds")
+		return nil
+	})
+	fs := cmd.Flags()
 	sf.add(fs)
 	fs.StringVar(&kind, "kind", "", kindHelp)
 	fs.StringVar(&amount, "amount", "", "the maximum (required): dollars for a spending limit (5.00), a whole number otherwise")
 	fs.BoolVar(&hard, "hard", false, "for a spending limit: also cut streams off when it is reached mid-stream (docs/budgets.md)")
-	if err := parseAdmin(fs, args); err != nil {
-		return err
-	}
-	sub, err := sf.required()
-	if err != nil {
-		return err
-	}
-	if kind == "" || amount == "" {
-		return errors.New("--kind and --amount are required")
-	}
-	k, err := budget.ParseKind(kind)
-	if err != nil {
-		return err
-	}
-	max, err := budget.ParseAmount(k, amount)
-	if err != nil {
-		return err
-	}
-	svc, done, err := loc.openBudget(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer done()
-	l := budget.Limit{Subject: sub, Kind: k, Max: max, Hard: hard}
-	if err := svc.SetLimit(ctx, l); err != nil {
-		return err
-	}
-	note := ""
-	if hard {
-		note = " (hard)"
-	}
-	fmt.Fprintf(stdout, "set %s: %s %s%s\n", sub, k, formatAmount(k, max), note)
-	fmt.Fprintln(stdout, "running control-planes apply it within 5 seconds")
-	return nil
+	return cmd
 }
 
-func adminBudgetGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func newAdminBudgetGetCmd(std stdio) *cobra.Command {
 	var (
 		loc cpLocation
 		sf  subjectFlags
 	)
-	fs := newAdminFlags("budget get", stderr, &loc)
-	sf.add(fs)
-	if err := parseAdmin(fs, args); err != nil {
-		return err
-	}
-	sub, ok, err := sf.subject()
-	if err != nil {
-		return err
-	}
-	svc, done, err := loc.openBudget(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer done()
-	var ls []budget.Limit
-	if ok {
-		ls, err = svc.Limits(ctx, sub)
-	} else {
-		ls, err = svc.Limits(ctx)
-	}
-	if err != nil {
-		return err
-	}
-	if len(ls) == 0 {
-		if ok {
-			fmt.Fprintf(stdout, "no limits for %s\n", sub)
-		} else {
-			fmt.Fprintln(stdout, "no limits (set one: talkide admin budget set --user U --kind daily --amount 5.00)")
+	cmd := adminLeaf(std, "get", "List limits (all of them without a subject)", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+		sub, ok, err := sf.subject()
+		if err != nil {
+			return err
 		}
-		return nil
-	}
-	// By scope and subject, each subject's kinds as budget.Kinds lists them.
-	slices.SortFunc(ls, func(a, b budget.Limit) int {
-		return cmp.Or(cmp.Compare(a.Subject.Scope, b.Subject.Scope), cmp.Compare(a.Subject.ID, b.Subject.ID),
-			kindOrder(a.Kind)-kindOrder(b.Kind))
+		svc, done, err := loc.openBudget(ctx, stderr)
+		if err != nil {
+			return err
+		}
+		defer done()
+		var ls []budget.Limit
+		if ok {
+			ls, err = svc.Limits(ctx, sub)
+		} else {
+			ls, err = svc.Limits(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		if len(ls) == 0 {
+			if ok {
+				fmt.Fprintf(stdout, "no limits for %s\n", sub)
+			} else {
+				fmt.Fprintln(stdout, "no limits (set one: talkide admin budget set --user U --kind daily --amount 5.00)")
+			}
+			return nil
+		}
+		// By scope and subject, each subject's kinds as budget.Kinds lists them.
+		slices.SortFunc(ls, func(a, b budget.Limit) int {
+			return cmp.Or(cmp.Compare(a.Subject.Scope, b.Subject.Scope), cmp.Compare(a.Subject.ID, b.Subject.ID),
+				a.Kind.Order()-b.Kind.Order())
+		})
+		t := table{head: []string{"SCOPE", "SUBJECT", "KIND", "LIMIT", "HARD", "UPDATED"}, right: []bool{3: true}}
+		for _, l := range ls {
+			t.add(string(l.Subject.Scope), l.Subject.ID, string(l.Kind), l.Kind.Display(l.Max), yesNo(l.Hard), formatTime(l.UpdatedAt))
+		}
+		return t.write(stdout)
 	})
-	t := table{head: []string{"SCOPE", "SUBJECT", "KIND", "LIMIT", "HARD", "UPDATED"}, right: []bool{3: true}}
-	for _, l := range ls {
-		t.add(string(l.Subject.Scope), l.Subject.ID, string(l.Kind), formatAmount(l.Kind, l.Max), yesNo(l.Hard), formatTime(l.UpdatedAt))
-	}
-	return t.write(stdout)
+	fs := cmd.Flags()
+	sf.add(fs)
+	return cmd
 }
 
-func adminBudgetDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func newAdminBudgetDeleteCmd(std stdio) *cobra.Command {
 	var (
 		loc  cpLocation
 		sf   subjectFlags
 		kind string
 	)
-	fs := newAdminFlags("budget delete", stderr, &loc)
+	cmd := adminLeaf(std, "delete", "Delete a limit", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+		sub, err := sf.required()
+		if err != nil {
+			return err
+		}
+		if kind == "" {
+			return errors.New("--kind is required")
+		}
+		k, err := budget.ParseKind(kind)
+		if err != nil {
+			return err
+		}
+		svc, done, err := loc.openBudget(ctx, stderr)
+		if err != nil {
+			return err
+		}
+		defer done()
+		ls, err := svc.Limits(ctx, sub)
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, l := range ls {
+			found = found || l.Kind == k
+		}
+		if !found {
+			fmt.Fprintf(stdout, "%s has no %s limit; nothing deleted\n", sub, k)
+			return nil
+		}
+		if err := svc.DeleteLimit(ctx, sub, k); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "deleted the %s limit of %s\n", k, sub)
+		return nil
+	})
+	fs := cmd.Flags()
 	sf.add(fs)
 	fs.StringVar(&kind, "kind", "", "the kind of limit to delete (required; as for budget set)")
-	if err := parseAdmin(fs, args); err != nil {
-		return err
-	}
-	sub, err := sf.required()
-	if err != nil {
-		return err
-	}
-	if kind == "" {
-		return errors.New("--kind is required")
-	}
-	k, err := budget.ParseKind(kind)
-	if err != nil {
-		return err
-	}
-	svc, done, err := loc.openBudget(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer done()
-	ls, err := svc.Limits(ctx, sub)
-	if err != nil {
-		return err
-	}
-	found := false
-	for _, l := range ls {
-		found = found || l.Kind == k
-	}
-	if !found {
-		fmt.Fprintf(stdout, "%s has no %s limit; nothing deleted\n", sub, k)
-		return nil
-	}
-	if err := svc.DeleteLimit(ctx, sub, k); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "deleted the %s limit of %s\n", k, sub)
-	return nil
+	return cmd
 }
 
-func adminBudgetStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func newAdminBudgetStatusCmd(std stdio) *cobra.Command {
 	var (
 		loc cpLocation
 		sf  subjectFlags
 	)
-	fs := newAdminFlags("budget status", stderr, &loc)
+	cmd := adminLeaf(std, "status", "Show used, held and remaining of each limit of a subject, and when it resets", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+		sub, err := sf.required()
+		if err != nil {
+			return err
+		}
+		svc, done, err := loc.openBudget(ctx, stderr)
+		if err != nil {
+			return err
+		}
+		defer done()
+		return writeBudgetStatus(ctx, stdout, svc, sub, time.Now())
+	})
+	fs := cmd.Flags()
 	sf.add(fs)
-	if err := parseAdmin(fs, args); err != nil {
-		return err
-	}
-	sub, err := sf.required()
-	if err != nil {
-		return err
-	}
-	svc, done, err := loc.openBudget(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer done()
-	return writeBudgetStatus(ctx, stdout, svc, sub, time.Now())
+	return cmd
 }
 
 // writeBudgetStatus prints where sub stands against its limits, and what it
@@ -288,40 +288,76 @@ func writeBudgetStatus(ctx context.Context, w io.Writer, svc *budget.Service, su
 	}
 	fmt.Fprintf(w, "%s at %s\n", sub, formatTime(now))
 	fmt.Fprintf(w, "spent today %s (%s); this month %s (%s)\n\n",
-		dollars(today.Cost), calls(today.Requests), dollars(rep.Total.Cost), calls(rep.Total.Requests))
+		today.Cost.Display(), calls(today.Requests), rep.Total.Cost.Display(), calls(rep.Total.Requests))
 	if len(sts) == 0 {
 		fmt.Fprintf(w, "no limits for %s: its calls are admitted and charged\n", sub)
 		return nil
 	}
-	slices.SortStableFunc(sts, func(a, b budget.LimitStatus) int { return kindOrder(a.Kind) - kindOrder(b.Kind) })
+	slices.SortStableFunc(sts, func(a, b budget.LimitStatus) int { return a.Kind.Order() - b.Kind.Order() })
 	t := table{head: []string{"KIND", "HARD", "LIMIT", "USED", "HELD", "REMAINING", "RESETS"},
 		right: []bool{2: true, 3: true, 4: true, 5: true}}
 	for _, st := range sts {
-		used := formatAmount(st.Kind, st.Used)
-		held := formatAmount(st.Kind, st.Held)
-		resets := formatTime(st.Resets)
+		limit, used, held, rem := st.Displayed()
+		usedS, heldS, resets := st.Kind.Display(used), st.Kind.Display(held), formatTime(st.Resets)
 		switch st.Kind {
 		case budget.Concurrent:
-			used, resets = "-", "now"
+			usedS, resets = "-", "now"
 		case budget.RequestsPerMinute:
-			held = "-"
+			heldS = "-"
 		case budget.SpendPer5h:
 			resets = "rolling 5 h"
 		}
-		t.add(string(st.Kind), yesNo(st.Hard), formatAmount(st.Kind, st.Max), used, held,
-			formatAmount(st.Kind, controlplane.Remaining(st)), resets)
+		t.add(string(st.Kind), yesNo(st.Hard), st.Kind.Display(limit), usedS, heldS, st.Kind.Display(rem), resets)
 	}
 	return t.write(w)
 }
 
-func adminUsageReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func newAdminUsageReportCmd(std stdio) *cobra.Command {
 	var (
 		loc                                    cpLocation
 		by, from, to, order                    string
 		user, tenant, env, conversation, model string
 		limit                                  int
 	)
-	fs := newAdminFlags("usage", stderr, &loc)
+	cmd := adminLeaf(std, "usage", "Show usage and cost from the budget ledger, as a table", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+		var q budget.ReportQuery
+		var err error
+		if q.By, err = budget.ParseDimensions(by); err != nil {
+			return err
+		}
+		if q.From, q.To, err = budget.ParseReportRange(from, to, time.Now()); err != nil {
+			return err
+		}
+		for _, f := range []struct{ name, v string }{{"--user", user}, {"--tenant", tenant}, {"--env", env}, {"--conversation", conversation}} {
+			if f.v != "" {
+				if err := contract.ValidateID(f.name, f.v); err != nil {
+					return err
+				}
+			}
+		}
+		if env != "" && tenant == "" {
+			return errors.New("--env needs --tenant: an env is named within its tenant")
+		}
+		if model != "" && !controlplane.ValidModel(model) {
+			return fmt.Errorf("--model %q is not a model id", model)
+		}
+		if limit < 0 {
+			return errors.New("--limit must not be negative")
+		}
+		q.User, q.Tenant, q.Env, q.Conversation, q.Model = user, tenant, env, conversation, model
+		q.Order, q.MaxRows = budget.ReportOrder(order), limit
+		svc, done, err := loc.openBudget(ctx, stderr)
+		if err != nil {
+			return err
+		}
+		defer done()
+		rep, err := svc.Report(ctx, q)
+		if err != nil {
+			return err
+		}
+		return writeUsage(stdout, rep)
+	})
+	fs := cmd.Flags()
 	fs.StringVar(&by, "by", "user", "what to group by: user, tenant, env, conversation, model or day; several separated by commas (tenant,day)")
 	fs.StringVar(&from, "from", "", "start: a date (2026-11-01, UTC) or an RFC 3339 time (default: the start of this month)")
 	fs.StringVar(&to, "to", "", "end: a date (that day included) or an RFC 3339 time (excluded) (default: now)")
@@ -332,45 +368,7 @@ func adminUsageReport(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.StringVar(&model, "model", "", "only calls billed for this model")
 	fs.StringVar(&order, "order", "", "row order: cost (highest first) or key (default: key when grouping by day, else cost)")
 	fs.IntVar(&limit, "limit", 0, "print at most this many rows (the total still counts all); 0: all")
-	if err := parseAdmin(fs, args); err != nil {
-		return err
-	}
-	var q budget.ReportQuery
-	var err error
-	if q.By, err = budget.ParseDimensions(by); err != nil {
-		return err
-	}
-	if q.From, q.To, err = budget.ParseReportRange(from, to, time.Now()); err != nil {
-		return err
-	}
-	for _, f := range []struct{ name, v string }{{"--user", user}, {"--tenant", tenant}, {"--env", env}, {"--conversation", conversation}} {
-		if f.v != "" {
-			if err := contract.ValidateID(f.name, f.v); err != nil {
-				return err
-			}
-		}
-	}
-	if env != "" && tenant == "" {
-		return errors.New("--env needs --tenant: an env is named within its tenant")
-	}
-	if model != "" && !controlplane.ValidModel(model) {
-		return fmt.Errorf("--model %q is not a model id", model)
-	}
-	if limit < 0 {
-		return errors.New("--limit must not be negative")
-	}
-	q.User, q.Tenant, q.Env, q.Conversation, q.Model = user, tenant, env, conversation, model
-	q.Order, q.MaxRows = budget.ReportOrder(order), limit
-	svc, done, err := loc.openBudget(ctx, stderr)
-	if err != nil {
-		return err
-	}
-	defer done()
-	rep, err := svc.Report(ctx, q)
-	if err != nil {
-		return err
-	}
-	return writeUsage(stdout, rep)
+	return cmd
 }
 
 // writeUsage prints a usage report as a table with a total.
@@ -406,9 +404,9 @@ func writeUsage(w io.Writer, rep *budget.Report) error {
 		t.right = append(t.right, true)
 	}
 	cells := func(tot budget.Totals) []string {
-		return []string{thousands(tot.Requests), thousands(tot.InputTokens),
-			thousands(tot.CacheWrite5mTokens + tot.CacheWrite1hTokens), thousands(tot.CacheReadTokens),
-			thousands(tot.OutputTokens), dollars(tot.Cost)}
+		return []string{budget.FormatCount(tot.Requests), budget.FormatCount(tot.InputTokens),
+			budget.FormatCount(tot.CacheWrite5mTokens + tot.CacheWrite1hTokens), budget.FormatCount(tot.CacheReadTokens),
+			budget.FormatCount(tot.OutputTokens), tot.Cost.Display()}
 	}
 	for _, r := range rep.Rows {
 		t.add(append(append([]string(nil), r.Key...), cells(r.Totals)...)...)
@@ -426,7 +424,7 @@ func writeUsage(w io.Writer, rep *budget.Report) error {
 	}
 	if rep.Total.Failed > 0 || rep.Total.Estimated > 0 {
 		fmt.Fprintf(w, "\nfailed or unanswered calls: %s (charged what the upstream billed); charged partly on an estimate: %s (docs/budgets.md)\n",
-			thousands(rep.Total.Failed), thousands(rep.Total.Estimated))
+			budget.FormatCount(rep.Total.Failed), budget.FormatCount(rep.Total.Estimated))
 	}
 	return nil
 }
@@ -445,144 +443,95 @@ func operatorTokenFile(loc *cpLocation, file string) (string, error) {
 	return filepath.Join(loc.dataDir, "operator-tokens"), nil
 }
 
-func adminOperatorIssue(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func newAdminOperatorIssueCmd(std stdio) *cobra.Command {
 	var loc cpLocation
 	var name, file string
-	fs := newAdminFlags("operator-token issue", stderr, &loc)
+	cmd := adminLeaf(std, "issue", "Issue a token for the operator API (/api/admin)", &loc, func(_ context.Context, stdout, stderr io.Writer) error {
+		path, err := operatorTokenFile(&loc, file)
+		if err != nil {
+			return err
+		}
+		token, rec := controlplane.NewOperatorToken(name, time.Now())
+		if err := controlplane.AddOperatorToken(path, rec); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintln(stdout, token); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "issued operator token %s into %s; it is shown only this once.\n"+
+			"Use it as Authorization: Bearer <token> on /api/admin/… (docs/budgets.md); revoke it with\n"+
+			"  talkide admin operator-token revoke --id %s\n", rec.ID, path, rec.ID)
+		return nil
+	})
+	fs := cmd.Flags()
 	fs.StringVar(&name, "name", "", "who or what the token is for (shown by list)")
 	fs.StringVar(&file, "file", "", "the token file the control-plane reads (its --operator-tokens; default DATA-DIR/operator-tokens)")
-	if err := parseAdmin(fs, args); err != nil {
-		return err
-	}
-	path, err := operatorTokenFile(&loc, file)
-	if err != nil {
-		return err
-	}
-	token, rec := controlplane.NewOperatorToken(name, time.Now())
-	if err := controlplane.AddOperatorToken(path, rec); err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintln(stdout, token); err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "issued operator token %s into %s; it is shown only this once.\n"+
-		"Use it as Authorization: Bearer <token> on /api/admin/… (docs/budgets.md); revoke it with\n"+
-		"  talkide admin operator-token revoke --id %s\n", rec.ID, path, rec.ID)
-	return nil
+	return cmd
 }
 
-func adminOperatorList(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func newAdminOperatorListCmd(std stdio) *cobra.Command {
 	var loc cpLocation
 	var file string
-	fs := newAdminFlags("operator-token list", stderr, &loc)
-	fs.StringVar(&file, "file", "", "the token file (default DATA-DIR/operator-tokens)")
-	if err := parseAdmin(fs, args); err != nil {
-		return err
-	}
-	path, err := operatorTokenFile(&loc, file)
-	if err != nil {
-		return err
-	}
-	ts, err := controlplane.ReadOperatorTokens(path)
-	if err != nil {
-		return err
-	}
-	if len(ts) == 0 {
-		fmt.Fprintln(stdout, "no operator tokens (issue one: talkide admin operator-token issue --name NAME)")
-		return nil
-	}
-	t := table{head: []string{"ID", "CREATED", "NAME"}}
-	for _, o := range ts {
-		n := o.Name
-		if n == "" {
-			n = "-"
+	cmd := adminLeaf(std, "list", "List the operator tokens", &loc, func(_ context.Context, stdout, stderr io.Writer) error {
+		path, err := operatorTokenFile(&loc, file)
+		if err != nil {
+			return err
 		}
-		t.add(o.ID, formatTime(o.CreatedAt), n)
-	}
-	return t.write(stdout)
+		ts, err := controlplane.ReadOperatorTokens(path)
+		if err != nil {
+			return err
+		}
+		if len(ts) == 0 {
+			fmt.Fprintln(stdout, "no operator tokens (issue one: talkide admin operator-token issue --name NAME)")
+			return nil
+		}
+		t := table{head: []string{"ID", "CREATED", "NAME"}}
+		for _, o := range ts {
+			n := o.Name
+			if n == "" {
+				n = "-"
+			}
+			t.add(o.ID, formatTime(o.CreatedAt), n)
+		}
+		return t.write(stdout)
+	})
+	fs := cmd.Flags()
+	fs.StringVar(&file, "file", "", "the token file (default DATA-DIR/operator-tokens)")
+	return cmd
 }
 
-func adminOperatorRevoke(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func newAdminOperatorRevokeCmd(std stdio) *cobra.Command {
 	var loc cpLocation
 	var id, file string
-	fs := newAdminFlags("operator-token revoke", stderr, &loc)
+	cmd := adminLeaf(std, "revoke", "Revoke an operator token", &loc, func(_ context.Context, stdout, stderr io.Writer) error {
+		if id == "" {
+			return errors.New("--id is required")
+		}
+		path, err := operatorTokenFile(&loc, file)
+		if err != nil {
+			return err
+		}
+		rec, err := controlplane.RemoveOperatorToken(path, id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "revoked operator token %s (created %s); running control-planes refuse it from their next request\n", rec.ID, formatTime(rec.CreatedAt))
+		return nil
+	})
+	fs := cmd.Flags()
 	fs.StringVar(&id, "id", "", "id of the operator token to revoke (required; see list)")
 	fs.StringVar(&file, "file", "", "the token file (default DATA-DIR/operator-tokens)")
-	if err := parseAdmin(fs, args); err != nil {
-		return err
-	}
-	if id == "" {
-		return errors.New("--id is required")
-	}
-	path, err := operatorTokenFile(&loc, file)
-	if err != nil {
-		return err
-	}
-	rec, err := controlplane.RemoveOperatorToken(path, id)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "revoked operator token %s (created %s); running control-planes refuse it from their next request\n", rec.ID, formatTime(rec.CreatedAt))
-	return nil
+	return cmd
 }
 
 // Formatting.
-
-// kindOrder is k's place in budget.Kinds: rolling window, day, week,
-// month, tokens, requests, concurrency.
-func kindOrder(k budget.Kind) int { return slices.Index(budget.Kinds, k) }
 
 // calls renders a number of calls: "1 call", "1,024 calls".
 func calls(n int64) string {
 	if n == 1 {
 		return "1 call"
 	}
-	return thousands(n) + " calls"
-}
-
-// formatAmount renders an amount in a kind's unit: dollars, or a count.
-func formatAmount(k budget.Kind, v int64) string {
-	if k.Spend() {
-		return dollars(budget.Money(v))
-	}
-	return thousands(v)
-}
-
-// dollars renders money with thousands separators and two to six
-// decimals, rounded to the microdollar: "$1,234.50", "$0.017385". An amount
-// that rounds to nothing but is not zero is "<$0.000001".
-func dollars(m budget.Money) string {
-	sign := ""
-	if m < 0 {
-		sign, m = "-", -m
-	}
-	micro := (m + budget.Microdollar/2) / budget.Microdollar
-	if micro == 0 && m > 0 {
-		return sign + "<$0.000001"
-	}
-	frac := strings.TrimRight(fmt.Sprintf("%06d", micro%1_000_000), "0")
-	for len(frac) < 2 {
-		frac += "0"
-	}
-	return sign + "$" + thousands(int64(micro/1_000_000)) + "." + frac
-}
-
-// thousands renders n with a comma between groups of three digits.
-func thousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
+	return budget.FormatCount(n) + " calls"
 }
 
 func yesNo(b bool) string {
@@ -590,41 +539,4 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "-"
-}
-
-// table prints aligned columns, two spaces apart; right[i] aligns column i
-// to the right (numbers).
-type table struct {
-	head  []string
-	right []bool
-	rows  [][]string
-}
-
-func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
-
-func (t *table) write(w io.Writer) error {
-	width := make([]int, len(t.head))
-	for _, row := range append([][]string{t.head}, t.rows...) {
-		for i, c := range row {
-			width[i] = max(width[i], utf8.RuneCountInString(c))
-		}
-	}
-	var b strings.Builder
-	for _, row := range append([][]string{t.head}, t.rows...) {
-		var line strings.Builder
-		for i, c := range row {
-			if i > 0 {
-				line.WriteString("  ")
-			}
-			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
-			if i < len(t.right) && t.right[i] {
-				line.WriteString(pad + c)
-			} else {
-				line.WriteString(c + pad)
-			}
-		}
-		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }

@@ -226,27 +226,7 @@ concurrent_requests  -             4          -          1            3  now
 	}
 }
 
-func TestFormatting(t *testing.T) {
-	for m, want := range map[budget.Money]string{
-		0:                         "$0.00",
-		5 * budget.Dollar:         "$5.00",
-		17_385_000:                "$0.017385",
-		12_345_678_901:            "$12.345679",
-		1_234_567 * budget.Dollar: "$1,234,567.00",
-		400:                       "<$0.000001",
-		500:                       "$0.000001",
-		-25 * budget.Cent:         "-$0.25",
-		budget.Dollar / 10:        "$0.10",
-	} {
-		if got := dollars(m); got != want {
-			t.Errorf("dollars(%d) = %q, want %q", m, got, want)
-		}
-	}
-	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1_234_567: "1,234,567", -45_000: "-45,000"} {
-		if got := thousands(n); got != want {
-			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
-		}
-	}
+func TestTable(t *testing.T) {
 	var b strings.Builder
 	tb := table{head: []string{"NAME", "N", "NOTE"}, right: []bool{1: true}}
 	tb.add("a", "1,000", "x")

@@ -38,7 +38,7 @@ func newControlPlaneDir(t *testing.T) (string, *cpSecrets) {
 func admin(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	err := runAdmin(context.Background(), args, &out, &errb)
+	err := run(context.Background(), append([]string{"admin"}, args...), stdio{in: strings.NewReader(""), out: &out, err: &errb})
 	return out.String(), errb.String(), err
 }
 

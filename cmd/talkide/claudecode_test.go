@@ -42,7 +42,7 @@ func startClaudeCodeStack(t testing.TB, logger *slog.Logger) *devStack {
 	bin := claudeCodeBin(t)
 	st, err := startDev(context.Background(), devConfig{
 		dataDir: t.TempDir(), addr: "127.0.0.1:0",
-		harness: "claude-code", claudeBin: bin,
+		agent:  agentFlags{harness: "claude-code", claudeBin: bin},
 		logger: logger,
 	})
 	if err != nil {

@@ -4,19 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
@@ -39,11 +39,7 @@ type devConfig struct {
 	addr         string
 	apiKey       string // empty: run the simulator
 	anthropicURL string
-	model        string
-	toolPolicy   string
-	harness      string // native or claude-code
-	claudeBin    string // the claude executable for --harness claude-code
-	mcpAllow     string
+	agent        agentFlags
 	logger       *slog.Logger
 }
 
@@ -70,19 +66,49 @@ type devInfo struct {
 	SimulatedModel  bool   `json:"simulated_model"`
 }
 
-func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cfg devConfig
+func newDevCmd(std stdio) *cobra.Command {
+	var (
+		cfg  devConfig
+		logs logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole platform on this machine: control-plane, one worker, the model simulator",
+		Long: `Run the whole platform on this machine: the control-plane on a loopback
+address, one worker (tenant "local", env "dev"), embedded SQLite, sessions and
+workspaces under --data-dir, and, without ANTHROPIC_API_KEY, the built-in model
+simulator (a test and demo tool, not a real model). The browser API serves one
+local user, "local", without credentials. DATA-DIR/dev.json names the URL of
+every part. Ctrl-C stops everything; a second Ctrl-C stops running turns at
+once instead of waiting for them.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := logs.logger(cmd, std.err)
+			if err != nil {
+				return err
+			}
+			cfg.logger = logger
+			return runDev(cmd.Context(), cfg, std)
+		},
+	}
+	fs := cmd.Flags()
 	fs.StringVar(&cfg.dataDir, "data-dir", "./.talkide", "directory for the database, secrets, sessions and workspaces")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:7878", "loopback HOST:PORT of the browser API")
 	fs.StringVar(&cfg.anthropicURL, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL (used when ANTHROPIC_API_KEY is set)")
-	registerAgentFlags(fs, &cfg.model, &cfg.harness, &cfg.claudeBin, &cfg.toolPolicy, &cfg.mcpAllow)
-	logger, err := parseWithLogger(fs, args, stderr)
-	if err != nil {
-		return err
-	}
-	cfg.logger = logger
+	bindEnv(fs, "data-dir", "addr", "anthropic-url")
+	registerAgentFlags(fs, &cfg.agent)
+	logs.add(fs)
+	return cmd
+}
+
+// devGrace is how long talkide dev lets running turns finish when asked to
+// stop; a second signal cuts it short.
+const devGrace = 30 * time.Second
+
+func runDev(parent context.Context, cfg devConfig, std stdio) error {
+	ctx, later, stop := untilSignal(parent, std.signals)
+	defer stop()
+	logger := cfg.logger
 	// Read the key, then remove it from the environment: nothing started by
 	// the worker side (tools, subprocess harnesses) may inherit it.
 	cfg.apiKey = os.Getenv("ANTHROPIC_API_KEY")
@@ -96,31 +122,51 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if st.sim != nil {
 		model = "the MODEL SIMULATOR (a test and demo tool, not a real model) at " + st.info.Simulator
 	}
-	fmt.Fprintf(stdout, "TalkIDE dev is running.\n  browser API: %s\n  model:       %s\n  state:       %s\n  chat:        talkide chat --data-dir %s\nPress Ctrl-C to stop.\n",
-		st.info.ControlPlane, model, cfg.dataDir, cfg.dataDir)
+	fmt.Fprintf(std.out, "TalkIDE dev is running.\n  browser API: %s (user %q, no login on loopback)\n  model:       %s\n  state:       %s\n  chat:        %s chat --data-dir %s\nPress Ctrl-C to stop.\n",
+		st.info.ControlPlane, devUser, model, cfg.dataDir, selfCommand(), cfg.dataDir)
 	<-ctx.Done()
-	logger.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+
+	// The grace period ends after devGrace, at a second signal, or when
+	// the caller's context ends.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(parent), devGrace)
 	defer cancel()
+	go func() {
+		select {
+		case <-later:
+			logger.Warn("second signal: stopping running turns now; they end as worker_restarted and can be sent again")
+			cancel()
+		case <-parent.Done():
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	_, running := st.worker.worker.Stats()
+	if running > 0 {
+		logger.Info(fmt.Sprintf("shutting down: waiting up to %s for %d running turn(s) to finish; press Ctrl-C again to stop them now", devGrace, running))
+	} else {
+		logger.Info("shutting down")
+	}
 	return st.shutdown(sctx)
 }
 
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
+// selfCommand is how the user can run this binary again: "go run
+// ./cmd/talkide" when it was started by go run (its executable lives in a
+// temporary build directory), else the name it was started by.
+func selfCommand() string {
+	exe, _ := os.Executable()
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		return "go run ./cmd/talkide"
 	}
-	if host == "localhost" {
-		return true
+	if len(os.Args) > 0 && os.Args[0] != "" {
+		return os.Args[0]
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return "talkide"
 }
 
 // startDev starts control-plane, simulator (without an API key) and worker,
 // each on its own loopback port, and writes DIR/dev.json.
 func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
-	if !isLoopback(cfg.addr) {
+	if !httpapi.LoopbackHost(cfg.addr) {
 		return nil, fmt.Errorf("--addr %s is not a loopback address: talkide dev serves one local user without credentials", cfg.addr)
 	}
 	if cfg.dataDir, err = filepath.Abs(cfg.dataDir); err != nil {
@@ -203,8 +249,8 @@ func (s *devStack) startWorker(ctx context.Context) error {
 		commandKeyID:    s.cp.secrets.CommandKeyID,
 		commandKey:      trust.DeriveEnvKey(s.cp.secrets.CommandSecret, devTenant, devEnv),
 		claudeConfigDir: claudeDir, workspaceRoot: workspaces,
-		model: s.cfg.model, toolPolicy: s.cfg.toolPolicy, mcpAllow: s.cfg.mcpAllow, notice: notice,
-		harness: s.cfg.harness, claudeCodeBin: s.cfg.claudeBin,
+		model: s.cfg.agent.model, toolPolicy: s.cfg.agent.toolPolicy, mcpAllow: s.cfg.agent.mcpAllow, notice: notice,
+		harness: s.cfg.agent.harness, claudeCodeBin: s.cfg.agent.claudeBin,
 		workerID: "dev-" + host,
 		logger:   s.cfg.logger,
 	})

@@ -354,7 +354,7 @@ func TestChatCommandOnce(t *testing.T) {
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err := runChat(ctx, []string{"--addr", st.info.ControlPlane, "--conversation", "chat-once", "-m", "hello chat"}, strings.NewReader(""), &out, &errOut)
+	err := run(ctx, []string{"chat", "--addr", st.info.ControlPlane, "--conversation", "chat-once", "-m", "hello chat"}, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
 	if err != nil {
 		t.Fatalf("chat: %v (%s)", err, errOut.String())
 	}
@@ -363,7 +363,7 @@ func TestChatCommandOnce(t *testing.T) {
 	}
 	// The same conversation again: the history grows.
 	out.Reset()
-	if err := runChat(ctx, []string{"--addr", st.info.ControlPlane, "--conversation", "chat-once", "-m", "again"}, strings.NewReader(""), &out, &errOut); err != nil {
+	if err := run(ctx, []string{"chat", "--addr", st.info.ControlPlane, "--conversation", "chat-once", "-m", "again"}, stdio{in: strings.NewReader(""), out: &out, err: &errOut}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "messages=3") {

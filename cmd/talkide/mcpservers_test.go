@@ -29,7 +29,7 @@ func TestMCPServerFromWorkspace(t *testing.T) {
 	}
 	allow := filepath.Join(dir, "mcp-allow.json")
 	os.WriteFile(allow, []byte(fmt.Sprintf(`{"stdio": [{"name": "echo", "command": %q}]}`, echoBin)), 0o600)
-	st, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(dir, "data"), addr: "127.0.0.1:0", mcpAllow: allow, logger: slog.New(slog.DiscardHandler)})
+	st, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(dir, "data"), addr: "127.0.0.1:0", agent: agentFlags{mcpAllow: allow}, logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestToolPolicyFromFile(t *testing.T) {
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.json")
 	os.WriteFile(policy, []byte(`{"rules":[{"name":"no-touch","tool":"Bash","action":"deny","commands":["touch *"],"reason":"no new files"}]}`), 0o600)
-	st, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(dir, "data"), addr: "127.0.0.1:0", toolPolicy: policy, logger: slog.New(slog.DiscardHandler)})
+	st, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(dir, "data"), addr: "127.0.0.1:0", agent: agentFlags{toolPolicy: policy}, logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestToolPolicyFromFile(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(st.info.Workspaces, c.ID, "marker")); err == nil {
 		t.Fatal("the denied command ran")
 	}
-	if _, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(dir, "bad"), addr: "127.0.0.1:0", toolPolicy: filepath.Join(dir, "missing.json"), logger: slog.New(slog.DiscardHandler)}); err == nil {
+	if _, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(dir, "bad"), addr: "127.0.0.1:0", agent: agentFlags{toolPolicy: filepath.Join(dir, "missing.json")}, logger: slog.New(slog.DiscardHandler)}); err == nil {
 		t.Fatal("a missing policy file was accepted")
 	}
 }

@@ -4,23 +4,82 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/talkide/platform/internal/httpapi"
 )
 
-// runControlPlane runs the control-plane alone.
-func runControlPlane(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("controlplane", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o cpOptions
-	var dataDir string
+// agentFlags shape the agent; talkide dev and talkide worker share them.
+type agentFlags struct {
+	model, harness, claudeBin, toolPolicy, mcpAllow string
+}
+
+func registerAgentFlags(fs *pflag.FlagSet, a *agentFlags) {
+	fs.StringVar(&a.model, "model", "", "model id (default: the harness's default; docs/harnesses.md)")
+	fs.StringVar(&a.harness, "harness", "native", "agent harness: native (in-process) or claude-code (the Claude Code CLI; docs/harnesses.md)")
+	fs.StringVar(&a.claudeBin, "claude-code-bin", "claude", "the Claude Code CLI for --harness claude-code")
+	fs.StringVar(&a.toolPolicy, "tool-policy", "", "JSON file of tool allow/deny rules checked before every tool call (docs/tools.md)")
+	fs.StringVar(&a.mcpAllow, "mcp-allow", "", "JSON file of the MCP servers a workspace's .mcp.json may start (docs/mcp.md); default none")
+	bindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow")
+}
+
+// controlPlaneGrace is how long the control-plane lets requests finish
+// when asked to stop.
+const controlPlaneGrace = 15 * time.Second
+
+func newControlPlaneCmd(std stdio) *cobra.Command {
+	var (
+		o       cpOptions
+		dataDir string
+		logs    logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "controlplane",
+		Short: "Run the control-plane: browser API, gateway-proxy, mint endpoint, worker reports, operator API",
+		Long: `Run the control-plane: the browser API, the gateway-proxy (the only holder of
+ANTHROPIC_API_KEY), the WorkerToken mint endpoint, the worker report endpoints
+and the operator API, on one listener. Without ANTHROPIC_API_KEY the gateway
+answers 503. See docs/operations.md.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := logs.logger(cmd, std.err)
+			if err != nil {
+				return err
+			}
+			if o.localUser != "" && !httpapi.LoopbackHost(o.listen) {
+				return usageErrorf(cmd, "--local-user needs a loopback --listen address")
+			}
+			o.logger = logger
+			o.apiKey = os.Getenv("ANTHROPIC_API_KEY")
+			if o.apiKey == "" {
+				logger.Warn("ANTHROPIC_API_KEY is not set: the gateway answers 503")
+			}
+			o.dbPath = filepath.Join(dataDir, "controlplane.db")
+			o.secretsPath = filepath.Join(dataDir, "controlplane-secrets.json")
+			ctx, _, stop := untilSignal(cmd.Context(), std.signals)
+			defer stop()
+			cp, err := startControlPlane(ctx, o)
+			if err != nil {
+				return err
+			}
+			logger.Info("control-plane serving", "url", cp.http.url())
+			<-ctx.Done()
+			logger.Info("shutting down", "grace", controlPlaneGrace)
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), controlPlaneGrace)
+			defer cancel()
+			return cp.shutdown(sctx)
+		},
+	}
+	fs := cmd.Flags()
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:7878", "HOST:PORT to serve on")
-	fs.StringVar(&dataDir, "data-dir", "./.talkide-cp", "directory for the secrets file and the default SQLite database")
+	fs.StringVar(&dataDir, "data-dir", defaultCPDataDir, "directory for the secrets file and the default SQLite database")
 	fs.StringVar(&o.database, "database", "", "the store: a postgres://… or postgresql://… URL (password better in PGPASSWORD or ~/.pgpass), or sqlite:PATH or a file path (default DATA-DIR/controlplane.db)")
 	fs.StringVar(&o.upstream, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL")
 	fs.StringVar(&o.localUser, "local-user", "", "serve the browser API as this one user without credentials (loopback only)")
@@ -28,38 +87,56 @@ func runControlPlane(ctx context.Context, args []string, stderr io.Writer) error
 	fs.StringVar(&o.env, "default-env", "dev", "env of new conversations")
 	fs.StringVar(&o.prices, "prices", "", "JSON file of model prices overriding the built-in list, same shape (docs/budgets.md)")
 	fs.StringVar(&o.operatorTokens, "operator-tokens", "", "file of the operator tokens' hashes that the operator API /api/admin accepts, re-read when it changes (default DATA-DIR/operator-tokens; kept by talkide admin operator-token)")
-	logger, err := parseWithLogger(fs, args, stderr)
-	if err != nil {
-		return err
-	}
-	if o.localUser != "" && !isLoopback(o.listen) {
-		return fmt.Errorf("--local-user needs a loopback --listen address")
-	}
-	o.logger = logger
-	o.apiKey = os.Getenv("ANTHROPIC_API_KEY")
-	if o.apiKey == "" {
-		logger.Warn("ANTHROPIC_API_KEY is not set: the gateway answers 503")
-	}
-	o.dbPath = filepath.Join(dataDir, "controlplane.db")
-	o.secretsPath = filepath.Join(dataDir, "controlplane-secrets.json")
-	cp, err := startControlPlane(ctx, o)
-	if err != nil {
-		return err
-	}
-	logger.Info("control-plane serving", "url", cp.http.url())
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	return cp.shutdown(sctx)
+	bindEnv(fs, "listen", "data-dir", "database", "anthropic-url", "local-user", "default-tenant", "default-env", "prices", "operator-tokens")
+	logs.add(fs)
+	return cmd
 }
 
-// runWorker runs an agent worker. Its secrets come from the environment or
-// from files mounted from the Kubernetes Secret talkide-worker-token.
-func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o workerOptions
-	var tokenFile, keyFile string
+// workerGrace is how long a worker lets running turns finish when asked to
+// stop; the Deployment's terminationGracePeriodSeconds must exceed it.
+const workerGrace = 60 * time.Second
+
+func newWorkerCmd(std stdio) *cobra.Command {
+	var (
+		o                  workerOptions
+		tokenFile, keyFile string
+		agent              agentFlags
+		logs               logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a tenant-env's agent worker",
+		Long: `Run the agent worker of one tenant-env: the signed command API the
+control-plane calls, the agent loop of each conversation, the session store on
+CLAUDE_CONFIG_DIR, and the LocalGatewayProxy. It reaches the model only through
+the control-plane at TALKIDE_GATEWAY_BASE_URL, with WorkerTokens minted by its
+identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := logs.logger(cmd, std.err)
+			if err != nil {
+				return err
+			}
+			o.logger = logger
+			o.model, o.harness, o.claudeCodeBin, o.toolPolicy, o.mcpAllow = agent.model, agent.harness, agent.claudeBin, agent.toolPolicy, agent.mcpAllow
+			if err := workerEnv(&o, tokenFile, keyFile); err != nil {
+				return err
+			}
+			ctx, _, stop := untilSignal(cmd.Context(), std.signals)
+			defer stop()
+			w, err := startWorker(o)
+			if err != nil {
+				return err
+			}
+			logger.Info("worker serving", "url", w.http.url(), "localproxy", w.localProxy.URL(), "tenant", o.tenant, "env", o.env)
+			<-ctx.Done()
+			logger.Info("shutting down", "grace", workerGrace)
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), workerGrace)
+			defer cancel()
+			return w.shutdown(sctx)
+		},
+	}
+	fs := cmd.Flags()
 	fs.StringVar(&o.listen, "listen", ":8080", "HOST:PORT to serve the command API on")
 	fs.StringVar(&o.tenant, "tenant", "", "tenant this worker serves (required)")
 	fs.StringVar(&o.env, "env", "", "env this worker serves (required)")
@@ -67,12 +144,17 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&keyFile, "command-key-file", "", "file holding the base64 command signing key (default: $TALKIDE_WORKER_COMMAND_KEY)")
 	fs.StringVar(&o.commandKeyID, "command-key-id", "c1", "id of the command signing key")
 	fs.StringVar(&o.workspaceRoot, "workspaces", "", "directory of the conversations' workspaces (default: $CLAUDE_CONFIG_DIR/../workspaces)")
-	registerAgentFlags(fs, &o.model, &o.harness, &o.claudeCodeBin, &o.toolPolicy, &o.mcpAllow)
-	logger, err := parseWithLogger(fs, args, stderr)
-	if err != nil {
-		return err
-	}
-	o.logger = logger
+	bindEnv(fs, "listen", "tenant", "env", "identity-token-file", "command-key-file", "command-key-id", "workspaces")
+	registerAgentFlags(fs, &agent)
+	logs.add(fs)
+	return cmd
+}
+
+// workerEnv completes o from the environment the seam names
+// (TALKIDE_GATEWAY_BASE_URL, CLAUDE_CONFIG_DIR) and reads the worker's
+// secrets, then removes them from the environment: nothing the agent runs
+// may inherit them.
+func workerEnv(o *workerOptions, tokenFile, keyFile string) error {
 	if o.tenant == "" || o.env == "" {
 		return errors.New("--tenant and --env are required")
 	}
@@ -107,19 +189,11 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		keyText = string(b)
 	}
+	var err error
 	if o.commandKey, err = base64.StdEncoding.DecodeString(strings.TrimSpace(keyText)); err != nil || len(o.commandKey) < 32 {
-		return errors.New("a base64 command key of at least 32 bytes is required: --command-key-file or TALKIDE_WORKER_COMMAND_KEY")
+		return fmt.Errorf("a base64 command key of at least 32 bytes is required: --command-key-file or TALKIDE_WORKER_COMMAND_KEY")
 	}
-	// Nothing the agent runs may inherit the worker's secrets.
 	os.Unsetenv("TALKIDE_WORKER_IDENTITY_TOKEN")
 	os.Unsetenv("TALKIDE_WORKER_COMMAND_KEY")
-	w, err := startWorker(o)
-	if err != nil {
-		return err
-	}
-	logger.Info("worker serving", "url", w.http.url(), "localproxy", w.localProxy.URL(), "tenant", o.tenant, "env", o.env)
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	return w.shutdown(sctx)
+	return nil
 }

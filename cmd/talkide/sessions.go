@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,127 +11,113 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/talkide/platform/internal/sessionstore"
 )
 
-const sessionsUsage = `usage: talkide sessions <list|archive|delete> [flags]
-
-  list     show the sessions on a session volume: id, created, last event,
-           events, size, lease
-  archive  move sessions to DIR/archive/projects/<id>-<UTC time>
-  delete   remove sessions for good
-
-Sessions are never removed implicitly: archive and delete act only on the
-sessions named with --id (repeatable) and/or selected with --idle-for, and
-refuse a session whose lease is live unless --force. --dry-run shows what
-would happen and changes nothing. See docs/operations.md.
-Run "talkide sessions <command> -h" for flags.
-`
-
-// idList is a repeatable --id flag.
-type idList []string
-
-func (l *idList) String() string { return strings.Join(*l, ",") }
-
-func (l *idList) Set(v string) error {
-	*l = append(*l, v)
-	return nil
+func newSessionsCmd(std stdio) *cobra.Command {
+	g := newGroup("sessions", "List, archive or delete sessions on a session volume",
+		newSessionsLeaf(std, "list", "Show the sessions on a session volume: id, created, last event, events, size, lease"),
+		newSessionsLeaf(std, "archive", "Move sessions to DIR/archive/projects/<id>-<UTC time>"),
+		newSessionsLeaf(std, "delete", "Remove sessions for good"),
+	)
+	g.Long = `List, archive or delete the sessions on a session volume (a worker's
+CLAUDE_CONFIG_DIR). Sessions are never removed implicitly: archive and delete
+act only on the sessions named with --id (repeatable) and/or selected with
+--idle-for, and refuse a session whose lease is live unless --force. --dry-run
+shows what would happen and changes nothing. See docs/operations.md.`
+	return g
 }
 
-// runSessions lists, archives or deletes sessions on a session volume.
-func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) < 1 {
-		fmt.Fprint(stderr, sessionsUsage)
-		return flag.ErrHelp
-	}
-	cmd := args[0]
-	if cmd != "list" && cmd != "archive" && cmd != "delete" {
-		fmt.Fprint(stderr, sessionsUsage)
-		return fmt.Errorf("unknown command %q", cmd)
-	}
-	fs := flag.NewFlagSet("sessions "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// newSessionsLeaf returns talkide sessions list, archive or delete.
+func newSessionsLeaf(std stdio, name, short string) *cobra.Command {
 	var (
-		ids        idList
+		ids        []string
 		dir        string
 		archiveDir string
 		idle       time.Duration
 		dryRun     bool
 		force      bool
 	)
+	cmd := &cobra.Command{
+		Use:   name,
+		Short: short,
+		Args:  noArgs,
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		stdout, stderr := std.out, std.err
+		if dir == "" {
+			return errors.New("--claude-config-dir (or CLAUDE_CONFIG_DIR) is required")
+		}
+		if idle < 0 {
+			return fmt.Errorf("--idle-for %s: want a positive duration", idle)
+		}
+		if name != "list" && len(ids) == 0 && idle == 0 {
+			return fmt.Errorf("name the sessions to %s: --id ID (repeatable) and/or --idle-for DURATION; nothing is removed implicitly", name)
+		}
+		projects := filepath.Join(dir, "projects")
+		if fi, err := os.Stat(projects); err != nil || !fi.IsDir() {
+			return fmt.Errorf("no session directory at %s (is --claude-config-dir the worker's CLAUDE_CONFIG_DIR?)", projects)
+		}
+		host, _ := os.Hostname()
+		st, err := sessionstore.New(projects, &sessionstore.Options{Holder: "talkide-sessions-" + host + "-" + strconv.Itoa(os.Getpid())})
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		selected, failed := selectSessions(st, ids, idle, now, stderr)
+		switch name {
+		case "list":
+			if err := printSessions(stdout, selected, now); err != nil {
+				return err
+			}
+		case "archive":
+			if archiveDir == "" {
+				archiveDir = filepath.Join(dir, "archive", "projects")
+			}
+			opts := &sessionstore.RetentionOptions{DryRun: dryRun, Force: force}
+			for _, s := range selected {
+				dest, err := st.Archive(s.ID, archiveDir, opts)
+				if err != nil {
+					failed++
+					fmt.Fprintf(stderr, "%s: not archived: %v%s\n", s.ID, err, forceHint(err))
+					continue
+				}
+				fmt.Fprintf(stdout, "%s %s -> %s\n", verb(dryRun, "archived"), s.ID, dest)
+			}
+		case "delete":
+			opts := &sessionstore.RetentionOptions{DryRun: dryRun, Force: force}
+			for _, s := range selected {
+				if err := st.Delete(s.ID, opts); err != nil {
+					failed++
+					fmt.Fprintf(stderr, "%s: not deleted: %v%s\n", s.ID, err, forceHint(err))
+					continue
+				}
+				fmt.Fprintf(stdout, "%s %s (%s)\n", verb(dryRun, "deleted"), s.ID, formatSize(s.Size))
+			}
+		}
+		if name != "list" && len(selected) == 0 && failed == 0 {
+			fmt.Fprintln(stdout, "no session selected")
+		}
+		if failed > 0 {
+			return fmt.Errorf("%d session(s) failed (see above)", failed)
+		}
+		return nil
+	}
+	fs := cmd.Flags()
 	fs.StringVar(&dir, "claude-config-dir", os.Getenv("CLAUDE_CONFIG_DIR"), "the session volume: the worker's CLAUDE_CONFIG_DIR, holding projects/ (default $CLAUDE_CONFIG_DIR)")
-	fs.Var(&ids, "id", "a session (conversation) id; repeat for several")
+	fs.StringArrayVar(&ids, "id", nil, "a session (conversation) id; repeat for several")
 	fs.DurationVar(&idle, "idle-for", 0, "only sessions idle at least this long: no event, lease or creation more recent (e.g. 720h)")
-	if cmd != "list" {
+	if name != "list" {
 		fs.BoolVar(&dryRun, "dry-run", false, "print what would happen and change nothing")
 		fs.BoolVar(&force, "force", false, "also act on a session whose lease is live, taking the lease over (only when its holder is gone)")
 	}
-	if cmd == "archive" {
+	if name == "archive" {
 		fs.StringVar(&archiveDir, "archive-dir", "", "where sessions go, on the same filesystem (default CLAUDE-CONFIG-DIR/archive/projects)")
+		bindEnv(fs, "archive-dir")
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (name sessions with --id)", fs.Arg(0))
-	}
-	if dir == "" {
-		return errors.New("--claude-config-dir (or CLAUDE_CONFIG_DIR) is required")
-	}
-	if idle < 0 {
-		return fmt.Errorf("--idle-for %s: want a positive duration", idle)
-	}
-	if cmd != "list" && len(ids) == 0 && idle == 0 {
-		return fmt.Errorf("name the sessions to %s: --id ID (repeatable) and/or --idle-for DURATION; nothing is removed implicitly", cmd)
-	}
-	projects := filepath.Join(dir, "projects")
-	if fi, err := os.Stat(projects); err != nil || !fi.IsDir() {
-		return fmt.Errorf("no session directory at %s (is --claude-config-dir the worker's CLAUDE_CONFIG_DIR?)", projects)
-	}
-	host, _ := os.Hostname()
-	st, err := sessionstore.New(projects, &sessionstore.Options{Holder: "talkide-sessions-" + host + "-" + strconv.Itoa(os.Getpid())})
-	if err != nil {
-		return err
-	}
-	now := time.Now()
-	selected, failed := selectSessions(st, ids, idle, now, stderr)
-	switch cmd {
-	case "list":
-		if err := printSessions(stdout, selected, now); err != nil {
-			return err
-		}
-	case "archive":
-		if archiveDir == "" {
-			archiveDir = filepath.Join(dir, "archive", "projects")
-		}
-		opts := &sessionstore.RetentionOptions{DryRun: dryRun, Force: force}
-		for _, s := range selected {
-			dest, err := st.Archive(s.ID, archiveDir, opts)
-			if err != nil {
-				failed++
-				fmt.Fprintf(stderr, "%s: not archived: %v%s\n", s.ID, err, forceHint(err))
-				continue
-			}
-			fmt.Fprintf(stdout, "%s %s -> %s\n", verb(dryRun, "archived"), s.ID, dest)
-		}
-	case "delete":
-		opts := &sessionstore.RetentionOptions{DryRun: dryRun, Force: force}
-		for _, s := range selected {
-			if err := st.Delete(s.ID, opts); err != nil {
-				failed++
-				fmt.Fprintf(stderr, "%s: not deleted: %v%s\n", s.ID, err, forceHint(err))
-				continue
-			}
-			fmt.Fprintf(stdout, "%s %s (%s)\n", verb(dryRun, "deleted"), s.ID, formatSize(s.Size))
-		}
-	}
-	if cmd != "list" && len(selected) == 0 && failed == 0 {
-		fmt.Fprintln(stdout, "no session selected")
-	}
-	if failed > 0 {
-		return fmt.Errorf("%d session(s) failed (see above)", failed)
-	}
-	return nil
+	return cmd
 }
 
 // selectSessions returns the sessions named by ids (all when none) that

@@ -59,7 +59,7 @@ func newSessionVolume(t *testing.T) (dir string, busy *sessionstore.Session) {
 func sessionsCmd(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	err := runSessions(context.Background(), args, &out, &errb)
+	err := run(context.Background(), append([]string{"sessions"}, args...), stdio{in: strings.NewReader(""), out: &out, err: &errb})
 	return out.String(), errb.String(), err
 }
 

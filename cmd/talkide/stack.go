@@ -195,22 +195,40 @@ func closeBudget(b *budget.Service) {
 	}
 }
 
-// openStore opens the control-plane's store named by spec: a postgres:// or
-// postgresql:// URL is PostgreSQL; sqlite:PATH, sqlite://PATH or a plain
-// file path is SQLite; an empty spec is SQLite at defaultPath.
-func openStore(ctx context.Context, spec, defaultPath string, logger *slog.Logger) (store.Store, error) {
+// database is a parsed --database: a PostgreSQL URL or a SQLite file.
+type database struct {
+	postgresURL string
+	sqlitePath  string
+}
+
+// parseDatabase reads a --database spec: a postgres:// or postgresql://
+// URL is PostgreSQL; sqlite:PATH, sqlite://PATH or a plain file path is
+// SQLite; an empty spec is SQLite at defaultPath.
+func parseDatabase(spec, defaultPath string) (database, error) {
 	scheme, rest, isURL := strings.Cut(spec, "://")
 	switch {
 	case isURL && (strings.EqualFold(scheme, "postgres") || strings.EqualFold(scheme, "postgresql")):
-		return postgres.Open(ctx, spec, &postgres.Options{Logger: logger})
+		return database{postgresURL: spec}, nil
 	case isURL && strings.EqualFold(scheme, "sqlite"):
-		spec = rest
+		return database{sqlitePath: rest}, nil
 	case isURL:
-		return nil, fmt.Errorf("--database: unknown scheme %q: want postgres://, postgresql://, sqlite:PATH or a file path", scheme)
+		return database{}, fmt.Errorf("--database: unknown scheme %q: want postgres://, postgresql://, sqlite:PATH or a file path", scheme)
 	case spec == "":
-		spec = defaultPath
+		return database{sqlitePath: defaultPath}, nil
 	}
-	return sqlite.Open(ctx, strings.TrimPrefix(spec, "sqlite:"), &sqlite.Options{Logger: logger})
+	return database{sqlitePath: strings.TrimPrefix(spec, "sqlite:")}, nil
+}
+
+// openStore opens the control-plane's store named by spec (parseDatabase).
+func openStore(ctx context.Context, spec, defaultPath string, logger *slog.Logger) (store.Store, error) {
+	db, err := parseDatabase(spec, defaultPath)
+	if err != nil {
+		return nil, err
+	}
+	if db.postgresURL != "" {
+		return postgres.Open(ctx, db.postgresURL, &postgres.Options{Logger: logger})
+	}
+	return sqlite.Open(ctx, db.sqlitePath, &sqlite.Options{Logger: logger})
 }
 
 func (p *cpProc) shutdown(ctx context.Context) error {

@@ -351,10 +351,6 @@ func window(k budget.Kind) string {
 	return "now"
 }
 
-// Remaining is what a limit leaves: its maximum less what is used and
-// held, never below zero.
-func Remaining(st budget.LimitStatus) int64 { return max(st.Max-st.Used-st.Held, 0) }
-
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request, _ OperatorToken) error {
 	if err := onlyParams(r); err != nil {
 		return err
@@ -370,7 +366,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request, _ Operator
 	out := StatusJSON{Scope: sub.Scope, Subject: sub.ID, At: s.cfg.Now().UTC(), Limits: make([]LimitStatusJSON, 0, len(sts))}
 	for _, st := range sts {
 		j := LimitStatusJSON{LimitJSON: limitJSON(st.Limit), Window: window(st.Kind)}
-		used, held, rem := st.Used, st.Held, Remaining(st)
+		used, held, rem := st.Used, st.Held, st.Remaining()
 		if st.Kind.Spend() {
 			u, h, r := usd(budget.Money(used)), usd(budget.Money(held)), usd(budget.Money(rem))
 			j.UsedUSD, j.HeldUSD, j.RemainingUSD = &u, &h, &r
