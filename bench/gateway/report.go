@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Goals of issue 5 for the latency the gateway adds.
+// Goals for the latency the gateway adds.
 const (
 	goalP50 = 300 * time.Microsecond
 	goalP99 = 2 * time.Millisecond

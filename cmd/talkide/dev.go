@@ -26,7 +26,7 @@ const (
 	devTenant = "local"
 	devEnv    = "dev"
 	devUser   = "local"
-	// identityTTL is the default lifetime of an identity token (seed § 7.5).
+	// identityTTL is the default lifetime of an identity token.
 	identityTTL = provision.DefaultTokenTTL
 )
 

@@ -8,7 +8,7 @@ import (
 
 const module = "github.com/talkide/platform/"
 
-// The two sides of the seam meet only over HTTP (DESIGN § 3): this test
+// The two sides of the seam meet only over HTTP (docs/architecture.md): this test
 // reads the real import graph, transitively, and fails on a crossing.
 func TestImportRules(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Deps " "}}`, "../../...").Output()

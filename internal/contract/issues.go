@@ -2,7 +2,7 @@ package contract
 
 import "time"
 
-// Issue endpoints (worker → control-plane, UC-09), signed with X-Worker-Token
+// Issue endpoints (worker → control-plane), signed with X-Worker-Token
 // in the direction worker → control-plane, like reports. The agent files
 // issues through the worker's talkide-issue-tracking MCP server; the
 // control-plane stores them per tenant-env, linked to the conversation and

@@ -17,7 +17,7 @@ import (
 	"github.com/talkide/platform/internal/trust"
 )
 
-// Issues (UC-09): the agent files them through the worker's
+// Issues: the agent files them through the worker's
 // talkide-issue-tracking MCP server, which calls the signed worker
 // endpoints below; the browser lists a conversation's issues. An issue
 // belongs to its conversation: the worker endpoints act only on

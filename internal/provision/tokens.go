@@ -10,8 +10,9 @@ import (
 	"github.com/talkide/platform/internal/trust"
 )
 
-// DefaultTokenTTL is the lifetime of an identity token when none is given
-// (seed § 7.5: 90 days).
+// DefaultTokenTTL is the lifetime of an identity token when none is given:
+// long enough that rotation is a quarterly chore, short enough that a
+// leaked token does not live for ever.
 const DefaultTokenTTL = 90 * 24 * time.Hour
 
 // ErrInvalidToken is wrapped by every Authenticate failure that is the

@@ -83,7 +83,7 @@ type StoredReport struct {
 	ReceivedAt time.Time
 }
 
-// Issue is an issue the agent filed in a conversation (UC-09). Status,
+// Issue is an issue the agent filed in a conversation. Status,
 // Severity and the limits on its fields are contract's; the store checks
 // none of them.
 type Issue struct {

@@ -2,7 +2,7 @@
 // headless, one long-lived process per active session speaking stream-json
 // on stdin and stdout, and maps its output onto the contract's events.
 //
-// The CLI reaches the model only through the LocalGatewayProxy (seed § 6.3):
+// The CLI reaches the model only through the LocalGatewayProxy:
 // ANTHROPIC_BASE_URL=http://127.0.0.1:<port>/<conversationId>, the
 // conversation's capability as ANTHROPIC_AUTH_TOKEN, no ANTHROPIC_API_KEY,
 // and nothing else of the worker's environment. Its own state (config,

@@ -1,4 +1,4 @@
-// Package issuetracking is the talkide-issue-tracking MCP server (UC-09):
+// Package issuetracking is the talkide-issue-tracking MCP server:
 // Mara files, lists and comments on issues of her conversation, and the
 // control-plane, reached over the signed worker channel, stores them. Source
 // offers the server's tools to the native harness in-process.
