@@ -65,18 +65,18 @@ func (f *subjectFlags) subject() (sub budget.Subject, ok bool, err error) {
 	case f.env != "" && f.tenant == "":
 		return sub, false, errors.New("--env needs --tenant: an env is named within its tenant")
 	case f.user != "":
-		if err := contract.ValidateID("--user", f.user); err != nil {
+		if err := contract.ValidateID("user", f.user); err != nil {
 			return sub, false, err
 		}
 		return budget.User(f.user), true, nil
 	case f.tenant != "":
-		if err := contract.ValidateID("--tenant", f.tenant); err != nil {
+		if err := contract.ValidateID("tenant", f.tenant); err != nil {
 			return sub, false, err
 		}
 		if f.env == "" {
 			return budget.Tenant(f.tenant), true, nil
 		}
-		if err := contract.ValidateID("--env", f.env); err != nil {
+		if err := contract.ValidateID("env", f.env); err != nil {
 			return sub, false, err
 		}
 		return budget.Env(f.tenant, f.env), true, nil
@@ -266,15 +266,8 @@ func writeBudgetStatus(ctx context.Context, w io.Writer, svc *budget.Service, su
 	if err != nil {
 		return err
 	}
-	q := budget.ReportQuery{By: []budget.Dimension{budget.ByDay}}
-	switch sub.Scope {
-	case budget.ScopeUser:
-		q.User = sub.ID
-	case budget.ScopeTenant:
-		q.Tenant = sub.ID
-	case budget.ScopeEnv:
-		q.Tenant, q.Env, _ = strings.Cut(sub.ID, "/")
-	}
+	q := budget.ReportQueryFor(sub)
+	q.By = []budget.Dimension{budget.ByDay}
 	q.From, _, _ = budget.ParseReportRange("", "", now)
 	rep, err := svc.Report(ctx, q)
 	if err != nil {
@@ -320,32 +313,17 @@ func newAdminUsageReportCmd(std stdio) *cobra.Command {
 		limit                                  int
 	)
 	cmd := adminLeaf(std, "usage", "Show usage and cost from the budget ledger, as a table", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		var q budget.ReportQuery
-		var err error
-		if q.By, err = budget.ParseDimensions(by); err != nil {
+		q, err := budget.ReportRequest{
+			By: by, From: from, To: to, User: user, Tenant: tenant, Env: env,
+			Conversation: conversation, Model: model, Order: order,
+		}.Query(time.Now())
+		if err != nil {
 			return err
-		}
-		if q.From, q.To, err = budget.ParseReportRange(from, to, time.Now()); err != nil {
-			return err
-		}
-		for _, f := range []struct{ name, v string }{{"--user", user}, {"--tenant", tenant}, {"--env", env}, {"--conversation", conversation}} {
-			if f.v != "" {
-				if err := contract.ValidateID(f.name, f.v); err != nil {
-					return err
-				}
-			}
-		}
-		if env != "" && tenant == "" {
-			return errors.New("--env needs --tenant: an env is named within its tenant")
-		}
-		if model != "" && !controlplane.ValidModel(model) {
-			return fmt.Errorf("--model %q is not a model id", model)
 		}
 		if limit < 0 {
-			return errors.New("--limit must not be negative")
+			return contract.Invalid(nil, "limit", "must not be negative")
 		}
-		q.User, q.Tenant, q.Env, q.Conversation, q.Model = user, tenant, env, conversation, model
-		q.Order, q.MaxRows = budget.ReportOrder(order), limit
+		q.MaxRows = limit
 		svc, done, err := loc.openBudget(ctx, stderr)
 		if err != nil {
 			return err

@@ -16,6 +16,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/talkide/platform/internal/contract"
 )
 
 // The command tree is built on spf13/cobra, the convention of kubectl, helm
@@ -122,7 +124,12 @@ func run(ctx context.Context, args []string, std stdio) error {
 func runCommand(ctx context.Context, args []string, std stdio) (*cobra.Command, error) {
 	root := newRoot(std)
 	root.SetArgs(normalizeArgs(root, args))
-	return root.ExecuteContextC(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
+	// A value a rule refused is a usage error, named as the command's flag.
+	if fe, ok := err.(*contract.FieldError); ok && cmd != nil && cmd.Flags().Lookup(fe.Field) != nil {
+		err = usageErrorf(cmd, "%s", fe.Rename("--"+fe.Field))
+	}
+	return cmd, err
 }
 
 // newRoot builds the whole command tree.

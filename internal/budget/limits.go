@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/talkide/platform/internal/contract"
 )
 
 // Scope says what a limit applies to.
@@ -120,19 +122,20 @@ type Limit struct {
 	UpdatedAt time.Time
 }
 
-// ErrInvalidLimit is wrapped by SetLimit's validation errors.
+// ErrInvalidLimit is wrapped by the validation errors of limits (each a
+// *contract.FieldError).
 var ErrInvalidLimit = errors.New("invalid limit")
 
 func (l Limit) validate() error {
 	switch {
 	case !l.Subject.Valid():
-		return fmt.Errorf("%w: subject %q %q", ErrInvalidLimit, l.Subject.Scope, l.Subject.ID)
+		return contract.Invalid(ErrInvalidLimit, "subject", "%q %q is not a user, tenant or tenant-env", l.Subject.Scope, l.Subject.ID)
 	case !l.Kind.Valid():
-		return fmt.Errorf("%w: kind %q", ErrInvalidLimit, l.Kind)
+		return contract.Invalid(ErrInvalidLimit, "kind", "%q is not a kind of limit", l.Kind)
 	case l.Max < 0:
-		return fmt.Errorf("%w: negative maximum", ErrInvalidLimit)
+		return contract.Invalid(ErrInvalidLimit, "max", "is negative")
 	case l.Hard && !l.Kind.Spend():
-		return fmt.Errorf("%w: only spending limits can be hard", ErrInvalidLimit)
+		return contract.Invalid(ErrInvalidLimit, "hard", "is refused: only spending limits can be hard, not %s", l.Kind)
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/talkide/platform/internal/contract"
 )
 
 // Dimension is what a usage report groups by.
@@ -36,10 +38,10 @@ func ParseDimensions(s string) ([]Dimension, error) {
 	for f := range strings.SplitSeq(s, ",") {
 		d := Dimension(strings.ToLower(strings.TrimSpace(f)))
 		if !slices.Contains(Dimensions, d) {
-			return nil, fmt.Errorf("%w: cannot group by %q: want user, tenant, env, conversation, model or day (several separated by commas)", ErrInvalidReport, f)
+			return nil, contract.Invalid(ErrInvalidReport, "by", "%q: cannot group by it; want user, tenant, env, conversation, model or day (several separated by commas)", f)
 		}
 		if slices.Contains(out, d) {
-			return nil, fmt.Errorf("%w: %s is given twice", ErrInvalidReport, d)
+			return nil, contract.Invalid(ErrInvalidReport, "by", "names %s twice", d)
 		}
 		out = append(out, d)
 	}
@@ -58,16 +60,16 @@ func ParseReportRange(from, to string, now time.Time) (time.Time, time.Time, err
 	} else {
 		var err error
 		if f, err = parseReportTime(from, false); err != nil {
-			return f, t, fmt.Errorf("%w: from: %w", ErrInvalidReport, err)
+			return f, t, contract.Invalid(ErrInvalidReport, "from", "%s", err)
 		}
 	}
 	if to != "" {
 		var err error
 		if t, err = parseReportTime(to, true); err != nil {
-			return f, t, fmt.Errorf("%w: to: %w", ErrInvalidReport, err)
+			return f, t, contract.Invalid(ErrInvalidReport, "to", "%s", err)
 		}
 		if !t.After(f) {
-			return f, t, fmt.Errorf("%w: to (%s) is not after from (%s)", ErrInvalidReport, t.Format(time.RFC3339), f.Format(time.RFC3339))
+			return f, t, contract.Invalid(ErrInvalidReport, "to", "(%s) is not after from (%s)", t.Format(time.RFC3339), f.Format(time.RFC3339))
 		}
 	}
 	return f, t, nil
@@ -168,14 +170,14 @@ var reportPage = 5000
 // not of entries.
 func (s *Service) Report(ctx context.Context, q ReportQuery) (*Report, error) {
 	if q.Env != "" && q.Tenant == "" {
-		return nil, fmt.Errorf("%w: an env filter needs its tenant", ErrInvalidReport)
+		return nil, contract.Invalid(ErrInvalidReport, "env", "needs tenant: an env is named within its tenant")
 	}
 	if !q.To.IsZero() && !q.To.After(q.From) {
-		return nil, fmt.Errorf("%w: the end of the range is not after its start", ErrInvalidReport)
+		return nil, contract.Invalid(ErrInvalidReport, "to", "is not after from")
 	}
 	for _, d := range q.By {
 		if !slices.Contains(Dimensions, d) {
-			return nil, fmt.Errorf("%w: cannot group by %q", ErrInvalidReport, d)
+			return nil, contract.Invalid(ErrInvalidReport, "by", "%q: cannot group by it", d)
 		}
 	}
 	switch q.Order {
@@ -186,7 +188,7 @@ func (s *Service) Report(ctx context.Context, q ReportQuery) (*Report, error) {
 		}
 	case OrderCost, OrderKey:
 	default:
-		return nil, fmt.Errorf("%w: order %q: want cost or key", ErrInvalidReport, q.Order)
+		return nil, contract.Invalid(ErrInvalidReport, "order", "%q is not an order: want cost or key", q.Order)
 	}
 
 	rep := &Report{Query: q}

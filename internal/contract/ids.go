@@ -18,11 +18,14 @@ var ErrInvalidID = errors.New("invalid id")
 // URL segment: 1..MaxIDLen characters from [A-Za-z0-9_-], not starting with
 // '-' or '_'. Dots are excluded outright, so "." and ".." cannot occur.
 func ValidateID(kind, id string) error {
+	bad := func(reason string) error {
+		return &FieldError{Field: kind, Reason: reason, Code: CodeInvalidID, Err: ErrInvalidID}
+	}
 	if id == "" {
-		return fmt.Errorf("%w: %s is empty", ErrInvalidID, kind)
+		return bad("is empty")
 	}
 	if len(id) > MaxIDLen {
-		return fmt.Errorf("%w: %s is longer than %d characters", ErrInvalidID, kind, MaxIDLen)
+		return bad(fmt.Sprintf("is longer than %d characters", MaxIDLen))
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
@@ -30,7 +33,7 @@ func ValidateID(kind, id string) error {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
 		case (c == '-' || c == '_') && i > 0:
 		default:
-			return fmt.Errorf("%w: %s may contain only letters, digits, '-' and '_' (and must start with a letter or digit)", ErrInvalidID, kind)
+			return bad("may contain only letters, digits, '-' and '_' (and must start with a letter or digit)")
 		}
 	}
 	return nil

@@ -28,7 +28,6 @@ const (
 	maxAdminBody      = 4 << 10
 	defaultReportRows = 1000
 	maxReportRows     = 10000
-	maxModelLen       = 128
 )
 
 // operatorHandler is a handler of the operator API, given who called.
@@ -120,11 +119,7 @@ func subjectOf(r *http.Request) (budget.Subject, error) {
 // kindOf reads the kind from the path: a kind's name or a short alias
 // (daily, rpm, …).
 func kindOf(r *http.Request) (budget.Kind, error) {
-	k, err := budget.ParseKind(r.PathValue("kind"))
-	if err != nil {
-		return "", httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "%s", strings.TrimPrefix(err.Error(), budget.ErrInvalidLimit.Error()+": "))
-	}
-	return k, nil
+	return budget.ParseKind(r.PathValue("kind"))
 }
 
 // usd renders money as a decimal number of dollars, exactly: "5.00",
@@ -258,10 +253,7 @@ func (s *Server) handleSetLimit(w http.ResponseWriter, r *http.Request, op Opera
 	}
 	l := budget.Limit{Subject: sub, Kind: kind, Max: max, Hard: req.Hard}
 	if err := s.cfg.Budget.SetLimit(r.Context(), l); err != nil {
-		if errors.Is(err, budget.ErrInvalidLimit) {
-			return bad("%s", strings.TrimPrefix(err.Error(), budget.ErrInvalidLimit.Error()+": "))
-		}
-		return err
+		return err // a *contract.FieldError is answered 400
 	}
 	ls, err := s.cfg.Budget.Limits(r.Context(), sub)
 	if err != nil {
@@ -434,39 +426,13 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ OperatorT
 	bad := func(format string, args ...any) error {
 		return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, format, args...)
 	}
-	var q budget.ReportQuery
-	if by := qs.Get("by"); by != "" {
-		var err error
-		if q.By, err = budget.ParseDimensions(by); err != nil {
-			return bad("by: %s", strings.TrimPrefix(err.Error(), budget.ErrInvalidReport.Error()+": "))
-		}
-	}
-	var err error
-	if q.From, q.To, err = budget.ParseReportRange(qs.Get("from"), qs.Get("to"), s.cfg.Now()); err != nil {
-		return bad("%s", strings.TrimPrefix(err.Error(), budget.ErrInvalidReport.Error()+": "))
-	}
-	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"user", &q.User}, {"tenant", &q.Tenant}, {"env", &q.Env}, {"conversation", &q.Conversation}} {
-		if v := qs.Get(f.name); v != "" {
-			if err := httpapi.ID(f.name, v); err != nil {
-				return err
-			}
-			*f.dst = v
-		}
-	}
-	if q.Env != "" && q.Tenant == "" {
-		return bad("env needs tenant: an env is named within its tenant")
-	}
-	if q.Model = qs.Get("model"); q.Model != "" && !ValidModel(q.Model) {
-		return bad("model: at most %d letters, digits, '-', '_', '.' or ':'", maxModelLen)
-	}
-	switch o := budget.ReportOrder(qs.Get("order")); o {
-	case "", budget.OrderCost, budget.OrderKey:
-		q.Order = o
-	default:
-		return bad("order must be cost or key")
+	q, err := budget.ReportRequest{
+		By: qs.Get("by"), From: qs.Get("from"), To: qs.Get("to"),
+		User: qs.Get("user"), Tenant: qs.Get("tenant"), Env: qs.Get("env"),
+		Conversation: qs.Get("conversation"), Model: qs.Get("model"), Order: qs.Get("order"),
+	}.Query(s.cfg.Now())
+	if err != nil {
+		return err
 	}
 	q.MaxRows = defaultReportRows
 	if v := qs.Get("limit"); v != "" {
@@ -478,9 +444,6 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ OperatorT
 	}
 	rep, err := s.cfg.Budget.Report(r.Context(), q)
 	if err != nil {
-		if errors.Is(err, budget.ErrInvalidReport) {
-			return bad("%s", strings.TrimPrefix(err.Error(), budget.ErrInvalidReport.Error()+": "))
-		}
 		return err
 	}
 	httpapi.WriteJSON(w, http.StatusOK, usageJSON(rep))
@@ -506,21 +469,6 @@ func usageJSON(rep *budget.Report) UsageJSON {
 		out.Rows = append(out.Rows, UsageRowJSON{Key: key, TotalsJSON: totalsJSON(row.Totals)})
 	}
 	return out
-}
-
-// ValidModel reports whether s can be a model id: 1 to 128 letters, digits,
-// '-', '_', '.' or ':'.
-func ValidModel(s string) bool {
-	if s == "" || len(s) > maxModelLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
-			return false
-		}
-	}
-	return true
 }
 
 // onlyParams refuses query parameters other than allowed, and repeated

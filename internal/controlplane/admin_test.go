@@ -307,7 +307,7 @@ func TestAdminValidation(t *testing.T) {
 		"usage unknown param":       {"GET", "/api/admin/usage?usr=alice", "", 400, "bad_request", "unknown query parameter"},
 		"usage repeated param":      {"GET", "/api/admin/usage?user=a&user=b", "", 400, "bad_request", "2 times"},
 		"usage bad user":            {"GET", "/api/admin/usage?user=../x", "", 400, "invalid_id", "user"},
-		"usage bad model":           {"GET", "/api/admin/usage?model=a/b", "", 400, "bad_request", "model"},
+		"usage bad model":           {"GET", "/api/admin/usage?model=a%20b", "", 400, "bad_request", "model"},
 		"usage bad order":           {"GET", "/api/admin/usage?order=size", "", 400, "bad_request", "order"},
 		"usage malformed query":     {"GET", "/api/admin/usage?by=%zz", "", 400, "bad_request", "malformed"},
 		"post limits":               {"POST", "/api/admin/limits", `{}`, 405, "method_not_allowed", "GET"},

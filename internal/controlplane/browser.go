@@ -181,15 +181,13 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) error {
 	if err := httpapi.DecodeJSON(body, &req); err != nil {
 		return err
 	}
-	if strings.TrimSpace(req.Text) == "" {
-		return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "text is empty")
-	}
-	if len(req.Text) > contract.MaxMessageText {
-		return httpapi.Errorf(http.StatusRequestEntityTooLarge, contract.CodeTooLarge, "text is longer than %d bytes", contract.MaxMessageText)
-	}
+	// The client may leave the id to us; the worker may not, because its
+	// idempotency keys on it.
 	if req.ClientMessageID == "" {
 		req.ClientMessageID = contract.NewID("m_")
-	} else if err := httpapi.ID("client_message_id", req.ClientMessageID); err != nil {
+	}
+	msg := contract.SendMessageRequest{ClientMessageID: req.ClientMessageID, Text: req.Text}
+	if err := msg.Validate(); err != nil {
 		return err
 	}
 	c, wc, err := s.conversationWorker(r)
@@ -198,7 +196,7 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) error {
 	}
 	var resp contract.SendMessageResponse
 	status, err := wc.do(r.Context(), http.MethodPost, contract.MessagesPath, c.ID,
-		contract.SendMessageRequest{ClientMessageID: req.ClientMessageID, Text: req.Text}, &resp)
+		msg, &resp)
 	if err != nil {
 		return workerFailure(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -217,10 +216,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	model, maxTokens := scanRequest(body)
-	if model != "" && !modelName(model) {
-		g.deny(w, r, conv, &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest,
-			Msg: fmt.Sprintf("model: not a model name (1 to %d bytes of printable ASCII, no spaces)", maxModelName)})
-		return
+	if model != "" {
+		if err := contract.ValidateModel("model", model); err != nil {
+			g.deny(w, r, conv, &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest, Msg: err.Error()})
+			return
+		}
 	}
 	c := &call{
 		g:    g,

@@ -22,26 +22,6 @@ func requestModel(body []byte) string {
 // decoding or validating it: encoding/json spent most of the gateway's time
 // on a large request just to find these. It reads untrusted input;
 // FuzzRequestModel holds it to encoding/json's answer on valid JSON.
-// maxModelName bounds a model name: Anthropic's are a few dozen bytes.
-const maxModelName = 256
-
-// modelName reports whether s can be a model's name: 1 to maxModelName
-// bytes of printable ASCII without spaces, which every Anthropic model id
-// is. A name the gateway keeps (usage record, ledger, metrics label) must
-// be one: a NUL, for one, is refused by PostgreSQL and would fail the
-// whole batch it is written in.
-func modelName(s string) bool {
-	if s == "" || len(s) > maxModelName {
-		return false
-	}
-	for i := range len(s) {
-		if s[i] <= ' ' || s[i] > '~' {
-			return false
-		}
-	}
-	return true
-}
-
 func scanRequest(body []byte) (model string, maxTokens int64) {
 	s := scanner{b: body}
 	if !s.consume('{') {

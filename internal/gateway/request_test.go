@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/talkide/platform/internal/contract"
 )
 
 func TestRequestModel(t *testing.T) {
@@ -78,14 +80,14 @@ func BenchmarkRequestModel(b *testing.B) {
 }
 
 func TestModelName(t *testing.T) {
-	for _, s := range []string{"claude-sonnet-4-5", "claude-3-5-haiku@20241022", "anthropic.claude-v2:1", strings.Repeat("m", maxModelName)} {
-		if !modelName(s) {
-			t.Errorf("modelName(%q) = false, want true", s)
+	for _, s := range []string{"claude-sonnet-4-5", "claude-3-5-haiku@20241022", "anthropic.claude-v2:1", strings.Repeat("m", contract.MaxModelName)} {
+		if !contract.ValidModelName(s) {
+			t.Errorf("contract.ValidModelName(%q) = false, want true", s)
 		}
 	}
-	for _, s := range []string{"", "a\x00b", "a b", "tab\t", "é", "a\nb", "\x7f", strings.Repeat("m", maxModelName+1)} {
-		if modelName(s) {
-			t.Errorf("modelName(%q) = true, want false", s)
+	for _, s := range []string{"", "a\x00b", "a b", "tab\t", "é", "a\nb", "\x7f", strings.Repeat("m", contract.MaxModelName+1)} {
+		if contract.ValidModelName(s) {
+			t.Errorf("contract.ValidModelName(%q) = true, want false", s)
 		}
 	}
 }
@@ -101,7 +103,7 @@ func TestBadModelRefused(t *testing.T) {
 		up.ServeHTTP(w, r)
 	}), nil)
 	tok := tokenHeader(h.mint(convA))
-	for _, model := range []string{"a\u0000b", "two words", strings.Repeat("x", maxModelName+1), "ünïcode"} {
+	for _, model := range []string{"a\u0000b", "two words", strings.Repeat("x", contract.MaxModelName+1), "ünïcode"} {
 		body, err := json.Marshal(map[string]any{"model": model, "max_tokens": 10, "messages": []any{}})
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/contract"
 )
 
 // Limits of what the meter holds while a response passes.
@@ -250,7 +251,7 @@ func (p *sseUsage) dispatch() {
 	switch ev.Type {
 	case "message_start":
 		if ev.Message != nil {
-			if modelName(ev.Message.Model) {
+			if contract.ValidModelName(ev.Message.Model) {
 				p.u.Model = ev.Message.Model
 			}
 			p.u.set(ev.Message.Usage)
@@ -323,7 +324,7 @@ func jsonUsage(body []byte) (u usage, ok bool) {
 	if json.Unmarshal(body, &msg) != nil {
 		return usage{}, false
 	}
-	if modelName(msg.Model) {
+	if contract.ValidModelName(msg.Model) {
 		u.Model = msg.Model
 	}
 	u.set(msg.Usage)

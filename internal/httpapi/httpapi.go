@@ -50,8 +50,10 @@ func Errorf(status int, code, format string, args ...any) *Error {
 // HandlerFunc is an http handler that returns an error instead of writing it.
 type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
 
-// Handle adapts h: a returned *Error is written as JSON with its status; any
-// other error is logged and answered with a 500 that reveals nothing.
+// Handle adapts h: a returned *Error is written as JSON with its status; a
+// *contract.FieldError is the client's mistake, answered 400 (413 when too
+// large) with what is wrong; any other error is logged and answered with a
+// 500 that reveals nothing.
 func Handle(logger *slog.Logger, h HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := h(w, r)
@@ -60,7 +62,11 @@ func Handle(logger *slog.Logger, h HandlerFunc) http.Handler {
 		}
 		var he *Error
 		if !errors.As(err, &he) {
-			he = &Error{Status: http.StatusInternalServerError, Code: contract.CodeInternal, Msg: "internal error", Err: err}
+			if fe, ok := errors.AsType[*contract.FieldError](err); ok {
+				he = invalid(fe)
+			} else {
+				he = &Error{Status: http.StatusInternalServerError, Code: contract.CodeInternal, Msg: "internal error", Err: err}
+			}
 		}
 		level := slog.LevelDebug
 		if he.Status >= 500 {
@@ -131,6 +137,19 @@ func DecodeJSON(body []byte, v any) error {
 		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body has data after the JSON object")
 	}
 	return nil
+}
+
+// invalid is the answer to a value that breaks a rule.
+func invalid(fe *contract.FieldError) *Error {
+	status := http.StatusBadRequest
+	if fe.Code == contract.CodeTooLarge {
+		status = http.StatusRequestEntityTooLarge
+	}
+	code := fe.Code
+	if code == "" {
+		code = contract.CodeBadRequest
+	}
+	return &Error{Status: status, Code: code, Msg: fe.Error()}
 }
 
 // ID validates a path id, answering 400 with what is wrong.

@@ -128,14 +128,8 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 	if err := httpapi.DecodeJSON(body, &req); err != nil {
 		return err
 	}
-	if err := httpapi.ID("client message id", req.ClientMessageID); err != nil {
+	if err := req.Validate(); err != nil {
 		return err
-	}
-	if req.Text == "" {
-		return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "text is empty")
-	}
-	if len(req.Text) > contract.MaxMessageText {
-		return httpapi.Errorf(http.StatusRequestEntityTooLarge, contract.CodeTooLarge, "text is longer than %d bytes", contract.MaxMessageText)
 	}
 	s, err := w.lookup(r.PathValue("id"))
 	if err != nil {

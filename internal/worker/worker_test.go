@@ -1089,6 +1089,11 @@ func TestBadRequests(t *testing.T) {
 			body:   js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: ""}),
 			status: http.StatusBadRequest, code: contract.CodeBadRequest,
 		},
+		"whitespace text": {
+			method: http.MethodPost, path: "/v1/sessions/conv-1/messages",
+			body:   js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: " \n\t "}),
+			status: http.StatusBadRequest, code: contract.CodeBadRequest,
+		},
 		"text too long": {
 			method: http.MethodPost, path: "/v1/sessions/conv-1/messages",
 			body:   js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: strings.Repeat("a", contract.MaxMessageText+1)}),
