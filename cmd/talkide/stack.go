@@ -133,16 +133,15 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 		gw = gateway.New(up, o.apiKey, keyring, st, &gateway.Options{Logger: o.logger.With("component", "gateway"), Budget: bud, Metrics: m})
 		gwHandler = gw
 	}
-	cp, err := controlplane.New(controlplane.Config{
-		Store: st, Keyring: keyring,
-		CommandSecret: secrets.CommandSecret, CommandKeyID: secrets.CommandKeyID,
-		Gateway: gwHandler, LocalUser: o.localUser,
-		DefaultTenant: o.tenant, DefaultEnv: o.env,
-		Logger:    o.logger.With("component", "controlplane"),
-		Budget:    bud,
-		Operators: operators,
-		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn)}),
-	})
+	cp, err := controlplane.New(st,
+		controlplane.Keys{Tokens: keyring, CommandSecret: secrets.CommandSecret, CommandKeyID: secrets.CommandKeyID},
+		controlplane.TenantEnv{Tenant: o.tenant, Env: o.env}, &controlplane.Options{
+			Gateway: gwHandler, LocalUser: o.localUser,
+			Logger:    o.logger.With("component", "controlplane"),
+			Budget:    bud,
+			Operators: operators,
+			Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn)}),
+		})
 	if err != nil {
 		closeBudget(bud)
 		st.Close()

@@ -98,11 +98,10 @@ func newAdminHarness(t *testing.T, st budgetStore, metrics http.Handler) *adminH
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, err := controlplane.New(controlplane.Config{
-		Store: st, Keyring: kr, CommandSecret: commandSecret, CommandKeyID: commandKID,
-		DefaultTenant: tenant, DefaultEnv: env, Now: h.clock.Now, Logger: logger,
-		Budget: h.svc, Operators: ops, Metrics: metrics,
-	})
+	cp, err := controlplane.New(st, controlplane.Keys{Tokens: kr, CommandSecret: commandSecret, CommandKeyID: commandKID},
+		controlplane.TenantEnv{Tenant: tenant, Env: env}, &controlplane.Options{
+			Now: h.clock.Now, Logger: logger, Budget: h.svc, Operators: ops, Metrics: metrics,
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,8 +246,8 @@ func TestAdminNotConfigured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, err := controlplane.New(controlplane.Config{Store: st, Keyring: kr, CommandSecret: commandSecret, CommandKeyID: commandKID,
-		DefaultTenant: tenant, DefaultEnv: env})
+	cp, err := controlplane.New(st, controlplane.Keys{Tokens: kr, CommandSecret: commandSecret, CommandKeyID: commandKID},
+		controlplane.TenantEnv{Tenant: tenant, Env: env}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -287,15 +287,13 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	if opts.noLocalUser {
 		localUser = ""
 	}
-	cp, err := controlplane.New(controlplane.Config{
-		Store: st, Keyring: kr,
-		CommandSecret: commandSecret, CommandKeyID: commandKID,
-		Gateway:       opts.gateway,
-		LocalUser:     localUser,
-		DefaultTenant: tenant, DefaultEnv: env,
-		Now:       clk.Now,
-		Heartbeat: opts.heartbeat,
-	})
+	cp, err := controlplane.New(st, controlplane.Keys{Tokens: kr, CommandSecret: commandSecret, CommandKeyID: commandKID},
+		controlplane.TenantEnv{Tenant: tenant, Env: env}, &controlplane.Options{
+			Gateway:   opts.gateway,
+			LocalUser: localUser,
+			Now:       clk.Now,
+			Heartbeat: opts.heartbeat,
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,29 +407,35 @@ func TestNewRequiresConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	valid := func() controlplane.Config {
-		return controlplane.Config{Store: st, Keyring: kr, CommandSecret: commandSecret, CommandKeyID: commandKID,
-			DefaultTenant: tenant, DefaultEnv: env}
+	type args struct {
+		st   store.Store
+		keys controlplane.Keys
+		home controlplane.TenantEnv
 	}
-	tests := map[string]func(*controlplane.Config){
-		"no store":         func(c *controlplane.Config) { c.Store = nil },
-		"no keyring":       func(c *controlplane.Config) { c.Keyring = nil },
-		"short secret":     func(c *controlplane.Config) { c.CommandSecret = commandSecret[:31] },
-		"no key id":        func(c *controlplane.Config) { c.CommandKeyID = "" },
-		"no tenant":        func(c *controlplane.Config) { c.DefaultTenant = "" },
-		"no default env":   func(c *controlplane.Config) { c.DefaultEnv = "" },
-		"everything unset": func(c *controlplane.Config) { *c = controlplane.Config{} },
+	valid := func() args {
+		return args{st, controlplane.Keys{Tokens: kr, CommandSecret: commandSecret, CommandKeyID: commandKID},
+			controlplane.TenantEnv{Tenant: tenant, Env: env}}
+	}
+	tests := map[string]func(*args){
+		"no store":         func(a *args) { a.st = nil },
+		"no keyring":       func(a *args) { a.keys.Tokens = nil },
+		"short secret":     func(a *args) { a.keys.CommandSecret = commandSecret[:31] },
+		"no key id":        func(a *args) { a.keys.CommandKeyID = "" },
+		"no tenant":        func(a *args) { a.home.Tenant = "" },
+		"no default env":   func(a *args) { a.home.Env = "" },
+		"everything unset": func(a *args) { *a = args{} },
 	}
 	for name, mutate := range tests {
 		t.Run(name, func(t *testing.T) {
-			cfg := valid()
-			mutate(&cfg)
-			if s, err := controlplane.New(cfg); err == nil || s != nil {
+			a := valid()
+			mutate(&a)
+			if s, err := controlplane.New(a.st, a.keys, a.home, nil); err == nil || s != nil {
 				t.Errorf("New = %v, %v; want an error", s, err)
 			}
 		})
 	}
-	if _, err := controlplane.New(valid()); err != nil {
+	a := valid()
+	if _, err := controlplane.New(a.st, a.keys, a.home, nil); err != nil {
 		t.Errorf("New(valid) = %v", err)
 	}
 }

@@ -20,26 +20,30 @@ import (
 // GatewayPrefix is where the gateway-proxy is mounted.
 const GatewayPrefix = contract.GatewayPrefix
 
-// Config is what the control-plane needs.
-type Config struct {
-	Store store.Store
-	// Keyring signs WorkerTokens.
-	Keyring *trust.Keyring
+// Keys are what the control-plane signs with.
+type Keys struct {
+	// Tokens signs WorkerTokens.
+	Tokens *trust.Keyring
 	// CommandSecret is the master secret the per-tenant-env signing keys of
 	// commands and reports are derived from; CommandKeyID names it.
 	CommandSecret []byte
 	CommandKeyID  string
+}
+
+// TenantEnv names a tenant-env.
+type TenantEnv struct{ Tenant, Env string }
+
+// Options configure the control-plane; the zero value of each field is its
+// default.
+type Options struct {
 	// Gateway serves GatewayPrefix; nil answers 503 there.
 	Gateway http.Handler
 	// LocalUser, when set, makes the browser API act as that one user with
 	// no credentials (talkide dev, loopback only). When empty the browser
-	// API refuses every request: user authentication is a later issue.
+	// API refuses every request: it has no user authentication yet.
 	LocalUser string
-	// DefaultTenant and DefaultEnv receive new conversations.
-	DefaultTenant string
-	DefaultEnv    string
-	Logger        *slog.Logger // nil: don't log
-	Now           func() time.Time
+	Logger    *slog.Logger // nil: don't log
+	Now       func() time.Time
 	// Heartbeat is the interval of SSE comments to browsers; default 15 s.
 	Heartbeat time.Duration
 	// WorkerTransport carries commands to workers; nil: a clone of
@@ -55,9 +59,21 @@ type Config struct {
 	Metrics http.Handler
 }
 
+// config is everything the server runs with: what New requires and the
+// options with their defaults filled in.
+type config struct {
+	Options
+	Store         store.Store
+	Keyring       *trust.Keyring
+	CommandSecret []byte
+	CommandKeyID  string
+	DefaultTenant string
+	DefaultEnv    string
+}
+
 // Server is the control-plane.
 type Server struct {
-	cfg              Config
+	cfg              config
 	log              *slog.Logger
 	reports          *trust.Verifier
 	workerHTTP       *http.Client
@@ -72,13 +88,23 @@ type Server struct {
 // Last-Event-ID. Register it with http.Server.RegisterOnShutdown.
 func (s *Server) CloseStreams() { s.closeStreams() }
 
-// New returns the control-plane server.
-func New(cfg Config) (*Server, error) {
-	if cfg.Store == nil || cfg.Keyring == nil || len(cfg.CommandSecret) < 32 || cfg.CommandKeyID == "" {
-		return nil, errors.New("controlplane: Store, Keyring, CommandKeyID and a CommandSecret of at least 32 bytes are required")
+// New returns the control-plane server on store st, signing with keys;
+// new conversations go to defaultEnv. Missing keys or tenant-env are an
+// error, never a default: a control-plane that made them up would sign
+// what no worker can check, or file conversations where nobody looks.
+func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Server, error) {
+	if st == nil || keys.Tokens == nil || len(keys.CommandSecret) < 32 || keys.CommandKeyID == "" {
+		return nil, errors.New("controlplane: a store, a token keyring, a command key id and a command secret of at least 32 bytes are required")
 	}
-	if cfg.DefaultTenant == "" || cfg.DefaultEnv == "" {
-		return nil, errors.New("controlplane: DefaultTenant and DefaultEnv are required")
+	if defaultEnv.Tenant == "" || defaultEnv.Env == "" {
+		return nil, errors.New("controlplane: the default tenant and env are required")
+	}
+	cfg := config{
+		Store: st, Keyring: keys.Tokens, CommandSecret: keys.CommandSecret, CommandKeyID: keys.CommandKeyID,
+		DefaultTenant: defaultEnv.Tenant, DefaultEnv: defaultEnv.Env,
+	}
+	if opts != nil {
+		cfg.Options = *opts
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

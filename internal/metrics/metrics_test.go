@@ -85,11 +85,10 @@ func newStack(t *testing.T) *stack {
 	})
 	upURL, _ := url.Parse(up.URL)
 	gw := gateway.New(upURL, simKey, keys, st, &gateway.Options{Budget: svc, Metrics: m})
-	cp, err := controlplane.New(controlplane.Config{
-		Store: st, Keyring: keys, CommandSecret: bytes.Repeat([]byte("s"), 32), CommandKeyID: "c1",
-		DefaultTenant: "acme", DefaultEnv: "prod", Gateway: gw,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-	})
+	cp, err := controlplane.New(st, controlplane.Keys{Tokens: keys, CommandSecret: bytes.Repeat([]byte("s"), 32), CommandKeyID: "c1"},
+		controlplane.TenantEnv{Tenant: "acme", Env: "prod"}, &controlplane.Options{
+			Gateway: gw, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
