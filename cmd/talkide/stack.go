@@ -98,7 +98,7 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 	if o.operatorTokens == "" {
 		o.operatorTokens = filepath.Join(filepath.Dir(o.secretsPath), "operator-tokens")
 	}
-	operators, err := controlplane.NewOperatorTokens(o.operatorTokens, o.logger.With("component", "operator-api"))
+	operators, err := controlplane.NewOperatorTokens(o.operatorTokens, &controlplane.OperatorTokensOptions{Logger: o.logger.With("component", "operator-api")})
 	if err != nil {
 		return nil, fmt.Errorf("--operator-tokens: %w", err)
 	}

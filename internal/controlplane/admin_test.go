@@ -84,7 +84,7 @@ func newAdminHarness(t *testing.T, st budgetStore, metrics http.Handler) *adminH
 	}
 	h.token = tok
 	logger := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ops, err := controlplane.NewOperatorTokens(h.tokens, logger)
+	ops, err := controlplane.NewOperatorTokens(h.tokens, &controlplane.OperatorTokensOptions{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -228,18 +228,27 @@ type OperatorTokens struct {
 	bad    error                    // guarded by mu; why the current file admits nobody
 }
 
+// OperatorTokensOptions configure OperatorTokens.
+type OperatorTokensOptions struct {
+	Logger *slog.Logger // nil: don't log
+}
+
 // NewOperatorTokens checks tokens against the file at path. A missing file
 // holds no tokens (every request is refused) until one is issued; a file
-// that exists but is malformed is an error. A nil logger does not log.
-func NewOperatorTokens(path string, logger *slog.Logger) (*OperatorTokens, error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+// that exists but is malformed is an error.
+func NewOperatorTokens(path string, opts *OperatorTokensOptions) (*OperatorTokens, error) {
+	var o OperatorTokensOptions
+	if opts != nil {
+		o = *opts
 	}
-	o := &OperatorTokens{path: path, log: logger}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.refresh()
-	return o, o.bad
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	ot := &OperatorTokens{path: path, log: o.Logger}
+	ot.mu.Lock()
+	defer ot.mu.Unlock()
+	ot.refresh()
+	return ot, ot.bad
 }
 
 // Path returns the token file.
