@@ -64,11 +64,10 @@ const sessionCloseTimeout = 10 * time.Second
 
 // Worker serves the command API.
 type Worker struct {
-	tenant, env string
-	store       *sessionstore.Store
-	opts        Options
-	log         *slog.Logger
-	verifier    *trust.Verifier
+	store    *sessionstore.Store
+	opts     Options
+	log      *slog.Logger
+	verifier *trust.Verifier
 	// scfg is what every session of this worker is given.
 	scfg *sessionConfig
 	// base is the parent context of every turn and of the maintenance loop;
@@ -116,7 +115,7 @@ func New(tenant, env string, key CommandKey, sessions *sessionstore.Store, works
 		return secret, true
 	}
 	w := &Worker{
-		tenant: tenant, env: env, store: sessions, opts: o,
+		store: sessions, opts: o,
 		log:       o.Logger.With("tenant", tenant, "env", env),
 		verifier:  trust.NewVerifier(trust.ToWorker, lookup, o.Now),
 		sessions:  make(map[string]*session),
