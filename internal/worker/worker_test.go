@@ -848,6 +848,9 @@ func TestConcurrentSubscribersSeeTheSameEvents(t *testing.T) {
 func TestHeartbeatOnIdleStream(t *testing.T) {
 	tw := newTestWorker(t, workerOpts{heartbeat: 5 * time.Millisecond})
 	tw.create(t, "conv-1")
+	// session.created reaches the stream once it is durable; wait for that
+	// rather than race the first fsync against the 5 ms heartbeat.
+	waitDurable(t, tw.session(t, "conv-1"))
 	s := tw.openStream(t, "conv-1", "", "")
 	// Read the raw bytes: comments are not events, the SSE reader skips them.
 	br := bufio.NewReader(s.resp.Body)
