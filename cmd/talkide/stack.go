@@ -350,11 +350,8 @@ func startWorker(o workerOptions) (*workerProc, error) {
 		return nil, err
 	}
 	reporter := worker.NewReporter(o.cpURL, reportSigner, &worker.ReporterOptions{Logger: o.logger.With("component", "reporter")})
-	w, err := worker.New(worker.Config{
-		Tenant: o.tenant, Env: o.env, WorkerID: o.workerID,
-		Sessions: sessions, WorkspaceRoot: o.workspaceRoot,
-		Harness:      selected,
-		CommandKeyID: o.commandKeyID, CommandKey: o.commandKey,
+	w, err := worker.New(o.tenant, o.env, worker.CommandKey{ID: o.commandKeyID, Key: o.commandKey}, sessions, o.workspaceRoot, selected, &worker.Options{
+		WorkerID: o.workerID,
 		Reporter: reporter, Logger: o.logger.With("component", "worker"),
 		Notice: o.notice,
 	})
@@ -362,7 +359,7 @@ func startWorker(o workerOptions) (*workerProc, error) {
 		mcpSource.Close()
 		return nil, err
 	}
-	lp, err = localproxy.Listen(localproxy.New(gatewayURL, minter, o.logger.With("component", "localproxy")))
+	lp, err = localproxy.Listen(localproxy.New(gatewayURL, minter, &localproxy.Options{Logger: o.logger.With("component", "localproxy")}))
 	if err != nil {
 		mcpSource.Close()
 		return nil, err
@@ -376,7 +373,7 @@ func startWorker(o workerOptions) (*workerProc, error) {
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { reporter.Run(rctx); close(done) }()
-	if err := w.FlushOutboxes(); err != nil {
+	if err := w.FlushOutboxes(context.Background()); err != nil {
 		o.logger.Warn("could not scan the session volume for undelivered reports", "err", err)
 	}
 	return &workerProc{claudeCode: cc, http: srv, worker: w, localProxy: lp, issues: issues, mcpServers: mcpSource, stopReport: cancel, reportDone: done}, nil
@@ -428,13 +425,16 @@ func selectHarness(o workerOptions, h *native.Harness, lp func() *localproxy.Ser
 		if err != nil {
 			return nil, nil, fmt.Errorf("--harness claude-code: the Claude Code CLI (--claude-code-bin %q) was not found: %w", o.claudeCodeBin, err)
 		}
-		cc := claudecode.New(claudecode.Options{
-			Bin:        bin,
-			Model:      o.model,
+		cc, err := claudecode.New(bin, claudecode.Proxy{
 			BaseURLFor: func(id string) string { return lp().BaseURLFor(id) },
 			Capability: func(id string) string { return lp().Capability(id) },
-			Logger:     o.logger.With("component", "harness"),
+		}, &claudecode.Options{
+			Model:  o.model,
+			Logger: o.logger.With("component", "harness"),
 		})
+		if err != nil {
+			return nil, nil, err
+		}
 		return cc, cc, nil
 	default:
 		return nil, nil, fmt.Errorf("--harness %q: want %s or %s", o.harness, native.Name, claudecode.Name)

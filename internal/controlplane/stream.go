@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/sse"
 )
@@ -63,7 +64,10 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	})
 
 	last := after
-	backoff := 100 * time.Millisecond
+	// Reset once an event has passed: a stream that broke after delivering
+	// is retried after the shortest pause, one that keeps failing ever more
+	// slowly.
+	bo := backoff.New(streamRetry)
 	for {
 		// Resolve the worker on every attempt: a restarted worker may have
 		// moved.
@@ -84,7 +88,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 			}
 			flusher.Flush()
 			last = seq
-			backoff = 100 * time.Millisecond
+			bo.Reset()
 			return nil
 		})
 		if ctx.Err() != nil {
@@ -95,12 +99,14 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 			s.log.Warn("stream relay: the worker has no session", "conversation", c.ID)
 			return nil
 		}
-		s.log.Info("stream relay: worker stream ended; reconnecting", "conversation", c.ID, "after", last, "err", err)
-		select {
-		case <-ctx.Done():
+		d := bo.Next()
+		s.log.Info("stream relay: worker stream ended; reconnecting", "conversation", c.ID, "after", last, "retry_in", d, "err", err)
+		if backoff.Sleep(ctx, d) != nil {
 			return nil
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
+
+// streamRetry paces the relay's reconnects to a worker whose stream broke:
+// a restarting worker is back within seconds, so the delay stays short.
+var streamRetry = backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Second}

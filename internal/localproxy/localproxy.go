@@ -60,17 +60,30 @@ func presented(r *http.Request) string {
 	return ""
 }
 
+// Options configure a Proxy; the zero value of each field means its default.
+type Options struct {
+	Logger *slog.Logger // nil: don't log
+}
+
 // New returns a proxy forwarding to gatewayURL (the control-plane's
-// …/api/internal/gateway/anthropic). logger may be nil.
-func New(gatewayURL *url.URL, m *minting.Minter, logger *slog.Logger) *Proxy {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+// …/api/internal/gateway/anthropic) with WorkerTokens from m. Both are
+// required: New panics without them, a programmer error.
+func New(gatewayURL *url.URL, m *minting.Minter, opts *Options) *Proxy {
+	if gatewayURL == nil || m == nil {
+		panic("localproxy: New needs a gateway URL and a Minter")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		panic("localproxy: crypto/rand failed: " + err.Error())
 	}
-	p := &Proxy{logger: logger, key: key}
+	p := &Proxy{logger: o.Logger, key: key}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// The conversation id was validated and stripped in ServeHTTP;

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -118,12 +119,17 @@ func (g *gateway) received() []received {
 // startProxy runs a LocalGatewayProxy for gw with a minter on ms.
 func startProxy(t *testing.T, gwURL string, ms *mintServer) *Server {
 	t.Helper()
+	return startProxyWith(t, gwURL, ms, nil)
+}
+
+func startProxyWith(t *testing.T, gwURL string, ms *mintServer, opts *Options) *Server {
+	t.Helper()
 	u, err := url.Parse(gwURL + gatewayPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	minter := minting.New(ms.srv.URL, func() (string, error) { return "tki_test.identity", nil }, nil)
-	s, err := Listen(New(u, minter, nil))
+	s, err := Listen(New(u, minter, opts))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,6 +326,56 @@ func TestGatewayUnreachable(t *testing.T) {
 	req.Header.Set("X-Api-Key", s.Capability("conv-1"))
 	resp, body := do(t, req)
 	checkAnthropicError(t, resp, body, http.StatusBadGateway, "api_error")
+}
+
+// The proxy logs to the Logger of its Options: an upstream failure with
+// its conversation, never the credential.
+func TestLogsToItsLogger(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	gw := newGateway(t, nil)
+	s := startProxyWith(t, gw.srv.URL, newMintServer(t), &Options{Logger: logger})
+	gw.srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-1")+"/v1/messages", strings.NewReader("{}"))
+	req.Header.Set("X-Api-Key", s.Capability("conv-1"))
+	resp, body := do(t, req)
+	checkAnthropicError(t, resp, body, http.StatusBadGateway, "api_error")
+	mu.Lock()
+	defer mu.Unlock()
+	l := logs.String()
+	if !strings.Contains(l, "upstream call failed") || !strings.Contains(l, "conversation=conv-1") {
+		t.Errorf("the upstream failure is not logged with its conversation:\n%s", l)
+	}
+	if strings.Contains(l, s.Capability("conv-1")) || strings.Contains(l, "wt-conv-1") {
+		t.Errorf("a credential reached the log:\n%s", l)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func TestNewNeedsGatewayAndMinter(t *testing.T) {
+	u, _ := url.Parse("http://127.0.0.1:9" + gatewayPath)
+	minter := minting.New("http://127.0.0.1:9", func() (string, error) { return "", nil }, nil)
+	for name, call := range map[string]func(){
+		"no gateway URL": func() { New(nil, minter, nil) },
+		"no minter":      func() { New(u, nil, &Options{}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Error("New did not panic")
+				}
+			}()
+			call()
+		})
+	}
 }
 
 func TestBaseURLFor(t *testing.T) {

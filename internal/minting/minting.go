@@ -144,16 +144,12 @@ func (m *Minter) mint(ctx context.Context, conversationID string) (contract.Mint
 	return out, nil
 }
 
-type ctxKey struct{}
-
-// WithConversation returns a context that makes the Transport mint for id.
-func WithConversation(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, ctxKey{}, id)
-}
-
 // Transport is an http.RoundTripper that replaces every client credential on
-// a request with a WorkerToken for the request's conversation, taken from the
-// context (WithConversation) or else from the ConversationHeader.
+// a request with a WorkerToken for the request's conversation. The request
+// names its conversation in exactly one ConversationHeader: the native
+// harness sets it on each model call, the LocalGatewayProxy on each request
+// it forwards. The header goes on to the gateway, which checks it against
+// the token.
 type Transport struct {
 	Minter *Minter
 	// Base sends the request; nil means http.DefaultTransport.
@@ -162,14 +158,12 @@ type Transport struct {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	id, _ := req.Context().Value(ctxKey{}).(string)
-	if id == "" {
-		id = req.Header.Get(ConversationHeader)
-	}
-	if id == "" {
+	ids := req.Header.Values(ConversationHeader)
+	if len(ids) != 1 || ids[0] == "" {
 		closeBody(req)
-		return nil, fmt.Errorf("%w: request names no conversation", ErrMint)
+		return nil, fmt.Errorf("%w: the request must name exactly one conversation in %s", ErrMint, ConversationHeader)
 	}
+	id := ids[0]
 	tok, err := t.Minter.Token(req.Context(), id)
 	if err != nil {
 		closeBody(req)

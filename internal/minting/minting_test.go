@@ -325,33 +325,29 @@ func TestTransport(t *testing.T) {
 		TokenHeader:           "forged",
 	}
 	tests := map[string]struct {
-		ctxConv    string
-		headerConv string
-		wantConv   string // empty: the request must fail
+		headerConvs []string // the request's ConversationHeader values
+		wantConv    string   // empty: the request must fail
 	}{
-		"from the context":             {ctxConv: "conv-ctx", wantConv: "conv-ctx"},
-		"from the header":              {headerConv: "conv-hdr", wantConv: "conv-hdr"},
-		"context wins over the header": {ctxConv: "conv-ctx", headerConv: "conv-hdr", wantConv: "conv-ctx"},
-		"none":                         {},
-		"invalid header":               {headerConv: "../etc"},
+		"from the header":    {headerConvs: []string{"conv-hdr"}, wantConv: "conv-hdr"},
+		"none":               {},
+		"empty header":       {headerConvs: []string{""}},
+		"invalid header":     {headerConvs: []string{"../etc"}},
+		"two conversations":  {headerConvs: []string{"conv-a", "conv-b"}},
+		"the same one twice": {headerConvs: []string{"conv-a", "conv-a"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			before := len(gwSeen())
-			ctx := context.Background()
-			if tc.ctxConv != "" {
-				ctx = WithConversation(ctx, tc.ctxConv)
-			}
 			body := &trackedBody{Reader: strings.NewReader(`{"model":"m"}`)}
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL+"/v1/messages", body)
+			req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, gw.URL+"/v1/messages", body)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for k, v := range credentials {
 				req.Header.Set(k, v)
 			}
-			if tc.headerConv != "" {
-				req.Header.Set(ConversationHeader, tc.headerConv)
+			for _, c := range tc.headerConvs {
+				req.Header.Add(ConversationHeader, c)
 			}
 			orig := req.Header.Clone()
 

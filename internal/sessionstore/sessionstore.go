@@ -51,6 +51,9 @@ type Options struct {
 	// CheckpointEvery is how many events may follow the last checkpoint
 	// before Sync writes a new one; default 512.
 	CheckpointEvery int
+	// Fsync makes one log file durable in Sync (and so in Close); nil means
+	// (*os.File).Sync. Tests set it to make the disk fail.
+	Fsync func(*os.File) error
 }
 
 // Store is the projects directory.
@@ -74,6 +77,9 @@ func New(dir string, opts *Options) (*Store, error) {
 	}
 	if o.CheckpointEvery <= 0 {
 		o.CheckpointEvery = 512
+	}
+	if o.Fsync == nil {
+		o.Fsync = (*os.File).Sync
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sessionstore: %w", err)
@@ -356,7 +362,7 @@ func (s *Session) Sync() error {
 	var errs []error
 	for i, l := range files {
 		if l.durable < targets[i] {
-			errs = append(errs, l.f.Sync())
+			errs = append(errs, s.store.opts.Fsync(l.f))
 		}
 	}
 	err := errors.Join(errs...)

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/trust"
@@ -40,6 +41,7 @@ type Reporter struct {
 	signer *trust.Signer
 	hc     *http.Client
 	log    *slog.Logger
+	retry  backoff.Policy
 
 	// flushing holds a token while a Flush runs, so that Flush calls take
 	// turns: the one in Shutdown waits for a delivery Run has started (its
@@ -57,6 +59,9 @@ type Reporter struct {
 type ReporterOptions struct {
 	HTTPClient *http.Client // nil: 10 s timeout client
 	Logger     *slog.Logger
+	// Retry paces Run's retries after a failed delivery; zero fields mean
+	// 200 ms growing to 30 s.
+	Retry backoff.Policy
 }
 
 // NewReporter returns a reporter posting to the control-plane at baseURL.
@@ -71,9 +76,15 @@ func NewReporter(baseURL string, signer *trust.Signer, opts *ReporterOptions) *R
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Retry.Base <= 0 {
+		o.Retry.Base = 200 * time.Millisecond
+	}
+	if o.Retry.Max <= 0 {
+		o.Retry.Max = 30 * time.Second
+	}
 	return &Reporter{
 		url:    strings.TrimRight(baseURL, "/") + contract.ReportsPath,
-		signer: signer, hc: o.HTTPClient, log: o.Logger,
+		signer: signer, hc: o.HTTPClient, log: o.Logger, retry: o.Retry,
 		dirty: make(map[Outbox]struct{}), wake: make(chan struct{}, 1),
 		flushing: make(chan struct{}, 1),
 	}
@@ -104,9 +115,10 @@ func (rp *Reporter) Pending() int {
 	return len(rp.dirty)
 }
 
-// Run delivers reports until ctx ends.
+// Run delivers reports until ctx ends, retrying failed deliveries with
+// backoff.
 func (rp *Reporter) Run(ctx context.Context) {
-	backoff := 200 * time.Millisecond
+	bo := backoff.New(rp.retry)
 	for {
 		if rp.Pending() == 0 {
 			select {
@@ -119,16 +131,14 @@ func (rp *Reporter) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			rp.log.Warn("reports not delivered; will retry", "outboxes", rp.Pending(), "retry_in", backoff, "err", err)
-			select {
-			case <-ctx.Done():
+			d := bo.Next()
+			rp.log.Warn("reports not delivered; will retry", "outboxes", rp.Pending(), "retry_in", d, "err", err)
+			if backoff.Sleep(ctx, d) != nil {
 				return
-			case <-time.After(backoff):
 			}
-			backoff = min(backoff*2, 30*time.Second)
 			continue
 		}
-		backoff = 200 * time.Millisecond
+		bo.Reset()
 	}
 }
 

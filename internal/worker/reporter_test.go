@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/trust"
@@ -269,5 +270,36 @@ func TestReporterDropsPermanentlyRefusedBatches(t *testing.T) {
 	}
 	if p, _ := ob.PendingReports(); len(p) != 0 {
 		t.Fatalf("%d refused reports still pending", len(p))
+	}
+}
+
+// Run retries a failed delivery on its own, after the backoff's pause, with
+// no new Notify: an outage of the control-plane delays reports, never
+// strands them.
+func TestReporterRunRetriesWithBackoff(t *testing.T) {
+	cp := newControlPlane(t, 3, false) // the first three answers are lost
+	ob := outbox(t)
+	addReports(t, ob, "a", "b")
+	if err := ob.Sync(); err != nil { // PendingReports counts durable reports
+		t.Fatal(err)
+	}
+	rp := NewReporter(cp.srv.URL, &trust.Signer{Direction: trust.ToControlPlane, Tenant: testTenant, Env: testEnv, KeyID: testKeyID, Key: testKey},
+		&ReporterOptions{Retry: backoff.Policy{Base: time.Millisecond, Max: 4 * time.Millisecond}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { rp.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	rp.Notify(ob)
+	eventually(t, "the reports are acknowledged", func() bool {
+		p, err := ob.PendingReports()
+		return err == nil && len(p) == 0
+	})
+	if diff := cmp.Diff([]string{"a", "b"}, cp.keys()); diff != "" {
+		t.Errorf("stored keys (-want +got):\n%s", diff)
+	}
+	for _, k := range []string{"a", "b"} {
+		if n := cp.deliveries(k); n != 4 {
+			t.Errorf("%s delivered %d times, want 4 (three lost answers, one acknowledged)", k, n)
+		}
 	}
 }

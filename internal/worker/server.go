@@ -78,8 +78,8 @@ func (w *Worker) signed(h signedHandler) http.Handler {
 	})
 }
 
-func (w *Worker) lookup(id string) (*session, error) {
-	s, _, err := w.session(id, "", false)
+func (w *Worker) lookup(ctx context.Context, id string) (*session, error) {
+	s, _, err := w.session(ctx, id, "", false)
 	if errors.Is(err, sessionstore.ErrNotFound) {
 		return nil, httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no session for conversation %s", id)
 	}
@@ -99,7 +99,7 @@ func (w *Worker) handleCreate(rw http.ResponseWriter, r *http.Request, body []by
 			return err
 		}
 	}
-	s, created, err := w.session(req.ConversationID, req.UserID, true)
+	s, created, err := w.session(r.Context(), req.ConversationID, req.UserID, true)
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func (w *Worker) handleCreate(rw http.ResponseWriter, r *http.Request, body []by
 }
 
 func (w *Worker) handleState(rw http.ResponseWriter, r *http.Request, _ []byte) error {
-	s, err := w.lookup(r.PathValue("id"))
+	s, err := w.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	s, err := w.lookup(r.PathValue("id"))
+	s, err := w.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 }
 
 func (w *Worker) handleInterrupt(rw http.ResponseWriter, r *http.Request, _ []byte) error {
-	s, err := w.lookup(r.PathValue("id"))
+	s, err := w.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func (w *Worker) handleStream(rw http.ResponseWriter, r *http.Request, _ []byte)
 	if err != nil {
 		return err
 	}
-	s, err := w.lookup(r.PathValue("id"))
+	s, err := w.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func (w *Worker) handleStream(rw http.ResponseWriter, r *http.Request, _ []byte)
 		last = ev.Seq
 		return nil
 	}
-	heartbeat := time.NewTicker(w.cfg.Heartbeat)
+	heartbeat := time.NewTicker(w.opts.Heartbeat)
 	defer heartbeat.Stop()
 	for {
 		sub := s.subscribe()

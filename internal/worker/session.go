@@ -3,12 +3,15 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
-	"github.com/talkide/platform/internal/minting"
 	"github.com/talkide/platform/internal/sessionstore"
 )
 
@@ -20,12 +23,38 @@ const sessionstoreRecent = 1024
 // switched to replay from the log; the producer never waits for it.
 const subscriberBuffer = 256
 
+// sessionConfig is what a session takes from its worker: the turn gate,
+// the harness, the reporter and the worker's settings. A session never calls
+// back into its worker, so no lock of the worker is taken while a session's
+// is held. One sessionConfig is shared, read-only, by a worker's sessions.
+type sessionConfig struct {
+	gate       *turnGate
+	harness    harness.Harness
+	reporter   *Reporter    // nil: reports stay in the outbox
+	log        *slog.Logger // with the worker's tenant and env
+	now        func() time.Time
+	workerID   string
+	notice     string
+	workspaces string // holds one working tree per conversation
+	syncRetry  backoff.Policy
+}
+
 // session is an open conversation on this worker; it holds the session's
 // lease while it is open.
 type session struct {
-	w     *Worker
+	cfg   *sessionConfig
 	id    string
 	store *sessionstore.Session
+	log   *slog.Logger // with the conversation
+
+	// The flusher is the session's one goroutine that syncs the store and
+	// publishes what became durable. It runs from openSession until close,
+	// which stops it and waits for it; it closes the store on its way out.
+	wake        chan struct{}      // buffered(1): events are pending
+	stopFlusher context.CancelFunc // ends flushCtx: close the store and exit
+	flushCtx    context.Context
+	flushed     chan struct{} // closed when the flusher has exited
+	closeErr    error         // what closing the store returned; written before flushed is closed
 
 	mu sync.Mutex
 	// guarded by mu
@@ -34,7 +63,6 @@ type session struct {
 	seen     map[string]contract.SendMessageResponse // by client message id, the recent ones
 	subs     map[*subscriber]struct{}
 	pending  []contract.Event // appended, waiting to be durable before they are published
-	flushing bool             // a flusher goroutine is running
 	lastUsed time.Time
 	closed   bool
 }
@@ -51,17 +79,24 @@ type subscriber struct {
 	lagged bool
 }
 
-// openSession rebuilds the in-memory state from the store's event state (a
-// checkpoint and the tail after it, not the history). A turn that started
-// but never finished was cut off by a restart: it is closed now with
-// turn.failed(worker_restarted), so no client waits on it forever.
-func openSession(w *Worker, st *sessionstore.Session, created bool) (*session, error) {
+// openSession starts the session's flusher and rebuilds the in-memory state
+// from the store's event state (a checkpoint and the tail after it, not the
+// history). A turn that started but never finished was cut off by a
+// restart: it is closed now with turn.failed(worker_restarted), so no client
+// waits on it forever. The session owns st from here on: its close closes st.
+func openSession(cfg *sessionConfig, st *sessionstore.Session, created bool) *session {
+	id := st.Meta().ConversationID
 	s := &session{
-		w: w, id: st.Meta().ConversationID, store: st,
+		cfg: cfg, id: id, store: st,
+		log:      cfg.log.With("conversation", id),
+		wake:     make(chan struct{}, 1),
+		flushed:  make(chan struct{}),
 		seen:     make(map[string]contract.SendMessageResponse),
 		subs:     make(map[*subscriber]struct{}),
-		lastUsed: w.cfg.Now(),
+		lastUsed: cfg.now(),
 	}
+	s.flushCtx, s.stopFlusher = context.WithCancel(context.Background())
+	go s.flusher()
 	state := st.State()
 	s.turns = state.Turns
 	for _, m := range state.Recent {
@@ -70,25 +105,27 @@ func openSession(w *Worker, st *sessionstore.Session, created bool) (*session, e
 		}
 	}
 	if created {
-		s.emit(contract.Event{Kind: contract.KindSessionCreated, Session: &contract.SessionEvent{Harness: w.cfg.Harness.Name(), WorkerID: w.cfg.WorkerID}})
+		s.emit(contract.Event{Kind: contract.KindSessionCreated, Session: &contract.SessionEvent{Harness: cfg.harness.Name(), WorkerID: cfg.workerID}})
 	} else {
 		n := 0
 		if recs, err := st.Transcript(); err == nil {
 			n = len(recs)
 		}
-		s.emit(contract.Event{Kind: contract.KindSessionResumed, Session: &contract.SessionEvent{Harness: w.cfg.Harness.Name(), WorkerID: w.cfg.WorkerID, Messages: n}})
+		s.emit(contract.Event{Kind: contract.KindSessionResumed, Session: &contract.SessionEvent{Harness: cfg.harness.Name(), WorkerID: cfg.workerID, Messages: n}})
 	}
-	if w.cfg.Notice != "" {
-		s.emit(contract.Event{Kind: contract.KindNotice, Text: w.cfg.Notice})
+	if cfg.notice != "" {
+		s.emit(contract.Event{Kind: contract.KindNotice, Text: cfg.notice})
 	}
 	if state.OpenTurn != "" {
 		s.emit(contract.Event{Kind: contract.KindTurnFailed, TurnID: state.OpenTurn, Failure: &contract.TurnFailure{
 			Code: contract.FailWorkerRestarted, Message: "the worker restarted while this turn was running; send the message again to continue", Retryable: true,
 		}})
-		w.log.Warn("closed a turn cut off by a restart", "conversation", s.id, "turn", state.OpenTurn)
+		s.log.Warn("closed a turn cut off by a restart", "turn", state.OpenTurn)
 	}
-	return s, nil
+	return s
 }
+
+func (s *session) eventTime() time.Time { return s.cfg.now().UTC() }
 
 // emit appends ev to the log; it reaches subscribers once it is durable.
 // It never blocks on a subscriber or on the disk.
@@ -101,49 +138,99 @@ func (s *session) emit(ev contract.Event) {
 func (s *session) emitLocked(ev contract.Event) {
 	ev.ConversationID = s.id
 	if ev.Time.IsZero() {
-		ev.Time = s.w.newEventTime()
+		ev.Time = s.eventTime()
 	}
 	if err := s.store.AppendEvent(&ev); err != nil {
 		// An event that is not in the log must not be streamed with an id
 		// a client could later fail to replay.
-		s.w.log.Error("event not recorded", "conversation", s.id, "kind", ev.Kind, "err", err)
+		s.log.Error("event not recorded", "kind", ev.Kind, "err", err)
 		return
 	}
 	s.pending = append(s.pending, ev)
-	if !s.flushing {
-		s.flushing = true
-		go s.flush()
+	select {
+	case s.wake <- struct{}{}:
+	default: // the flusher is already due to run, and will see ev
 	}
 }
 
-// flush makes pending events durable (one fsync for all that have
-// accumulated: group commit) and then publishes them in order. A client is
-// never shown an event a crash could still lose.
-func (s *session) flush() {
-	backoff := 10 * time.Millisecond
+// flusher makes pending events durable (one fsync for all that have
+// accumulated: group commit) and then publishes them in order, so a client
+// is never shown an event a crash could still lose. A failed sync holds the
+// events back and is retried with backoff. Once close stops it, the flusher
+// closes the store (whose last sync is tried once: never a retry loop on a
+// store that is going away), publishes what that made durable, ends the
+// streams and exits.
+func (s *session) flusher() {
+	defer close(s.flushed)
+	defer s.finish()
+	bo := backoff.New(s.cfg.syncRetry)
 	for {
-		err := s.store.Sync()
-		s.mu.Lock()
-		if err != nil {
-			s.mu.Unlock()
-			s.w.log.Error("session sync failed; events held back until it succeeds", "conversation", s.id, "err", err)
-			time.Sleep(backoff)
-			backoff = min(backoff*2, time.Second)
-			continue
-		}
-		durable := s.store.DurableSeq()
-		n := 0
-		for n < len(s.pending) && s.pending[n].Seq <= durable {
-			s.publishLocked(s.pending[n])
-			n++
-		}
-		s.pending = append(s.pending[:0], s.pending[n:]...)
-		if len(s.pending) == 0 {
-			s.flushing = false
-			s.mu.Unlock()
+		select {
+		case <-s.flushCtx.Done():
 			return
+		case <-s.wake:
 		}
-		s.mu.Unlock()
+		for {
+			err := s.flush()
+			if err == nil {
+				bo.Reset()
+				break
+			}
+			d := bo.Next()
+			s.log.Error("session sync failed; events held back until it succeeds", "attempts", bo.Attempts(), "retry_in", d, "err", err)
+			if backoff.Sleep(s.flushCtx, d) != nil {
+				return
+			}
+		}
+	}
+}
+
+// flush syncs the store once and publishes the events it made durable.
+// Events appended during the sync have woken the flusher again.
+func (s *session) flush() error {
+	if err := s.store.Sync(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.publishDurableLocked()
+	return nil
+}
+
+func (s *session) publishDurableLocked() {
+	durable := s.store.DurableSeq()
+	n := 0
+	for n < len(s.pending) && s.pending[n].Seq <= durable {
+		s.publishLocked(s.pending[n])
+		n++
+	}
+	s.pending = append(s.pending[:0], s.pending[n:]...)
+}
+
+// finish closes the store: a last sync, a checkpoint, the lease released.
+// A failed last sync is logged here, because close may have stopped
+// waiting, and kept for close to return; the events it did not make
+// durable are never streamed by this worker (the next owner reads whatever
+// the files hold).
+func (s *session) finish() {
+	err := s.store.Close()
+	if err != nil {
+		s.log.Error("session closed without its last sync; the events not yet streamed may not be durable", "err", err)
+	}
+	s.mu.Lock()
+	if err == nil {
+		// A turn that ended just before Shutdown reaches its streams.
+		s.publishDurableLocked()
+	}
+	s.closeSubscribersLocked()
+	s.mu.Unlock()
+	s.closeErr = err
+}
+
+func (s *session) closeSubscribersLocked() {
+	for sub := range s.subs {
+		close(sub.ch)
+		delete(s.subs, sub)
 	}
 }
 
@@ -162,10 +249,10 @@ func (s *session) publishLocked(ev contract.Event) {
 // report writes r to the session's outbox and tells the reporter.
 func (s *session) report(r contract.Report) {
 	if _, err := s.store.AppendReport(r); err != nil {
-		s.w.log.Error("report not recorded", "conversation", s.id, "kind", r.Kind, "err", err)
+		s.log.Error("report not recorded", "kind", r.Kind, "err", err)
 		return
 	}
-	s.w.cfg.Reporter.Notify(s.store)
+	s.cfg.reporter.Notify(s.store)
 }
 
 // subscribe registers a live subscriber. On a closed session its channel is
@@ -179,7 +266,7 @@ func (s *session) subscribe() *subscriber {
 		return sub
 	}
 	s.subs[sub] = struct{}{}
-	s.lastUsed = s.w.cfg.Now()
+	s.lastUsed = s.cfg.now()
 	return sub
 }
 
@@ -190,7 +277,7 @@ func (s *session) unsubscribe(sub *subscriber) {
 		delete(s.subs, sub)
 		close(sub.ch)
 	}
-	s.lastUsed = s.w.cfg.Now()
+	s.lastUsed = s.cfg.now()
 }
 
 // idle reports whether the session may be closed: no turn, no stream, no
@@ -198,29 +285,32 @@ func (s *session) unsubscribe(sub *subscriber) {
 func (s *session) idle(before time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.running != nil || len(s.subs) > 0 || len(s.pending) > 0 || s.flushing || !s.lastUsed.Before(before) {
+	if s.running != nil || len(s.subs) > 0 || len(s.pending) > 0 || !s.lastUsed.Before(before) {
 		return false
 	}
 	p, err := s.store.PendingReports()
 	return err == nil && len(p) == 0
 }
 
-// close ends the session's streams and closes its store, which writes a
-// checkpoint and releases the lease.
-func (s *session) close() error {
+// close stops the flusher, which closes the store (a last sync, a
+// checkpoint, the lease released) and ends the session's streams. It waits
+// for the flusher until ctx ends and returns what closing the store
+// returned, a failed last sync included. When ctx ends first it ends the
+// streams itself and returns ctx's error; the flusher, stuck in an fsync,
+// then finishes the close on its own. Calling close again is harmless.
+func (s *session) close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	s.closeSubscribers()
-	return s.store.Close()
-}
-
-func (s *session) closeSubscribers() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for sub := range s.subs {
-		close(sub.ch)
-		delete(s.subs, sub)
+	s.stopFlusher()
+	select {
+	case <-s.flushed:
+		return s.closeErr
+	case <-ctx.Done():
+		s.mu.Lock()
+		s.closeSubscribersLocked()
+		s.mu.Unlock()
+		return fmt.Errorf("session %s: still closing: %w", s.id, ctx.Err())
 	}
 }
 
@@ -258,7 +348,8 @@ func (s *session) send(req contract.SendMessageRequest) (contract.SendMessageRes
 	if s.running != nil {
 		return contract.SendMessageResponse{}, errTurnRunning{s.running.id}
 	}
-	if err := s.w.beginTurn(); err != nil {
+	ctx, cancel, err := s.cfg.gate.begin()
+	if err != nil {
 		return contract.SendMessageResponse{}, err
 	}
 	turnID := contract.NewID("t_")
@@ -280,9 +371,8 @@ func (s *session) send(req contract.SendMessageRequest) (contract.SendMessageRes
 			}
 		}
 	}
-	s.lastUsed = s.w.cfg.Now()
+	s.lastUsed = s.cfg.now()
 
-	ctx, cancel := context.WithCancel(s.w.base)
 	rt := &runningTurn{id: turnID, cancel: cancel, done: make(chan struct{})}
 	s.running = rt
 	go s.run(ctx, rt, req.Text)
@@ -291,10 +381,10 @@ func (s *session) send(req contract.SendMessageRequest) (contract.SendMessageRes
 
 // run executes one turn and closes it with a terminal event.
 func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
-	defer s.w.turns.Done()
+	defer s.cfg.gate.end()
 	defer close(rt.done)
 	defer rt.cancel()
-	log := s.w.log.With("conversation", s.id, "turn", rt.id)
+	log := s.log.With("turn", rt.id)
 	start := time.Now()
 	meta := s.store.Meta()
 	t := &harness.Turn{
@@ -303,7 +393,7 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 		UserID:         meta.UserID,
 		Text:           text,
 		SessionDir:     s.store.Dir(),
-		Workspace:      s.w.workspace(s.id),
+		Workspace:      filepath.Join(s.cfg.workspaces, s.id),
 		Transcript:     transcript{s.store},
 		Emit: func(ev contract.Event) {
 			ev.TurnID = rt.id
@@ -313,7 +403,7 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 			r.ConversationID = s.id
 			r.TurnID = rt.id
 			if r.Time.IsZero() {
-				r.Time = s.w.newEventTime()
+				r.Time = s.eventTime()
 			}
 			if r.IdempotencyKey == "" {
 				r.IdempotencyKey = contract.NewID("r_")
@@ -326,13 +416,13 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 			s.report(r)
 		},
 	}
-	res, err := s.w.cfg.Harness.RunTurn(minting.WithConversation(ctx, s.id), t)
+	res, err := s.cfg.harness.RunTurn(ctx, t)
 	s.mu.Lock()
 	if err != nil {
 		f := harness.Failure(err)
 		if ctx.Err() != nil {
 			f = harness.Failure(context.Canceled)
-			if s.w.isClosing() {
+			if s.cfg.gate.closing() {
 				// Cut off by the end of the shutdown grace period, not by
 				// the user.
 				f = contract.TurnFailure{Code: contract.FailWorkerRestarted, Retryable: true,
@@ -348,11 +438,8 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 		log.Info("turn finished", "stop_reason", res.StopReason, "model_calls", res.ModelCalls, "duration", time.Since(start))
 	}
 	s.running = nil
-	s.lastUsed = s.w.cfg.Now()
+	s.lastUsed = s.cfg.now()
 	s.mu.Unlock()
-	if err := s.store.Sync(); err != nil {
-		log.Error("session sync failed", "err", err)
-	}
 }
 
 // interrupt cancels the running turn and waits until it has closed.

@@ -9,31 +9,31 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/trust"
 )
 
-// Config is what a worker needs. Every field without a stated default is
-// required.
-type Config struct {
-	Tenant   string
-	Env      string
-	WorkerID string // default: hostname
-	// Sessions is $CLAUDE_CONFIG_DIR/projects.
-	Sessions *sessionstore.Store
-	// WorkspaceRoot holds one working tree per conversation.
-	WorkspaceRoot string
-	Harness       harness.Harness
-	// CommandKeyID and CommandKey verify the control-plane's signed commands
-	// (and sign reports).
-	CommandKeyID string
-	CommandKey   []byte
-	// Reporter sends reports to the control-plane; nil drops them.
+// CommandKey verifies the control-plane's signed commands (and signs
+// reports): the key id the signatures name and the tenant-env's key.
+type CommandKey struct {
+	ID  string
+	Key []byte
+}
+
+// Options configure a Worker; the zero value of each field means its
+// default.
+type Options struct {
+	// WorkerID names this worker in session events; default: the host name.
+	WorkerID string
+	// Reporter sends reports to the control-plane; nil leaves them in the
+	// outboxes.
 	Reporter *Reporter
 	Logger   *slog.Logger // nil: don't log
 	Now      func() time.Time
@@ -47,17 +47,35 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Heartbeat is the interval of SSE comments on idle streams; default 15 s.
 	Heartbeat time.Duration
+	// SyncRetry paces a session's retries after a failed fsync, while its
+	// events are held back; zero fields mean 10 ms growing to 1 s.
+	SyncRetry backoff.Policy
 }
+
+// Defaults of Options.
+const (
+	DefaultIdleTimeout = 2 * time.Minute
+	DefaultHeartbeat   = 15 * time.Second
+)
+
+// sessionCloseTimeout bounds how long closing a session waits for its last
+// fsync: a hung disk must not hang Shutdown or the maintenance loop.
+const sessionCloseTimeout = 10 * time.Second
 
 // Worker serves the command API.
 type Worker struct {
-	cfg      Config
+	store    *sessionstore.Store
+	opts     Options
 	log      *slog.Logger
 	verifier *trust.Verifier
-	// base is the parent context of every turn; cancelled at the end of
-	// Shutdown's grace period.
+	// scfg is what every session of this worker is given.
+	scfg *sessionConfig
+	// base is the parent context of every turn and of the maintenance loop;
+	// cancelled at the end of Shutdown's grace period.
 	base       context.Context
 	cancelBase context.CancelFunc
+	// gate admits turns until Shutdown closes it.
+	gate *turnGate
 
 	maintDone chan struct{} // closed when the maintenance loop has stopped
 
@@ -65,51 +83,83 @@ type Worker struct {
 	// guarded by mu
 	sessions map[string]*session
 	loading  map[string]*loadingSession // sessions being opened from disk
-	closing  bool
-	turns    sync.WaitGroup // running turns; Add under mu while !closing
 }
 
-// New returns a worker.
-func New(cfg Config) (*Worker, error) {
-	if cfg.Tenant == "" || cfg.Env == "" || cfg.Sessions == nil || cfg.WorkspaceRoot == "" || cfg.Harness == nil || len(cfg.CommandKey) == 0 || cfg.CommandKeyID == "" {
-		return nil, errors.New("worker: Tenant, Env, Sessions, WorkspaceRoot, Harness, CommandKeyID and CommandKey are required")
+// New returns the worker of tenant-env (tenant, env). It verifies commands
+// with key, keeps sessions in sessions, the conversations' working trees
+// under workspaces (created if missing), and runs turns with h. A missing
+// required argument is an error.
+func New(tenant, env string, key CommandKey, sessions *sessionstore.Store, workspaces string, h harness.Harness, opts *Options) (*Worker, error) {
+	var missing []string
+	for name, ok := range map[string]bool{
+		"tenant": tenant != "", "env": env != "", "command key id": key.ID != "", "command key": len(key.Key) > 0,
+		"session store": sessions != nil, "workspace root": workspaces != "", "harness": h != nil,
+	} {
+		if !ok {
+			missing = append(missing, name)
+		}
 	}
-	if cfg.WorkerID == "" {
-		cfg.WorkerID, _ = os.Hostname()
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("worker: missing %s", strings.Join(missing, ", "))
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = 15 * time.Second
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = 2 * time.Minute
-	}
-	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o755); err != nil {
+	o := withDefaults(opts)
+	if err := os.MkdirAll(workspaces, 0o755); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	key := append([]byte(nil), cfg.CommandKey...)
-	lookup := func(tenant, env, kid string) ([]byte, bool) {
-		if tenant != cfg.Tenant || env != cfg.Env || kid != cfg.CommandKeyID {
+	secret := append([]byte(nil), key.Key...)
+	lookup := func(t, e, kid string) ([]byte, bool) {
+		if t != tenant || e != env || kid != key.ID {
 			return nil, false
 		}
-		return key, true
+		return secret, true
 	}
 	w := &Worker{
-		cfg:       cfg,
-		log:       cfg.Logger.With("tenant", cfg.Tenant, "env", cfg.Env),
-		verifier:  trust.NewVerifier(trust.ToWorker, lookup, cfg.Now),
+		store: sessions, opts: o,
+		log:       o.Logger.With("tenant", tenant, "env", env),
+		verifier:  trust.NewVerifier(trust.ToWorker, lookup, o.Now),
 		sessions:  make(map[string]*session),
 		loading:   make(map[string]*loadingSession),
 		maintDone: make(chan struct{}),
 	}
 	w.base, w.cancelBase = context.WithCancel(context.Background())
+	w.gate = newTurnGate(w.base)
+	w.scfg = &sessionConfig{
+		gate: w.gate, harness: h, reporter: o.Reporter, log: w.log, now: o.Now,
+		workerID: o.WorkerID, notice: o.Notice, workspaces: workspaces, syncRetry: o.SyncRetry,
+	}
 	go w.maintain()
 	return w, nil
+}
+
+// withDefaults copies opts and fills in the defaults.
+func withDefaults(opts *Options) Options {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.WorkerID == "" {
+		o.WorkerID, _ = os.Hostname()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = DefaultHeartbeat
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.SyncRetry.Base <= 0 {
+		o.SyncRetry.Base = 10 * time.Millisecond
+	}
+	if o.SyncRetry.Max <= 0 {
+		o.SyncRetry.Max = time.Second
+	}
+	return o
 }
 
 // loadingSession lets concurrent requests for a session wait for one load
@@ -121,20 +171,21 @@ type loadingSession struct {
 	err     error
 }
 
-// errShuttingDown refuses new turns during Shutdown.
-var errShuttingDown = errors.New("worker is shutting down")
-
 // session returns the open session of id, loading it from disk (and taking
 // its lease) if needed. With create it creates a missing session; otherwise
 // a missing one is sessionstore.ErrNotFound. A session leased by another
-// worker is sessionstore.ErrLeaseHeld.
-func (w *Worker) session(id, userID string, create bool) (*session, bool, error) {
+// worker is sessionstore.ErrLeaseHeld. ctx bounds the wait for a load
+// another request started.
+func (w *Worker) session(ctx context.Context, id, userID string, create bool) (*session, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
 	w.mu.Lock()
 	if s, ok := w.sessions[id]; ok {
 		w.mu.Unlock()
 		return s, false, nil
 	}
-	if w.closing {
+	if w.gate.closing() {
 		// Shutdown closes the sessions it knows; one opened now would stay
 		// open, its log written by a worker that is going away.
 		w.mu.Unlock()
@@ -142,9 +193,13 @@ func (w *Worker) session(id, userID string, create bool) (*session, bool, error)
 	}
 	if l, ok := w.loading[id]; ok {
 		w.mu.Unlock()
-		<-l.done
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
 		if errors.Is(l.err, sessionstore.ErrNotFound) && create {
-			return w.session(id, userID, create)
+			return w.session(ctx, id, userID, create)
 		}
 		return l.s, false, l.err
 	}
@@ -157,9 +212,13 @@ func (w *Worker) session(id, userID string, create bool) (*session, bool, error)
 	w.mu.Lock()
 	delete(w.loading, id)
 	if l.err == nil {
-		if w.closing {
+		// Checked under w.mu: Shutdown closes the gate before it takes the
+		// sessions out, so a session added here is one it will close.
+		if w.gate.closing() {
 			w.mu.Unlock()
-			l.s.close()
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionCloseTimeout)
+			l.s.close(cctx)
+			cancel()
 			l.s, l.err = nil, errShuttingDown
 			close(l.done)
 			return nil, false, errShuttingDown
@@ -171,25 +230,24 @@ func (w *Worker) session(id, userID string, create bool) (*session, bool, error)
 	return l.s, l.created, l.err
 }
 
+// open reads the session of id from disk (or creates it) and takes its
+// lease. The store's calls do not take a context: they are bounded by the
+// disk, and an open half done would leave the lease taken.
 func (w *Worker) open(id, userID string, create bool) (*session, bool, error) {
 	var st *sessionstore.Session
 	var created bool
 	var err error
 	if create {
-		st, created, err = w.cfg.Sessions.Create(id, sessionstore.Meta{UserID: userID, Harness: w.cfg.Harness.Name(), CreatedAt: w.cfg.Now().UTC()})
+		st, created, err = w.store.Create(id, sessionstore.Meta{UserID: userID, Harness: w.scfg.harness.Name(), CreatedAt: w.opts.Now().UTC()})
 	} else {
-		st, err = w.cfg.Sessions.Load(id)
+		st, err = w.store.Load(id)
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	s, err := openSession(w, st, created)
-	if err != nil {
-		st.Close()
-		return nil, false, err
-	}
+	s := openSession(w.scfg, st, created)
 	if p, err := st.PendingReports(); err == nil && len(p) > 0 {
-		w.cfg.Reporter.Notify(st)
+		w.opts.Reporter.Notify(st)
 	}
 	return s, created, nil
 }
@@ -198,7 +256,7 @@ func (w *Worker) open(id, userID string, create bool) (*session, bool, error) {
 // Shutdown.
 func (w *Worker) maintain() {
 	defer close(w.maintDone)
-	interval := w.cfg.Sessions.LeaseTTL() / 3
+	interval := w.store.LeaseTTL() / 3
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -206,19 +264,24 @@ func (w *Worker) maintain() {
 		case <-w.base.Done():
 			return
 		case <-t.C:
-			w.maintainOnce()
+			w.maintainOnce(w.base)
 		}
 	}
 }
 
-func (w *Worker) maintainOnce() {
+func (w *Worker) maintainOnce(ctx context.Context) {
 	w.mu.Lock()
 	open := make([]*session, 0, len(w.sessions))
 	for _, s := range w.sessions {
 		open = append(open, s)
 	}
 	w.mu.Unlock()
-	idleBefore := w.cfg.Now().Add(-w.cfg.IdleTimeout)
+	// A session this loop starts closing is closed even when Shutdown
+	// cancels ctx meanwhile: Shutdown waits for this loop, not for the
+	// sessions it no longer finds open.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionCloseTimeout)
+	defer cancel()
+	idleBefore := w.opts.Now().Add(-w.opts.IdleTimeout)
 	for _, s := range open {
 		switch err := s.store.RenewLease(); {
 		case errors.Is(err, sessionstore.ErrFenced):
@@ -232,14 +295,12 @@ func (w *Worker) maintainOnce() {
 			if rt != nil {
 				rt.cancel()
 			}
-			s.close()
+			s.close(cctx) // a failure is logged by the session
 		case err != nil:
 			w.log.Warn("session lease renewal failed; will retry", "conversation", s.id, "err", err)
 		case s.idle(idleBefore):
 			w.drop(s)
-			if err := s.close(); err != nil {
-				w.log.Warn("closing an idle session failed", "conversation", s.id, "err", err)
-			}
+			s.close(cctx) // a failure is logged by the session
 		}
 	}
 }
@@ -256,36 +317,37 @@ func (w *Worker) drop(s *session) {
 // FlushOutboxes opens every session on the volume whose outbox holds reports
 // not yet acknowledged, so that reports written before a crash are sent even
 // if their conversation is never used again. Sessions leased elsewhere are
-// left to their owner.
-func (w *Worker) FlushOutboxes() error {
-	ids, err := w.cfg.Sessions.WithPendingReports()
+// left to their owner. It stops early, with ctx's error, when ctx ends.
+func (w *Worker) FlushOutboxes(ctx context.Context) error {
+	ids, err := w.store.WithPendingReports()
 	if err != nil {
 		return err
 	}
 	for _, id := range ids {
-		if _, _, err := w.session(id, "", false); err != nil && !errors.Is(err, sessionstore.ErrLeaseHeld) {
+		_, _, err := w.session(ctx, id, "", false)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && !errors.Is(err, sessionstore.ErrLeaseHeld):
 			w.log.Warn("could not open a session to flush its reports", "conversation", id, "err", err)
 		}
 	}
 	return nil
 }
 
-func (w *Worker) workspace(id string) string { return filepath.Join(w.cfg.WorkspaceRoot, id) }
-
 // Shutdown stops taking new turns, waits for running turns until ctx ends,
-// then interrupts the rest, and closes every session.
+// then interrupts the rest, and closes every session. Closing a session
+// waits for its last fsync, bounded by sessionCloseTimeout rather than by
+// ctx: the grace period is for turns, and a session closed without its
+// final sync would lose what a client has not yet been shown.
 func (w *Worker) Shutdown(ctx context.Context) error {
-	w.mu.Lock()
-	w.closing = true
-	w.mu.Unlock()
-	done := make(chan struct{})
-	go func() { w.turns.Wait(); close(done) }()
+	idle := w.gate.close()
 	select {
-	case <-done:
+	case <-idle:
 	case <-ctx.Done():
 		w.log.Warn("shutdown grace period over; interrupting running turns")
 		w.cancelBase()
-		<-done
+		<-idle
 	}
 	w.cancelBase()
 	// Deliver what the outboxes hold while the sessions are still ours;
@@ -296,42 +358,22 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		fctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 	}
-	if err := w.cfg.Reporter.Flush(fctx); err != nil {
+	if err := w.opts.Reporter.Flush(fctx); err != nil {
 		w.log.Warn("reports left in the outbox at shutdown", "err", err)
 	}
-	// Take the sessions out under w.mu but close them without it: session
-	// methods lock s.mu and then w.mu (send → beginTurn), so holding w.mu
-	// while locking s.mu could deadlock with a concurrent send.
 	w.mu.Lock()
 	sessions := w.sessions
 	w.sessions = make(map[string]*session)
 	w.mu.Unlock()
 	<-w.maintDone
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionCloseTimeout)
+	defer cancel()
 	var errs []error
 	for _, s := range sessions {
-		errs = append(errs, s.close())
+		errs = append(errs, s.close(cctx))
 	}
 	return errors.Join(errs...)
 }
-
-func (w *Worker) isClosing() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.closing
-}
-
-// beginTurn registers a turn with the shutdown accounting.
-func (w *Worker) beginTurn() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closing {
-		return errShuttingDown
-	}
-	w.turns.Add(1)
-	return nil
-}
-
-func (w *Worker) newEventTime() time.Time { return w.cfg.Now().UTC() }
 
 // Stats counts the sessions this worker has open and the turns running.
 func (w *Worker) Stats() (open, running int) {

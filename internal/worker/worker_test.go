@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -21,6 +23,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/sessionstore"
@@ -115,6 +118,9 @@ type workerOpts struct {
 	notice    string
 	heartbeat time.Duration
 	wrap      func(http.Handler) http.Handler
+	fsync     func(*os.File) error // the session store's; nil: the real one
+	syncRetry backoff.Policy
+	logger    *slog.Logger
 }
 
 func newTestWorker(t *testing.T, o workerOpts) *testWorker {
@@ -122,19 +128,17 @@ func newTestWorker(t *testing.T, o workerOpts) *testWorker {
 	if o.dir == "" {
 		o.dir = t.TempDir()
 	}
-	sessions, err := sessionstore.New(filepath.Join(o.dir, "projects"), &sessionstore.Options{Holder: "test-worker"})
+	sessions, err := sessionstore.New(filepath.Join(o.dir, "projects"), &sessionstore.Options{Holder: "test-worker", Fsync: o.fsync})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := newFakeHarness()
-	w, err := New(Config{
-		Tenant: testTenant, Env: testEnv, WorkerID: "worker-test",
-		Sessions:      sessions,
-		WorkspaceRoot: filepath.Join(o.dir, "workspaces"),
-		Harness:       h,
-		CommandKeyID:  testKeyID, CommandKey: testKey,
+	w, err := New(testTenant, testEnv, CommandKey{ID: testKeyID, Key: testKey}, sessions, filepath.Join(o.dir, "workspaces"), h, &Options{
+		WorkerID:  "worker-test",
 		Notice:    o.notice,
 		Heartbeat: o.heartbeat,
+		SyncRetry: o.syncRetry,
+		Logger:    o.logger,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -403,11 +407,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func (tw *testWorker) closing() bool {
-	tw.w.mu.Lock()
-	defer tw.w.mu.Unlock()
-	return tw.w.closing
-}
+func (tw *testWorker) closing() bool { return tw.w.gate.closing() }
 
 // session returns conv's open session.
 func (tw *testWorker) session(t *testing.T, conv string) *session {
@@ -848,6 +848,9 @@ func TestConcurrentSubscribersSeeTheSameEvents(t *testing.T) {
 func TestHeartbeatOnIdleStream(t *testing.T) {
 	tw := newTestWorker(t, workerOpts{heartbeat: 5 * time.Millisecond})
 	tw.create(t, "conv-1")
+	// session.created reaches the stream once it is durable; wait for that
+	// rather than race the first fsync against the 5 ms heartbeat.
+	waitDurable(t, tw.session(t, "conv-1"))
 	s := tw.openStream(t, "conv-1", "", "")
 	// Read the raw bytes: comments are not events, the SSE reader skips them.
 	br := bufio.NewReader(s.resp.Body)
@@ -1237,7 +1240,7 @@ func TestHealthIsUnsigned(t *testing.T) {
 
 // TestShutdownDoesNotDeadlockWithSend reproduces the lock order of a send
 // that races with Shutdown: send holds the session's lock when it asks the
-// worker's lock to begin a turn, while Shutdown closes the sessions.
+// turn gate to begin a turn, while Shutdown closes the sessions.
 func TestShutdownDoesNotDeadlockWithSend(t *testing.T) {
 	tw := newTestWorker(t, workerOpts{})
 	tw.create(t, "conv-1")
@@ -1262,19 +1265,20 @@ func TestShutdownDoesNotDeadlockWithSend(t *testing.T) {
 	})
 	began := make(chan error, 1)
 	go func() {
-		err := tw.w.beginTurn()
+		_, cancel, err := tw.w.gate.begin()
 		if err == nil {
-			tw.w.turns.Done()
+			cancel()
+			tw.w.gate.end()
 		}
 		began <- err
 	}()
 	select {
 	case err := <-began:
 		if !errors.Is(err, errShuttingDown) {
-			t.Errorf("beginTurn during Shutdown = %v, want errShuttingDown", err)
+			t.Errorf("beginning a turn during Shutdown = %v, want errShuttingDown", err)
 		}
 	case <-time.After(waitFor):
-		t.Error("beginTurn blocked: Shutdown holds the worker's lock while it waits for a session's")
+		t.Error("beginning a turn blocked: Shutdown holds the gate's lock while it waits for a session's")
 		defer func() { <-began }() // it can go on once the session's lock is free
 	}
 	s.mu.Unlock()

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,17 +50,21 @@ var DefaultAllowedTools = []string{"Bash", "Read", "Write", "Edit", "MultiEdit",
 // stateFile is the harness's own file in the session directory.
 const stateFile = "claude-code.json"
 
-// Options configure the harness. Bin, BaseURLFor and Capability are
-// required; the zero value of every other field means its default.
-type Options struct {
-	// Bin is the claude executable.
-	Bin string
+// Proxy is how a conversation's CLI reaches the model: the
+// LocalGatewayProxy. Both functions are required; they are called each time
+// a CLI starts, so they may name a proxy that starts after New.
+type Proxy struct {
 	// BaseURLFor is the ANTHROPIC_BASE_URL of a conversation's CLI: the
 	// LocalGatewayProxy's http://127.0.0.1:<port>/<conversationId>.
 	BaseURLFor func(conversationID string) string
 	// Capability is the credential the CLI presents to the proxy
 	// (ANTHROPIC_AUTH_TOKEN).
 	Capability func(conversationID string) string
+}
+
+// Options configure the harness; the zero value of each field means its
+// default.
+type Options struct {
 	// Model is passed as --model; empty leaves the CLI's default.
 	Model string
 	// PermissionMode is --permission-mode; default DefaultPermissionMode.
@@ -103,8 +108,10 @@ var managedEnv = []string{
 // Harness runs turns through Claude Code CLI processes. Close it to stop
 // them.
 type Harness struct {
-	opts Options
-	log  *slog.Logger
+	bin   string
+	proxy Proxy
+	opts  Options
+	log   *slog.Logger
 
 	mu sync.Mutex
 	// guarded by mu
@@ -118,22 +125,28 @@ type Harness struct {
 // ErrClosed is the cause of a turn started after Close.
 var ErrClosed = errors.New("claudecode: harness closed")
 
-// New returns the harness. It panics when a required option is missing or
-// ExtraEnv sets a variable the harness owns: both are programmer errors.
-func New(opts Options) *Harness {
-	o := opts
-	if o.Bin == "" || o.BaseURLFor == nil || o.Capability == nil {
-		panic("claudecode: Options.Bin, BaseURLFor and Capability are required")
+// ErrBadOptions is returned by New for arguments it cannot run with.
+var ErrBadOptions = errors.New("claudecode: bad options")
+
+// New returns the harness running the claude executable bin, whose CLIs
+// reach the model through proxy. A missing bin or proxy function, or an
+// ExtraEnv entry that is not KEY=VALUE or sets a variable the harness owns,
+// is an error wrapping ErrBadOptions.
+func New(bin string, proxy Proxy, opts *Options) (*Harness, error) {
+	if bin == "" || proxy.BaseURLFor == nil || proxy.Capability == nil {
+		return nil, fmt.Errorf("%w: the executable and both Proxy functions are required", ErrBadOptions)
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
 	}
 	for _, kv := range o.ExtraEnv {
 		k, _, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			panic(fmt.Sprintf("claudecode: ExtraEnv entry %q is not KEY=VALUE", kv))
+			return nil, fmt.Errorf("%w: ExtraEnv entry %q is not KEY=VALUE", ErrBadOptions, kv)
 		}
-		for _, m := range managedEnv {
-			if k == m {
-				panic(fmt.Sprintf("claudecode: ExtraEnv may not set %s", k))
-			}
+		if slices.Contains(managedEnv, k) {
+			return nil, fmt.Errorf("%w: ExtraEnv may not set %s", ErrBadOptions, k)
 		}
 	}
 	if o.PermissionMode == "" {
@@ -165,7 +178,7 @@ func New(opts Options) *Harness {
 	}
 	o.ExtraEnv = append([]string(nil), o.ExtraEnv...)
 	o.ExtraArgs = append([]string(nil), o.ExtraArgs...)
-	return &Harness{opts: o, log: o.Logger, procs: make(map[string]*proc)}
+	return &Harness{bin: bin, proxy: proxy, opts: o, log: o.Logger, procs: make(map[string]*proc)}, nil
 }
 
 // Name implements harness.Harness.
@@ -336,7 +349,7 @@ func (h *Harness) acquire(ctx context.Context, t *harness.Turn, log *slog.Logger
 		}
 	}
 	args := h.args(st.SessionID)
-	p, err := startProc(h.opts.Bin, args, h.env(conv, home, config), t.Workspace, h.opts.MaxLineBytes)
+	p, err := startProc(h.bin, args, h.env(conv, home, config), t.Workspace, h.opts.MaxLineBytes)
 	if err != nil {
 		return nil, &harness.TurnError{Code: contract.FailInternal, Message: "Claude Code could not be started", Retryable: true, Err: err}
 	}
@@ -458,8 +471,8 @@ func (h *Harness) env(conv, home, config string) []string {
 		"PATH=" + h.opts.Path,
 		"HOME=" + home,
 		"CLAUDE_CONFIG_DIR=" + config,
-		"ANTHROPIC_BASE_URL=" + h.opts.BaseURLFor(conv),
-		"ANTHROPIC_AUTH_TOKEN=" + h.opts.Capability(conv),
+		"ANTHROPIC_BASE_URL=" + h.proxy.BaseURLFor(conv),
+		"ANTHROPIC_AUTH_TOKEN=" + h.proxy.Capability(conv),
 		"DISABLE_TELEMETRY=1",
 		"DISABLE_AUTOUPDATER=1",
 		"DISABLE_ERROR_REPORTING=1",

@@ -54,15 +54,19 @@ func newFake(t *testing.T, opts func(*Options)) *fake {
 	f := &fake{dir: t.TempDir()}
 	transcripts, _ := filepath.Abs(transcriptDir)
 	o := Options{
-		Bin:        fakeBin,
-		BaseURLFor: func(conv string) string { return "http://127.0.0.1:9/" + conv },
-		Capability: func(conv string) string { return "tlp_cap-" + conv },
-		ExtraEnv:   []string{"FAKECLAUDE_DIR=" + f.dir, "FAKECLAUDE_TRANSCRIPTS=" + transcripts},
+		ExtraEnv: []string{"FAKECLAUDE_DIR=" + f.dir, "FAKECLAUDE_TRANSCRIPTS=" + transcripts},
 	}
 	if opts != nil {
 		opts(&o)
 	}
-	f.h = New(o)
+	h, err := New(fakeBin, Proxy{
+		BaseURLFor: func(conv string) string { return "http://127.0.0.1:9/" + conv },
+		Capability: func(conv string) string { return "tlp_cap-" + conv },
+	}, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.h = h
 	t.Cleanup(func() { f.h.Close() })
 	return f
 }
@@ -397,15 +401,54 @@ func TestCloseRefusesLaterTurns(t *testing.T) {
 }
 
 func TestNewRefusesManagedEnvironment(t *testing.T) {
+	proxy := Proxy{BaseURLFor: func(string) string { return "" }, Capability: func(string) string { return "" }}
 	for _, kv := range []string{"ANTHROPIC_API_KEY=sk", "ANTHROPIC_BASE_URL=http://x", "HOME=/", "nonsense"} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("New accepted ExtraEnv %q", kv)
+		if h, err := New("claude", proxy, &Options{ExtraEnv: []string{kv}}); !errors.Is(err, ErrBadOptions) || h != nil {
+			t.Errorf("New with ExtraEnv %q = %v, %v; want ErrBadOptions", kv, h, err)
+		}
+	}
+}
+
+func TestNewArguments(t *testing.T) {
+	url := func(string) string { return "http://127.0.0.1:9/x" }
+	capability := func(string) string { return "tlp_x" }
+	tests := map[string]struct {
+		bin     string
+		proxy   Proxy
+		opts    *Options
+		wantErr bool
+	}{
+		"nil options":         {bin: "claude", proxy: Proxy{url, capability}},
+		"empty options":       {bin: "claude", proxy: Proxy{url, capability}, opts: &Options{}},
+		"an allowed variable": {bin: "claude", proxy: Proxy{url, capability}, opts: &Options{ExtraEnv: []string{"LANG=C"}}},
+		"no executable":       {proxy: Proxy{url, capability}, wantErr: true},
+		"no base URL":         {bin: "claude", proxy: Proxy{Capability: capability}, wantErr: true},
+		"no capability":       {bin: "claude", proxy: Proxy{BaseURLFor: url}, wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h, err := New(tc.bin, tc.proxy, tc.opts)
+			if tc.wantErr {
+				if !errors.Is(err, ErrBadOptions) || h != nil {
+					t.Fatalf("New = %v, %v; want ErrBadOptions", h, err)
 				}
-			}()
-			New(Options{Bin: "claude", BaseURLFor: func(string) string { return "" }, Capability: func(string) string { return "" }, ExtraEnv: []string{kv}})
-		}()
+				return
+			}
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			defer h.Close()
+			// The defaults are filled in one place, for nil and empty
+			// options alike.
+			if h.opts.PermissionMode != DefaultPermissionMode || h.opts.MaxTurns != DefaultMaxTurns || h.opts.Path != DefaultPath ||
+				h.opts.IdleTimeout != DefaultIdleTimeout || h.opts.MaxLineBytes != DefaultMaxLineBytes || h.opts.MaxToolOutput != DefaultMaxToolOutput ||
+				h.opts.Logger == nil || h.opts.Now == nil {
+				t.Errorf("defaults not filled in: %+v", h.opts)
+			}
+			if diff := cmp.Diff(DefaultAllowedTools, h.opts.AllowedTools); diff != "" {
+				t.Errorf("AllowedTools (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

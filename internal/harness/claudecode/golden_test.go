@@ -54,9 +54,12 @@ func record(t *testing.T, bin string) {
 	var mu bytes.Buffer
 	var h *Harness
 	newHarness := func(maxTurns int) {
-		o := sim.options(bin)
+		o := sim.options()
 		o.MaxTurns = maxTurns
-		h = New(o)
+		var err error
+		if h, err = New(bin, sim.proxy(), o); err != nil {
+			t.Fatal(err)
+		}
 		h.trace = func(_ string, line []byte) { mu.Write(line); mu.WriteByte('\n') }
 	}
 	newHarness(0)

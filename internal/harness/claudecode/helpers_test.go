@@ -126,14 +126,15 @@ func newSimulator(t testing.TB) *simulator {
 	return s
 }
 
-func (s *simulator) options(bin string) Options {
-	return Options{
-		Bin:        bin,
+// proxy is the simulator as the CLI's LocalGatewayProxy.
+func (s *simulator) proxy() Proxy {
+	return Proxy{
 		BaseURLFor: func(conv string) string { return s.srv.URL + "/" + conv },
 		Capability: func(string) string { return s.key },
-		Model:      "claude-sonnet-5-5",
 	}
 }
+
+func (s *simulator) options() *Options { return &Options{Model: "claude-sonnet-5-5"} }
 
 // runTurn runs a turn with a deadline.
 func runTurn(t *testing.T, h *Harness, s *session, text string) (harness.Result, error) {

@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
@@ -67,6 +71,42 @@ func TestTaskRunsASubAgent(t *testing.T) {
 				t.Error("the sub-agent was offered the Task tool")
 			}
 		}
+	}
+}
+
+// Every model call of a turn, a sub-agent's included, names the turn's
+// conversation in X-Talkide-Conversation, once: the minting transport mints
+// for it and the gateway checks the token against it.
+func TestModelCallsNameTheirConversation(t *testing.T) {
+	for _, conv := range []string{"conv-1", "another_conversation-2"} {
+		t.Run(conv, func(t *testing.T) {
+			var mu sync.Mutex
+			var seen [][]string
+			f := newFixture(t, nil, func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					mu.Lock()
+					seen = append(seen, r.Header.Values(contract.ConversationHeader))
+					mu.Unlock()
+					next.ServeHTTP(w, r)
+				})
+			})
+			turn := f.turn(`delegate [[tool:Task {"description":"look","prompt":"please [[tool:Bash {\"command\":\"true\"}]]"}]]`, &sink{})
+			turn.ConversationID = conv
+			turn.SessionDir = t.TempDir()
+			if _, err := f.h.RunTurn(t.Context(), turn); err != nil {
+				t.Fatalf("RunTurn: %v", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen) < 4 {
+				t.Fatalf("%d model calls, want the main agent's two and the sub-agent's two", len(seen))
+			}
+			for i, v := range seen {
+				if diff := cmp.Diff([]string{conv}, v); diff != "" {
+					t.Errorf("call %d: %s (-want +got):\n%s", i, contract.ConversationHeader, diff)
+				}
+			}
+		})
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 
 	"github.com/talkide/platform/internal/contract"
@@ -136,7 +137,10 @@ func (a *agent) callModel(ctx context.Context, history []json.RawMessage, quiet 
 		Tools:     a.params,
 		Messages:  msgs,
 	}
-	stream := a.h.client.Messages.NewStreaming(ctx, params)
+	// The conversation travels with the request: the minting transport
+	// mints the WorkerToken for it, and the gateway checks that the token
+	// is this conversation's.
+	stream := a.h.client.Messages.NewStreaming(ctx, params, option.WithHeader(contract.ConversationHeader, a.convID))
 	defer stream.Close()
 	var acc anthropic.Message
 	for stream.Next() {

@@ -79,7 +79,9 @@ type ToolSource interface {
 }
 
 // New returns the harness. The client must already point at the gateway with
-// a minting transport; the harness holds no credential.
+// a minting transport; the harness holds no credential. It names the turn's
+// conversation on each of its requests (contract.ConversationHeader), which
+// the transport mints for.
 func New(client anthropic.Client, opts *Options) *Harness {
 	var o Options
 	if opts != nil {
