@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -262,7 +263,7 @@ func TestSendStopsWhenContextEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.sendRetry.base, c.sendRetry.max = time.Hour, time.Hour
+	c.sendRetry = backoff.Policy{Base: time.Hour, Max: time.Hour}
 	if _, err := c.Send(ctx, "c1", "hello"); !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled", err)
 	}
