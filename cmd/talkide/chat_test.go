@@ -222,9 +222,7 @@ func TestChatCtrlCInterruptsTheTurn(t *testing.T) {
 	c := startChat(t, ctx, "--addr", st.info.ControlPlane)
 	c.typeLine(t, "take your time [[sleep:60000]]")
 	c.out.waitFor(t, "> take your time")
-	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
+	ctrlC(t)
 	c.out.waitFor(t, "turn failed (interrupted)")
 	if ctx.Err() != nil {
 		t.Fatalf("the first Ctrl-C cancelled the command's context: %v", ctx.Err())
@@ -234,14 +232,24 @@ func TestChatCtrlCInterruptsTheTurn(t *testing.T) {
 	// interrupted turn's message joins the next one.)
 	c.typeLine(t, "/help")
 	c.out.waitFor(t, "! commands:")
-	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
+	ctrlC(t)
 	if err := c.wait(t); err != nil {
 		t.Fatalf("chat: %v", err)
 	}
 	if !strings.Contains(c.out.String(), "! interrupting the turn (Ctrl-C again to leave)") {
 		t.Errorf("the chat did not say it interrupts:\n%s", c.out.String())
+	}
+}
+
+// ctrlC sends this process the SIGINT a terminal sends on Ctrl-C.
+func ctrlC(t *testing.T) {
+	t.Helper()
+	p, err := os.FindProcess(os.Getpid())
+	if err == nil {
+		err = p.Signal(os.Interrupt)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -328,3 +328,32 @@ func TestResponseBodyLimit(t *testing.T) {
 		t.Errorf("err = %v, want errBodyTooLarge", err)
 	}
 }
+
+func TestSendMessageUsesTheCallersID(t *testing.T) {
+	ctx := testCtx(t)
+	f := newFakeCP(t)
+	f.addConv("c1", 0)
+	f.sendFail = 1
+	c := f.client(t, nil)
+	id := NewMessageID()
+	resp, err := c.SendMessage(ctx, "c1", contract.SendMessageRequest{ClientMessageID: id, Text: "hello"})
+	if err != nil || resp.ClientMessageID != id {
+		t.Fatalf("SendMessage = %+v, %v", resp, err)
+	}
+	f.mu.Lock()
+	got := append([]string(nil), f.sendIDs...)
+	f.mu.Unlock()
+	if diff := cmp.Diff([]string{id, id}, got); diff != "" {
+		t.Errorf("client_message_ids sent (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"", "../x", "-x", strings.Repeat("m", contract.MaxIDLen+1)} {
+		if _, err := c.SendMessage(ctx, "c1", contract.SendMessageRequest{ClientMessageID: bad, Text: "hello"}); !errors.Is(err, contract.ErrInvalidID) {
+			t.Errorf("SendMessage with id %q = %v, want ErrInvalidID", bad, err)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.sendIDs) != 2 {
+		t.Errorf("%d requests, want the bad ids refused before sending", len(f.sendIDs))
+	}
+}
