@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -15,8 +17,8 @@ import (
 
 // chatFlags are talkide chat's flags.
 type chatFlags struct {
-	addr, dataDir, conv, title, message string
-	verbose, color, history             bool
+	addr, dataDir, conv, title, message, recent string
+	verbose, color, history                     bool
 }
 
 func newChatCmd(std stdio) *cobra.Command {
@@ -33,9 +35,7 @@ the client's commands.`,
   talkide chat -m 'hello'               # one message, print the turn, exit`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, _, stop := untilSignal(cmd.Context(), std.signals)
-			defer stop()
-			return runChat(ctx, f, std)
+			return runChat(cmd, f, std)
 		},
 	}
 	fs := cmd.Flags()
@@ -46,13 +46,53 @@ the client's commands.`,
 	fs.StringVarP(&f.message, "message", "m", "", "send this one message, print the turn, and exit (non-zero if the turn failed)")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "also print usage and session events")
 	fs.BoolVar(&f.color, "color", false, "use ANSI colours")
-	fs.BoolVar(&f.history, "history", false, "replay the conversation's earlier events first")
-	bindEnv(fs, "addr", "data-dir", "color", "verbose")
+	fs.BoolVar(&f.history, "history", false, "replay all of the conversation's earlier events first (--recent all)")
+	fs.StringVar(&f.recent, "recent", "", "earlier turns to show on reopening a conversation: a number, all or none (default 3, with -m none)")
+	bindEnv(fs, "addr", "data-dir", "color", "verbose", "recent")
 	return cmd
 }
 
 // runChat talks to a conversation through the control-plane's browser API.
-func runChat(ctx context.Context, f chatFlags, std stdio) error {
+func runChat(cmd *cobra.Command, f chatFlags, std stdio) error {
+	turns := chatclient.DefaultRecent
+	if f.message != "" {
+		turns = 0
+	}
+	switch {
+	case f.history && f.recent != "" && f.recent != "all":
+		return usageErrorf(cmd, "--history is --recent all; give one of them")
+	case f.history:
+		turns = chatclient.RecentAll
+	case f.recent != "":
+		n, err := chatclient.ParseRecent(f.recent)
+		if err != nil {
+			return usageErrorf(cmd, "--recent: %v", err)
+		}
+		turns = n
+	}
+	// Ctrl-C belongs to the session: the first one interrupts the running
+	// turn, the next one leaves. SIGTERM ends the command.
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	interrupts := make(chan os.Signal, 1)
+	go func() {
+		for {
+			select {
+			case s := <-std.signals:
+				if s == syscall.SIGTERM {
+					cancel()
+					return
+				}
+				select {
+				case interrupts <- s:
+				default: // one is still waiting to be handled
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
 	addr := f.addr
 	if addr == "" {
 		addr = "http://127.0.0.1:7878"
@@ -80,14 +120,27 @@ func runChat(ctx context.Context, f chatFlags, std stdio) error {
 		}
 	}
 	var after int64
-	if !f.history && c.State != nil {
+	if !c.Created && c.State != nil {
+		// Creating the session already logged events (a notice that the
+		// model is simulated, say): a new conversation shows them all.
 		after = c.State.LastSeq
 	}
-	r := &chatclient.Renderer{W: std.out, Verbose: f.verbose, Color: f.color, ShowUser: f.history}
-	s := &chatclient.Session{Client: client, ConversationID: c.ID, Renderer: r, After: after}
+	r := &chatclient.Renderer{W: std.out, Verbose: f.verbose, Color: f.color, ShowUser: true}
+	s := &chatclient.Session{Client: client, ConversationID: c.ID, Renderer: r, After: after, Recent: turns,
+		Interrupts: interrupts, Echoed: f.message == "" && isTerminal(std.in)}
 	if f.message != "" {
 		return s.Once(ctx, f.message)
 	}
 	fmt.Fprintf(std.out, "conversation %s (type /help for commands)\n", c.ID)
 	return s.Run(ctx, std.in)
+}
+
+// isTerminal reports whether r is a terminal, which echoes what is typed.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -27,6 +27,9 @@ const (
 const (
 	defaultRequestTimeout = 30 * time.Second
 	defaultIdleTimeout    = 90 * time.Second
+	// sendAttempts bounds the tries of one Send: a message typed into a
+	// chat that cannot be delivered should say so within seconds.
+	sendAttempts = 4
 )
 
 // Sentinel errors callers branch on with errors.Is.
@@ -96,10 +99,10 @@ type Client struct {
 	log   *slog.Logger
 
 	// Timing, fixed by New; tests in this package shorten it.
-	requestTimeout time.Duration // bounds each attempt of a non-stream call
-	idleTimeout    time.Duration // a stream that yields no bytes this long is reconnected
-	sendRetry      backoff
-	streamRetry    backoff
+	requestTimeout time.Duration  // bounds each attempt of a non-stream call
+	idleTimeout    time.Duration  // a stream that yields no bytes this long is reconnected
+	sendRetry      backoff.Policy // between the attempts of a send, and of a queued message
+	streamRetry    backoff.Policy // between stream connections
 }
 
 // New returns a client of the browser API at baseURL, e.g.
@@ -137,8 +140,8 @@ func New(baseURL string, opts *Options) (*Client, error) {
 		log:            o.Logger,
 		requestTimeout: defaultRequestTimeout,
 		idleTimeout:    defaultIdleTimeout,
-		sendRetry:      backoff{base: 200 * time.Millisecond, max: 2 * time.Second, attempts: 4},
-		streamRetry:    backoff{base: 250 * time.Millisecond, max: 5 * time.Second},
+		sendRetry:      backoff.Policy{Base: 200 * time.Millisecond, Max: 2 * time.Second},
+		streamRetry:    backoff.Policy{Base: 250 * time.Millisecond, Max: 5 * time.Second},
 	}, nil
 }
 
@@ -231,34 +234,4 @@ func apiError(status int, body []byte) *APIError {
 		e.Message = http.StatusText(status)
 	}
 	return e
-}
-
-// backoff is an exponential delay with jitter.
-type backoff struct {
-	base, max time.Duration
-	attempts  int // total attempts, for callers that give up; 0 means unlimited
-}
-
-// delay returns the wait before retry n (0-based): base·2ⁿ capped at max,
-// scaled by a random factor in [0.5, 1) so that clients cut off together do
-// not come back together.
-func (b backoff) delay(n int) time.Duration {
-	d := b.base
-	for i := 0; i < n && d < b.max; i++ {
-		d *= 2
-	}
-	d = min(d, b.max)
-	return d/2 + rand.N(d/2+1)
-}
-
-// sleepCtx waits d or until ctx ends, whichever is first.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -64,19 +65,40 @@ func (c *Client) GetConversation(ctx context.Context, id string) (Conversation, 
 // 502, 503, 504) with that same id, so the control-plane starts the turn at
 // most once. A running turn is an *APIError matching ErrTurnRunning.
 func (c *Client) Send(ctx context.Context, id, text string) (contract.SendMessageResponse, error) {
+	return c.SendMessage(ctx, id, contract.SendMessageRequest{ClientMessageID: NewMessageID(), Text: text})
+}
+
+// NewMessageID returns a fresh client message id. A caller that may send a
+// message more than once (after a lost answer, an outage) generates its id
+// once and passes it to every SendMessage of that message: the
+// control-plane answers a repeated id with the turn it started the first
+// time, so the message never starts two turns.
+func NewMessageID() string { return contract.NewID("m_") }
+
+// SendMessage is Send with the caller's client message id (which must not
+// be empty; see NewMessageID).
+func (c *Client) SendMessage(ctx context.Context, id string, req contract.SendMessageRequest) (contract.SendMessageResponse, error) {
+	return c.send(ctx, id, req, sendAttempts)
+}
+
+// send makes at most attempts tries of req.
+func (c *Client) send(ctx context.Context, id string, req contract.SendMessageRequest, attempts int) (contract.SendMessageResponse, error) {
 	u, err := c.conversationURL(id, "/messages")
 	if err != nil {
 		return contract.SendMessageResponse{}, err
 	}
-	if text == "" {
+	if req.Text == "" {
 		return contract.SendMessageResponse{}, errors.New("chatclient: empty message")
 	}
-	if len(text) > contract.MaxMessageText {
+	if len(req.Text) > contract.MaxMessageText {
 		return contract.SendMessageResponse{}, fmt.Errorf("chatclient: message is longer than %d bytes", contract.MaxMessageText)
 	}
-	req := contract.SendMessageRequest{ClientMessageID: contract.NewID("m_"), Text: text}
+	if err := contract.ValidateID("client message id", req.ClientMessageID); err != nil {
+		return contract.SendMessageResponse{}, fmt.Errorf("chatclient: %w", err)
+	}
 	log := c.log.With("conversation", id, "client_message_id", req.ClientMessageID)
-	for attempt := 0; ; attempt++ {
+	b := backoff.New(c.sendRetry)
+	for attempt := 1; ; attempt++ {
 		var resp contract.SendMessageResponse
 		_, err := c.doJSON(ctx, http.MethodPost, u, req, &resp)
 		if err == nil {
@@ -85,12 +107,12 @@ func (c *Client) Send(ctx context.Context, id, text string) (contract.SendMessag
 		if ctx.Err() != nil {
 			return contract.SendMessageResponse{}, fmt.Errorf("chatclient: send: %w (last error: %v)", ctx.Err(), err)
 		}
-		if !transient(err) || attempt+1 >= c.sendRetry.attempts {
+		if !transient(err) || attempt >= attempts {
 			return contract.SendMessageResponse{}, err
 		}
-		d := c.sendRetry.delay(attempt)
-		log.Info("chatclient: send failed; retrying", "attempt", attempt+1, "delay", d, "err", err)
-		if cerr := sleepCtx(ctx, d); cerr != nil {
+		d := b.Next()
+		log.Info("chatclient: send failed; retrying", "attempt", attempt, "delay", d, "err", err)
+		if cerr := backoff.Sleep(ctx, d); cerr != nil {
 			return contract.SendMessageResponse{}, fmt.Errorf("chatclient: send: %w (last error: %v)", cerr, err)
 		}
 	}

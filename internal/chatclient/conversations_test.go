@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -262,7 +263,7 @@ func TestSendStopsWhenContextEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.sendRetry.base, c.sendRetry.max = time.Hour, time.Hour
+	c.sendRetry = backoff.Policy{Base: time.Hour, Max: time.Hour}
 	if _, err := c.Send(ctx, "c1", "hello"); !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled", err)
 	}
@@ -325,5 +326,34 @@ func TestResponseBodyLimit(t *testing.T) {
 	}
 	if _, err := c.GetConversation(testCtx(t), "c1"); !errors.Is(err, errBodyTooLarge) {
 		t.Errorf("err = %v, want errBodyTooLarge", err)
+	}
+}
+
+func TestSendMessageUsesTheCallersID(t *testing.T) {
+	ctx := testCtx(t)
+	f := newFakeCP(t)
+	f.addConv("c1", 0)
+	f.sendFail = 1
+	c := f.client(t, nil)
+	id := NewMessageID()
+	resp, err := c.SendMessage(ctx, "c1", contract.SendMessageRequest{ClientMessageID: id, Text: "hello"})
+	if err != nil || resp.ClientMessageID != id {
+		t.Fatalf("SendMessage = %+v, %v", resp, err)
+	}
+	f.mu.Lock()
+	got := append([]string(nil), f.sendIDs...)
+	f.mu.Unlock()
+	if diff := cmp.Diff([]string{id, id}, got); diff != "" {
+		t.Errorf("client_message_ids sent (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"", "../x", "-x", strings.Repeat("m", contract.MaxIDLen+1)} {
+		if _, err := c.SendMessage(ctx, "c1", contract.SendMessageRequest{ClientMessageID: bad, Text: "hello"}); !errors.Is(err, contract.ErrInvalidID) {
+			t.Errorf("SendMessage with id %q = %v, want ErrInvalidID", bad, err)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.sendIDs) != 2 {
+		t.Errorf("%d requests, want the bad ids refused before sending", len(f.sendIDs))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/sse"
 )
@@ -28,7 +29,8 @@ type fakeCP struct {
 	changed chan struct{}
 	// manual leaves sent turns running until finishTurn or an interrupt;
 	// otherwise a send runs its whole turn at once, failing it when the
-	// text starts with "fail".
+	// text starts with "fail" and leaving it running when it starts with
+	// "slow".
 	manual bool
 	// sendFail and streamFail answer that many sends / stream requests
 	// with 503 before behaving.
@@ -42,6 +44,12 @@ type fakeCP struct {
 	overlap int64
 	// junk is written raw at the start of the first stream connection.
 	junk string
+	// dropAnswers handles that many sends and then breaks their
+	// connections instead of answering, as if the answer were lost.
+	dropAnswers int
+	// holdInterrupts, when non-nil, makes interrupt requests wait until
+	// it is closed (or the request ends).
+	holdInterrupts chan struct{}
 
 	// What happened.
 	sendIDs    []string // client_message_id of every send request
@@ -54,6 +62,8 @@ type fakeCP struct {
 	// 409; the test must make them big enough.
 	sent     chan string
 	conflict chan struct{}
+	// When non-nil, told about each interrupt request as it arrives.
+	interrupted chan struct{}
 }
 
 type connScript struct {
@@ -101,8 +111,8 @@ func (f *fakeCP) client(t *testing.T, opts *Options) *Client {
 }
 
 func fastRetries(c *Client) {
-	c.sendRetry.base, c.sendRetry.max = time.Millisecond, time.Millisecond
-	c.streamRetry.base, c.streamRetry.max = time.Millisecond, 2*time.Millisecond
+	c.sendRetry = backoff.Policy{Base: time.Millisecond, Max: time.Millisecond}
+	c.streamRetry = backoff.Policy{Base: time.Millisecond, Max: 2 * time.Millisecond}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -263,6 +273,11 @@ func (f *fakeCP) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if resp, ok := c.byCMID[req.ClientMessageID]; ok {
+		if f.dropAnswers > 0 {
+			f.dropAnswers--
+			dropAnswer(w)
+			return
+		}
 		resp.Duplicate = true
 		writeJSON(w, http.StatusOK, resp)
 		return
@@ -280,16 +295,42 @@ func (f *fakeCP) send(w http.ResponseWriter, r *http.Request) {
 		TurnID: turn, Seq: int64(len(c.events) - 1)}
 	c.byCMID[req.ClientMessageID] = resp
 	f.sentTexts = append(f.sentTexts, req.Text)
-	if !f.manual {
+	if !f.manual && !strings.HasPrefix(req.Text, "slow") {
 		f.finishTurnLocked(c, turn, req.Text, strings.HasPrefix(req.Text, "fail"))
 	}
 	if f.sent != nil {
 		f.sent <- turn // before the answer: the turn may end before the client hears of it
 	}
+	if f.dropAnswers > 0 {
+		f.dropAnswers--
+		dropAnswer(w)
+		return
+	}
 	writeJSON(w, http.StatusAccepted, resp)
 }
 
+// dropAnswer breaks the connection of a request that was handled.
+func dropAnswer(w http.ResponseWriter) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err == nil {
+		conn.Close()
+	}
+}
+
 func (f *fakeCP) interrupt(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	arrived, hold := f.interrupted, f.holdInterrupts
+	f.mu.Unlock()
+	if arrived != nil {
+		arrived <- struct{}{}
+	}
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.lookupLocked(w, r)

@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
+	"os"
+	"sync"
 
 	"github.com/talkide/platform/internal/contract"
 )
@@ -17,123 +18,53 @@ type Session struct {
 	Client         *Client
 	ConversationID string
 	Renderer       *Renderer // nil renders nothing
-	// After is the seq after which events are rendered: 0 replays the whole
-	// conversation, its SessionState.LastSeq shows only what comes next.
+	// After is the seq of the newest event when the conversation was
+	// opened (its SessionState.LastSeq): events after it are rendered as
+	// they come, and Recent says which of those up to it are shown first.
+	// 0 (a new conversation) shows every event.
 	After int64
+	// Recent is how many of the turns up to After are shown, each with the
+	// session events before it, followed by whatever came after the last
+	// of them (a notice of the session reopening, say). RecentAll shows
+	// every earlier event, 0 none. Showing some but not all reads the log
+	// from its start and keeps only those turns.
+	Recent int
+	// Interrupts delivers the user's Ctrl-C; the command wires os.Interrupt
+	// to it, this package reads no signals. While a turn runs, the first
+	// one interrupts the turn; the next one, or one while no turn runs,
+	// leaves. Nil: Ctrl-C is not the session's business.
+	Interrupts <-chan os.Signal
+	// Echoed says the terminal already shows each line as it is typed: Run
+	// then does not render the user.message events of the lines it sends,
+	// which would show every line twice. Other clients' messages are still
+	// shown when the Renderer's ShowUser is set.
+	Echoed bool
 }
 
-const helpText = `commands:
-/interrupt  stop the running turn
-/quit       leave (so does end of input)
-/help       this text
-any other line is sent as a message; lines typed while a turn runs are sent after it ends`
+// ErrQuit is returned by Once when the user left (a second Ctrl-C) before
+// the turn ended.
+var ErrQuit = errors.New("chatclient: left before the turn ended")
 
-// Run is the interactive loop: it renders the conversation's events from
-// After while it reads lines from in. A non-empty line is sent as a message;
-// lines arriving while the previously sent message's turn runs wait for it
-// to end and are then sent in order. "/interrupt" stops the running turn,
-// "/help" lists the commands, and "/quit" ends Run at once. At the end of
-// in, Run first waits for the turns of the lines sent or waiting.
-//
-// Run returns nil when ctx ends, on "/quit" and at the end of input; the
-// stream's error if it fails for good (an unknown conversation, say); and
-// the error reading in. A failed send is reported through the renderer and
-// does not end Run.
-//
-// Reading in cannot be interrupted: if Run returns while a read of in is
-// blocked, the goroutine reading stays blocked until that read returns.
-func (s *Session) Run(ctx context.Context, in io.Reader) error {
-	ctx, cancel := context.WithCancel(ctx)
-	f := s.follow(ctx)
-	defer func() { cancel(); <-f.done }()
-	lines := readLines(ctx, in)
+// interruptingText answers the first Ctrl-C of a running turn.
+const interruptingText = "interrupting the turn (Ctrl-C again to leave)"
 
-	var (
-		queue []string // lines not sent yet, oldest first
-		// busy is true while a turn runs that must end before the next
-		// send: the turn waitTurn this session started, or, when waitTurn
-		// is "", a turn someone else started (Send said turn_running).
-		busy     bool
-		waitTurn string
-		eof      bool
-	)
-	for {
-		for !busy && len(queue) > 0 {
-			text := queue[0]
-			queue = queue[1:]
-			resp, err := s.Client.Send(ctx, s.ConversationID, text)
-			switch {
-			case err == nil:
-				busy, waitTurn = true, resp.TurnID
-			case ctx.Err() != nil:
-				return nil
-			case errors.Is(err, ErrTurnRunning):
-				queue = append([]string{text}, queue...)
-				busy, waitTurn = true, ""
-			default:
-				s.notice("send failed: " + err.Error())
-			}
-		}
-		if eof && !busy {
-			return nil
-		}
-		input := lines
-		if eof {
-			input = nil // no more lines; wait for the turn
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-f.done:
-			return f.result(ctx)
-		case ev := <-f.terminal:
-			if busy && (waitTurn == "" || ev.TurnID == waitTurn) {
-				busy, waitTurn = false, ""
-			}
-		case l, ok := <-input:
-			if !ok {
-				eof = true
-				continue
-			}
-			if l.err != nil {
-				return fmt.Errorf("chatclient: reading input: %w", l.err)
-			}
-			text := strings.TrimSpace(l.text)
-			switch text {
-			case "":
-			case "/quit", "/exit":
-				return nil
-			case "/help":
-				s.notice(helpText)
-			case "/interrupt":
-				resp, err := s.Client.Interrupt(ctx, s.ConversationID)
-				switch {
-				case ctx.Err() != nil:
-					return nil
-				case err != nil:
-					s.notice("interrupt failed: " + err.Error())
-				case !resp.Interrupted:
-					s.notice("no turn is running")
-				}
-			default:
-				queue = append(queue, text)
-			}
-		}
-	}
-}
-
-// Once sends text, renders events from After until the turn it started
-// ends, and returns: nil when the turn finished, an error wrapping
-// ErrTurnFailed when it failed, ctx's error when ctx ended first.
+// Once sends text, renders events until the turn it started ends, and
+// returns: nil when the turn finished, an error wrapping ErrTurnFailed when
+// it failed (an interrupted turn fails), ErrQuit when a second Ctrl-C came
+// before the turn ended, ctx's error when ctx ended first. The first Ctrl-C
+// interrupts the turn.
 func (s *Session) Once(ctx context.Context, text string) error {
 	ctx, cancel := context.WithCancel(ctx)
-	f := s.follow(ctx)
-	defer func() { cancel(); <-f.done }()
+	f := s.follow(ctx, nil)
+	var wg sync.WaitGroup // the interrupt request
+	defer func() { cancel(); wg.Wait(); <-f.done }()
 
 	resp, err := s.Client.Send(ctx, s.ConversationID, text)
 	if err != nil {
 		return err
 	}
+	interrupted := make(chan error, 1)
+	asked := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -143,8 +74,24 @@ func (s *Session) Once(ctx context.Context, text string) error {
 				return err
 			}
 			return ctx.Err()
-		case ev := <-f.terminal:
-			if ev.TurnID != resp.TurnID {
+		case <-s.Interrupts:
+			if asked {
+				return ErrQuit
+			}
+			asked = true
+			s.notice(interruptingText)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := s.Client.Interrupt(ctx, s.ConversationID)
+				interrupted <- err
+			}()
+		case err := <-interrupted:
+			if err != nil && ctx.Err() == nil {
+				s.notice("interrupt failed: " + err.Error())
+			}
+		case ev := <-f.turns:
+			if ev.TurnID != resp.TurnID || !contract.Terminal(ev.Kind) {
 				continue
 			}
 			if ev.Kind == contract.KindTurnFailed {
@@ -160,32 +107,76 @@ func (s *Session) Once(ctx context.Context, text string) error {
 
 // follower is a goroutine streaming a conversation into the renderer.
 type follower struct {
-	// terminal receives the turn.finished and turn.failed events, in order,
-	// after they were rendered. The stream waits while it is full.
-	terminal chan contract.Event
-	done     chan struct{} // closed when the stream has returned
-	err      error         // what Stream returned; read only after done
+	// turns receives the turn.started, turn.finished and turn.failed
+	// events, in order, just before they are rendered (a reader that
+	// returns on one still sees it rendered: it waits for done). The
+	// stream waits while it is full.
+	turns chan contract.Event
+	done  chan struct{} // closed when the stream has returned
+	err   error         // what Stream returned; read only after done
 }
 
-// follow starts streaming; the stream stops when ctx ends, and the caller
-// waits for done before it returns.
-func (s *Session) follow(ctx context.Context) *follower {
-	f := &follower{terminal: make(chan contract.Event, 16), done: make(chan struct{})}
-	go func() {
-		defer close(f.done)
-		f.err = s.Client.Stream(ctx, s.ConversationID, s.After, func(ev contract.Event) error {
-			if s.Renderer != nil {
-				s.Renderer.Render(ev)
-			}
-			if !contract.Terminal(ev.Kind) {
-				return nil
-			}
+// follow starts streaming, first replaying the earlier events After and
+// Recent ask for; events hide reports are not rendered (nil hides none).
+// The stream stops when ctx ends, and the caller waits for done before it
+// returns.
+func (s *Session) follow(ctx context.Context, hide func(contract.Event) bool) *follower {
+	f := &follower{turns: make(chan contract.Event, 16), done: make(chan struct{})}
+	from := s.After
+	var window *recentTurns // the earlier turns, until the last of them is read
+	if s.After > 0 && s.Recent != 0 {
+		from = 0
+		if s.Recent > 0 {
+			window = &recentTurns{n: s.Recent}
+		}
+	}
+	deliver := func(ev contract.Event) error {
+		if ev.Kind == contract.KindTurnStarted || contract.Terminal(ev.Kind) {
+			// Handed over before it is rendered: once the user sees a turn
+			// end, a Ctrl-C is judged knowing it ended.
 			select {
-			case f.terminal <- ev:
-				return nil
+			case f.turns <- ev:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
+		}
+		if s.Renderer != nil && (hide == nil || !hide(ev)) {
+			s.Renderer.Render(ev)
+		}
+		return nil
+	}
+	go func() {
+		defer close(f.done)
+		f.err = s.Client.Stream(ctx, s.ConversationID, from, func(ev contract.Event) error {
+			if window == nil {
+				return deliver(ev)
+			}
+			if ev.Seq <= s.After {
+				window.add(ev)
+			}
+			if ev.Seq < s.After {
+				return nil
+			}
+			// The history is read (or its last event was never recorded
+			// and a newer one came): show what was kept, then go live.
+			evs, hidden := window.take()
+			window = nil
+			switch hidden {
+			case 0:
+			case 1:
+				s.notice("1 earlier turn not shown")
+			default:
+				s.notice(fmt.Sprintf("%d earlier turns not shown", hidden))
+			}
+			for _, e := range evs {
+				if err := deliver(e); err != nil {
+					return err
+				}
+			}
+			if ev.Seq > s.After {
+				return deliver(ev)
+			}
+			return nil
 		})
 	}()
 	return f

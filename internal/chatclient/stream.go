@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/sse"
 )
@@ -39,7 +40,7 @@ func (c *Client) Stream(ctx context.Context, id string, after int64, fn func(con
 	}
 	log := c.log.With("conversation", id)
 	last := max(after, 0)
-	failures := 0
+	b := backoff.New(c.streamRetry)
 	for {
 		delivered, fnErr, err := c.streamOnce(ctx, u, id, &last, fn, log)
 		if fnErr != nil {
@@ -52,12 +53,11 @@ func (c *Client) Stream(ctx context.Context, id string, after int64, fn func(con
 			return err
 		}
 		if delivered > 0 {
-			failures = 0
+			b.Reset()
 		}
-		d := c.streamRetry.delay(failures)
-		failures++
+		d := b.Next()
 		log.Info("chatclient: stream interrupted; reconnecting", "last_seq", last, "delay", d, "err", err)
-		if sleepCtx(ctx, d) != nil {
+		if backoff.Sleep(ctx, d) != nil {
 			return nil
 		}
 	}

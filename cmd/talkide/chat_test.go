@@ -1,0 +1,423 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+)
+
+// These tests run talkide chat against the whole stack with the model
+// simulator, typing into it through a pipe (so nothing echoes the lines).
+
+// watchedOutput is the chat's stdout; each write wakes waitFor.
+type watchedOutput struct {
+	mu      sync.Mutex // guards b and changed
+	b       bytes.Buffer
+	changed chan struct{} // closed and replaced on every write
+}
+
+func newWatchedOutput() *watchedOutput { return &watchedOutput{changed: make(chan struct{})} }
+
+func (w *watchedOutput) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	close(w.changed)
+	w.changed = make(chan struct{})
+	return w.b.Write(p)
+}
+
+func (w *watchedOutput) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// waitFor returns once the output holds s, failing the test after 30 s.
+func (w *watchedOutput) waitFor(t *testing.T, s string) {
+	t.Helper()
+	timeout := time.NewTimer(30 * time.Second)
+	defer timeout.Stop()
+	for {
+		w.mu.Lock()
+		got, changed := w.b.String(), w.changed
+		w.mu.Unlock()
+		if strings.Contains(got, s) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout.C:
+			t.Fatalf("chat never printed %q; output:\n%s", s, got)
+		}
+	}
+}
+
+// liveChat is a talkide chat in a goroutine.
+type liveChat struct {
+	out     *watchedOutput
+	in      *io.PipeWriter
+	errc    chan error
+	signals chan os.Signal // what main would deliver; nil: none
+}
+
+func startChat(t *testing.T, ctx context.Context, args ...string) *liveChat {
+	t.Helper()
+	return startChatSignals(t, ctx, nil, args...)
+}
+
+// startChatSignals starts a chat that receives the signals on sigs, as
+// main delivers them.
+func startChatSignals(t *testing.T, ctx context.Context, sigs chan os.Signal, args ...string) *liveChat {
+	t.Helper()
+	c := &liveChat{out: newWatchedOutput(), errc: make(chan error, 1), signals: sigs}
+	pr, pw := io.Pipe()
+	c.in = pw
+	t.Cleanup(func() { pw.Close() })
+	var stderr syncBuffer
+	go func() { c.errc <- chatWith(ctx, args, pr, c.out, &stderr, c.signals) }()
+	c.out.waitFor(t, "(type /help for commands)\n")
+	return c
+}
+
+func (c *liveChat) typeLine(t *testing.T, text string) {
+	t.Helper()
+	if _, err := io.WriteString(c.in, text+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// end closes the input and returns what the chat returned.
+func (c *liveChat) end(t *testing.T) error {
+	t.Helper()
+	c.in.Close()
+	return c.wait(t)
+}
+
+func (c *liveChat) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-c.errc:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("chat did not return; output:\n%s", c.out.String())
+		return nil
+	}
+}
+
+func chatCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestChatShowsTheNoticeOfANewConversation(t *testing.T) {
+	st, _ := startTestStack(t)
+	ctx := chatCtx(t)
+
+	c := startChat(t, ctx, "--addr", st.info.ControlPlane)
+	c.typeLine(t, "hello")
+	c.out.waitFor(t, "you said: hello")
+	if err := c.end(t); err != nil {
+		t.Fatalf("chat: %v", err)
+	}
+	out := c.out.String()
+	notice := strings.Index(out, "! model simulator in use")
+	if notice < 0 || notice > strings.Index(out, "you said: hello") {
+		t.Errorf("the simulator's notice is not shown before the reply:\n%s", out)
+	}
+
+	var once bytes.Buffer
+	if err := chatWith(ctx, []string{"--addr", st.info.ControlPlane, "--conversation", "notice-once", "-m", "hi"}, strings.NewReader(""), &once, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(once.String(), "! model simulator in use") {
+		t.Errorf("chat -m on a new conversation printed no notice:\n%s", once.String())
+	}
+}
+
+func TestChatReopenShowsRecentTurns(t *testing.T) {
+	st, _ := startTestStack(t)
+	base := st.info.ControlPlane
+	ctx := chatCtx(t)
+	tests := map[string]struct {
+		args   []string
+		shown  []string
+		hidden []string
+	}{
+		"default": {
+			shown:  []string{"! 2 earlier turns not shown", "> alpha3", "you said: alpha3", "you said: alpha5"},
+			hidden: []string{"alpha1", "alpha2", "model simulator in use"}},
+		"--recent 1": {args: []string{"--recent", "1"},
+			shown:  []string{"! 4 earlier turns not shown", "> alpha5", "you said: alpha5"},
+			hidden: []string{"alpha4"}},
+		"--recent none": {args: []string{"--recent", "none"},
+			hidden: []string{"alpha", "earlier turn"}},
+		"--recent all": {args: []string{"--recent", "all"},
+			shown:  []string{"! model simulator in use", "> alpha1", "you said: alpha1", "you said: alpha5"},
+			hidden: []string{"earlier turn"}},
+		"--history": {args: []string{"--history"},
+			shown:  []string{"! model simulator in use", "> alpha1", "you said: alpha1", "you said: alpha5"},
+			hidden: []string{"earlier turn"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			conv := "reopened" + strings.NewReplacer("-", "", " ", "-").Replace(name)
+			for _, text := range []string{"alpha1", "alpha2", "alpha3", "alpha4", "alpha5"} {
+				if err := chatWith(ctx, []string{"--addr", base, "--conversation", conv, "-m", text}, strings.NewReader(""), io.Discard, io.Discard); err != nil {
+					t.Fatalf("chat -m %s: %v", text, err)
+				}
+			}
+			c := startChat(t, ctx, append([]string{"--addr", base, "--conversation", conv}, tc.args...)...)
+			line := "now " + strings.ReplaceAll(name, "-", "")
+			c.typeLine(t, line)
+			c.out.waitFor(t, "you said: "+line)
+			if err := c.end(t); err != nil {
+				t.Fatalf("chat: %v", err)
+			}
+			out := c.out.String()
+			for _, s := range tc.shown {
+				if !strings.Contains(out, s) || strings.Index(out, s) > strings.Index(out, "> "+line) {
+					t.Errorf("%q is not shown before the new line:\n%s", s, out)
+				}
+			}
+			for _, s := range tc.hidden {
+				if strings.Contains(out, s) {
+					t.Errorf("%q is shown:\n%s", s, out)
+				}
+			}
+			if strings.Count(out, "> "+line+"\n") != 1 {
+				t.Errorf("the typed line is not shown exactly once:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestChatRejectsBadHistoryFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--recent", "some"},
+		{"--recent", "-2"},
+		{"--history", "--recent", "2"},
+	} {
+		// The flags are checked before any connection is made.
+		err := chatWith(context.Background(), append([]string{"--addr", "http://127.0.0.1:1"}, args...), strings.NewReader(""), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "recent") {
+			t.Errorf("chat %v = %v, want an error about --recent", args, err)
+		}
+	}
+}
+
+// Ctrl-C, a real SIGINT to this process, stops the running turn and the
+// chat goes on; Ctrl-C while no turn runs leaves. The context is the one
+// main makes: the SIGINT must not cancel it.
+func TestChatCtrlCInterruptsTheTurn(t *testing.T) {
+	st, _ := startTestStack(t)
+	// As main does: SIGINT and SIGTERM go to a channel the command reads.
+	ctx := chatCtx(t)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	c := startChatSignals(t, ctx, sigs, "--addr", st.info.ControlPlane)
+	c.typeLine(t, "take your time [[sleep:60000]]")
+	c.out.waitFor(t, "> take your time")
+	ctrlC(t)
+	c.out.waitFor(t, "turn failed (interrupted)")
+	if ctx.Err() != nil {
+		t.Fatalf("the first Ctrl-C ended the test's context: %v", ctx.Err())
+	}
+	// Still there. (A message would do too, but the interrupted one's
+	// directive would make the simulator take its time again: an
+	// interrupted turn's message joins the next one.)
+	c.typeLine(t, "/help")
+	c.out.waitFor(t, "! commands:")
+	ctrlC(t)
+	if err := c.wait(t); err != nil {
+		t.Fatalf("chat: %v", err)
+	}
+	if !strings.Contains(c.out.String(), "! interrupting the turn (Ctrl-C again to leave)") {
+		t.Errorf("the chat did not say it interrupts:\n%s", c.out.String())
+	}
+}
+
+// ctrlC sends this process the SIGINT a terminal sends on Ctrl-C.
+func ctrlC(t *testing.T) {
+	t.Helper()
+	p, err := os.FindProcess(os.Getpid())
+	if err == nil {
+		err = p.Signal(os.Interrupt)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tcpProxy forwards loopback connections to target until Down; Up serves
+// the same address again.
+type tcpProxy struct {
+	t      *testing.T
+	target string
+	addr   string
+
+	mu    sync.Mutex // guards ln and conns
+	ln    net.Listener
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup // the accept loop and the copying goroutines
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{t: t, target: target, addr: ln.Addr().String(), conns: make(map[net.Conn]struct{})}
+	p.serve(ln)
+	t.Cleanup(func() { p.Down(); p.wg.Wait() })
+	return p
+}
+
+func (p *tcpProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.ln == nil {
+				p.mu.Unlock()
+				c.Close()
+				up.Close()
+				continue
+			}
+			p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go p.pipe(up, c)
+			go p.pipe(c, up)
+		}
+	}()
+}
+
+func (p *tcpProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// Down refuses new connections and cuts the open ones.
+func (p *tcpProxy) Down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+func (p *tcpProxy) Up() {
+	p.t.Helper()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatalf("proxy up again on %s: %v", p.addr, err)
+	}
+	p.serve(ln)
+}
+
+// A line typed while the control-plane is unreachable is queued and sent
+// when it is back, once.
+func TestChatQueuesWhileControlPlaneIsDown(t *testing.T) {
+	st, _ := startTestStack(t)
+	base := st.info.ControlPlane
+	ctx := chatCtx(t)
+	p := newTCPProxy(t, strings.TrimPrefix(base, "http://"))
+	const conv = "outage"
+
+	c := startChat(t, ctx, "--addr", "http://"+p.addr, "--conversation", conv)
+	p.Down()
+	c.typeLine(t, "typed while down")
+	c.out.waitFor(t, "message queued")
+	p.Up()
+	c.out.waitFor(t, "you said: typed while down")
+	if err := c.end(t); err != nil {
+		t.Fatalf("chat: %v", err)
+	}
+
+	// Count on the server: the conversation's log holds the message once.
+	var view contractView
+	if status := api(t, http.MethodGet, base+"/api/conversations/"+conv, nil, &view); status != http.StatusOK || view.State == nil {
+		t.Fatalf("get conversation: status %d, %+v", status, view)
+	}
+	events := readStream(t, base, conv, 0, func(ev contract.Event) bool { return ev.Seq >= view.State.LastSeq })
+	n := 0
+	for _, e := range events {
+		if e.ev.Kind == contract.KindUserMessage && e.ev.Text == "typed while down" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the message is in the conversation %d times, want once", n)
+	}
+	if view.State.Turns != 1 {
+		t.Errorf("%d turns, want 1", view.State.Turns)
+	}
+}
+
+func TestIsTerminal(t *testing.T) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	f, err := os.Create(filepath.Join(t.TempDir(), "input"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for name, r := range map[string]io.Reader{"pipe": pr, "file": f, "reader": strings.NewReader("x")} {
+		if isTerminal(r) {
+			t.Errorf("isTerminal(%s) = true", name)
+		}
+	}
+}
+
+// chatWith runs talkide chat with args, as main would with these streams
+// and signals.
+func chatWith(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, sigs ...chan os.Signal) error {
+	std := stdio{in: stdin, out: stdout, err: stderr}
+	if len(sigs) > 0 && sigs[0] != nil {
+		std.signals = sigs[0]
+	}
+	return run(ctx, append([]string{"chat"}, args...), std)
+}
