@@ -136,7 +136,7 @@ func (a *agent) callModel(ctx context.Context, history []json.RawMessage, quiet 
 		Tools:     a.params,
 		Messages:  msgs,
 	}
-	stream := a.h.client.Messages.NewStreaming(ctx, params)
+	stream := a.h.client.Messages.NewStreaming(ctx, params, a.h.callOpts...)
 	defer stream.Close()
 	var acc anthropic.Message
 	for stream.Next() {
@@ -156,7 +156,7 @@ func (a *agent) callModel(ctx context.Context, history []json.RawMessage, quiet 
 		if ctx.Err() != nil {
 			return partial(&acc), ctx.Err()
 		}
-		return partial(&acc), mapModelError(err)
+		return partial(&acc), mapModelError(err, a.h.opts.MaxRetryWait, time.Now())
 	}
 	if acc.StopReason == "" {
 		return partial(&acc), &harness.TurnError{Code: contract.FailModelError, Message: "the model's stream ended before the message was complete", Retryable: true}
