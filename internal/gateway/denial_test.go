@@ -114,7 +114,9 @@ func TestBudgetDenialDetails(t *testing.T) {
 		if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.Env(convA.Tenant, convA.Env), Kind: budget.TokensPerDay, Max: 10}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { svc.DeleteLimit(context.Background(), budget.Env(convA.Tenant, convA.Env), budget.TokensPerDay) })
+		t.Cleanup(func() {
+			svc.DeleteLimit(context.Background(), budget.Env(convA.Tenant, convA.Env), budget.TokensPerDay)
+		})
 		resp := h.post(t, "/v1/messages", tokenHeader(h.mint(convA)), requestBody)
 		body := readAll(t, resp.Body)
 		h.waitServed(t)
