@@ -51,7 +51,9 @@ func retryAfter(h http.Header, now time.Time) (wait time.Duration, ok bool) {
 	if s, err := strconv.ParseFloat(v, 64); err == nil {
 		return floatDuration(s, time.Second), true
 	}
-	if t, err := http.ParseTime(v); err == nil {
+	// The SDK reads only this form of an HTTP date (RFC 9110's preferred
+	// one); for another it falls back to its own short backoff.
+	if t, err := time.Parse(time.RFC1123, v); err == nil {
 		return t.Sub(now), true
 	}
 	return 0, false
