@@ -328,3 +328,31 @@ func TestHardStopMidStream(t *testing.T) {
 		t.Fatalf("the next turn: %v", err)
 	}
 }
+
+// FuzzRetryAfter: any header values parse without panicking, and a wait
+// that is not read is zero.
+func FuzzRetryAfter(f *testing.F) {
+	for _, seed := range [][2]string{{"", "25200"}, {"250", ""}, {"soon", "3"}, {"", "Tue, 01 Dec 2026 20:00:00 GMT"}, {"NaN", "-Inf"}, {"1e309", ""}} {
+		f.Add(seed[0], seed[1])
+	}
+	now := time.Date(2026, 12, 1, 17, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, ms, s string) {
+		h := http.Header{}
+		if ms != "" {
+			h.Set("Retry-After-Ms", ms)
+		}
+		if s != "" {
+			h.Set("Retry-After", s)
+		}
+		wait, ok := retryAfter(h, now)
+		if !ok && wait != 0 {
+			t.Errorf("retryAfter(%q, %q) = %v, false", ms, s, wait)
+		}
+		res := &http.Response{StatusCode: 429, Header: h}
+		mw := boundRetries(10*time.Second, func() time.Time { return now })
+		got, _ := mw(&http.Request{}, func(*http.Request) (*http.Response, error) { return res, nil })
+		if marked := got.Header.Get("X-Should-Retry") == "false"; marked != (ok && wait > 10*time.Second) {
+			t.Errorf("wait %v (%v): marked %v", wait, ok, marked)
+		}
+	})
+}
