@@ -180,8 +180,8 @@ func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 	if !strings.HasPrefix(env["CLAUDE_CONFIG_DIR"], st.info.ClaudeConfigDir+"/") {
 		t.Errorf("the CLI's CLAUDE_CONFIG_DIR %q is not on the session volume %s", env["CLAUDE_CONFIG_DIR"], st.info.ClaudeConfigDir)
 	}
-	if len(env) != 9 {
-		t.Errorf("the CLI's environment has %d variables, want the harness's 9: %v", len(env), env)
+	if len(env) != 10 {
+		t.Errorf("the CLI's environment has %d variables, want the harness's 10: %v", len(env), env)
 	}
 
 	// The second turn carries the history.

@@ -40,7 +40,12 @@ func (d *Denial) Error() string {
 	}
 	switch {
 	case d.MidStream:
+		// Whoever reads this sees a truncated reply: say so first, then
+		// when the limit lets the next call through.
 		b.WriteString("; the response was cut off here")
+		if !d.InFlight && !d.Resets.IsZero() {
+			fmt.Fprintf(&b, "; room frees up at %s", d.Resets.UTC().Format(time.RFC3339))
+		}
 	case d.Need > d.Limit.Max && k != Concurrent && k != RequestsPerMinute:
 		b.WriteString("; this call alone is more than the limit")
 	case d.InFlight:

@@ -161,3 +161,35 @@ func TestPeriodStart(t *testing.T) {
 		t.Errorf("month in UTC: %v – %v, want January 2027", start, next)
 	}
 }
+
+// TestDenialMessage: a hard limit's cut says that the response was cut off
+// and, when known, when room frees up again: whoever reads it should learn
+// both from the one message.
+func TestDenialMessage(t *testing.T) {
+	day := Limit{Subject: User("u1"), Kind: SpendPerDay, Max: 5 * int64(Dollar), Hard: true}
+	midnight := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	tests := map[string]struct {
+		d    Denial
+		want string
+	}{
+		"cut, resets at midnight": {
+			Denial{Limit: day, Used: 4 * int64(Dollar), Held: int64(Dollar), Need: int64(Cent), MidStream: true, Resets: midnight},
+			"budget: user u1 spending limit per day reached: $4.00 used, $1.00 held by calls in flight, this call needs $0.01, the limit is $5.00; the response was cut off here; room frees up at 2026-12-02T00:00:00Z",
+		},
+		"cut while calls in flight hold the rest": {
+			Denial{Limit: day, Used: 4 * int64(Dollar), Held: int64(Dollar), Need: int64(Cent), MidStream: true, InFlight: true},
+			"budget: user u1 spending limit per day reached: $4.00 used, $1.00 held by calls in flight, this call needs $0.01, the limit is $5.00; the response was cut off here",
+		},
+		"refused, resets at midnight": {
+			Denial{Limit: day, Used: 5 * int64(Dollar), Need: int64(Cent), Resets: midnight},
+			"budget: user u1 spending limit per day reached: $5.00 used, $0.00 held by calls in flight, this call needs $0.01, the limit is $5.00; room frees up at 2026-12-02T00:00:00Z",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.d.Error(); got != tc.want {
+				t.Errorf("Error() =\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}

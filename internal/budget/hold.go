@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/talkide/platform/internal/backoff"
 )
 
 // Hold is an admitted call: what it holds, until Settle charges what it
@@ -221,8 +223,8 @@ func (s *Service) writeBatch(ctx context.Context, l *slice, es []Entry) {
 		}
 		return
 	}
-	wait := 50 * time.Millisecond
-	deadline := time.Now().Add(time.Minute)
+	bo := backoff.New(settleBackoff)
+	deadline := time.Now().Add(settleRetryFor)
 	for {
 		applied, err := s.attempt(ctx, l, es)
 		if err == nil {
@@ -234,13 +236,16 @@ func (s *Service) writeBatch(ctx context.Context, l *slice, es []Entry) {
 			return
 		}
 		s.log.Warn("budget: settle, retrying", "batch", BatchName(es, nil), "err", err.Error())
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-		}
-		wait = min(wait*2, 5*time.Second)
+		bo.Wait(ctx) // ctx's end is seen by the next round
 	}
 }
+
+// A failing settlement is retried for settleRetryFor, its pauses growing
+// from 50 ms to 5 s: a database that restarts within the minute loses no
+// charge, and one that is down for longer is not hammered.
+const settleRetryFor = time.Minute
+
+var settleBackoff = backoff.Policy{Base: 50 * time.Millisecond, Max: 5 * time.Second}
 
 // written calls Options.Settled for the entries the ledger did not hold.
 func (s *Service) written(es []Entry, applied []bool) {

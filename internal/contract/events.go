@@ -28,6 +28,12 @@ const (
 	FailWorkerRestarted = "worker_restarted"
 	FailModelError      = "model_error"
 	FailRateLimited     = "rate_limited"
+	// FailBudgetExhausted: a budget limit (docs/budgets.md) refused the
+	// turn's model call, or a hard limit cut its response off mid-stream.
+	// failure.budget says which limit, where its subject stands and when
+	// it frees room; retryable only when calls in flight alone stood in
+	// the way.
+	FailBudgetExhausted = "budget_exhausted"
 	FailOverloaded      = "overloaded"
 	FailAuth            = "gateway_auth"
 	FailMaxTurns        = "max_turns"
@@ -94,6 +100,9 @@ type TurnFailure struct {
 	Retryable bool   `json:"retryable"`
 	// HTTPStatus is the model API's status when the failure came from it.
 	HTTPStatus int `json:"http_status,omitempty"`
+	// Budget details a budget_exhausted failure, when the harness could
+	// read them.
+	Budget *BudgetDenial `json:"budget,omitempty"`
 }
 
 // SessionEvent details session.created and session.resumed.

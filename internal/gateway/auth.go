@@ -104,5 +104,5 @@ func (g *Gateway) denyCall(w http.ResponseWriter, r *http.Request, who *store.Co
 		level = slog.LevelError
 	}
 	g.log.Log(r.Context(), level, "gateway: denied", attrs...)
-	writeError(w, e.Status, e.Type, e.Msg)
+	writeErrorBody(w, e.Status, anthropicErrorBody{Type: e.Type, Message: e.Msg, Budget: e.Budget})
 }

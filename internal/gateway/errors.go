@@ -3,6 +3,8 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+
+	"github.com/talkide/platform/internal/contract"
 )
 
 // Anthropic error types the gateway itself produces.
@@ -23,6 +25,7 @@ type httpError struct {
 	Status int
 	Type   string // Anthropic error type
 	Msg    string
+	Budget *contract.BudgetDenial // a budget denial's details, sent with Msg
 	Err    error
 }
 
@@ -44,11 +47,21 @@ type anthropicError struct {
 type anthropicErrorBody struct {
 	Type    string `json:"type"`
 	Message string `json:"message"`
+	// Budget details a budget denial for clients that read it (the native
+	// harness); SDKs ignore it. The key is prefixed so that no field the
+	// API may add to its own errors (it has spend limits of its own) can
+	// be taken for ours.
+	Budget *contract.BudgetDenial `json:"talkide_budget,omitempty"`
 }
 
 // writeError answers with an Anthropic-shaped error.
 func writeError(w http.ResponseWriter, status int, typ, msg string) {
-	b, err := json.Marshal(anthropicError{Type: "error", Error: anthropicErrorBody{Type: typ, Message: msg}})
+	writeErrorBody(w, status, anthropicErrorBody{Type: typ, Message: msg})
+}
+
+// writeErrorBody answers with an Anthropic-shaped error whose body is e.
+func writeErrorBody(w http.ResponseWriter, status int, e anthropicErrorBody) {
+	b, err := json.Marshal(anthropicError{Type: "error", Error: e})
 	if err != nil {
 		panic("gateway: marshal error body: " + err.Error())
 	}

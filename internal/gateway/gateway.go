@@ -9,11 +9,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -246,8 +244,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if g.metrics != nil {
 				g.metrics.BudgetDenied(conv.Tenant, conv.Env, d)
 			}
-			w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.RetryAfter.Seconds())), 10))
-			g.denyCall(w, r, conv, model, &httpError{Status: http.StatusTooManyRequests, Type: errRateLimit, Msg: d.Error()})
+			g.denyCall(w, r, conv, model, budgetError(w.Header(), d))
 			return
 		}
 		if err != nil {

@@ -28,7 +28,7 @@ type call struct {
 	hold      *budget.Hold       // nil: budgets off, or not a metered path
 	out       context.Context    // the upstream call's
 	cancelOut context.CancelFunc // ends the upstream call
-	cutMsg    string             // why a hard limit cut the stream
+	cut       *budget.Denial     // why a hard limit cut the stream; nil: it did not
 
 	meter  *meter    // set by modifyResponse; nil when no response came
 	err    error     // set by proxyError: why no response came
@@ -47,7 +47,7 @@ func (c *call) checkBudget(running usage) bool {
 	defer cancel()
 	err := c.hold.Check(ctx, u)
 	if d, ok := errors.AsType[*budget.Denial](err); ok {
-		c.cutMsg = d.Error()
+		c.cut = d
 		if c.g.metrics != nil {
 			c.g.metrics.BudgetDenied(c.rec.Tenant, c.rec.Env, d)
 		}
@@ -57,9 +57,12 @@ func (c *call) checkBudget(running usage) bool {
 }
 
 // cutEvent is the event that ends a stream a hard limit cut off: an
-// Anthropic error event, which the SDKs raise as an error.
+// Anthropic error event, which the SDKs raise as an error, with the
+// denial's details as in a 429's body.
 func (c *call) cutEvent() []byte {
-	b, err := json.Marshal(anthropicError{Type: "error", Error: anthropicErrorBody{Type: errRateLimit, Message: c.cutMsg}})
+	b, err := json.Marshal(anthropicError{Type: "error", Error: anthropicErrorBody{
+		Type: errRateLimit, Message: c.cut.Error(), Budget: budgetDetails(c.cut),
+	}})
 	if err != nil {
 		panic("gateway: marshal error event: " + err.Error())
 	}
@@ -127,8 +130,8 @@ func (c *call) finish() {
 			if estimated {
 				attrs = append(attrs, "estimated", true)
 			}
-			if c.cutMsg != "" {
-				attrs = append(attrs, "cut", c.cutMsg)
+			if c.cut != nil {
+				attrs = append(attrs, "cut", c.cut.Error())
 			}
 		}
 		if c.err != nil {

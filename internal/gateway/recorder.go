@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/store"
 )
 
@@ -28,6 +29,11 @@ const (
 	// recordTimeout bounds one attempt to write a batch.
 	recordTimeout = 10 * time.Second
 )
+
+// recordBackoff spaces the retries of a failing write: from 50 ms, so that
+// a passing lock conflict costs little, up to 5 s, so that a store that is
+// down is not hammered for the minute the retries last.
+var recordBackoff = backoff.Policy{Base: 50 * time.Millisecond, Max: 5 * time.Second}
 
 // pending is a usage record waiting to be written, with its log line.
 type pending struct {
@@ -172,7 +178,7 @@ func (r *recorder) write(ctx context.Context, b []pending) {
 		}
 		return
 	}
-	wait := 50 * time.Millisecond
+	bo := backoff.New(recordBackoff)
 	deadline := time.Now().Add(r.retryFor)
 	for {
 		err := r.attempt(ctx, us)
@@ -187,13 +193,7 @@ func (r *recorder) write(ctx context.Context, b []pending) {
 			return
 		}
 		r.log.Warn("gateway: record usage, retrying", "records", len(b), "first_id", b[0].rec.ID, "err", err.Error())
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		wait = min(wait*2, 5*time.Second)
+		bo.Wait(ctx) // ctx's end is seen by the next round
 	}
 }
 

@@ -72,7 +72,9 @@ type TurnError struct {
 	Message    string
 	Retryable  bool
 	HTTPStatus int
-	Err        error // the cause, for logs; never shown to the user
+	// Budget details a contract.FailBudgetExhausted failure, when known.
+	Budget *contract.BudgetDenial
+	Err    error // the cause, for logs; never shown to the user
 }
 
 func (e *TurnError) Error() string {
@@ -89,7 +91,7 @@ func Failure(err error) contract.TurnFailure {
 	var te *TurnError
 	switch {
 	case errors.As(err, &te):
-		return contract.TurnFailure{Code: te.Code, Message: te.Message, Retryable: te.Retryable, HTTPStatus: te.HTTPStatus}
+		return contract.TurnFailure{Code: te.Code, Message: te.Message, Retryable: te.Retryable, HTTPStatus: te.HTTPStatus, Budget: te.Budget}
 	case errors.Is(err, context.Canceled):
 		return contract.TurnFailure{Code: contract.FailInterrupted, Message: "the turn was interrupted", Retryable: true}
 	default:

@@ -102,8 +102,17 @@ type Options struct {
 var managedEnv = []string{
 	"PATH", "HOME", "CLAUDE_CONFIG_DIR", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN",
 	"DISABLE_TELEMETRY", "DISABLE_AUTOUPDATER", "DISABLE_ERROR_REPORTING", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+	"CLAUDE_CODE_MAX_RETRIES",
 	"ANTHROPIC_API_KEY",
 }
+
+// cliMaxRetries is the CLI's CLAUDE_CODE_MAX_RETRIES. By default the CLI
+// retries a 429 or 5xx ten times, its pauses doubling to about 40 s:
+// more than three minutes in which the turn shows nothing. Five retries
+// take about 18 s, about what the native harness's SDK spends on its two
+// (docs/harnesses.md). A budget denial that cannot pass soon is not
+// retried at all (the gateway says x-should-retry: false).
+const cliMaxRetries = 5
 
 // Harness runs turns through Claude Code CLI processes. Close it to stop
 // them.
@@ -477,6 +486,7 @@ func (h *Harness) env(conv, home, config string) []string {
 		"DISABLE_AUTOUPDATER=1",
 		"DISABLE_ERROR_REPORTING=1",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+		"CLAUDE_CODE_MAX_RETRIES=" + strconv.Itoa(cliMaxRetries),
 	}
 	return append(env, h.opts.ExtraEnv...)
 }

@@ -193,6 +193,7 @@ func TestCLIEnvironmentIsExact(t *testing.T) {
 		"DISABLE_AUTOUPDATER=1",
 		"DISABLE_ERROR_REPORTING=1",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+		"CLAUDE_CODE_MAX_RETRIES=5",
 		"FAKECLAUDE_DIR=" + f.dir,
 		"FAKECLAUDE_TRANSCRIPTS=" + transcripts,
 		"LANG=C.UTF-8",
@@ -402,7 +403,7 @@ func TestCloseRefusesLaterTurns(t *testing.T) {
 
 func TestNewRefusesManagedEnvironment(t *testing.T) {
 	proxy := Proxy{BaseURLFor: func(string) string { return "" }, Capability: func(string) string { return "" }}
-	for _, kv := range []string{"ANTHROPIC_API_KEY=sk", "ANTHROPIC_BASE_URL=http://x", "HOME=/", "nonsense"} {
+	for _, kv := range []string{"ANTHROPIC_API_KEY=sk", "ANTHROPIC_BASE_URL=http://x", "HOME=/", "CLAUDE_CODE_MAX_RETRIES=99", "nonsense"} {
 		if h, err := New("claude", proxy, &Options{ExtraEnv: []string{kv}}); !errors.Is(err, ErrBadOptions) || h != nil {
 			t.Errorf("New with ExtraEnv %q = %v, %v; want ErrBadOptions", kv, h, err)
 		}

@@ -459,6 +459,9 @@ func (m *mapper) result(l *cliLine) (harness.Result, error) {
 	case l.Subtype == "error_max_turns" || l.TerminalReason == "max_turns":
 		return res, &harness.TurnError{Code: contract.FailMaxTurns, Message: "the turn reached its limit of model calls", Err: cause}
 	case l.APIErrorStatus != nil:
+		if te := budgetFailure(*l.APIErrorStatus, l.Result, cause); te != nil {
+			return res, te
+		}
 		return res, apiError(*l.APIErrorStatus, l.APIErrorType, detail, cause)
 	case l.Subtype == "success":
 		// is_error without an API status: the CLI could not use the model
@@ -474,7 +477,7 @@ func apiError(status int, typ, detail string, cause error) *harness.TurnError {
 	te := &harness.TurnError{HTTPStatus: status, Err: cause}
 	switch {
 	case status == http.StatusTooManyRequests:
-		te.Code, te.Message, te.Retryable = contract.FailRateLimited, "the model is rate limited or the budget is exhausted; try again later", true
+		te.Code, te.Message, te.Retryable = contract.FailRateLimited, "the model API is rate limited; try again later", true
 	case status == 529 || typ == "overloaded_error":
 		te.Code, te.Message, te.Retryable = contract.FailOverloaded, "the model is overloaded; try again shortly", true
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
@@ -485,6 +488,46 @@ func apiError(status int, typ, detail string, cause error) *harness.TurnError {
 		te.Code, te.Message = contract.FailModelError, "the model API rejected the request: "+strings.TrimPrefix(detail, fmt.Sprintf("API Error: %d ", status))
 	}
 	return te
+}
+
+// budgetFailure maps a 429 that a budget limit, not the model API, answered.
+// The CLI shows only the error's message ("API Error: Request rejected
+// (429) · budget: …"), not the gateway's talkide_budget object, so the
+// message's prefix (contract.BudgetMessagePrefix) is what tells; a CLI that
+// prints the whole body instead ("API Error: 429 {…}") gives the object
+// too. Nil when text is no budget denial.
+func budgetFailure(status int, text string, cause error) *harness.TurnError {
+	if status != http.StatusTooManyRequests {
+		return nil
+	}
+	var msg string
+	var b *contract.BudgetDenial
+	if i := strings.IndexByte(text, '{'); i >= 0 {
+		var body struct {
+			Error struct {
+				Message string                 `json:"message"`
+				Budget  *contract.BudgetDenial `json:"talkide_budget"`
+			} `json:"error"`
+		}
+		if json.Unmarshal([]byte(text[i:]), &body) == nil && body.Error.Budget != nil {
+			msg, b = body.Error.Message, body.Error.Budget
+		}
+	}
+	if b == nil {
+		if i := strings.Index(text, "· "+contract.BudgetMessagePrefix); i >= 0 {
+			msg = text[i+len("· "):]
+		} else if strings.HasPrefix(text, contract.BudgetMessagePrefix) {
+			msg = text
+		} else {
+			return nil
+		}
+	}
+	msg, _ = truncate(strings.TrimPrefix(msg, contract.BudgetMessagePrefix), 500)
+	return &harness.TurnError{Code: contract.FailBudgetExhausted, HTTPStatus: status, Budget: b, Err: cause,
+		Message: "the budget is exhausted: " + msg,
+		// Without the details nothing says that calls in flight alone
+		// stood in the way (the CLI retried those itself).
+		Retryable: b != nil && b.InFlight}
 }
 
 // resultText is a tool_result's content as text: a string, or its text

@@ -140,7 +140,8 @@ func (a *agent) callModel(ctx context.Context, history []json.RawMessage, quiet 
 	// The conversation travels with the request: the minting transport
 	// mints the WorkerToken for it, and the gateway checks that the token
 	// is this conversation's.
-	stream := a.h.client.Messages.NewStreaming(ctx, params, option.WithHeader(contract.ConversationHeader, a.convID))
+	opts := append([]option.RequestOption{option.WithHeader(contract.ConversationHeader, a.convID)}, a.h.callOpts...)
+	stream := a.h.client.Messages.NewStreaming(ctx, params, opts...)
 	defer stream.Close()
 	var acc anthropic.Message
 	for stream.Next() {
@@ -160,7 +161,7 @@ func (a *agent) callModel(ctx context.Context, history []json.RawMessage, quiet 
 		if ctx.Err() != nil {
 			return partial(&acc), ctx.Err()
 		}
-		return partial(&acc), mapModelError(err)
+		return partial(&acc), mapModelError(err, a.h.opts.MaxRetryWait, time.Now())
 	}
 	if acc.StopReason == "" {
 		return partial(&acc), &harness.TurnError{Code: contract.FailModelError, Message: "the model's stream ended before the message was complete", Retryable: true}

@@ -13,8 +13,10 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 
 	"github.com/talkide/platform/internal/contract"
@@ -59,7 +61,12 @@ type Options struct {
 	// CompactAt is the fraction of the window at which the history is
 	// compacted; default DefaultCompactAt.
 	CompactAt float64
-	Logger    *slog.Logger
+	// MaxRetryWait is the longest Retry-After (or retry-after-ms) the SDK
+	// may wait out before retrying a model call; a response asking for
+	// longer ends the turn at once with its failure (retry.go). Default
+	// DefaultMaxRetryWait.
+	MaxRetryWait time.Duration
+	Logger       *slog.Logger
 }
 
 // Harness runs turns with an Anthropic client.
@@ -69,6 +76,8 @@ type Harness struct {
 	tools  map[string]tools.Tool
 	// defs are the built-in tools' definitions, without Task.
 	defs []map[string]any
+	// callOpts go with every model call: the bound on the SDK's retries.
+	callOpts []option.RequestOption
 }
 
 // ToolSource offers tools for one turn, e.g. those of the MCP servers a
@@ -111,7 +120,11 @@ func New(client anthropic.Client, opts *Options) *Harness {
 	if o.CompactAt <= 0 || o.CompactAt >= 1 {
 		o.CompactAt = DefaultCompactAt
 	}
-	h := &Harness{client: client, opts: o, tools: make(map[string]tools.Tool)}
+	if o.MaxRetryWait <= 0 {
+		o.MaxRetryWait = DefaultMaxRetryWait
+	}
+	h := &Harness{client: client, opts: o, tools: make(map[string]tools.Tool),
+		callOpts: []option.RequestOption{option.WithMiddleware(boundRetries(o.MaxRetryWait, time.Now))}}
 	for _, t := range o.Tools {
 		h.tools[t.Name()] = t
 		h.defs = append(h.defs, toolDef(t))
@@ -277,27 +290,72 @@ func streamCap(max int, emit func(string)) func(string) {
 }
 
 // mapModelError turns an SDK error into a turn failure with a code and
-// whether a later retry can help. The SDK has already retried 429 and 5xx
-// with backoff honouring retry-after.
-func mapModelError(err error) error {
+// whether a later retry can help. The SDK has already retried 429, 529 and
+// 5xx with backoff, waiting out a Retry-After of up to maxWait; one that
+// asked for longer comes here at once (boundRetries), and the failure says
+// how long it asked for.
+func mapModelError(err error, maxWait time.Duration, now time.Time) error {
 	var apiErr *anthropic.Error
 	if errors.As(err, &apiErr) {
+		if te := budgetFailure(apiErr); te != nil {
+			return te
+		}
 		te := &harness.TurnError{HTTPStatus: apiErr.StatusCode, Err: err}
+		// The wait the API asked for, when it was too long to wait out.
+		var later string
+		if apiErr.Response != nil {
+			if wait, ok := retryAfter(apiErr.Response.Header, now); ok && wait > maxWait {
+				later = fmt.Sprintf("; it asks to wait %s, until %s, before a retry", wait.Round(time.Second), now.Add(wait).UTC().Format(time.RFC3339))
+			}
+		}
 		switch {
-		case apiErr.StatusCode == http.StatusTooManyRequests:
-			te.Code, te.Message, te.Retryable = contract.FailRateLimited, "the model is rate limited or the budget is exhausted; try again later", true
+		case apiErr.StatusCode == http.StatusTooManyRequests || apiErr.Type() == "rate_limit_error":
+			te.Code, te.Retryable = contract.FailRateLimited, true
+			te.Message = "the model API is rate limited" + later + "; try again later"
 		case apiErr.StatusCode == 529 || apiErr.Type() == "overloaded_error":
-			te.Code, te.Message, te.Retryable = contract.FailOverloaded, "the model is overloaded; try again shortly", true
+			te.Code, te.Retryable = contract.FailOverloaded, true
+			te.Message = "the model is overloaded" + later + "; try again shortly"
 		case apiErr.StatusCode == http.StatusUnauthorized || apiErr.StatusCode == http.StatusForbidden:
 			te.Code, te.Message = contract.FailAuth, "the gateway refused the worker's credentials"
 		case apiErr.StatusCode >= 500:
-			te.Code, te.Message, te.Retryable = contract.FailModelError, "the model API failed", true
+			te.Code, te.Message, te.Retryable = contract.FailModelError, "the model API failed"+later, true
 		default:
 			te.Code, te.Message = contract.FailModelError, "the model API rejected the request: "+apiErr.Message
 		}
 		return te
 	}
 	return &harness.TurnError{Code: contract.FailModelError, Message: "the model could not be reached", Retryable: true, Err: err}
+}
+
+// budgetFailure returns the failure of a call a budget limit refused, as the
+// gateway-proxy says in its error body (a 429) or in the error event that
+// ends a stream a hard limit cut off: error.talkide_budget. Nil when err is
+// no budget denial.
+func budgetFailure(apiErr *anthropic.Error) *harness.TurnError {
+	var body struct {
+		Error struct {
+			Message string                 `json:"message"`
+			Budget  *contract.BudgetDenial `json:"talkide_budget"`
+		} `json:"error"`
+	}
+	if json.Unmarshal([]byte(apiErr.RawJSON()), &body) != nil || body.Error.Budget == nil {
+		return nil
+	}
+	b := body.Error.Budget
+	denial := strings.TrimPrefix(body.Error.Message, contract.BudgetMessagePrefix)
+	te := &harness.TurnError{Code: contract.FailBudgetExhausted, Budget: b, Err: apiErr,
+		// Only calls in flight stood in the way: once they are done, the
+		// same message may pass. Otherwise nothing passes before the
+		// limit frees room (the message says when) or is raised.
+		Retryable: b.InFlight}
+	if b.MidStream {
+		// The stream was answered 200; its failure came as an event.
+		te.Message = "the response was cut off by a hard budget limit: " + strings.Replace(denial, "; the response was cut off here", "", 1)
+		return te
+	}
+	te.HTTPStatus = apiErr.StatusCode
+	te.Message = "the budget is exhausted: " + denial
+	return te
 }
 
 func persistErr(err error) error {
