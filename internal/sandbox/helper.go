@@ -1,0 +1,79 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+)
+
+// The helper's file descriptors, as the worker (stage 1) and the
+// supervisor (stage 2) pass them.
+const (
+	fdConfig = 3 // the helperConfig, as JSON, then EOF
+	fdStatus = 4 // why setting up failed; closed (on exec) when it did not
+	fdResult = 5 // the supervisor's helperResult, written as it exits
+)
+
+// helperConfig is what the worker tells the helper.
+type helperConfig struct {
+	// Stage 1 is the supervisor, stage 2 confines itself and executes
+	// the command.
+	Stage      int      `json:"stage"`
+	Policy     Policy   `json:"policy"`
+	ReadOnly   []string `json:"read_only"`
+	Namespaces bool     `json:"namespaces"`
+	// RootDir is an empty directory the supervisor builds the new root
+	// in (namespaces only).
+	RootDir string `json:"root_dir,omitempty"`
+	// Helper is the helper's own path, which stage 1 runs as stage 2.
+	Helper string `json:"helper"`
+	// InNamespace tells stage 2 that the supervisor built a new root.
+	InNamespace bool `json:"in_namespace,omitempty"`
+	// Cgroup, when set, is the command's pids cgroup, which the worker
+	// put the supervisor in before it started anything.
+	Cgroup string `json:"cgroup,omitempty"`
+}
+
+// helperResult is how the supervisor ended the command.
+type helperResult struct {
+	Ending   Ending `json:"ending"`
+	ExitCode int    `json:"exit_code"`
+	Signal   int    `json:"signal,omitempty"`
+}
+
+// RunHelper runs the helper and exits when the process was started as one
+// (os.Args[1] == HelperArg); otherwise it returns at once. Call it first in
+// main, before anything starts goroutines of its own, and in TestMain of
+// every test binary that sandboxes commands.
+func RunHelper() {
+	if len(os.Args) < 2 || os.Args[1] != HelperArg {
+		return
+	}
+	if len(os.Args) == 3 && os.Args[2] == "probe" {
+		os.Exit(probeMain())
+	}
+	// The namespaces, the mounts and, in stage 2, Landlock, seccomp and
+	// the capabilities are per thread until execve: keep to this one.
+	runtime.LockOSThread()
+	status := os.NewFile(fdStatus, "status")
+	fail := func(format string, args ...any) {
+		fmt.Fprintf(status, format+"\n", args...)
+		os.Exit(125)
+	}
+	var cfg helperConfig
+	conf := os.NewFile(fdConfig, "config")
+	b, err := io.ReadAll(io.LimitReader(conf, 1<<20))
+	conf.Close()
+	if err != nil || json.Unmarshal(b, &cfg) != nil {
+		fail("sandbox: the helper's configuration could not be read")
+	}
+	switch cfg.Stage {
+	case 1:
+		os.Exit(supervise(cfg, status, fail))
+	case 2:
+		confine(cfg, status, fail) // executes the command or fails
+	}
+	fail("sandbox: unknown helper stage %d", cfg.Stage)
+}

@@ -1,0 +1,513 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// DefaultReadOnly is the system the sandboxed commands may read and
+// execute: programs, libraries, configuration, toolchains under /usr and
+// /opt. Everything else of the host is invisible to them. A path missing
+// on the machine is skipped.
+var DefaultReadOnly = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"}
+
+// MinLandlockABI is the Landlock ABI the first layer relies on: 4 brought
+// TCP port rules, 5 device ioctls, 6 the scoping of signals and abstract
+// unix sockets. With less, ModeAuto refuses to run commands.
+const MinLandlockABI = 6
+
+// Options configure a Sandbox; the zero value of each field is its
+// default.
+type Options struct {
+	// Mode is ModeAuto by default.
+	Mode Mode
+	// Helper is the executable re-run as the helper; default the running
+	// one (os.Executable).
+	Helper string
+	// ReadOnly replaces DefaultReadOnly when not nil.
+	ReadOnly []string
+	// Limits are the defaults of commands whose policy leaves a limit
+	// zero.
+	Limits Limits
+	Logger *slog.Logger // nil: don't log
+	// PretendNoLandlock and PretendNoNamespaces make the probe find the
+	// layer missing: tests of what happens on machines without them.
+	PretendNoLandlock   bool
+	PretendNoNamespaces bool
+}
+
+// Sandbox starts confined commands. It is safe for concurrent use.
+type Sandbox struct {
+	opts   Options
+	helper string
+	// landlockABI is the kernel's Landlock ABI (0: none); namespaces
+	// whether the helper could enter new user, mount, PID and network
+	// namespaces. Both are probed once, in New.
+	landlockABI int
+	namespaces  bool
+	// unavailable, when set, is why no command can be started.
+	unavailable error
+	// cgroups makes a pids cgroup per command; nil where the worker may
+	// not make cgroups.
+	cgroups *pidsCgroups
+}
+
+// New probes what the machine supports and returns the sandbox. In
+// ModeAuto and ModeLandlock a machine without Landlock (at
+// MinLandlockABI) does not fail New: every command fails instead, with a
+// clear error wrapping ErrUnavailable, so that the worker still starts and
+// says why its tools refuse.
+func New(opts *Options) (*Sandbox, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Mode == "" {
+		o.Mode = ModeAuto
+	}
+	if _, err := ParseMode(string(o.Mode)); err != nil {
+		return nil, fmt.Errorf("sandbox: mode %q: %w", o.Mode, err)
+	}
+	if o.ReadOnly == nil {
+		o.ReadOnly = DefaultReadOnly
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	o.Limits = o.Limits.withDefaults()
+	s := &Sandbox{opts: o}
+	if o.Mode == ModeNone {
+		return s, nil
+	}
+	if o.Helper == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: the helper executable: %w", err)
+		}
+		o.Helper = exe
+	}
+	s.helper = o.Helper
+	s.opts = o
+	if !o.PretendNoLandlock {
+		s.landlockABI = landlockABI()
+	}
+	switch {
+	case s.landlockABI == 0:
+		s.unavailable = fmt.Errorf("%w: Landlock is not enabled in this kernel (it needs CONFIG_SECURITY_LANDLOCK and landlock in the lsm= boot list); agent commands are refused rather than run bare", ErrUnavailable)
+	case s.landlockABI < MinLandlockABI:
+		s.unavailable = fmt.Errorf("%w: the kernel's Landlock ABI is %d, the sandbox needs %d (Linux 6.12 or newer); agent commands are refused rather than run bare", ErrUnavailable, s.landlockABI, MinLandlockABI)
+	}
+	if s.unavailable == nil && o.Mode == ModeAuto && !o.PretendNoNamespaces {
+		s.namespaces = s.probeNamespaces()
+	}
+	if s.unavailable == nil {
+		var err error
+		if s.cgroups, err = newPidsCgroups(); err != nil {
+			level := slog.LevelDebug
+			if os.Getuid() == 0 {
+				// Root escapes RLIMIT_NPROC: the supervisor's count is then
+				// the only bound on a fork bomb.
+				level = slog.LevelWarn
+			}
+			o.Logger.Log(context.Background(), level, "sandbox: no pids cgroup of our own; the supervisor counts processes instead", "err", err)
+		}
+	}
+	return s, nil
+}
+
+// Close releases what New made (the worker's cgroup). Commands still
+// running keep theirs until they end.
+func (s *Sandbox) Close() {
+	if s.cgroups != nil {
+		s.cgroups.close()
+	}
+}
+
+// Mode returns the configured mode.
+func (s *Sandbox) Mode() Mode { return s.opts.Mode }
+
+// Layers returns the layers every command gets, for the start-up log.
+// None when the mode is none or no command can run.
+func (s *Sandbox) Layers() []string {
+	if s.opts.Mode == ModeNone || s.unavailable != nil {
+		return nil
+	}
+	l := []string{LayerEnv, LayerLandlock, LayerSeccomp}
+	if s.namespaces {
+		l = append(l, LayerNamespaces)
+	}
+	return l
+}
+
+// Unavailable returns why no command can run, or nil.
+func (s *Sandbox) Unavailable() error { return s.unavailable }
+
+// Namespaces reports whether commands get the namespace layer.
+func (s *Sandbox) Namespaces() bool { return s.namespaces }
+
+// Cmd is a sandboxed command. Set Stdin, Stdout and Stderr before Start;
+// like exec.Cmd it is used once.
+type Cmd struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+
+	s      *Sandbox
+	policy Policy
+	cmd    *exec.Cmd
+	// result is read from the supervisor once it has exited.
+	result   *os.File
+	callDir  string
+	cgroup   string // the command's pids cgroup, removed after it
+	stopOnce sync.Once
+	waited   chan struct{}
+	outcome  Outcome
+	waitErr  error
+}
+
+// Outcome is how a command ended.
+type Outcome struct {
+	Ending Ending
+	// ExitCode is the command's exit status, or -1 when a signal ended
+	// it (Signal says which).
+	ExitCode int
+	Signal   syscall.Signal
+}
+
+// Command returns the command p describes, not yet started. In mode none
+// it runs p bare, as the caller asked.
+func (s *Sandbox) Command(p Policy) (*Cmd, error) {
+	if p.Path == "" {
+		return nil, errors.New("sandbox: no program")
+	}
+	if s.unavailable != nil {
+		return nil, s.unavailable
+	}
+	if p.Workspace == "" || !filepath.IsAbs(p.Workspace) {
+		return nil, errors.New("sandbox: the workspace must be an absolute path")
+	}
+	if p.Dir == "" {
+		p.Dir = p.Workspace
+	}
+	if p.Env == nil {
+		p.Env = []string{}
+	}
+	p.Limits = withDefaultsFrom(p.Limits, s.opts.Limits)
+	if s.namespaces {
+		for _, port := range p.Ports {
+			if p.Sockets[port] == "" {
+				return nil, fmt.Errorf("sandbox: port %d has no unix socket to forward to inside the network namespace", port)
+			}
+		}
+	}
+	return &Cmd{s: s, policy: p, waited: make(chan struct{})}, nil
+}
+
+// withDefaultsFrom fills l's zero fields from d.
+func withDefaultsFrom(l, d Limits) Limits {
+	if l.MaxProcs <= 0 {
+		l.MaxProcs = d.MaxProcs
+	}
+	if l.MaxMemory <= 0 {
+		l.MaxMemory = d.MaxMemory
+	}
+	if l.MaxFileSize <= 0 {
+		l.MaxFileSize = d.MaxFileSize
+	}
+	if l.MaxOpenFiles <= 0 {
+		l.MaxOpenFiles = d.MaxOpenFiles
+	}
+	if l.MaxCPU <= 0 {
+		l.MaxCPU = d.MaxCPU
+	}
+	return l.withDefaults()
+}
+
+// stopGrace is how long the supervisor has to end the tree after Stop
+// before it is killed itself.
+const stopGrace = 3 * time.Second
+
+// Start starts the command and returns once it runs confined, or with the
+// error that kept the sandbox from confining it (wrapping ErrUnavailable
+// when a layer could not be applied): the command never runs bare.
+func (c *Cmd) Start() error {
+	if c.cmd != nil {
+		return errors.New("sandbox: Start called twice")
+	}
+	if c.s.opts.Mode == ModeNone {
+		return c.startBare()
+	}
+	callDir, err := os.MkdirTemp("", "talkide-sandbox-")
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	c.callDir = callDir
+	cfg := helperConfig{
+		Stage:      1,
+		Policy:     c.policy,
+		ReadOnly:   existing(c.s.opts.ReadOnly),
+		Namespaces: c.s.namespaces,
+		RootDir:    filepath.Join(callDir, "root"),
+		Helper:     c.s.helper,
+	}
+	if c.s.cgroups != nil {
+		if cfg.Cgroup, err = c.s.cgroups.create(c.policy.Limits.MaxProcs + supervisorTasks); err != nil {
+			c.cleanup()
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		c.cgroup = cfg.Cgroup
+	}
+	if c.s.namespaces {
+		if err := os.Mkdir(cfg.RootDir, 0o700); err != nil {
+			c.cleanup()
+			return fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	conf, err := json.Marshal(cfg)
+	if err != nil {
+		c.cleanup()
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	confR, confW, err := os.Pipe()
+	if err != nil {
+		c.cleanup()
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		confR.Close()
+		confW.Close()
+		c.cleanup()
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	resultR, resultW, err := os.Pipe()
+	if err != nil {
+		confR.Close()
+		confW.Close()
+		statusR.Close()
+		statusW.Close()
+		c.cleanup()
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	cmd := exec.Command(c.s.helper, HelperArg)
+	cmd.Env = []string{} // the helper needs nothing of the worker's
+	cmd.Dir = "/"
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+	cmd.ExtraFiles = []*os.File{confR, statusW, resultW} // fds 3, 4, 5
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if c.s.namespaces {
+		setNamespaces(cmd.SysProcAttr)
+	}
+	err = cmd.Start()
+	confR.Close()
+	statusW.Close()
+	resultW.Close()
+	if err != nil {
+		confW.Close()
+		statusR.Close()
+		resultR.Close()
+		c.cleanup()
+		return fmt.Errorf("%w: the helper could not start: %v", ErrUnavailable, err)
+	}
+	c.cmd, c.result = cmd, resultR
+	if c.cgroup != "" {
+		// Before the helper reads its configuration, and so before it
+		// starts anything: every process of the tree is born inside.
+		if err := enterCgroup(c.cgroup, cmd.Process.Pid); err != nil {
+			confW.Close()
+			statusR.Close()
+			cmd.Process.Kill()
+			c.Wait()
+			return fmt.Errorf("%w: cgroup: %v", ErrUnavailable, err)
+		}
+	}
+	go func() {
+		confW.Write(conf)
+		confW.Close()
+	}()
+	// The status pipe closes when the command is executed (its copies
+	// are close-on-exec); before that, a failing stage writes why.
+	msg, _ := io.ReadAll(io.LimitReader(statusR, 64<<10))
+	statusR.Close()
+	if len(msg) > 0 {
+		c.Wait()
+		return fmt.Errorf("%w: %s", ErrUnavailable, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
+
+func (c *Cmd) startBare() error {
+	cmd := exec.Command(c.policy.Path, c.policy.Args...)
+	cmd.Env = c.policy.Env
+	cmd.Dir = c.policy.Dir
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.cmd = cmd
+	return nil
+}
+
+// Pid is the supervisor's process id (the command's, in mode none).
+func (c *Cmd) Pid() int { return c.cmd.Process.Pid }
+
+// Wait waits for the command's tree to be gone and returns how it ended.
+// The error is nil when the command exited 0, an *exec.ExitError-like
+// *ExitError otherwise.
+func (c *Cmd) Wait() (Outcome, error) {
+	select {
+	case <-c.waited:
+		return c.outcome, c.waitErr
+	default:
+	}
+	err := c.cmd.Wait()
+	defer close(c.waited)
+	defer c.cleanup()
+	if c.s.opts.Mode == ModeNone {
+		// What the command left in its session does not outlive it.
+		syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		c.outcome = outcomeOf(err)
+		c.waitErr = exitError(c.outcome)
+		return c.outcome, c.waitErr
+	}
+	var r helperResult
+	b, _ := io.ReadAll(io.LimitReader(c.result, 4096))
+	c.result.Close()
+	if json.Unmarshal(b, &r) != nil {
+		// The supervisor died without a word (it was killed): its session
+		// goes with it.
+		syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		r = helperResult{Ending: EndStopped, ExitCode: -1, Signal: int(syscall.SIGKILL)}
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok && !ee.Exited() {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+				r.Signal = int(ws.Signal())
+			}
+		}
+	}
+	c.outcome = Outcome{Ending: r.Ending, ExitCode: r.ExitCode, Signal: syscall.Signal(r.Signal)}
+	c.waitErr = exitError(c.outcome)
+	return c.outcome, c.waitErr
+}
+
+// Stop asks the supervisor to end the command's tree (SIGTERM, then
+// SIGKILL to all of it); if the supervisor itself has not gone within a
+// grace period, it is killed. Stop does not wait; call Wait.
+func (c *Cmd) Stop() {
+	c.stopOnce.Do(func() {
+		if c.cmd == nil || c.cmd.Process == nil {
+			return
+		}
+		c.cmd.Process.Signal(syscall.SIGTERM)
+		go func() {
+			t := time.NewTimer(stopGrace)
+			defer t.Stop()
+			select {
+			case <-c.waited:
+			case <-t.C:
+				syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+				c.cmd.Process.Kill()
+			}
+		}()
+	})
+}
+
+// Run starts the command, waits for it, and stops it when ctx ends.
+func (c *Cmd) Run(ctx context.Context) (Outcome, error) {
+	if err := c.Start(); err != nil {
+		return Outcome{}, err
+	}
+	stop := context.AfterFunc(ctx, c.Stop)
+	defer stop()
+	return c.Wait()
+}
+
+func (c *Cmd) cleanup() {
+	if c.callDir != "" {
+		os.RemoveAll(c.callDir)
+	}
+	if c.cgroup != "" {
+		c.s.cgroups.remove(c.cgroup)
+	}
+}
+
+// ExitError is a command that did not exit 0.
+type ExitError struct{ Outcome }
+
+func (e *ExitError) Error() string {
+	switch {
+	case e.Ending == EndTimeout:
+		return "killed: the time limit passed"
+	case e.Ending == EndProcs:
+		return "killed: too many processes"
+	case e.Ending == EndMemory:
+		return "killed: too much memory"
+	case e.Ending == EndStopped:
+		return "stopped"
+	case e.Signal != 0:
+		return "terminated by signal " + e.Signal.String()
+	}
+	return fmt.Sprintf("exit status %d", e.ExitCode)
+}
+
+func exitError(o Outcome) error {
+	if o.Ending == EndExited && o.ExitCode == 0 && o.Signal == 0 {
+		return nil
+	}
+	return &ExitError{o}
+}
+
+func outcomeOf(err error) Outcome {
+	if err == nil {
+		return Outcome{Ending: EndExited}
+	}
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return Outcome{Ending: EndExited, ExitCode: -1, Signal: ws.Signal()}
+		}
+		return Outcome{Ending: EndExited, ExitCode: ee.ExitCode()}
+	}
+	return Outcome{Ending: EndStopped, ExitCode: -1}
+}
+
+// existing returns the paths that exist, cleaned, without duplicates.
+func existing(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		p = filepath.Clean(p)
+		if _, err := os.Lstat(p); err == nil && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// probeNamespaces runs the helper once in new namespaces.
+func (s *Sandbox) probeNamespaces() bool {
+	cmd := exec.Command(s.helper, HelperArg, "probe")
+	cmd.Env = []string{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	setNamespaces(cmd.SysProcAttr)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		s.opts.Logger.Info("sandbox: no user namespaces here; commands get the first layer only", "err", err, "output", firstLine(out))
+		return false
+	}
+	return true
+}
+
+func firstLine(b []byte) string {
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(line)
+}

@@ -1,0 +1,390 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	sandbox.RunHelper()
+	os.Exit(m.Run())
+}
+
+// wantLayers says which layers this machine must give the tests: all of
+// them unless TALKIDE_TEST_SANDBOX=landlock says it has no user
+// namespaces. A missing layer fails the tests that need it, never skips
+// them, so that CI cannot pass without testing it.
+func wantNamespaces() bool { return os.Getenv("TALKIDE_TEST_SANDBOX") != "landlock" }
+
+// modes are the sandboxes the tests run under: the first layer alone, and
+// both.
+func modes(t *testing.T) map[string]*sandbox.Sandbox {
+	t.Helper()
+	out := map[string]*sandbox.Sandbox{}
+	ll, err := sandbox.New(&sandbox.Options{Mode: sandbox.ModeLandlock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ll.Unavailable(); err != nil {
+		t.Fatalf("the first layer is missing on this machine: %v", err)
+	}
+	t.Cleanup(ll.Close)
+	out["landlock"] = ll
+	if wantNamespaces() {
+		ns, err := sandbox.New(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ns.Namespaces() {
+			t.Fatalf("user namespaces are missing on this machine (set TALKIDE_TEST_SANDBOX=landlock where that is expected): layers %v", ns.Layers())
+		}
+		t.Cleanup(ns.Close)
+		out["namespaces"] = ns
+	}
+	return out
+}
+
+// env is a conversation as the worker lays it out: a workspace among
+// others, and files the command must not reach.
+type env struct {
+	root, workspace, other, secret string
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	root := t.TempDir()
+	e := env{root: root,
+		workspace: filepath.Join(root, "workspaces", "conv-a"),
+		other:     filepath.Join(root, "workspaces", "conv-b"),
+		secret:    filepath.Join(root, "worker", "identity-token")}
+	for _, d := range []string{e.workspace, e.other, filepath.Dir(e.secret)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(e.secret, []byte("tki_secret\n"), 0o600)
+	os.WriteFile(filepath.Join(e.other, "notes.txt"), []byte("B's notes\n"), 0o644)
+	return e
+}
+
+// run runs script with bash in the sandbox and returns its output.
+func run(t *testing.T, s *sandbox.Sandbox, e env, script string, edit ...func(*sandbox.Policy)) (string, sandbox.Outcome, error) {
+	t.Helper()
+	p := sandbox.Policy{
+		Path: "/bin/bash", Args: []string{"-c", script},
+		Env:       []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + e.workspace, "LANG=C.UTF-8"},
+		Workspace: e.workspace,
+		Timeout:   30 * time.Second,
+	}
+	for _, f := range edit {
+		f(&p)
+	}
+	c, err := s.Command(p)
+	if err != nil {
+		return "", sandbox.Outcome{}, err
+	}
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o, err := c.Run(ctx)
+	return out.String(), o, err
+}
+
+func TestRunsInTheWorkspace(t *testing.T) {
+	for name, s := range modes(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			out, o, err := run(t, s, e, `pwd; echo hi > made.txt; cat made.txt; mkdir -p sub/dir && echo ok > sub/dir/f && cat sub/dir/f; exit 3`)
+			var ee *sandbox.ExitError
+			if !errors.As(err, &ee) || o.ExitCode != 3 || o.Ending != sandbox.EndExited {
+				t.Fatalf("outcome %+v, %v; output:\n%s", o, err, out)
+			}
+			if want := e.workspace + "\nhi\nok\n"; out != want {
+				t.Errorf("output %q, want %q", out, want)
+			}
+			if b, _ := os.ReadFile(filepath.Join(e.workspace, "made.txt")); string(b) != "hi\n" {
+				t.Errorf("made.txt holds %q", b)
+			}
+		})
+	}
+}
+
+// TestHidesEverythingElse: the other conversation, the worker's token and
+// the host's files outside the allow-list are out of reach, for reading
+// and for writing, directly and through a symlink planted in the
+// workspace.
+func TestHidesEverythingElse(t *testing.T) {
+	for name, s := range modes(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			os.Symlink(e.other, filepath.Join(e.workspace, "link-to-b"))
+			os.Symlink(e.secret, filepath.Join(e.workspace, "token"))
+			checks := map[string]string{
+				"read B":              "cat " + filepath.Join(e.other, "notes.txt"),
+				"list B":              "ls " + e.other,
+				"read the token":      "cat " + e.secret,
+				"token via a symlink": "cat token",
+				"B via a symlink":     "cat link-to-b/notes.txt",
+				"write B":             "echo x > " + filepath.Join(e.other, "new"),
+				"write via a symlink": "echo x > link-to-b/new",
+				"write the root":      "echo x > " + filepath.Join(e.root, "new"),
+				"write /usr":          "echo x > /usr/talkide-test",
+				"the test's binary":   "cat /proc/" + strconv.Itoa(os.Getpid()) + "/environ",
+				"worker environ":      "cat /proc/" + strconv.Itoa(os.Getppid()) + "/environ",
+			}
+			if name == "namespaces" {
+				// There, the parents of the workspace are directories of a
+				// private tmpfs that vanishes with the call: a write lands
+				// nowhere on the host (checked below).
+				delete(checks, "write the root")
+			}
+			for what, cmd := range checks {
+				out, o, err := run(t, s, e, cmd)
+				if err == nil || o.ExitCode == 0 {
+					t.Errorf("%s: %q succeeded: %s", what, cmd, out)
+				}
+			}
+			if name == "namespaces" {
+				// B is not even listed.
+				out, _, err := run(t, s, e, "ls "+filepath.Dir(e.workspace))
+				if err != nil || strings.TrimSpace(out) != "conv-a" {
+					t.Errorf("the workspaces directory shows %q (%v), want only conv-a", out, err)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(e.other, "new")); err == nil {
+				t.Error("a file appeared in B's workspace")
+			}
+			if _, err := os.Stat(filepath.Join(e.root, "new")); err == nil {
+				t.Error("a file appeared outside the workspace")
+			}
+		})
+	}
+}
+
+// TestSignalsStayInside: the command cannot signal the worker.
+func TestSignalsStayInside(t *testing.T) {
+	for name, s := range modes(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			out, _, err := run(t, s, e, fmt.Sprintf("kill -0 %d", os.Getpid()))
+			if err == nil {
+				t.Fatalf("kill -0 of the worker succeeded: %s", out)
+			}
+			if name == "landlock" && !strings.Contains(out, "not permitted") {
+				t.Errorf("kill said %q, want EPERM", out)
+			}
+		})
+	}
+}
+
+func TestNetwork(t *testing.T) {
+	// A loopback service the command must not reach (the dev browser
+	// API, the worker's command API, …), and a proxy it may.
+	forbidden, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forbidden.Close()
+	go acceptAndGreet(forbidden, "forbidden\n")
+	proxy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	go acceptAndGreet(proxy, "proxy\n")
+	sockPath := filepath.Join(t.TempDir(), "proxy.sock")
+	unixProxy, err := net.Listen("unix", sockPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unixProxy.Close()
+	go acceptAndGreet(unixProxy, "proxy\n")
+	proxyPort := proxy.Addr().(*net.TCPAddr).Port
+	forbiddenPort := forbidden.Addr().(*net.TCPAddr).Port
+
+	for name, s := range modes(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			allow := func(p *sandbox.Policy) {
+				p.Ports = []int{proxyPort}
+				p.Sockets = map[int]string{proxyPort: sockPath}
+			}
+			out, _, err := run(t, s, e, fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && head -1 <&3", proxyPort), allow)
+			if err != nil || out != "proxy\n" {
+				t.Errorf("the allowed proxy: %v, %q", err, out)
+			}
+			for what, cmd := range map[string]string{
+				"another loopback port": fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && head -1 <&3", forbiddenPort),
+				"udp":                   "exec 3<>/dev/udp/127.0.0.1/53 && echo sent >&3",
+				"a unix socket":         "python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"" + sockPath + "\"); print(s.recv(9))'",
+			} {
+				out, _, err := run(t, s, e, cmd, allow)
+				if err == nil {
+					t.Errorf("%s: %q succeeded: %s", what, cmd, out)
+				}
+			}
+		})
+	}
+}
+
+func acceptAndGreet(ln net.Listener, greeting string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.Write([]byte(greeting))
+		c.Close()
+	}
+}
+
+// TestNothingOutlivesTheCall: a process that left the session and the
+// process group is gone when the command returns.
+func TestNothingOutlivesTheCall(t *testing.T) {
+	for name, s := range modes(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			marker := strconv.Itoa(600 + os.Getpid()%300)
+			out, o, err := run(t, s, e, "setsid sleep "+marker+" & (sleep "+marker+" &) ; echo started")
+			if err != nil || o.Ending != sandbox.EndExited || out != "started\n" {
+				t.Fatalf("%+v %v %q", o, err, out)
+			}
+			if pids := processesRunning("sleep\x00" + marker + "\x00"); len(pids) > 0 {
+				t.Fatalf("background sleeps outlived the call: %v", pids)
+			}
+		})
+	}
+}
+
+// processesRunning returns the pids whose command line is cmdline.
+func processesRunning(cmdline string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && string(b) == cmdline {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func TestResourceLimits(t *testing.T) {
+	for name, s := range modes(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			t.Run("fork bomb", func(t *testing.T) {
+				out, o, err := run(t, s, e, `b(){ b | b & }; b; sleep 20`, func(p *sandbox.Policy) { p.Limits.MaxProcs = 64 })
+				if err == nil || o.Ending != sandbox.EndProcs {
+					t.Fatalf("outcome %+v, %v; output %.300s", o, err, out)
+				}
+			})
+			t.Run("memory", func(t *testing.T) {
+				out, o, err := run(t, s, e, `python3 -c 'b = bytearray(4 << 30); print("allocated")'; echo "python: $?"`)
+				if strings.Contains(out, "allocated") || !strings.Contains(out, "python: 1") && o.Ending != sandbox.EndMemory {
+					t.Fatalf("a 4 GiB allocation was not bounded: %+v, %v; output %q", o, err, out)
+				}
+			})
+			t.Run("file size", func(t *testing.T) {
+				out, _, err := run(t, s, e, `head -c 10G /dev/zero > big; echo "head: $?"`, func(p *sandbox.Policy) { p.Limits.MaxFileSize = 8 << 20 })
+				fi, serr := os.Stat(filepath.Join(e.workspace, "big"))
+				if err != nil || strings.Contains(out, "head: 0") || serr != nil || fi.Size() > 8<<20 {
+					t.Fatalf("a 10 GB file was not bounded: %v; output %q; %v", err, out, fi)
+				}
+			})
+			t.Run("time", func(t *testing.T) {
+				_, o, err := run(t, s, e, `sleep 30`, func(p *sandbox.Policy) { p.Timeout = 200 * time.Millisecond })
+				if err == nil || o.Ending != sandbox.EndTimeout {
+					t.Fatalf("outcome %+v, %v", o, err)
+				}
+			})
+		})
+	}
+}
+
+func TestStop(t *testing.T) {
+	for name, s := range modes(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			c, err := s.Command(sandbox.Policy{Path: "/bin/sleep", Args: []string{"30"}, Workspace: e.workspace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan sandbox.Outcome, 1)
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				o, _ := c.Wait()
+				done <- o
+			}()
+			context.AfterFunc(ctx, c.Stop)
+			cancel()
+			select {
+			case o := <-done:
+				if o.Ending != sandbox.EndStopped {
+					t.Errorf("ending %s, want stopped", o.Ending)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Stop did not end the command")
+			}
+		})
+	}
+}
+
+// TestFailsClosed: without Landlock the sandbox refuses to run commands,
+// and says why.
+func TestFailsClosed(t *testing.T) {
+	s, err := sandbox.New(&sandbox.Options{PretendNoLandlock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Layers()) != 0 {
+		t.Errorf("layers %v without Landlock", s.Layers())
+	}
+	e := newEnv(t)
+	_, err = s.Command(sandbox.Policy{Path: "/bin/true", Workspace: e.workspace})
+	if !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), "Landlock") {
+		t.Fatalf("Command = %v, want ErrUnavailable naming Landlock", err)
+	}
+}
+
+// TestSetupFailureIsReported: a policy the helper cannot apply fails Start
+// with the reason; the command does not run.
+func TestSetupFailureIsReported(t *testing.T) {
+	for name, s := range modes(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			marker := filepath.Join(e.workspace, "ran")
+			c, err := s.Command(sandbox.Policy{Path: "/bin/touch", Args: []string{marker}, Workspace: e.workspace,
+				Dir: filepath.Join(e.root, "no-such-dir")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Start()
+			if !errors.Is(err, sandbox.ErrUnavailable) || !strings.Contains(err.Error(), "no-such-dir") {
+				t.Fatalf("Start = %v, want the reason", err)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Error("the command ran")
+			}
+		})
+	}
+}

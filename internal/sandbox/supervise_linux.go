@@ -1,0 +1,303 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Watchdog intervals: how often the supervisor counts the tree's
+// processes and memory. Inside a PID namespace the count is a read of a
+// small /proc; outside, a walk of the tree.
+const (
+	watchNamespace = 10 * time.Millisecond
+	watchHost      = 50 * time.Millisecond
+)
+
+// termGrace is how long the tree has between SIGTERM and SIGKILL when the
+// supervisor ends it early (time limit, Stop); what is left when the
+// command itself has exited gets SIGKILL at once.
+const termGrace = 500 * time.Millisecond
+
+// supervise is stage 1. It becomes the reaper of the command's tree (PID 1
+// of its namespace, or a child subreaper), builds the namespace's root and
+// proxies when there is one, starts stage 2, and then watches: when the
+// command exits, runs out of time, processes or memory, or the worker asks
+// it to stop, it kills everything left in the tree, writes the outcome and
+// exits with the command's status.
+func supervise(cfg helperConfig, status *os.File, fail func(string, ...any)) int {
+	result := os.NewFile(fdResult, "result")
+	unix.CloseOnExec(fdResult)
+	p := cfg.Policy
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fail("sandbox: subreaper: %v", err)
+	}
+	if cfg.Namespaces {
+		sockets, err := buildRoot(cfg)
+		if err != nil {
+			fail("sandbox: namespace: %v", err)
+		}
+		if err := loopbackUp(); err != nil {
+			fail("sandbox: loopback: %v", err)
+		}
+		if err := forward(p.Ports, sockets); err != nil {
+			fail("sandbox: proxies: %v", err)
+		}
+	}
+	// Signals first, so that no SIGCHLD or SIGTERM is lost between
+	// starting stage 2 and watching.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+
+	next := cfg
+	next.Stage = 2
+	next.InNamespace = cfg.Namespaces
+	conf, err := json.Marshal(next)
+	if err != nil {
+		fail("sandbox: %v", err)
+	}
+	confR, confW, err := os.Pipe()
+	if err != nil {
+		fail("sandbox: %v", err)
+	}
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{"talkide-sandbox", HelperArg}, &syscall.ProcAttr{
+		Dir:   "/",
+		Env:   []string{},
+		Files: []uintptr{0, 1, 2, confR.Fd(), status.Fd()},
+		// Its own process group, which the tree shares unless it leaves it:
+		// one kill reaches all of them, however many a fork bomb made.
+		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true},
+	})
+	confR.Close()
+	if err != nil {
+		fail("sandbox: stage 2: %v", err)
+	}
+	confW.Write(conf)
+	confW.Close()
+	status.Close() // stage 2 holds the status pipe now, until it executes
+
+	var timeout <-chan time.Time
+	if p.Timeout > 0 {
+		t := time.NewTimer(p.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	interval := watchHost
+	if cfg.Namespaces {
+		interval = watchNamespace
+	}
+	watch := time.NewTicker(interval)
+	defer watch.Stop()
+
+	res := helperResult{Ending: EndExited}
+	grace := time.Duration(0)
+loop:
+	for {
+		select {
+		case s := <-sigs:
+			if s != syscall.SIGCHLD {
+				res.Ending, grace = EndStopped, termGrace
+				break loop
+			}
+			if ws, done := reap(pid); done {
+				res.ExitCode, res.Signal = exitOf(ws)
+				break loop
+			}
+		case <-timeout:
+			res.Ending, grace = EndTimeout, termGrace
+			break loop
+		case <-watch.C:
+			// A SIGCHLD may have been merged with another; look anyway.
+			if ws, done := reap(pid); done {
+				res.ExitCode, res.Signal = exitOf(ws)
+				break loop
+			}
+			tasks, rss := treeUsage(cfg.Namespaces)
+			switch {
+			case tasks > p.Limits.MaxProcs:
+				res.Ending = EndProcs
+				break loop
+			case rss > p.Limits.MaxMemory:
+				res.Ending = EndMemory
+				break loop
+			}
+		}
+	}
+	if res.Ending != EndExited {
+		res.ExitCode, res.Signal = -1, int(syscall.SIGKILL)
+	}
+	killTree(cfg.Namespaces, grace, pid, &res)
+	b, _ := json.Marshal(res)
+	result.Write(b)
+	result.Close()
+	if res.Signal != 0 {
+		return 128 + res.Signal
+	}
+	return res.ExitCode
+}
+
+// reap collects every exited child; done is true once pid is among them.
+func reap(pid int) (ws syscall.WaitStatus, done bool) {
+	for {
+		var s syscall.WaitStatus
+		got, err := syscall.Wait4(-1, &s, syscall.WNOHANG, nil)
+		if err != nil || got <= 0 {
+			return ws, done
+		}
+		if got == pid {
+			ws, done = s, true
+		}
+	}
+}
+
+func exitOf(ws syscall.WaitStatus) (code, sig int) {
+	if ws.Signaled() {
+		return -1, int(ws.Signal())
+	}
+	return ws.ExitStatus(), 0
+}
+
+// killTree ends every process left in the tree: SIGTERM first when grace
+// is set, then SIGKILL, until no child is left to reap. Inside a PID
+// namespace kill(-1) reaches every process but the supervisor; outside,
+// the tree is walked, and orphans of the tree come back to the
+// supervisor as its subreaper. The command's own status is recorded if it
+// ends here.
+func killTree(ns bool, grace time.Duration, pid int, res *helperResult) {
+	signalAll := func(sig syscall.Signal) {
+		if ns {
+			syscall.Kill(-1, sig)
+			return
+		}
+		syscall.Kill(-pid, sig)
+		for _, d := range descendants() {
+			syscall.Kill(d, sig)
+		}
+	}
+	collect := func() bool { // reports whether children are left
+		for {
+			var s syscall.WaitStatus
+			got, err := syscall.Wait4(-1, &s, syscall.WNOHANG, nil)
+			if err != nil {
+				return false // ECHILD: none left
+			}
+			if got == 0 {
+				return true
+			}
+			if got == pid && res.Ending == EndExited {
+				res.ExitCode, res.Signal = exitOf(s)
+			}
+		}
+	}
+	if grace > 0 {
+		signalAll(syscall.SIGTERM)
+		deadline := time.Now().Add(grace)
+		for time.Now().Before(deadline) && collect() {
+			time.Sleep(5 * time.Millisecond) // polling children that are exiting
+		}
+	}
+	for collect() {
+		signalAll(syscall.SIGKILL)
+		var s syscall.WaitStatus
+		// Block for one exit, so that the loop does not spin while the
+		// kernel tears the processes down.
+		if got, err := syscall.Wait4(-1, &s, 0, nil); err == nil && got == pid && res.Ending == EndExited {
+			res.ExitCode, res.Signal = exitOf(s)
+		}
+	}
+}
+
+// descendants lists the supervisor's descendants. Kernels without
+// CONFIG_PROC_CHILDREN have no list of a task's children, so every
+// process's parent is read from /proc and the tree is built from those.
+func descendants() []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, ok := parentOf(pid); ok {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	var out []int
+	queue := []int{os.Getpid()}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// parentOf reads pid's parent from /proc/<pid>/stat.
+func parentOf(pid int) (int, bool) {
+	f := statFields(pid)
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return ppid, err == nil
+}
+
+// treeUsage counts the tree's tasks (threads, which RLIMIT_NPROC counts
+// too) and their resident memory.
+func treeUsage(ns bool) (tasks int, rss int64) {
+	var pids []int
+	if ns {
+		ents, _ := os.ReadDir("/proc")
+		self := os.Getpid()
+		for _, e := range ents {
+			if n, err := strconv.Atoi(e.Name()); err == nil && n != self {
+				pids = append(pids, n)
+			}
+		}
+	} else {
+		pids = descendants()
+	}
+	page := int64(os.Getpagesize())
+	for _, p := range pids {
+		f := statFields(p)
+		// After the command name: state is 0, num_threads 17, rss 21.
+		if len(f) < 22 {
+			continue // gone meanwhile
+		}
+		n, err := strconv.Atoi(f[17])
+		if err != nil {
+			continue
+		}
+		tasks += n
+		if pages, err := strconv.ParseInt(f[21], 10, 64); err == nil {
+			rss += pages * page
+		}
+	}
+	return tasks, rss
+}
+
+// statFields returns the fields of /proc/<pid>/stat after the command
+// name, which may hold spaces and parentheses.
+func statFields(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
+}
