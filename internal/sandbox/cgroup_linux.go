@@ -162,7 +162,7 @@ func (c *pidsCgroups) remove(dir string) {
 	}
 }
 
-// enter moves process pid into dir.
+// enterCgroup moves process pid (0: the caller) into dir.
 func enterCgroup(dir string, pid int) error {
 	return os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
 }

@@ -17,8 +17,9 @@ import (
 // command, which inherits all of it. It returns only through fail.
 func confine(cfg helperConfig, status *os.File, fail func(string, ...any)) {
 	// The status pipe must close when the command is executed, so that
-	// the worker knows it runs.
-	unix.CloseOnExec(fdStatus)
+	// the worker knows it runs. (When it is stderr, the supervisor passed
+	// a copy as fd 4.)
+	unix.CloseOnExec(int(status.Fd()))
 	p := cfg.Policy
 	if err := setRlimits(p.Limits); err != nil {
 		fail("sandbox: rlimits: %v", err)

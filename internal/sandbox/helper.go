@@ -31,9 +31,12 @@ type helperConfig struct {
 	Helper string `json:"helper"`
 	// InNamespace tells stage 2 that the supervisor built a new root.
 	InNamespace bool `json:"in_namespace,omitempty"`
-	// Cgroup, when set, is the command's pids cgroup, which the worker
-	// put the supervisor in before it started anything.
+	// Cgroup, when set, is the command's pids cgroup, which the
+	// supervisor enters before it starts anything.
 	Cgroup string `json:"cgroup,omitempty"`
+	// StatusFD is where a stage says why it could not set up: fdStatus,
+	// or 2 (stderr) for a caller that starts the helper itself.
+	StatusFD int `json:"status_fd"`
 }
 
 // helperResult is how the supervisor ended the command.
@@ -57,16 +60,21 @@ func RunHelper() {
 	// The namespaces, the mounts and, in stage 2, Landlock, seccomp and
 	// the capabilities are per thread until execve: keep to this one.
 	runtime.LockOSThread()
-	status := os.NewFile(fdStatus, "status")
-	fail := func(format string, args ...any) {
-		fmt.Fprintf(status, format+"\n", args...)
-		os.Exit(125)
-	}
 	var cfg helperConfig
 	conf := os.NewFile(fdConfig, "config")
 	b, err := io.ReadAll(io.LimitReader(conf, 1<<20))
 	conf.Close()
-	if err != nil || json.Unmarshal(b, &cfg) != nil {
+	jerr := json.Unmarshal(b, &cfg)
+	statusFD := fdStatus
+	if cfg.StatusFD == 2 {
+		statusFD = 2
+	}
+	status := os.NewFile(uintptr(statusFD), "status")
+	fail := func(format string, args ...any) {
+		fmt.Fprintf(status, format+"\n", args...)
+		os.Exit(125)
+	}
+	if err != nil || jerr != nil {
 		fail("sandbox: the helper's configuration could not be read")
 	}
 	switch cfg.Stage {

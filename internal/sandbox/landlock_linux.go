@@ -170,3 +170,6 @@ func allowPort(ruleset, port int, rights uint64) error {
 	}
 	return nil
 }
+
+// unixMemfd makes an anonymous memory file that is inherited across exec.
+func unixMemfd(name string) (int, error) { return unix.MemfdCreate(name, 0) }

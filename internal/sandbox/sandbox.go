@@ -157,23 +157,26 @@ func (s *Sandbox) Unavailable() error { return s.unavailable }
 // Namespaces reports whether commands get the namespace layer.
 func (s *Sandbox) Namespaces() bool { return s.namespaces }
 
-// Cmd is a sandboxed command. Set Stdin, Stdout and Stderr before Start;
-// like exec.Cmd it is used once.
+// Cmd is a sandboxed command. Its exec.Cmd runs the helper (the command
+// itself in mode none): set Stdin, Stdout and Stderr, or take its pipes,
+// before Start. Use it once.
 type Cmd struct {
-	Stdin          io.Reader
-	Stdout, Stderr io.Writer
+	*exec.Cmd
 
 	s      *Sandbox
 	policy Policy
-	cmd    *exec.Cmd
-	// result is read from the supervisor once it has exited.
-	result   *os.File
-	callDir  string
-	cgroup   string // the command's pids cgroup, removed after it
-	stopOnce sync.Once
-	waited   chan struct{}
-	outcome  Outcome
-	waitErr  error
+	// Files of the helper, closed in the worker once it has started.
+	childFiles []*os.File
+	status     *os.File // read end: why setting up failed; nil when the helper reports on stderr
+	result     *os.File // read end: the supervisor's outcome
+	callDir    string   // the per-command directory (the temporary directory, the namespace's root)
+	cgroup     string   // the command's pids cgroup, removed after it
+
+	stopOnce    sync.Once
+	releaseOnce sync.Once
+	waited      chan struct{}
+	outcome     Outcome
+	waitErr     error
 }
 
 // Outcome is how a command ended.
@@ -185,9 +188,22 @@ type Outcome struct {
 	Signal   syscall.Signal
 }
 
-// Command returns the command p describes, not yet started. In mode none
-// it runs p bare, as the caller asked.
+// Command returns the command p describes, ready to start. Policy.Env
+// gets TMPDIR, a directory of the command's own that is removed after it.
+// In mode none the command runs bare, as the caller asked.
 func (s *Sandbox) Command(p Policy) (*Cmd, error) {
+	return s.command(p, true)
+}
+
+// ExecCommand is Command for a caller that starts and waits for the
+// exec.Cmd itself (an MCP client's transport): the helper then reports a
+// failure to set up on the command's stderr, and the caller calls Release
+// once the process has been waited for.
+func (s *Sandbox) ExecCommand(p Policy) (*Cmd, error) {
+	return s.command(p, false)
+}
+
+func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 	if p.Path == "" {
 		return nil, errors.New("sandbox: no program")
 	}
@@ -200,10 +216,18 @@ func (s *Sandbox) Command(p Policy) (*Cmd, error) {
 	if p.Dir == "" {
 		p.Dir = p.Workspace
 	}
+	p.Env = slices.Clone(p.Env)
 	if p.Env == nil {
 		p.Env = []string{}
 	}
 	p.Limits = withDefaultsFrom(p.Limits, s.opts.Limits)
+	c := &Cmd{s: s, policy: p, waited: make(chan struct{})}
+	if s.opts.Mode == ModeNone {
+		c.Cmd = exec.Command(p.Path, p.Args...)
+		c.Cmd.Env, c.Cmd.Dir = p.Env, p.Dir
+		c.Cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		return c, nil
+	}
 	if s.namespaces {
 		for _, port := range p.Ports {
 			if p.Sockets[port] == "" {
@@ -211,7 +235,77 @@ func (s *Sandbox) Command(p Policy) (*Cmd, error) {
 			}
 		}
 	}
-	return &Cmd{s: s, policy: p, waited: make(chan struct{})}, nil
+	defer func() {
+		if err != nil {
+			c.Release()
+		}
+	}()
+	if c.callDir, err = os.MkdirTemp("", "talkide-sandbox-"); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	tmp := filepath.Join(c.callDir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	c.policy.Writable = append(slices.Clone(p.Writable), tmp)
+	c.policy.Env = setEnv(c.policy.Env, "TMPDIR", tmp)
+	cfg := helperConfig{
+		Stage:      1,
+		Policy:     c.policy,
+		ReadOnly:   existing(s.opts.ReadOnly),
+		Namespaces: s.namespaces,
+		Helper:     s.helper,
+		StatusFD:   fdStatus,
+	}
+	if !statusPipe {
+		cfg.StatusFD = 2
+	}
+	if s.namespaces {
+		cfg.RootDir = filepath.Join(c.callDir, "root")
+		if err := os.Mkdir(cfg.RootDir, 0o700); err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	if s.cgroups != nil {
+		if cfg.Cgroup, err = s.cgroups.create(p.Limits.MaxProcs + supervisorTasks); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		c.cgroup = cfg.Cgroup
+	}
+	conf, err := configFile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.childFiles = append(c.childFiles, conf)
+	var statusW *os.File
+	if statusPipe {
+		if c.status, statusW, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		c.childFiles = append(c.childFiles, statusW)
+	} else {
+		// fd 4 unused: the helper reports on stderr.
+		if statusW, err = os.Open(os.DevNull); err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		c.childFiles = append(c.childFiles, statusW)
+	}
+	resultR, resultW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	c.result = resultR
+	c.childFiles = append(c.childFiles, resultW)
+	cmd := exec.Command(s.helper, HelperArg)
+	cmd.Env = []string{} // the helper needs nothing of the worker's
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{conf, statusW, resultW} // fds 3, 4, 5
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if s.namespaces {
+		setNamespaces(cmd.SysProcAttr)
+	}
+	c.Cmd = cmd
+	return c, nil
 }
 
 // withDefaultsFrom fills l's zero fields from d.
@@ -238,108 +332,63 @@ func withDefaultsFrom(l, d Limits) Limits {
 // before it is killed itself.
 const stopGrace = 3 * time.Second
 
-// Start starts the command and returns once it runs confined, or with the
-// error that kept the sandbox from confining it (wrapping ErrUnavailable
-// when a layer could not be applied): the command never runs bare.
+// configFile returns an unlinked file holding cfg, read from its start by
+// the helper: nothing else can open it, and no goroutine has to feed it.
+func configFile(cfg helperConfig) (*os.File, error) {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	fd, err := unixMemfd("talkide-sandbox-config")
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "config")
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	return f, nil
+}
+
+// setEnv returns env with name set to value, replacing earlier settings.
+func setEnv(env []string, name, value string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, name+"="+value)
+}
+
+// Start starts the command and, with a status pipe (Command), returns
+// once it runs confined, or with the error that kept the sandbox from
+// confining it (wrapping ErrUnavailable): the command never runs bare.
 func (c *Cmd) Start() error {
-	if c.cmd != nil {
-		return errors.New("sandbox: Start called twice")
+	err := c.Cmd.Start()
+	for _, f := range c.childFiles {
+		f.Close()
 	}
-	if c.s.opts.Mode == ModeNone {
-		return c.startBare()
-	}
-	callDir, err := os.MkdirTemp("", "talkide-sandbox-")
+	c.childFiles = nil
 	if err != nil {
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	c.callDir = callDir
-	cfg := helperConfig{
-		Stage:      1,
-		Policy:     c.policy,
-		ReadOnly:   existing(c.s.opts.ReadOnly),
-		Namespaces: c.s.namespaces,
-		RootDir:    filepath.Join(callDir, "root"),
-		Helper:     c.s.helper,
-	}
-	if c.s.cgroups != nil {
-		if cfg.Cgroup, err = c.s.cgroups.create(c.policy.Limits.MaxProcs + supervisorTasks); err != nil {
-			c.cleanup()
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		c.Release()
+		if c.s.opts.Mode == ModeNone {
+			return err
 		}
-		c.cgroup = cfg.Cgroup
-	}
-	if c.s.namespaces {
-		if err := os.Mkdir(cfg.RootDir, 0o700); err != nil {
-			c.cleanup()
-			return fmt.Errorf("sandbox: %w", err)
-		}
-	}
-	conf, err := json.Marshal(cfg)
-	if err != nil {
-		c.cleanup()
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	confR, confW, err := os.Pipe()
-	if err != nil {
-		c.cleanup()
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		confR.Close()
-		confW.Close()
-		c.cleanup()
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	resultR, resultW, err := os.Pipe()
-	if err != nil {
-		confR.Close()
-		confW.Close()
-		statusR.Close()
-		statusW.Close()
-		c.cleanup()
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	cmd := exec.Command(c.s.helper, HelperArg)
-	cmd.Env = []string{} // the helper needs nothing of the worker's
-	cmd.Dir = "/"
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
-	cmd.ExtraFiles = []*os.File{confR, statusW, resultW} // fds 3, 4, 5
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	if c.s.namespaces {
-		setNamespaces(cmd.SysProcAttr)
-	}
-	err = cmd.Start()
-	confR.Close()
-	statusW.Close()
-	resultW.Close()
-	if err != nil {
-		confW.Close()
-		statusR.Close()
-		resultR.Close()
-		c.cleanup()
 		return fmt.Errorf("%w: the helper could not start: %v", ErrUnavailable, err)
 	}
-	c.cmd, c.result = cmd, resultR
-	if c.cgroup != "" {
-		// Before the helper reads its configuration, and so before it
-		// starts anything: every process of the tree is born inside.
-		if err := enterCgroup(c.cgroup, cmd.Process.Pid); err != nil {
-			confW.Close()
-			statusR.Close()
-			cmd.Process.Kill()
-			c.Wait()
-			return fmt.Errorf("%w: cgroup: %v", ErrUnavailable, err)
-		}
+	if c.status == nil {
+		return nil
 	}
-	go func() {
-		confW.Write(conf)
-		confW.Close()
-	}()
 	// The status pipe closes when the command is executed (its copies
 	// are close-on-exec); before that, a failing stage writes why.
-	msg, _ := io.ReadAll(io.LimitReader(statusR, 64<<10))
-	statusR.Close()
+	msg, _ := io.ReadAll(io.LimitReader(c.status, 64<<10))
+	c.status.Close()
 	if len(msg) > 0 {
 		c.Wait()
 		return fmt.Errorf("%w: %s", ErrUnavailable, strings.TrimSpace(string(msg)))
@@ -347,58 +396,54 @@ func (c *Cmd) Start() error {
 	return nil
 }
 
-func (c *Cmd) startBare() error {
-	cmd := exec.Command(c.policy.Path, c.policy.Args...)
-	cmd.Env = c.policy.Env
-	cmd.Dir = c.policy.Dir
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Stdin, c.Stdout, c.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	c.cmd = cmd
-	return nil
-}
-
 // Pid is the supervisor's process id (the command's, in mode none).
-func (c *Cmd) Pid() int { return c.cmd.Process.Pid }
+func (c *Cmd) Pid() int { return c.Cmd.Process.Pid }
 
 // Wait waits for the command's tree to be gone and returns how it ended.
-// The error is nil when the command exited 0, an *exec.ExitError-like
-// *ExitError otherwise.
+// The error is nil when the command exited 0, an *ExitError otherwise.
 func (c *Cmd) Wait() (Outcome, error) {
 	select {
 	case <-c.waited:
 		return c.outcome, c.waitErr
 	default:
 	}
-	err := c.cmd.Wait()
+	err := c.Cmd.Wait()
 	defer close(c.waited)
-	defer c.cleanup()
+	defer c.Release()
+	c.outcome = c.Outcome(err)
+	c.waitErr = exitError(c.outcome)
+	return c.outcome, c.waitErr
+}
+
+// Outcome reads how the command ended, given what waiting for the
+// helper returned; for a caller that waited through the exec.Cmd.
+func (c *Cmd) Outcome(waitErr error) Outcome {
+	// A caller that started the exec.Cmd itself did not close the
+	// helper's ends of the pipes: the result is read to its end only once
+	// they are.
+	for _, f := range c.childFiles {
+		f.Close()
+	}
+	c.childFiles = nil
 	if c.s.opts.Mode == ModeNone {
 		// What the command left in its session does not outlive it.
-		syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
-		c.outcome = outcomeOf(err)
-		c.waitErr = exitError(c.outcome)
-		return c.outcome, c.waitErr
+		syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
+		return outcomeOf(waitErr)
 	}
 	var r helperResult
 	b, _ := io.ReadAll(io.LimitReader(c.result, 4096))
-	c.result.Close()
 	if json.Unmarshal(b, &r) != nil {
 		// The supervisor died without a word (it was killed): its session
 		// goes with it.
-		syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
 		r = helperResult{Ending: EndStopped, ExitCode: -1, Signal: int(syscall.SIGKILL)}
-		if ee, ok := errors.AsType[*exec.ExitError](err); ok && !ee.Exited() {
+		if ee, ok := errors.AsType[*exec.ExitError](waitErr); ok && !ee.Exited() {
 			if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
 				r.Signal = int(ws.Signal())
 			}
 		}
 	}
-	c.outcome = Outcome{Ending: r.Ending, ExitCode: r.ExitCode, Signal: syscall.Signal(r.Signal)}
-	c.waitErr = exitError(c.outcome)
-	return c.outcome, c.waitErr
+	return Outcome{Ending: r.Ending, ExitCode: r.ExitCode, Signal: syscall.Signal(r.Signal)}
 }
 
 // Stop asks the supervisor to end the command's tree (SIGTERM, then
@@ -406,18 +451,18 @@ func (c *Cmd) Wait() (Outcome, error) {
 // grace period, it is killed. Stop does not wait; call Wait.
 func (c *Cmd) Stop() {
 	c.stopOnce.Do(func() {
-		if c.cmd == nil || c.cmd.Process == nil {
+		if c.Cmd == nil || c.Cmd.Process == nil {
 			return
 		}
-		c.cmd.Process.Signal(syscall.SIGTERM)
+		c.Cmd.Process.Signal(syscall.SIGTERM)
 		go func() {
 			t := time.NewTimer(stopGrace)
 			defer t.Stop()
 			select {
 			case <-c.waited:
 			case <-t.C:
-				syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
-				c.cmd.Process.Kill()
+				syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
+				c.Cmd.Process.Kill()
 			}
 		}()
 	})
@@ -433,13 +478,28 @@ func (c *Cmd) Run(ctx context.Context) (Outcome, error) {
 	return c.Wait()
 }
 
-func (c *Cmd) cleanup() {
-	if c.callDir != "" {
-		os.RemoveAll(c.callDir)
-	}
-	if c.cgroup != "" {
-		c.s.cgroups.remove(c.cgroup)
-	}
+// Release removes what the command had of its own (its directory and
+// cgroup, killing what is left in the cgroup). Wait calls it; a caller
+// that waited through the exec.Cmd calls it once the process has been
+// waited for.
+func (c *Cmd) Release() {
+	c.releaseOnce.Do(func() {
+		for _, f := range c.childFiles {
+			f.Close()
+		}
+		if c.status != nil {
+			c.status.Close()
+		}
+		if c.result != nil {
+			c.result.Close()
+		}
+		if c.callDir != "" {
+			os.RemoveAll(c.callDir)
+		}
+		if c.cgroup != "" {
+			c.s.cgroups.remove(c.cgroup)
+		}
+	})
 }
 
 // ExitError is a command that did not exit 0.

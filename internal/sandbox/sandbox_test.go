@@ -388,3 +388,42 @@ func TestSetupFailureIsReported(t *testing.T) {
 		})
 	}
 }
+
+// TestExecCommand: a caller that drives the exec.Cmd itself (an MCP
+// client) gets the same confinement, and a failure to set up on stderr.
+func TestExecCommand(t *testing.T) {
+	for name, s := range modes(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			c, err := s.ExecCommand(sandbox.Policy{Path: "/bin/sh", Args: []string{"-c", "read line; echo got $line; cat " + e.secret}, Workspace: e.workspace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, _ := c.Cmd.StdinPipe()
+			var out bytes.Buffer
+			c.Cmd.Stdout, c.Cmd.Stderr = &out, &out
+			if err := c.Cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			in.Write([]byte("ping\n"))
+			in.Close()
+			werr := c.Cmd.Wait()
+			o := c.Outcome(werr)
+			c.Release()
+			if !strings.HasPrefix(out.String(), "got ping\n") || o.ExitCode == 0 {
+				t.Errorf("output %q, outcome %+v: want the line echoed and the secret refused", out.String(), o)
+			}
+
+			bad, err := s.ExecCommand(sandbox.Policy{Path: "/bin/true", Workspace: e.workspace, Dir: filepath.Join(e.root, "missing")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var errOut bytes.Buffer
+			bad.Cmd.Stderr = &errOut
+			if err := bad.Cmd.Run(); err == nil || !strings.Contains(errOut.String(), "missing") {
+				t.Errorf("a failed setup: %v, stderr %q", err, errOut.String())
+			}
+			bad.Release()
+		})
+	}
+}

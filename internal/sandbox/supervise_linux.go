@@ -35,6 +35,13 @@ func supervise(cfg helperConfig, status *os.File, fail func(string, ...any)) int
 	result := os.NewFile(fdResult, "result")
 	unix.CloseOnExec(fdResult)
 	p := cfg.Policy
+	if cfg.Cgroup != "" {
+		// Before anything is started: every process of the tree is born
+		// inside.
+		if err := enterCgroup(cfg.Cgroup, 0); err != nil {
+			fail("sandbox: cgroup: %v", err)
+		}
+	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fail("sandbox: subreaper: %v", err)
 	}
@@ -58,6 +65,7 @@ func supervise(cfg helperConfig, status *os.File, fail func(string, ...any)) int
 	next := cfg
 	next.Stage = 2
 	next.InNamespace = cfg.Namespaces
+	next.StatusFD = fdStatus // stage 2 gets the status, pipe or stderr, as fd 4
 	conf, err := json.Marshal(next)
 	if err != nil {
 		fail("sandbox: %v", err)
@@ -80,7 +88,9 @@ func supervise(cfg helperConfig, status *os.File, fail func(string, ...any)) int
 	}
 	confW.Write(conf)
 	confW.Close()
-	status.Close() // stage 2 holds the status pipe now, until it executes
+	if status.Fd() != 2 {
+		status.Close() // stage 2 holds the status pipe now, until it executes
+	}
 
 	var timeout <-chan time.Time
 	if p.Timeout > 0 {
