@@ -18,6 +18,16 @@
 //	defer proxy.Shutdown(ctx)
 //	cmd.Env = append(cmd.Env, proxy.Env(conversationID)...) // HTTPS_PROXY=http://<id>:<capability>@127.0.0.1:<port>, …
 //
+// A sandbox without a network of its own reaches the proxy over a unix
+// socket instead: Serve(ln) takes a unix listener as well as a TCP one, and
+// URLForAddr names the TCP address the sandbox's processes dial (a relay
+// inside the sandbox that forwards to the socket):
+//
+//	ln, err := net.Listen("unix", socketPath)
+//	…
+//	go proxy.Serve(ln)
+//	cmd.Env = append(cmd.Env, egress.ProxyEnv(proxy.URLForAddr(conversationID, "127.0.0.1:3128"))...)
+//
 // Passing the LocalGatewayProxy's Capability makes one credential serve
 // both proxies; any function that derives a secret per conversation under a
 // key the sandbox cannot read will do. See docs/egress.md.
@@ -38,7 +48,7 @@ import (
 	"time"
 )
 
-// ErrServerClosed is returned by Listen after Shutdown.
+// ErrServerClosed is returned by Listen and Serve after Shutdown.
 var ErrServerClosed = errors.New("egress: server closed")
 
 // Options configure a Server; the zero value of each field means its
@@ -147,6 +157,7 @@ type Server struct {
 	mu      sync.Mutex
 	closing bool                 // guarded by mu: Shutdown has begun
 	addr    net.Addr             // guarded by mu: the first listener's address
+	tcpAddr *net.TCPAddr         // guarded by mu: the first TCP listener's address, for URLFor
 	tunnels map[*tunnel]struct{} // guarded by mu: the open CONNECT tunnels
 
 	// tunnelsWG counts the open tunnels; Add only under mu and before
@@ -209,9 +220,7 @@ func (s *Server) Listen(addr string) error {
 		ln.Close()
 		return ErrServerClosed
 	}
-	if s.addr == nil {
-		s.addr = ln.Addr()
-	}
+	s.noteAddr(ln.Addr())
 	s.serveWG.Add(1)
 	go func() {
 		defer s.serveWG.Done()
@@ -222,12 +231,17 @@ func (s *Server) Listen(addr string) error {
 	return nil
 }
 
-// Serve serves on ln until Shutdown, when it returns nil.
+// Serve serves on ln, a TCP or a unix listener, until Shutdown, when it
+// returns nil; after Shutdown it closes ln and returns ErrServerClosed.
+// Several Serve and Listen loops may run at once.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
-	if s.addr == nil {
-		s.addr = ln.Addr()
+	if s.closing {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
 	}
+	s.noteAddr(ln.Addr())
 	s.mu.Unlock()
 	if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("egress: %w", err)
@@ -235,36 +249,64 @@ func (s *Server) Serve(ln net.Listener) error {
 	return nil
 }
 
-// Addr is the address of the first listener, nil before Listen or Serve.
+// noteAddr records the first listener's address, and the first TCP one's.
+// s.mu must be held.
+func (s *Server) noteAddr(a net.Addr) {
+	if s.addr == nil {
+		s.addr = a
+	}
+	if ta, ok := a.(*net.TCPAddr); ok && s.tcpAddr == nil {
+		s.tcpAddr = ta
+	}
+}
+
+// Addr is the address of the first listener, TCP or unix, nil before
+// Listen or Serve.
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.addr
 }
 
-// URLFor is the proxy URL of conversation id, with its credential:
-// http://<id>:<capability>@127.0.0.1:<port>. It is a secret of that
-// conversation's sandbox: never log it. URLFor panics before Listen or
-// Serve, a programmer error.
+// URLFor is the proxy URL of conversation id on the first TCP listener,
+// with its credential: http://<id>:<capability>@127.0.0.1:<port> (a
+// listener on every interface is named by loopback). It is a secret of
+// that conversation's sandbox: never log it. URLFor panics before a TCP
+// listener serves, a programmer error: a proxy served on a unix socket
+// only is reached at an address of the sandbox's, given to URLForAddr.
 func (s *Server) URLFor(id string) string {
-	addr := s.Addr()
-	if addr == nil {
-		panic("egress: URLFor before Listen or Serve")
+	s.mu.Lock()
+	ta := s.tcpAddr
+	s.mu.Unlock()
+	if ta == nil {
+		panic("egress: URLFor before Listen or Serve on a TCP listener (use URLForAddr)")
 	}
-	host := addr.String()
-	if ta, ok := addr.(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+	host := ta.String()
+	if ta.IP.IsUnspecified() {
 		host = net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
 	}
-	u := url.URL{Scheme: "http", User: url.UserPassword(id, s.capability(id)), Host: host}
+	return s.URLForAddr(id, host)
+}
+
+// URLForAddr is the proxy URL of conversation id at the TCP address addr
+// ("host:port"), with its credential: the address a sandboxed process
+// dials, which for a sandbox without a network of its own is a relay
+// inside it that forwards to the proxy's unix socket. Like URLFor's, the
+// URL is a secret: never log it.
+func (s *Server) URLForAddr(id, addr string) string {
+	u := url.URL{Scheme: "http", User: url.UserPassword(id, s.capability(id)), Host: addr}
 	return u.String()
 }
 
-// Env is the environment that points a sandboxed process of conversation
-// id at the proxy: HTTPS_PROXY and HTTP_PROXY in both cases (curl reads
-// only the lower-case http_proxy), and NO_PROXY for loopback, so that a
-// client still reaches the worker's LocalGatewayProxy directly.
-func (s *Server) Env(id string) []string {
-	u := s.URLFor(id)
+// Env is ProxyEnv(URLFor(id)): the environment that points a sandboxed
+// process of conversation id at the proxy's TCP listener.
+func (s *Server) Env(id string) []string { return ProxyEnv(s.URLFor(id)) }
+
+// ProxyEnv is the environment that points a process at the proxy URL u:
+// HTTPS_PROXY and HTTP_PROXY in both cases (curl reads only the lower-case
+// http_proxy), and NO_PROXY for loopback, so that a client still reaches
+// the worker's LocalGatewayProxy directly.
+func ProxyEnv(u string) []string {
 	const noProxy = "127.0.0.1,localhost,::1"
 	return []string{
 		"HTTPS_PROXY=" + u, "https_proxy=" + u,
@@ -343,16 +385,15 @@ func (s *Server) Stats() Stats {
 
 // Why a destination was refused, in the log's "reason" field.
 const (
-	reasonNotAllowed         = "not_allowed"
-	reasonNonPublic          = "non_public_address"
-	reasonConversationLimit  = "conversation_limit"
-	reasonTotalLimit         = "total_limit"
-	reasonUpstreamFailed     = "upstream_failed"
-	reasonUpstreamTimeout    = "upstream_timeout"
-	reasonUnresolvable       = "unresolvable"
-	reasonUnusableName       = "bad_target"
-	reasonNotAProxyRequest   = "not_a_proxy_request"
-	reasonUnsupportedRequest = "unsupported"
+	reasonNotAllowed        = "not_allowed"
+	reasonNonPublic         = "non_public_address"
+	reasonConversationLimit = "conversation_limit"
+	reasonTotalLimit        = "total_limit"
+	reasonUpstreamFailed    = "upstream_failed"
+	reasonUpstreamTimeout   = "upstream_timeout"
+	reasonUnresolvable      = "unresolvable"
+	reasonUnusableName      = "bad_target"
+	reasonNotAProxyRequest  = "not_a_proxy_request"
 )
 
 // ServeHTTP serves one proxy request: CONNECT host:port, or an absolute-form

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -55,6 +56,9 @@ func (s *Server) newForwarder() *httputil.ReverseProxy {
 		Transport:     tr,
 		FlushInterval: -1,
 		ErrorHandler:  s.forwardError,
+		// ReverseProxy's few own lines (a body copy cut short) go to the
+		// injected logger, never the process's standard one.
+		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
 	}
 }
 

@@ -257,3 +257,45 @@ func TestSlots(t *testing.T) {
 		t.Errorf("open = %d, byConv = %v; want 1 and only c", s.open, s.byConv)
 	}
 }
+
+// errNotConnecting stops a dial in the Control hook, before the connect
+// system call: no packet leaves for the public address the test names.
+var errNotConnecting = errors.New("the test does not connect")
+
+// A name whose answers mix public and non-public addresses is dialled on
+// the public ones only, and one with nothing public is refused.
+func TestDialSkipsNonPublicAddresses(t *testing.T) {
+	var mu sync.Mutex
+	var tried []string // guarded by mu: the addresses the dialer reached the hook with
+	d := &dialer{
+		resolver: fakeResolver{
+			"mixed.test":   addrs("127.0.0.1", "8.8.8.8", "10.0.0.1", "::ffff:169.254.169.254"),
+			"private.test": addrs("127.0.0.1", "fd00::1"),
+		},
+		timeout: 5 * time.Second,
+		template: net.Dialer{Control: func(_, address string, _ syscall.RawConn) error {
+			mu.Lock()
+			defer mu.Unlock()
+			tried = append(tried, address)
+			return errNotConnecting
+		}},
+	}
+	ctx := context.Background()
+	if _, err := d.dial(ctx, target{host: "mixed.test", port: 443}, false); !errors.Is(err, errNotConnecting) {
+		t.Fatalf("dial mixed.test: %v, want the hook's error", err)
+	}
+	mu.Lock()
+	if diff := cmp.Diff([]string{"8.8.8.8:443"}, tried); diff != "" {
+		t.Errorf("addresses dialled (-want +got):\n%s", diff)
+	}
+	tried = nil
+	mu.Unlock()
+	if _, err := d.dial(ctx, target{host: "private.test", port: 443}, false); !errors.Is(err, ErrNonPublicAddress) {
+		t.Errorf("dial private.test: %v, want ErrNonPublicAddress", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(tried) != 0 {
+		t.Errorf("dialled %v for a name with no public address", tried)
+	}
+}
