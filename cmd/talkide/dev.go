@@ -234,26 +234,29 @@ func (s *devStack) startWorker(ctx context.Context) error {
 	}
 	claudeDir := filepath.Join(s.cfg.dataDir, "claude")
 	workspaces := filepath.Join(s.cfg.dataDir, "workspaces")
-	notice := ""
+	var notices []string
 	if s.sim != nil {
-		notice = simulatorNotice
+		notices = append(notices, simulatorNotice)
 	}
 	// One worker per data directory, under one name across restarts: after
 	// a crash it takes its sessions back at once instead of answering
 	// session_elsewhere until the dead process's leases expire.
 	host, _ := os.Hostname()
-	w, err := startWorker(workerOptions{
+	o := workerOptions{
 		listen: "127.0.0.1:0", tenant: devTenant, env: devEnv,
 		cpURL:           s.cp.http.url(),
 		identity:        identityFromFile(tokenPath),
 		commandKeyID:    s.cp.secrets.CommandKeyID,
 		commandKey:      trust.DeriveEnvKey(s.cp.secrets.CommandSecret, devTenant, devEnv),
 		claudeConfigDir: claudeDir, workspaceRoot: workspaces,
-		model: s.cfg.agent.model, toolPolicy: s.cfg.agent.toolPolicy, mcpAllow: s.cfg.agent.mcpAllow, notice: notice,
-		harness: s.cfg.agent.harness, claudeCodeBin: s.cfg.agent.claudeBin,
+		notices:  notices,
 		workerID: "dev-" + host,
 		logger:   s.cfg.logger,
-	})
+	}
+	if err := s.cfg.agent.apply(&o); err != nil {
+		return err
+	}
+	w, err := startWorker(o)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sse"
 )
 
@@ -372,6 +373,9 @@ func TestChatCommandOnce(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
+	// The stacks the tests start sandbox their agent commands with this
+	// binary as the helper.
+	sandbox.RunHelper()
 	// The stack reads nothing from the environment; make sure a developer's
 	// key cannot leak into a test run.
 	for _, k := range []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"} {

@@ -16,9 +16,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/talkide/platform/internal/sandbox"
 )
 
 func main() {
+	// Re-executed as the sandbox's helper, the binary confines itself and
+	// runs an agent command; nothing else of it runs then.
+	sandbox.RunHelper()
 	// Each command decides what a signal means: the servers stop on the
 	// first and cut their grace period short on the second; the chat
 	// client interrupts the running turn on the first Ctrl-C.

@@ -7,18 +7,42 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/sandbox"
 )
 
 // agentFlags shape the agent; talkide dev and talkide worker share them.
 type agentFlags struct {
 	model, harness, claudeBin, toolPolicy, mcpAllow string
+	sandbox                                         string
+	sandboxReadOnly                                 []string
+	egressAllow                                     string
+}
+
+// apply copies the flags into o, checking the sandbox mode (empty:
+// auto).
+func (a *agentFlags) apply(o *workerOptions) error {
+	mode := sandbox.ModeAuto
+	if a.sandbox != "" {
+		var err error
+		if mode, err = sandbox.ParseMode(a.sandbox); err != nil {
+			return contract.Invalid(nil, "sandbox", "%q: %v", a.sandbox, err)
+		}
+	}
+	o.model, o.harness, o.claudeCodeBin, o.toolPolicy, o.mcpAllow = a.model, a.harness, a.claudeBin, a.toolPolicy, a.mcpAllow
+	o.sandbox, o.egressAllow = mode, a.egressAllow
+	if len(a.sandboxReadOnly) > 0 {
+		o.sandboxReadOnly = append(slices.Clone(sandbox.DefaultReadOnly), a.sandboxReadOnly...)
+	}
+	return nil
 }
 
 func registerAgentFlags(fs *pflag.FlagSet, a *agentFlags) {
@@ -27,7 +51,10 @@ func registerAgentFlags(fs *pflag.FlagSet, a *agentFlags) {
 	fs.StringVar(&a.claudeBin, "claude-code-bin", "claude", "the Claude Code CLI for --harness claude-code")
 	fs.StringVar(&a.toolPolicy, "tool-policy", "", "JSON file of tool allow/deny rules checked before every tool call (docs/tools.md)")
 	fs.StringVar(&a.mcpAllow, "mcp-allow", "", "JSON file of the MCP servers a workspace's .mcp.json may start (docs/mcp.md); default none")
-	bindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow")
+	fs.StringVar(&a.sandbox, "sandbox", "auto", "how agent commands are confined (docs/sandbox.md): auto (every layer this machine supports; refuse commands when none can be applied), landlock (the first layer only), none (no sandbox: a warning at start and in every session)")
+	fs.StringSliceVar(&a.sandboxReadOnly, "sandbox-read-only", nil, "more paths agent commands may read and execute, beyond "+strings.Join(sandbox.DefaultReadOnly, ",")+" (a toolchain outside /usr or /opt); repeat or separate with commas")
+	fs.StringVar(&a.egressAllow, "egress-allow", "", "JSON file of the destinations agent commands may reach through the egress proxy (docs/egress.md); default none")
+	bindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow", "sandbox", "sandbox-read-only", "egress-allow")
 }
 
 // controlPlaneGrace is how long the control-plane lets requests finish
@@ -118,7 +145,9 @@ identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
 				return err
 			}
 			o.logger = logger
-			o.model, o.harness, o.claudeCodeBin, o.toolPolicy, o.mcpAllow = agent.model, agent.harness, agent.claudeBin, agent.toolPolicy, agent.mcpAllow
+			if err := agent.apply(&o); err != nil {
+				return err
+			}
 			if err := workerEnv(&o, tokenFile, keyFile); err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,7 @@ import (
 	mcpservers "github.com/talkide/platform/internal/mcp/servers"
 	"github.com/talkide/platform/internal/metrics"
 	"github.com/talkide/platform/internal/minting"
+	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/postgres"
@@ -263,7 +265,10 @@ type workerOptions struct {
 	harness         string // native (default) or claude-code (docs/harnesses.md)
 	claudeCodeBin   string // the claude executable, for --harness claude-code
 	mcpAllow        string // path of the MCP server allow-list (docs/mcp.md); empty allows no .mcp.json server
-	notice          string
+	notices         []string
+	sandbox         sandbox.Mode  // default auto
+	sandboxReadOnly []string      // nil: sandbox.DefaultReadOnly
+	egressAllow     string        // the egress allow-list file; empty allows no destination
 	workerID        string        // names the worker in session leases; default host-pid
 	leaseTTL        time.Duration // session lease lifetime; default sessionstore.DefaultLeaseTTL
 	logger          *slog.Logger
@@ -273,6 +278,7 @@ type workerProc struct {
 	http       *server
 	worker     *worker.Worker
 	localProxy *localproxy.Server
+	jails      *jails              // the sandbox and the egress proxy
 	claudeCode *claudecode.Harness // nil unless --harness claude-code
 	issues     *issuetracking.Source
 	mcpServers *mcpservers.Source
@@ -280,11 +286,21 @@ type workerProc struct {
 	reportDone chan struct{}
 }
 
-func startWorker(o workerOptions) (*workerProc, error) {
+func startWorker(o workerOptions) (_ *workerProc, err error) {
 	cpURL, err := url.Parse(o.cpURL)
 	if err != nil || cpURL.Scheme == "" || cpURL.Host == "" {
 		return nil, fmt.Errorf("bad control-plane URL %q", o.cpURL)
 	}
+	// What is started is stopped again, in reverse, when a later step
+	// fails.
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
 	gatewayURL, _ := url.Parse(strings.TrimRight(o.cpURL, "/") + controlplane.GatewayPrefix)
 	minter := minting.New(o.cpURL, o.identity, nil)
 	transport := &minting.Transport{Minter: minter}
@@ -316,6 +332,20 @@ func startWorker(o workerOptions) (*workerProc, error) {
 			return nil, fmt.Errorf("MCP allow-list %s: %w", o.mcpAllow, err)
 		}
 	}
+	// The LocalGatewayProxy and the sandbox first: every process the agent
+	// starts goes through the sandbox, and reaches out only through the
+	// local proxy and the egress proxy.
+	lp, err := localproxy.Listen(localproxy.New(gatewayURL, minter, &localproxy.Options{Logger: o.logger.With("component", "localproxy")}))
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { lp.Shutdown(context.Background()) })
+	jails, err := startJails(o, lp)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { jails.close(context.Background()) })
+
 	// Reports and the issue tracker's calls travel the same signed channel.
 	reportSigner := &trust.Signer{
 		Direction: trust.ToControlPlane, Tenant: o.tenant, Env: o.env, KeyID: o.commandKeyID, Key: o.commandKey,
@@ -325,6 +355,7 @@ func startWorker(o workerOptions) (*workerProc, error) {
 	// The servers a workspace declares in .mcp.json, as far as the
 	// allow-list permits; Close (in shutdown) stops them.
 	mcpSource := mcpservers.New(&mcpservers.Options{AllowList: mcpAllow, Logger: o.logger.With("component", "mcp-servers")})
+	undo = append(undo, func() { mcpSource.Close() })
 	h := native.New(client, &native.Options{
 		Model:       o.model,
 		Tools:       tools.Default(&tools.Options{}),
@@ -332,12 +363,8 @@ func startWorker(o workerOptions) (*workerProc, error) {
 		ToolSources: append([]native.ToolSource{issues}, mcpSource),
 		Logger:      o.logger.With("component", "harness"),
 	})
-	// --harness claude-code: the CLI reaches the model through the local
-	// proxy (lp, started below), which the harness asks for per turn.
-	var lp *localproxy.Server
-	selected, cc, err := selectHarness(o, h, func() *localproxy.Server { return lp })
+	selected, cc, err := selectHarness(o, h, lp)
 	if err != nil {
-		mcpSource.Close()
 		return nil, err
 	}
 	if o.workerID == "" {
@@ -346,28 +373,20 @@ func startWorker(o workerOptions) (*workerProc, error) {
 	}
 	sessions, err := sessionstore.New(filepath.Join(o.claudeConfigDir, "projects"), &sessionstore.Options{Holder: o.workerID, LeaseTTL: o.leaseTTL})
 	if err != nil {
-		mcpSource.Close()
 		return nil, err
 	}
 	reporter := worker.NewReporter(o.cpURL, reportSigner, &worker.ReporterOptions{Logger: o.logger.With("component", "reporter")})
 	w, err := worker.New(o.tenant, o.env, worker.CommandKey{ID: o.commandKeyID, Key: o.commandKey}, sessions, o.workspaceRoot, selected, &worker.Options{
 		WorkerID: o.workerID,
 		Reporter: reporter, Logger: o.logger.With("component", "worker"),
-		Notice: o.notice,
+		Notices: append(slices.Clone(o.notices), jails.notices()...),
+		Jail:    jails.jail,
 	})
 	if err != nil {
-		mcpSource.Close()
-		return nil, err
-	}
-	lp, err = localproxy.Listen(localproxy.New(gatewayURL, minter, &localproxy.Options{Logger: o.logger.With("component", "localproxy")}))
-	if err != nil {
-		mcpSource.Close()
 		return nil, err
 	}
 	srv, err := listen(o.listen, w.Handler())
 	if err != nil {
-		lp.Shutdown(context.Background())
-		mcpSource.Close()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -376,7 +395,7 @@ func startWorker(o workerOptions) (*workerProc, error) {
 	if err := w.FlushOutboxes(context.Background()); err != nil {
 		o.logger.Warn("could not scan the session volume for undelivered reports", "err", err)
 	}
-	return &workerProc{claudeCode: cc, http: srv, worker: w, localProxy: lp, issues: issues, mcpServers: mcpSource, stopReport: cancel, reportDone: done}, nil
+	return &workerProc{claudeCode: cc, http: srv, worker: w, localProxy: lp, jails: jails, issues: issues, mcpServers: mcpSource, stopReport: cancel, reportDone: done}, nil
 }
 
 // shutdown stops taking commands, lets running turns finish within ctx,
@@ -394,6 +413,7 @@ func (p *workerProc) shutdown(ctx context.Context) error {
 	if errors.Is(lerr, context.DeadlineExceeded) {
 		lerr = nil
 	}
+	p.jails.close(ctx)
 	ierr := p.issues.Close()
 	p.mcpServers.Close() // after the turns: stops every .mcp.json server
 	p.stopReport()
@@ -414,9 +434,8 @@ func identityFromFile(path string) func() (string, error) {
 }
 
 // selectHarness returns the harness named by o.harness: the native one (h)
-// or a Claude Code harness (cc) whose CLIs use the local proxy that lp
-// returns once it runs.
-func selectHarness(o workerOptions, h *native.Harness, lp func() *localproxy.Server) (harness.Harness, *claudecode.Harness, error) {
+// or a Claude Code harness (cc) whose CLIs use the local proxy lp.
+func selectHarness(o workerOptions, h *native.Harness, lp *localproxy.Server) (harness.Harness, *claudecode.Harness, error) {
 	switch o.harness {
 	case "", native.Name:
 		return h, nil, nil
@@ -426,8 +445,8 @@ func selectHarness(o workerOptions, h *native.Harness, lp func() *localproxy.Ser
 			return nil, nil, fmt.Errorf("--harness claude-code: the Claude Code CLI (--claude-code-bin %q) was not found: %w", o.claudeCodeBin, err)
 		}
 		cc, err := claudecode.New(bin, claudecode.Proxy{
-			BaseURLFor: func(id string) string { return lp().BaseURLFor(id) },
-			Capability: func(id string) string { return lp().Capability(id) },
+			BaseURLFor: lp.BaseURLFor,
+			Capability: lp.Capability,
 		}, &claudecode.Options{
 			Model:  o.model,
 			Logger: o.logger.With("component", "harness"),

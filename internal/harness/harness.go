@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/sandbox"
 )
 
 // Harness runs turns. RunTurn is called for one session at a time (the
@@ -40,6 +41,9 @@ type Turn struct {
 	Workspace string
 	// Transcript persists and restores the harness's conversation records.
 	Transcript Transcript
+	// Jail is the sandbox every process of the turn starts in; nil when
+	// the worker gives none, and then the harness starts no process.
+	Jail *sandbox.Jail
 	// Emit records an event in the session's log and streams it. The worker
 	// fills Seq, ConversationID, TurnID and Time.
 	Emit func(contract.Event)

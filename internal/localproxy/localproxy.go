@@ -177,6 +177,21 @@ func Listen(p *Proxy) (*Server, error) {
 	return s, nil
 }
 
+// ServeUnix serves the proxy on a unix socket at path as well: the way in
+// for sandboxed processes in a network namespace of their own, whose
+// supervisor relays 127.0.0.1:<the same port> to it. Shutdown closes it.
+func (s *Server) ServeUnix(path string) error {
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("localproxy: %w", err)
+	}
+	go s.srv.Serve(ln)
+	return nil
+}
+
+// Port is the proxy's TCP port on 127.0.0.1.
+func (s *Server) Port() int { return s.ln.Addr().(*net.TCPAddr).Port }
+
 // URL is the proxy's base URL, http://127.0.0.1:<port>.
 func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
 

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -465,5 +468,32 @@ func TestCapabilityIsPerConversation(t *testing.T) {
 	req.Header.Set("X-Api-Key", s.Capability("conv-a"))
 	if resp, _ := do(t, req); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("non-loopback Host: status %d", resp.StatusCode)
+	}
+}
+
+// TestServesOnAUnixSocket: a sandbox in a network namespace of its own
+// reaches the proxy through its unix socket, with the same checks.
+func TestServesOnAUnixSocket(t *testing.T) {
+	ms := newMintServer(t)
+	gw := newGateway(t, nil)
+	s := startProxy(t, gw.srv.URL, ms)
+	sock := filepath.Join(t.TempDir(), "lp.sock")
+	if err := s.ServeUnix(sock); err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	for cap, want := range map[string]int{s.Capability("conv-a"): http.StatusOK, s.Capability("conv-b"): http.StatusUnauthorized} {
+		req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1:"+strconv.Itoa(s.Port())+"/conv-a/v1/messages", strings.NewReader(`{"model":"m"}`))
+		req.Header.Set("Authorization", "Bearer "+cap)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("over the socket: status %d, want %d", resp.StatusCode, want)
+		}
 	}
 }

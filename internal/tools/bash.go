@@ -1,19 +1,16 @@
 package tools
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/talkide/platform/internal/sandbox"
 )
 
 // BashInput is the input of Bash.
@@ -110,33 +107,34 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	maxOut := b.maxOutput()
 
-	env := b.Env
-	if env == nil {
-		env = []string{
-			"PATH=/usr/local/bin:/usr/bin:/bin",
-			"HOME=" + call.Workspace.Root(),
-			"LANG=C.UTF-8",
-			"TERM=dumb",
-		}
+	if call.Jail == nil {
+		return errorResult("Bash cannot run: this conversation has no sandbox to run commands in"), nil
 	}
+	var extra sandbox.Extra
+	if b.Env != nil {
+		extra.Env = b.Env
+	}
+	// The supervisor ends the command at the timeout; the timer below is
+	// a backstop should the supervisor itself not end.
+	extra.Timeout = timeout
 
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return Result{}, fmt.Errorf("bash: %w", err)
 	}
 	defer pr.Close()
-	cmd := exec.Command(bashShell, "-c", in.Command)
-	cmd.Dir = call.Workspace.Root()
-	cmd.Env = append(make([]string, 0, len(env)), env...) // non-nil: never the process's own environment
+	cmd, err := call.Jail.Command(bashShell, []string{"-c", in.Command}, extra)
+	if err != nil {
+		pw.Close()
+		return errorResult("Bash cannot run: %v", err), nil
+	}
 	cmd.Stdout = pw
 	cmd.Stderr = pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		pw.Close()
-		return errorResult("bash: cannot start %s: %v", bashShell, err), nil
+		return errorResult("Bash cannot run: %v", err), nil
 	}
 	pw.Close() // the children hold the write end now
-	pgid := cmd.Process.Pid
 
 	full := newSpill(call, maxOut)
 	out := newHeadTail(maxOut)
@@ -146,30 +144,37 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 		defer close(readDone)
 		copyOutput(pr, out, call.Output)
 	}()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	type ended struct {
+		o   sandbox.Outcome
+		err error
+	}
+	exited := make(chan ended, 1)
+	go func() {
+		o, err := cmd.Wait()
+		exited <- ended{o, err}
+	}()
 
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var waitErr error
-	var timedOut bool
+	backstop := time.NewTimer(timeout + killGrace + drainGrace)
+	defer backstop.Stop()
+	var end ended
 	var ctxErr error
 	select {
-	case waitErr = <-exited:
-	case <-timer.C:
-		timedOut = true
-		waitErr = stopGroup(pgid, exited)
+	case end = <-exited:
+	case <-backstop.C:
+		cmd.Stop()
+		end = <-exited
+		end.o.Ending = sandbox.EndTimeout
 	case <-ctx.Done():
 		ctxErr = ctx.Err()
-		waitErr = stopGroup(pgid, exited)
+		cmd.Stop()
+		end = <-exited
 	}
-	// Whatever bash left running in its group does not outlive the call.
-	stopGroup(pgid, nil)
 
 	select {
 	case <-readDone:
 	case <-time.After(drainGrace):
-		// Someone outside the group still holds the pipe: stop reading.
+		// Someone outside the tree still holds the pipe (only possible
+		// without a sandbox): stop reading.
 		pr.SetReadDeadline(time.Now())
 		<-readDone
 	}
@@ -180,23 +185,20 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 		return Result{Output: text, IsError: true}, ctxErr
 	}
 	var note string
-	isErr := false
-	switch {
-	case timedOut:
+	isErr := end.err != nil
+	switch o := end.o; {
+	case o.Ending == sandbox.EndTimeout:
 		note = fmt.Sprintf("Command timed out after %v; it and its child processes were killed.", timeout)
-		isErr = true
-	case waitErr != nil:
-		var ee *exec.ExitError
-		if errors.As(waitErr, &ee) {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				note = fmt.Sprintf("terminated by signal %v", ws.Signal())
-			} else {
-				note = fmt.Sprintf("exit status %d", ee.ExitCode())
-			}
-		} else {
-			note = waitErr.Error()
-		}
-		isErr = true
+	case o.Ending == sandbox.EndProcs:
+		note = "Command killed: it ran more processes at once than the sandbox allows; it and its child processes were killed."
+	case o.Ending == sandbox.EndMemory:
+		note = "Command killed: its processes used more memory than the sandbox allows; they were all killed."
+	case o.Signal == syscall.SIGXFSZ:
+		note = "terminated by signal SIGXFSZ: a file grew past the sandbox's file size limit"
+	case o.Signal != 0:
+		note = fmt.Sprintf("terminated by signal %v", o.Signal)
+	case o.ExitCode != 0:
+		note = fmt.Sprintf("exit status %d", o.ExitCode)
 	}
 	switch {
 	case note == "" && text == "":
@@ -211,76 +213,6 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	text = appendNote(text, full.finish(out.cut()))
 	return Result{Output: text, IsError: isErr}, nil
-}
-
-// stopGroup ends process group pgid: SIGTERM, up to killGrace for every
-// member to exit, then SIGKILL. When exited is non-nil it delivers the
-// result of waiting for the group leader, which stopGroup returns.
-func stopGroup(pgid int, exited <-chan error) error {
-	var waitErr error
-	leaderDone := exited == nil
-	if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && leaderDone {
-		return nil // ESRCH: nothing left
-	}
-	deadline := time.Now().Add(killGrace)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for time.Now().Before(deadline) {
-		if !leaderDone {
-			select {
-			case waitErr = <-exited:
-				leaderDone = true
-			default:
-			}
-		}
-		if leaderDone && !groupAlive(pgid) {
-			return waitErr
-		}
-		<-tick.C
-	}
-	syscall.Kill(-pgid, syscall.SIGKILL)
-	if !leaderDone {
-		waitErr = <-exited
-	}
-	return waitErr
-}
-
-// groupAlive reports whether process group pgid has a member that is not
-// a zombie. kill(2) counts zombies, and zombies orphaned into a PID 1 that
-// does not reap them (some container inits) would keep a group "alive"
-// forever, so on Linux the members are looked up in /proc; elsewhere, or
-// when /proc is unreadable, kill(2) decides.
-func groupAlive(pgid int) bool {
-	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return true
-	}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // exited meanwhile
-		}
-		// "pid (comm) state ppid pgrp ...": comm may contain spaces and
-		// parentheses, so parse from the last ")".
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 3 {
-			continue
-		}
-		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid && f[0] != "Z" && f[0] != "X" {
-			return true
-		}
-	}
-	return false
 }
 
 // copyOutput reads r until EOF or error, keeping what it reads in out and

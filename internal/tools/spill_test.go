@@ -50,9 +50,9 @@ func TestSpillBash(t *testing.T) {
 	res, err := (&Bash{MaxOutputBytes: 1000}).Run(context.Background(), Call{
 		ID:        "toolu_big",
 		Input:     input(t, map[string]any{"command": "echo HEAD; seq 1 100000; echo TAIL; exit 4"}),
-		Workspace: ws,
-		StateDir:  state,
-		Output:    func(c string) { streamed.WriteString(c) },
+		Workspace: ws, Jail: testJail(t, ws),
+		StateDir: state,
+		Output:   func(c string) { streamed.WriteString(c) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestSpillRead(t *testing.T) {
 	for name, in := range tests {
 		t.Run(name, func(t *testing.T) {
 			state := t.TempDir()
-			res, err := (&Read{MaxOutputBytes: 300}).Run(context.Background(), Call{ID: "toolu_r", Input: input(t, in), Workspace: ws, StateDir: state})
+			res, err := (&Read{MaxOutputBytes: 300}).Run(context.Background(), Call{ID: "toolu_r", Input: input(t, in), Workspace: ws, StateDir: state, Jail: testJail(t, ws)})
 			if err != nil || res.IsError {
 				t.Fatalf("Read: %+v, %v", res, err)
 			}
@@ -139,7 +139,7 @@ func TestSpillTools(t *testing.T) {
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			state := t.TempDir()
-			res, err := tt.tool.Run(context.Background(), Call{ID: "toolu_t", Input: input(t, tt.in), Workspace: ws, StateDir: state})
+			res, err := tt.tool.Run(context.Background(), Call{ID: "toolu_t", Input: input(t, tt.in), Workspace: ws, StateDir: state, Jail: testJail(t, ws)})
 			if err != nil || res.IsError {
 				t.Fatalf("%+v, %v", res, err)
 			}
@@ -180,7 +180,7 @@ func TestSpillNotNeeded(t *testing.T) {
 		"failed Bash":       {&Bash{}, map[string]any{"command": "exit 3"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			res, err := tc.tool.Run(context.Background(), Call{ID: "toolu_s", Input: input(t, tc.in), Workspace: ws, StateDir: state})
+			res, err := tc.tool.Run(context.Background(), Call{ID: "toolu_s", Input: input(t, tc.in), Workspace: ws, StateDir: state, Jail: testJail(t, ws)})
 			if err != nil || strings.Contains(res.Output, "session volume") {
 				t.Errorf("%+v, %v", res, err)
 			}
@@ -204,7 +204,7 @@ func TestSpillCancelled(t *testing.T) {
 	state := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	_, err := (&Bash{MaxOutputBytes: 300}).Run(ctx, Call{
-		ID: "toolu_c", Input: input(t, map[string]any{"command": "seq 1 10000; sleep 30"}), Workspace: ws, StateDir: state,
+		ID: "toolu_c", Input: input(t, map[string]any{"command": "seq 1 10000; sleep 30"}), Workspace: ws, StateDir: state, Jail: testJail(t, ws),
 		Output: func(string) { cancel() },
 	})
 	if err != context.Canceled {
@@ -232,12 +232,12 @@ func TestSpillNames(t *testing.T) {
 	}
 	ws := newWorkspace(t)
 	state := t.TempDir()
-	res, _ := (&Bash{MaxOutputBytes: 300}).Run(context.Background(), Call{ID: "../x", Input: input(t, map[string]any{"command": "seq 1 1000"}), Workspace: ws, StateDir: state})
+	res, _ := (&Bash{MaxOutputBytes: 300}).Run(context.Background(), Call{ID: "../x", Input: input(t, map[string]any{"command": "seq 1 1000"}), Workspace: ws, StateDir: state, Jail: testJail(t, ws)})
 	if !strings.HasSuffix(res.Output, "as tool-output/___x.txt]") {
 		t.Errorf("output = %q", res.Output)
 	}
 	spilled(t, state, "___x")
-	res, _ = (&Bash{MaxOutputBytes: 300}).Run(context.Background(), Call{Input: input(t, map[string]any{"command": "seq 1 1000"}), Workspace: ws, StateDir: state})
+	res, _ = (&Bash{MaxOutputBytes: 300}).Run(context.Background(), Call{Input: input(t, map[string]any{"command": "seq 1 1000"}), Workspace: ws, StateDir: state, Jail: testJail(t, ws)})
 	if strings.Contains(res.Output, "session volume") {
 		t.Errorf("a call without an id kept its output: %q", res.Output)
 	}
@@ -248,7 +248,7 @@ func TestSpillFailures(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "file")
 	writeFiles(t, filepath.Dir(file), map[string]string{"file": ""})
 	res := (&Bash{MaxOutputBytes: 300})
-	got, err := res.Run(context.Background(), Call{ID: "toolu_f", Input: input(t, map[string]any{"command": "seq 1 1000"}), Workspace: ws, StateDir: file})
+	got, err := res.Run(context.Background(), Call{ID: "toolu_f", Input: input(t, map[string]any{"command": "seq 1 1000"}), Workspace: ws, StateDir: file, Jail: testJail(t, ws)})
 	if err != nil || !strings.HasSuffix(got.Output, "\n[the full output (3893 bytes) could not be kept on the session volume]") {
 		t.Errorf("%q, %v", got.Output, err)
 	}

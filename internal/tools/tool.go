@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/talkide/platform/internal/sandbox"
 )
 
 // Tool is one tool the model may call. Implementations are safe for
@@ -51,6 +53,9 @@ type Call struct {
 	// the model is kept whole as SpillDir/<ID>.txt. The model cannot read
 	// it. Empty means nothing is kept.
 	StateDir string
+	// Jail is the sandbox the call's processes start in; a tool that
+	// starts processes (Bash) refuses to run without one.
+	Jail *sandbox.Jail
 }
 
 // Result is what the model sees of a call.

@@ -65,7 +65,7 @@ func input(t *testing.T, v any) json.RawMessage {
 // run calls tool with in and fails the test on a Go error.
 func run(t *testing.T, tool Tool, ws *Workspace, in any) Result {
 	t.Helper()
-	res, err := tool.Run(context.Background(), Call{ID: "toolu_1", Input: input(t, in), Workspace: ws})
+	res, err := tool.Run(context.Background(), Call{ID: "toolu_1", Input: input(t, in), Workspace: ws, Jail: testJail(t, ws)})
 	if err != nil {
 		t.Fatalf("%s.Run: unexpected Go error: %v", tool.Name(), err)
 	}

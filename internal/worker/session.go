@@ -12,6 +12,7 @@ import (
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sessionstore"
 )
 
@@ -34,9 +35,19 @@ type sessionConfig struct {
 	log        *slog.Logger // with the worker's tenant and env
 	now        func() time.Time
 	workerID   string
-	notice     string
+	notices    []string
+	jail       func(conversationID, workspace string) *sandbox.Jail // nil: turns get none
 	workspaces string // holds one working tree per conversation
 	syncRetry  backoff.Policy
+}
+
+// jail returns the sandbox of this conversation's processes, nil when the
+// worker gives none.
+func (s *session) jail() *sandbox.Jail {
+	if s.cfg.jail == nil {
+		return nil
+	}
+	return s.cfg.jail(s.id, filepath.Join(s.cfg.workspaces, s.id))
 }
 
 // session is an open conversation on this worker; it holds the session's
@@ -113,8 +124,8 @@ func openSession(cfg *sessionConfig, st *sessionstore.Session, created bool) *se
 		}
 		s.emit(contract.Event{Kind: contract.KindSessionResumed, Session: &contract.SessionEvent{Harness: cfg.harness.Name(), WorkerID: cfg.workerID, Messages: n}})
 	}
-	if cfg.notice != "" {
-		s.emit(contract.Event{Kind: contract.KindNotice, Text: cfg.notice})
+	for _, n := range cfg.notices {
+		s.emit(contract.Event{Kind: contract.KindNotice, Text: n})
 	}
 	if state.OpenTurn != "" {
 		s.emit(contract.Event{Kind: contract.KindTurnFailed, TurnID: state.OpenTurn, Failure: &contract.TurnFailure{
@@ -395,6 +406,7 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 		SessionDir:     s.store.Dir(),
 		Workspace:      filepath.Join(s.cfg.workspaces, s.id),
 		Transcript:     transcript{s.store},
+		Jail:           s.jail(),
 		Emit: func(ev contract.Event) {
 			ev.TurnID = rt.id
 			s.emit(ev)

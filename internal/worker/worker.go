@@ -16,6 +16,7 @@ import (
 
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -37,10 +38,14 @@ type Options struct {
 	Reporter *Reporter
 	Logger   *slog.Logger // nil: don't log
 	Now      func() time.Time
-	// Notice, when set, is emitted as a notice event whenever a session is
-	// created or resumed (talkide dev uses it to say that the model is the
-	// simulator).
-	Notice string
+	// Notices are emitted as notice events whenever a session is created
+	// or resumed: that the model is the simulator, that commands run
+	// without a sandbox.
+	Notices []string
+	// Jail, when set, gives each turn the sandbox its processes start in
+	// (harness.Turn.Jail): tools, MCP servers and subprocess harnesses
+	// start nothing without one.
+	Jail func(conversationID, workspace string) *sandbox.Jail
 	// IdleTimeout is how long a session with no turn, no stream and no
 	// pending report stays open (holding its lease) before it is closed;
 	// default 2 minutes. A closed session reopens on the next command.
@@ -126,7 +131,7 @@ func New(tenant, env string, key CommandKey, sessions *sessionstore.Store, works
 	w.gate = newTurnGate(w.base)
 	w.scfg = &sessionConfig{
 		gate: w.gate, harness: h, reporter: o.Reporter, log: w.log, now: o.Now,
-		workerID: o.WorkerID, notice: o.Notice, workspaces: workspaces, syncRetry: o.SyncRetry,
+		workerID: o.WorkerID, notices: o.Notices, jail: o.Jail, workspaces: workspaces, syncRetry: o.SyncRetry,
 	}
 	go w.maintain()
 	return w, nil

@@ -135,7 +135,7 @@ func newTestWorker(t *testing.T, o workerOpts) *testWorker {
 	h := newFakeHarness()
 	w, err := New(testTenant, testEnv, CommandKey{ID: testKeyID, Key: testKey}, sessions, filepath.Join(o.dir, "workspaces"), h, &Options{
 		WorkerID:  "worker-test",
-		Notice:    o.notice,
+		Notices:   notices(o.notice),
 		Heartbeat: o.heartbeat,
 		SyncRetry: o.syncRetry,
 		Logger:    o.logger,
@@ -1291,4 +1291,12 @@ func TestShutdownDoesNotDeadlockWithSend(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("Shutdown did not return")
 	}
+}
+
+// notices is the worker's notices of a test: one, or none.
+func notices(n string) []string {
+	if n == "" {
+		return nil
+	}
+	return []string{n}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/tools"
 )
 
@@ -29,6 +30,7 @@ type agent struct {
 	system         []anthropic.TextBlockParam
 	params         []anthropic.ToolUnionParam
 	transcript     harness.Transcript
+	jail           *sandbox.Jail         // the processes' sandbox; nil: tools start none
 	extra          map[string]tools.Tool // this turn's tools beyond the built-in ones
 	extraList      []tools.Tool
 	emit           func(contract.Event)
@@ -46,6 +48,7 @@ func (h *Harness) newAgent(t *harness.Turn, ws *tools.Workspace, log *slog.Logge
 		h: h, convID: t.ConversationID, turnID: t.TurnID, sessionDir: t.SessionDir, ws: ws,
 		system:     h.systemBlocks(ws, false),
 		transcript: t.Transcript, emit: t.Emit, report: t.Report, log: log,
+		jail: t.Jail,
 	}
 	a.setTools(extra)
 	return a
@@ -293,6 +296,7 @@ func (a *agent) runTool(ctx context.Context, id, name string, input json.RawMess
 		Input:     input,
 		Workspace: a.ws,
 		StateDir:  stateDir,
+		Jail:      a.jail,
 		Output: streamCap(MaxStreamedOutput, func(chunk string) {
 			a.emit(contract.Event{Kind: contract.KindToolOutput, Tool: &contract.ToolEvent{ID: id, Name: name, Output: chunk}})
 		}),

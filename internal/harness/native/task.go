@@ -59,7 +59,7 @@ func (a *agent) runTask(ctx context.Context, id string, input json.RawMessage) t
 	})
 	say := func(s string) { outMu.Lock(); output(s); outMu.Unlock() }
 	sub := &agent{
-		h: a.h, convID: a.convID, turnID: a.turnID, sessionDir: a.sessionDir, ws: a.ws,
+		h: a.h, convID: a.convID, turnID: a.turnID, sessionDir: a.sessionDir, ws: a.ws, jail: a.jail,
 		system:     a.h.systemBlocks(a.ws, true),
 		transcript: tr,
 		report:     a.report,

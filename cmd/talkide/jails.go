@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/talkide/platform/internal/egress"
+	"github.com/talkide/platform/internal/localproxy"
+	"github.com/talkide/platform/internal/sandbox"
+)
+
+// jails is the worker's side of the sandbox: the sandbox itself, the
+// egress proxy, and the unix sockets through which a sandbox without a
+// network of its own reaches the proxies.
+type jails struct {
+	sb     *sandbox.Sandbox
+	egress *egress.Server
+	lp     *localproxy.Server
+	runDir string // the proxies' sockets; private to the worker
+	mode   sandbox.Mode
+}
+
+// startJails starts the sandbox and the egress proxy for o, beside the
+// local proxy lp, and says at start-up which layers every agent command
+// gets.
+func startJails(o workerOptions, lp *localproxy.Server) (_ *jails, err error) {
+	mode := o.sandbox
+	if mode == "" {
+		mode = sandbox.ModeAuto
+	}
+	log := o.logger.With("component", "sandbox")
+	sb, err := sandbox.New(&sandbox.Options{Mode: mode, ReadOnly: o.sandboxReadOnly, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	j := &jails{sb: sb, lp: lp, mode: mode}
+	defer func() {
+		if err != nil {
+			j.close(context.Background())
+		}
+	}()
+	switch {
+	case mode == sandbox.ModeNone:
+		log.Warn("agent commands run WITHOUT a sandbox (--sandbox none): what the agent runs can read and reach everything the worker can")
+	case sb.Unavailable() != nil:
+		log.Error("agent commands are refused: no sandbox can be applied on this machine", "err", sb.Unavailable())
+	default:
+		log.Info("agent commands run in the sandbox", "mode", mode, "layers", sb.Layers())
+	}
+	// A short path: a unix socket's path has at most 107 bytes.
+	if j.runDir, err = os.MkdirTemp("", "talkide-run-"); err != nil {
+		return nil, err
+	}
+	if err := lp.ServeUnix(filepath.Join(j.runDir, "localproxy.sock")); err != nil {
+		return nil, err
+	}
+	allow := &egress.AllowList{}
+	if o.egressAllow != "" {
+		if allow, err = egress.LoadAllowList(o.egressAllow); err != nil {
+			return nil, fmt.Errorf("--egress-allow: %w", err)
+		}
+	}
+	j.egress = egress.New(allow, lp.Capability, &egress.Options{
+		Logger:        o.logger.With("component", "egress"),
+		AllowListName: "the worker's --egress-allow list",
+	})
+	if err := j.egress.Listen("127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("unix", filepath.Join(j.runDir, "egress.sock"))
+	if err != nil {
+		return nil, err
+	}
+	go j.egress.Serve(ln)
+	log.Info("egress proxy serving", "allowed_destinations", allow.Len())
+	return j, nil
+}
+
+// egressPort is the egress proxy's TCP port on 127.0.0.1.
+func (j *jails) egressPort() int { return j.egress.Addr().(*net.TCPAddr).Port }
+
+// jail is what every process of conversation id's turn gets: its
+// workspace, the two proxies (by port on the host, by socket in a network
+// namespace), and an environment that names only them.
+func (j *jails) jail(id, workspace string) *sandbox.Jail {
+	lpPort, egPort := j.lp.Port(), j.egressPort()
+	env := []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + workspace,
+		"LANG=C.UTF-8",
+		"TERM=dumb",
+	}
+	env = append(env, egress.ProxyEnv(j.egress.URLForAddr(id, net.JoinHostPort("127.0.0.1", strconv.Itoa(egPort))))...)
+	return &sandbox.Jail{
+		Sandbox:   j.sb,
+		Workspace: workspace,
+		Env:       env,
+		Ports:     []int{lpPort, egPort},
+		Sockets: map[int]string{
+			lpPort: filepath.Join(j.runDir, "localproxy.sock"),
+			egPort: filepath.Join(j.runDir, "egress.sock"),
+		},
+	}
+}
+
+// notices are what every session is told about the sandbox: nothing when
+// it works.
+func (j *jails) notices() []string {
+	switch {
+	case j.mode == sandbox.ModeNone:
+		return []string{"this worker runs agent commands WITHOUT a sandbox (--sandbox none): they can read other conversations and the worker's secrets"}
+	case j.sb.Unavailable() != nil:
+		return []string{"this worker refuses to run commands: " + j.sb.Unavailable().Error()}
+	}
+	return nil
+}
+
+// close stops the egress proxy (cutting its tunnels when ctx ends) and
+// removes the sockets.
+func (j *jails) close(ctx context.Context) {
+	if j.egress != nil {
+		j.egress.Shutdown(ctx)
+	}
+	if j.runDir != "" {
+		os.RemoveAll(j.runDir)
+	}
+	j.sb.Close()
+}
