@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 )
 
@@ -81,27 +80,30 @@ func (*Edit) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	rel := ws.Rel(path)
 
-	fi, err := os.Stat(path)
+	f, fi, err := ws.openRegular(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if in.OldString != "" {
 			return errorResult("File does not exist: %s. To create it, use Write (or Edit with an empty old_string)", rel), nil
 		}
-		if err := writeAtomic(path, []byte(in.NewString), 0o644); err != nil {
-			return errorResult("Cannot create %s: %v", rel, err), nil
+		if _, err := ws.writeFile(path, []byte(in.NewString), 0o644); err != nil {
+			return writeError("Cannot create", rel, err), nil
 		}
 		return Result{Output: fmt.Sprintf("Created %s (%s, %s)", rel,
 			plural(len(in.NewString), "byte"), plural(countLines(in.NewString), "line"))}, nil
+	case errors.Is(err, ErrOutsideWorkspace):
+		return errorResult("Cannot edit %v", err), nil
 	case err != nil:
 		return errorResult("Cannot edit %s: %v", rel, err), nil
-	case fi.IsDir():
-		return errorResult("Cannot edit %s: it is a directory", rel), nil
-	case !fi.Mode().IsRegular():
-		return errorResult("Cannot edit %s: not a regular file", rel), nil
-	case fi.Size() > maxEditFileBytes:
+	}
+	defer f.Close()
+	if fi.Size() > maxEditFileBytes {
 		return errorResult("Cannot edit %s: the file is %d bytes, more than Edit handles (%d); use Bash", rel, fi.Size(), maxEditFileBytes), nil
 	}
-	data, err := os.ReadFile(path)
+	data, err := readLimited(f, fi.Size(), maxEditFileBytes)
+	if errors.Is(err, errTooLarge) { // it grew since the fstat
+		return errorResult("Cannot edit %s: the file is larger than Edit handles (%d bytes); use Bash", rel, maxEditFileBytes), nil
+	}
 	if err != nil {
 		return errorResult("Cannot edit %s: %v", rel, err), nil
 	}
@@ -114,8 +116,8 @@ func (*Edit) Run(ctx context.Context, call Call) (Result, error) {
 		if content != "" {
 			return errorResult("old_string is empty but %s already exists and is not empty; give the text to replace, or use Write to replace the whole file", rel), nil
 		}
-		if err := writeAtomic(path, []byte(in.NewString), 0o644); err != nil {
-			return errorResult("Cannot edit %s: %v", rel, err), nil
+		if _, err := ws.writeFile(path, []byte(in.NewString), fi.Mode().Perm()); err != nil {
+			return writeError("Cannot edit", rel, err), nil
 		}
 		return Result{Output: fmt.Sprintf("Wrote %s to the empty file %s", plural(len(in.NewString), "byte"), rel)}, nil
 	}
@@ -138,8 +140,8 @@ func (*Edit) Run(ctx context.Context, call Call) (Result, error) {
 	} else {
 		updated = content[:first] + in.NewString + content[first+len(in.OldString):]
 	}
-	if err := writeAtomic(path, []byte(updated), fi.Mode().Perm()); err != nil {
-		return errorResult("Cannot edit %s: %v", rel, err), nil
+	if _, err := ws.writeFile(path, []byte(updated), fi.Mode().Perm()); err != nil {
+		return writeError("Cannot edit", rel, err), nil
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Edited %s: replaced %s.", rel, plural(count, "occurrence"))

@@ -2,9 +2,8 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -100,10 +99,8 @@ func (g *Glob) Run(ctx context.Context, call Call) (Result, error) {
 	if err != nil {
 		return errorResult("Cannot search %v", err), nil
 	}
-	if fi, err := os.Stat(base); err != nil {
-		return errorResult("Cannot search %s: directory does not exist", ws.Rel(base)), nil
-	} else if !fi.IsDir() {
-		return errorResult("Cannot search %s: not a directory", ws.Rel(base)), nil
+	if err := searchDir(ws, base); err != nil {
+		return errorResult("Cannot search %v", err), nil
 	}
 
 	type match struct {
@@ -111,17 +108,23 @@ func (g *Glob) Run(ctx context.Context, call Call) (Result, error) {
 		mtime time.Time
 	}
 	var matches []match
-	err = walkFiles(ctx, ws, base, loadIgnore(ws.Root()),
+	err = walkFiles(ctx, ws, base, loadIgnore(ws),
 		pat.mayMatchUnder,
-		func(abs, rel string, d fs.DirEntry) error {
-			if !pat.match(rel) {
+		func(e walkEntry) error {
+			if !pat.match(e.rel) {
 				return nil
 			}
-			fi, err := os.Stat(abs) // through a symlink: the target's time
-			if err != nil || fi.IsDir() {
+			fi := e.info
+			if e.target != "" { // a symlink: the target's time
+				var err error
+				if fi, err = ws.stat(e.target); err != nil {
+					return nil
+				}
+			}
+			if fi.IsDir() {
 				return nil
 			}
-			matches = append(matches, match{filepath.ToSlash(ws.Rel(abs)), fi.ModTime()})
+			matches = append(matches, match{e.rootRel, fi.ModTime()})
 			return nil
 		})
 	if err != nil {
@@ -147,4 +150,20 @@ func (g *Glob) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	maxOut := outputCap(g.MaxOutputBytes)
 	return Result{Output: CapOutput(call, b.String(), maxOut)}, nil
+}
+
+// searchDir checks that base, from Resolve, is a directory to search, with
+// an error that names it for the model.
+func searchDir(ws *Workspace, base string) error {
+	rel := ws.Rel(base)
+	fi, err := ws.stat(base)
+	switch {
+	case errors.Is(err, ErrOutsideWorkspace):
+		return err
+	case err != nil:
+		return fmt.Errorf("%s: directory does not exist", rel)
+	case !fi.IsDir():
+		return fmt.Errorf("%s: not a directory", rel)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package tools
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -243,8 +245,11 @@ func (g *Grep) Run(ctx context.Context, call Call) (Result, error) {
 	if err != nil {
 		return errorResult("Cannot search %v", err), nil
 	}
-	fi, err := os.Stat(base)
-	if err != nil {
+	fi, err := ws.stat(base)
+	switch {
+	case errors.Is(err, ErrOutsideWorkspace):
+		return errorResult("Cannot search %v", err), nil
+	case err != nil:
 		return errorResult("Cannot search %s: no such file or directory", ws.Rel(base)), nil
 	}
 
@@ -258,19 +263,38 @@ func (g *Grep) Run(ctx context.Context, call Call) (Result, error) {
 	s.out.tee = s.full
 	defer s.full.finish(false)
 	if fi.Mode().IsRegular() {
-		s.file(base, ws.Rel(base), fi)
+		// One file named by the call: a refusal is the call's error.
+		rel := ws.Rel(base)
+		f, fi, err := ws.openRegular(base)
+		switch {
+		case errors.Is(err, ErrOutsideWorkspace):
+			return errorResult("Cannot search %v", err), nil
+		case err != nil:
+			return errorResult("Cannot search %s: %v", rel, err), nil
+		}
+		s.file(f, filepath.ToSlash(rel), fi)
+		f.Close()
 	} else if fi.IsDir() {
-		err = walkFiles(ctx, ws, base, loadIgnore(ws.Root()),
+		err = walkFiles(ctx, ws, base, loadIgnore(ws),
 			func(string) bool { return true },
-			func(abs, rel string, d fs.DirEntry) error {
-				if !d.Type().IsRegular() || !keep(rel) {
+			func(e walkEntry) error {
+				if !e.typ.IsRegular() || !keep(e.rel) {
 					return nil // symlinks are not followed
 				}
-				fi, err := d.Info()
+				f, err := e.dir.OpenFile(e.name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 				if err != nil {
 					return nil
 				}
-				if s.file(abs, ws.Rel(abs), fi) {
+				defer f.Close()
+				fi, err := checkOpened(f)
+				switch {
+				case errors.Is(err, ErrHardLinked):
+					s.hardLinked = append(s.hardLinked, e.rootRel)
+					return nil
+				case err != nil:
+					return nil
+				}
+				if s.file(f, e.rootRel, fi) {
 					return fs.SkipAll
 				}
 				return nil
@@ -299,6 +323,7 @@ type grepSearch struct {
 	files             []grepFile
 	totalMatches      int
 	tooBig            []string
+	hardLinked        []string // files not searched for their hard links
 	wroteContentGroup bool
 }
 
@@ -307,14 +332,18 @@ type grepFile struct {
 	mtime time.Time
 }
 
-// file searches one file and reports whether the search is complete (the
-// head_limit was reached in a mode that streams its results).
-func (s *grepSearch) file(abs, rel string, fi fs.FileInfo) (done bool) {
+// file searches f, the open file rel, and reports whether the search is
+// complete (the head_limit was reached in a mode that streams its results).
+func (s *grepSearch) file(f *os.File, rel string, fi fs.FileInfo) (done bool) {
 	if fi.Size() > maxGrepFileBytes {
 		s.tooBig = append(s.tooBig, rel)
 		return false
 	}
-	data, err := os.ReadFile(abs)
+	data, err := readLimited(f, fi.Size(), maxGrepFileBytes)
+	if errors.Is(err, errTooLarge) { // it grew since the fstat
+		s.tooBig = append(s.tooBig, rel)
+		return false
+	}
 	if err != nil || bytes.IndexByte(data[:min(len(data), binarySniffBytes)], 0) >= 0 {
 		return false
 	}
@@ -354,16 +383,16 @@ func (s *grepSearch) file(abs, rel string, fi fs.FileInfo) (done bool) {
 	s.totalMatches += count
 	switch s.mode {
 	case GrepFilesWithMatches:
-		s.files = append(s.files, grepFile{filepath.ToSlash(rel), fi.ModTime()})
+		s.files = append(s.files, grepFile{rel, fi.ModTime()})
 	case GrepCount:
 		if s.headLimit > 0 && s.entries >= s.headLimit {
 			s.limited = true
 			return true
 		}
-		fmt.Fprintf(s.out, "%s:%d\n", filepath.ToSlash(rel), count)
+		fmt.Fprintf(s.out, "%s:%d\n", rel, count)
 		s.entries++
 	case GrepContent:
-		return s.content(filepath.ToSlash(rel), matched, line)
+		return s.content(rel, matched, line)
 	}
 	return false
 }
@@ -451,6 +480,10 @@ func (s *grepSearch) result(call Call) string {
 	if len(s.tooBig) > 0 {
 		fmt.Fprintf(&b, "[skipped %s larger than %d bytes: %s]\n", plural(len(s.tooBig), "file"), maxGrepFileBytes, strings.Join(s.tooBig, ", "))
 	}
+	if len(s.hardLinked) > 0 {
+		fmt.Fprintf(&b, "[skipped %s with more than one hard link, which may be another name for a file outside the workspace: %s]\n",
+			plural(len(s.hardLinked), "file"), listSome(s.hardLinked, maxListedSkips))
+	}
 	text, max := b.String(), s.out.max+200
 	if s.out.cut() {
 		// The full output is in s.full up to the streamed part; the notes
@@ -460,6 +493,17 @@ func (s *grepSearch) result(call Call) string {
 	}
 	s.full.finish(false)
 	return CapOutput(call, text, max)
+}
+
+// maxListedSkips bounds the files a note about skipped files names.
+const maxListedSkips = 20
+
+// listSome joins the first max names, and says how many more there are.
+func listSome(names []string, max int) string {
+	if len(names) <= max {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:max], ", "), len(names)-max)
 }
 
 // lineStarts returns the offset of each line's first byte. A final newline

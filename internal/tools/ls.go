@@ -2,7 +2,9 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -58,9 +60,10 @@ type lsEntry struct {
 	abs      string // real path (for directories to descend into)
 	rel      string // "/"-separated, relative to the listed directory
 	dir      bool
-	link     string // a symlink's target relative to the root, or ""
+	link     string      // a symlink's target relative to the root, or ""
+	id       fs.FileInfo // a directory's Lstat, from its parent's descriptor when it was listed
 	children []*lsEntry
-	note     string // a mark after the name: [broken], [partly listed], [not listed], [unreadable]
+	note     string // a mark after the name: [broken], [partly listed], [not listed], [unreadable], [changed while listed]
 	skipped  int    // children skipped or ignored
 }
 
@@ -92,15 +95,17 @@ func (l *LS) Run(ctx context.Context, call Call) (Result, error) {
 	if err != nil {
 		return errorResult("Cannot list %v", err), nil
 	}
-	fi, err := os.Stat(base)
+	fi, err := ws.stat(base)
 	switch {
+	case errors.Is(err, ErrOutsideWorkspace):
+		return errorResult("Cannot list %v", err), nil
 	case err != nil:
 		return errorResult("Cannot list %s: directory does not exist", ws.Rel(base)), nil
 	case !fi.IsDir():
 		return errorResult("%s is a file, not a directory; use Read to read it", ws.Rel(base)), nil
 	}
 
-	gitignore := loadIgnore(ws.Root())
+	gitignore := loadIgnore(ws)
 	skip := func(e *lsEntry) bool {
 		if gitignore.ignored(filepath.ToSlash(ws.Rel(e.abs)), e.dir && e.link == "") {
 			return true
@@ -128,7 +133,11 @@ func (l *LS) Run(ctx context.Context, call Call) (Result, error) {
 		}
 		d := queue[0]
 		queue = queue[1:]
-		des, err := os.ReadDir(d.abs) // sorted by name
+		des, err := lsDir(ws, d)
+		if errors.Is(err, errChanged) {
+			d.note = "[changed while listed]"
+			continue
+		}
 		if err != nil {
 			d.note = "[unreadable]"
 			continue
@@ -136,13 +145,19 @@ func (l *LS) Run(ctx context.Context, call Call) (Result, error) {
 		for _, de := range des {
 			e := &lsEntry{name: de.Name(), abs: filepath.Join(d.abs, de.Name()), dir: de.IsDir()}
 			e.rel = path.Join(d.rel, e.name)
+			if de.IsDir() {
+				// From d's descriptor, as it was listed (see readDir).
+				if fi, err := de.Info(); err == nil && fi.IsDir() {
+					e.id = fi
+				}
+			}
 			if de.Type()&os.ModeSymlink != 0 {
 				target, err := ws.Resolve(e.abs)
 				if err != nil {
 					continue // leads outside the workspace
 				}
 				e.link = filepath.ToSlash(ws.Rel(target))
-				switch tfi, err := os.Stat(target); {
+				switch tfi, err := ws.stat(target); {
 				case err != nil:
 					e.note = "[broken]"
 				case tfi.IsDir():
@@ -160,7 +175,11 @@ func (l *LS) Run(ctx context.Context, call Call) (Result, error) {
 			}
 			count++
 			d.children = append(d.children, e)
-			if e.dir && e.link == "" {
+			switch {
+			case !e.dir || e.link != "":
+			case e.id == nil: // swapped for something else since listed
+				e.note = "[changed while listed]"
+			default:
 				queue = append(queue, e)
 			}
 		}
@@ -188,6 +207,18 @@ func (l *LS) Run(ctx context.Context, call Call) (Result, error) {
 		fmt.Fprintf(&b, "\n[showing the first %d entries, breadth-first; directories marked [partly listed] or [not listed] hold more: list them with LS, or use Glob]\n", MaxLSEntries)
 	}
 	return Result{Output: CapOutput(call, b.String(), outputCap(l.MaxOutputBytes))}, nil
+}
+
+// lsDir lists d, sorted by name. d is opened through the root descriptor
+// and must be the directory its parent listed (d.id), not one that a
+// symlink swapped in since leads to.
+func lsDir(ws *Workspace, d *lsEntry) ([]fs.DirEntry, error) {
+	dir, err := ws.openDir(d.abs, d.id)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	return readDir(dir)
 }
 
 // writeLSTree writes d's children, depth-first, indented two spaces per

@@ -95,7 +95,7 @@ func (r *Read) Run(ctx context.Context, call Call) (Result, error) {
 		return errorResult("Cannot read %v", err), nil
 	}
 	rel := ws.Rel(path)
-	f, err := openRegular(path, rel)
+	f, err := openForRead(ws, path, rel)
 	if err != nil {
 		return errorResult("%v", err), nil
 	}
@@ -160,27 +160,23 @@ func (r *Read) Run(ctx context.Context, call Call) (Result, error) {
 	return Result{Output: b.String()}, nil
 }
 
-// openRegular opens path for reading, refusing what is not a regular file
-// with a message for the model.
-func openRegular(path, rel string) (*os.File, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("File does not exist: %s", rel)
-		}
-		return nil, fmt.Errorf("Cannot read %s: %v", rel, err)
-	}
-	if fi.IsDir() {
+// openForRead opens path, from Resolve, for reading through the workspace,
+// refusing what is not a regular file with one hard link with a message for
+// the model.
+func openForRead(ws *Workspace, path, rel string) (*os.File, error) {
+	f, _, err := ws.openRegular(path)
+	switch {
+	case err == nil:
+		return f, nil
+	case errors.Is(err, ErrOutsideWorkspace):
+		return nil, fmt.Errorf("Cannot read %v", err)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("File does not exist: %s", rel)
+	case errors.Is(err, errIsDir):
 		return nil, fmt.Errorf("%s is a directory, not a file; use LS (or Glob) to list its contents", rel)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("Cannot read %s: not a regular file (%v)", rel, fi.Mode().Type())
-	}
-	f, err := os.Open(path)
-	if err != nil {
+	default:
 		return nil, fmt.Errorf("Cannot read %s: %v", rel, err)
 	}
-	return f, nil
 }
 
 // readLine reads one line without its line ending, keeping at most

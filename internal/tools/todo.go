@@ -195,3 +195,45 @@ func LoadTodos(stateDir string) ([]Todo, error) {
 	}
 	return st.Todos, nil
 }
+
+// writeAtomic writes data to path through a temporary file in the same
+// directory and a rename, creating missing parent directories (0o755). An
+// existing file keeps its permission bits; a new one gets perm. It works by
+// path, so it is only for the tools' state directory, which the platform
+// names; files of the workspace are written by Workspace.writeFile.
+func writeAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(path); err == nil {
+		if !fi.Mode().IsRegular() {
+			return errors.New("not a regular file")
+		}
+		perm = fi.Mode().Perm()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Chmod(perm); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

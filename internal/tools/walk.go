@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -39,21 +41,16 @@ type ignoreRule struct {
 	dirOnly  bool
 }
 
-// loadIgnore reads root/.gitignore; a missing or unreadable one means no
-// rules.
-func loadIgnore(root string) *ignoreRules {
-	f, err := os.Open(filepath.Join(root, ".gitignore"))
+// loadIgnore reads the workspace's root .gitignore, through the workspace
+// as Read would; a missing or unreadable one means no rules.
+func loadIgnore(ws *Workspace) *ignoreRules {
+	f, _, err := ws.openRegular(filepath.Join(ws.root, ".gitignore"))
 	if err != nil {
 		return &ignoreRules{}
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		return &ignoreRules{}
-	}
-	data := make([]byte, maxIgnoreFileBytes)
-	n, _ := f.Read(data)
-	return parseIgnore(data[:n])
+	data, _ := io.ReadAll(io.LimitReader(f, maxIgnoreFileBytes))
+	return parseIgnore(data)
 }
 
 func parseIgnore(data []byte) *ignoreRules {
@@ -113,54 +110,125 @@ func (ig *ignoreRules) ignored(rel string, isDir bool) bool {
 	return false
 }
 
+// walkEntry is a file walkFiles found.
+type walkEntry struct {
+	dir     *os.Root    // the directory holding it, open for the visit only
+	name    string      // its name in dir
+	rel     string      // "/"-separated, relative to the walk's base
+	rootRel string      // "/"-separated, relative to the workspace root
+	typ     fs.FileMode // its type as the directory listed it
+	info    fs.FileInfo // its Lstat, from dir's descriptor when it was listed
+	target  string      // a symlink's real target, from Resolve
+}
+
 // walkFiles walks the tree under base (a resolved directory inside ws),
 // calling visit for each regular file and each symlink whose target is
 // inside the workspace, in lexical order. It never descends into symlinked
 // directories, skips what ig ignores (except base itself), and descends
-// into a directory only when descend(relToBase) is true. visit gets the
-// path relative to base ("/"-separated) and the path relative to the root.
-// Unreadable directories are skipped. It stops with ctx's error, or with
-// fs.SkipAll from visit.
+// into a directory only when descend(relToBase) is true. Unreadable
+// directories are skipped. It stops with ctx's error, or with fs.SkipAll
+// from visit.
+//
+// Each directory is opened from its parent's descriptor, and base from the
+// workspace's, so no directory is reached by a name from outside the
+// workspace; and a directory that a concurrent process swaps for a symlink
+// after it was listed is not descended into (openSubdir), even when the
+// link leads somewhere inside.
 func walkFiles(ctx context.Context, ws *Workspace, base string, ig *ignoreRules,
-	descend func(rel string) bool, visit func(abs, rel string, d fs.DirEntry) error) error {
-	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		if err != nil {
-			if d != nil && d.IsDir() && p != base {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if p == base {
-			return nil
-		}
-		rel := filepath.ToSlash(p[len(base):])
-		rel = strings.TrimPrefix(rel, "/")
-		rootRel := filepath.ToSlash(ws.Rel(p))
-		if d.IsDir() {
-			if ig.ignored(rootRel, true) || !descend(rel) {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if ig.ignored(rootRel, false) {
-			return nil
-		}
-		switch t := d.Type(); {
-		case t.IsRegular():
-		case t&fs.ModeSymlink != 0:
-			if _, err := ws.Resolve(p); err != nil {
-				return nil // leads outside the workspace
-			}
-		default:
-			return nil // devices, sockets, pipes
-		}
-		return visit(p, rel, d)
-	})
+	descend func(rel string) bool, visit func(e walkEntry) error) error {
+	dir, err := ws.openDir(base, nil)
+	if err != nil {
+		return nil // as an unreadable directory
+	}
+	defer dir.Close()
+	w := &walker{ctx: ctx, ws: ws, ig: ig, descend: descend, visit: visit}
+	err = w.dir(dir, "", filepath.ToSlash(ws.Rel(base)))
 	if err == fs.SkipAll {
 		return nil
 	}
 	return err
+}
+
+// walker is the state of one walkFiles.
+type walker struct {
+	ctx     context.Context
+	ws      *Workspace
+	ig      *ignoreRules
+	descend func(rel string) bool
+	visit   func(e walkEntry) error
+}
+
+// dir walks the directory d, at rel from the base and rootRel from the root.
+func (w *walker) dir(d *os.Root, rel, rootRel string) error {
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	entries, err := readDir(d)
+	if err != nil {
+		return nil // unreadable: skipped
+	}
+	for _, de := range entries {
+		if err := w.ctx.Err(); err != nil {
+			return err
+		}
+		e := walkEntry{dir: d, name: de.Name(), rel: path.Join(rel, de.Name()), rootRel: path.Join(rootRel, de.Name()), typ: de.Type()}
+		if e.info, err = de.Info(); err != nil {
+			continue // gone since the listing
+		}
+		if de.IsDir() {
+			if w.ig.ignored(e.rootRel, true) || !w.descend(e.rel) {
+				continue
+			}
+			sub, err := openSubdir(d, e.name, e.info)
+			if err != nil {
+				continue // unreadable, or swapped for a symlink
+			}
+			err = w.dir(sub, e.rel, e.rootRel)
+			sub.Close()
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if w.ig.ignored(e.rootRel, false) {
+			continue
+		}
+		switch {
+		case e.typ.IsRegular():
+		case e.typ&fs.ModeSymlink != 0:
+			target, err := w.ws.Resolve(filepath.Join(w.ws.root, filepath.FromSlash(e.rootRel)))
+			if err != nil {
+				continue // leads outside the workspace
+			}
+			e.target = target
+		default:
+			continue // devices, sockets, pipes
+		}
+		if err := w.visit(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readDir lists d, sorted by name. The entries' Info is their Lstat from
+// d's descriptor, taken while listing (the os package does so for a
+// directory opened through an os.Root), not by path.
+func readDir(d *os.Root) ([]fs.DirEntry, error) {
+	f, err := d.Open(".")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readDirFile(f)
+}
+
+// readDirFile lists the open directory f, sorted by name.
+func readDirFile(f *os.File) ([]fs.DirEntry, error) {
+	entries, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return entries, nil
 }

@@ -18,18 +18,38 @@ var ErrOutsideWorkspace = errors.New("path is outside the workspace")
 const maxSymlinks = 40
 
 // Workspace confines file access to one directory. The file tools (Read,
-// Write, Edit, Glob, Grep) resolve every model-supplied path through it.
+// Write, Edit, Glob, Grep, LS) resolve every model-supplied path through it.
 // Bash is not confined by it: it runs in the workspace root with the
 // permissions of the process, and the sandbox around the process is what
 // confines it.
 //
-// Confinement is checked when a path is resolved; a process that swaps a
-// directory for a symlink between Resolve and the file operation can win
-// that race. Only Bash commands run in the workspace, and they are not
-// confined anyway.
+// Confinement holds in two places. Resolve checks a path in user space and
+// returns its real location, which names files in results and is what the
+// tool policy matches. Every file operation then goes through an os.Root
+// opened on the workspace directory once, in NewWorkspace: the path is
+// walked from that descriptor one component at a time, each step an openat
+// relative to the directory before it, and a symlink is followed only while
+// it stays beneath the root. A background process that swaps a directory
+// for a symlink between Resolve and the operation (Bash can start one)
+// makes the operation fail; it cannot make it land outside. The walkers
+// open each directory from a descriptor too, and check that it is the
+// directory they listed, so one swapped for a symlink mid-walk is not
+// descended into, wherever the symlink leads.
+//
+// Writes replace the file (a temporary file and a rename) and reads refuse
+// a file with more than one hard link: a hard link is another name for a
+// file that may lie outside, and the sandbox around Bash hides files by
+// their names.
+//
+// A Workspace is safe for concurrent use. Close releases its descriptor;
+// one that is never closed releases it when it is garbage collected.
 type Workspace struct {
-	root  string // absolute, symlinks resolved
-	given string // absolute, as given to NewWorkspace (may differ from root)
+	root  string   // absolute, symlinks resolved
+	given string   // absolute, as given to NewWorkspace (may differ from root)
+	dir   *os.Root // root, opened once: every file operation goes through it
+	// escapes is the error os.Root returns for a path that leads out of
+	// it. The os package does not export it; see escapeError.
+	escapes error
 }
 
 // NewWorkspace returns the workspace rooted at root, creating the
@@ -57,8 +77,25 @@ func NewWorkspace(root string) (*Workspace, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("tools: workspace root %s is not a directory", real)
 	}
-	return &Workspace{root: real, given: abs}, nil
+	dir, err := os.OpenRoot(real)
+	if err != nil {
+		return nil, fmt.Errorf("tools: workspace root: %w", err)
+	}
+	return &Workspace{root: real, given: abs, dir: dir, escapes: escapeError(dir)}, nil
 }
+
+// escapeError returns the error dir's methods wrap for a path that leads
+// out of it: os.Root's own, which the os package does not export. A ".."
+// from the root produces it without touching the file system.
+// TestRootEscapeError checks that it still tells escapes apart.
+func escapeError(dir *os.Root) error {
+	_, err := dir.Lstat("..")
+	return errors.Unwrap(err)
+}
+
+// Close releases the workspace's directory descriptor. The workspace's file
+// operations fail after it.
+func (w *Workspace) Close() error { return w.dir.Close() }
 
 // Root returns the workspace directory, absolute and free of symlinks.
 func (w *Workspace) Root() string { return w.root }
@@ -80,6 +117,10 @@ func (w *Workspace) Rel(abs string) string {
 // wrapping ErrOutsideWorkspace, any path with a ".." component, an absolute
 // path outside the root, and a path that leads through a symlink to outside
 // the root.
+//
+// The check is made in user space, by path, and names the file: opening
+// what it returns is confined by the root descriptor, not by this check
+// (see Workspace).
 func (w *Workspace) Resolve(p string) (string, error) {
 	if p == "" {
 		return "", errors.New("empty path")
@@ -154,6 +195,12 @@ func (w *Workspace) walk(rel string) (string, error) {
 			return "", fmt.Errorf("too many levels of symbolic links")
 		}
 		target, err := os.Readlink(next)
+		if errors.Is(err, syscall.EINVAL) {
+			// No longer a symlink (a concurrent rename): look again,
+			// within the bound on links.
+			todo = append([]string{name}, todo...)
+			continue
+		}
 		if err != nil {
 			return "", err
 		}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 )
 
 // WriteInput is the input of Write.
@@ -59,56 +56,23 @@ func (*Write) Run(ctx context.Context, call Call) (Result, error) {
 		return errorResult("Cannot write %v", err), nil
 	}
 	rel := ws.Rel(path)
-	verb := "Created"
-	if fi, err := os.Stat(path); err == nil {
-		if fi.IsDir() {
-			return errorResult("Cannot write %s: it is a directory", rel), nil
-		}
-		verb = "Updated"
+	existed, err := ws.writeFile(path, []byte(in.Content), 0o644)
+	if err != nil {
+		return writeError("Cannot write", rel, err), nil
 	}
-	if err := writeAtomic(path, []byte(in.Content), 0o644); err != nil {
-		return errorResult("Cannot write %s: %v", rel, err), nil
+	verb := "Created"
+	if existed {
+		verb = "Updated"
 	}
 	return Result{Output: fmt.Sprintf("%s %s (%s, %s)", verb, rel,
 		plural(len(in.Content), "byte"), plural(countLines(in.Content), "line"))}, nil
 }
 
-// writeAtomic writes data to path through a temporary file in the same
-// directory and a rename, creating missing parent directories (0o755). An
-// existing file keeps its permission bits; a new one gets perm.
-func writeAtomic(path string, data []byte, perm fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	if fi, err := os.Stat(path); err == nil {
-		if !fi.Mode().IsRegular() {
-			return errors.New("not a regular file")
-		}
-		perm = fi.Mode().Perm()
+// writeError is the result for a failed writeFile: what (as "Cannot write")
+// rel, and why.
+func writeError(what, rel string, err error) Result {
+	if errors.Is(err, ErrOutsideWorkspace) {
+		return errorResult("%s %v", what, err) // it names the path
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(perm); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return errorResult("%s %s: %v", what, rel, err)
 }

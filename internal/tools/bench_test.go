@@ -1,0 +1,105 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// benchTree is a workspace of 20 directories, two levels deep, with 25 Go
+// files of 200 lines (about 9 KB) in each: 500 files, and one more that
+// holds a needle for Grep.
+func benchTree(b *testing.B) *Workspace {
+	b.Helper()
+	ws, err := NewWorkspace(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var src strings.Builder
+	src.WriteString("package p\n\n")
+	for i := range 198 {
+		fmt.Fprintf(&src, "var v%03d = %d // some text to search through\n", i, i)
+	}
+	files := map[string]string{}
+	for d := range 20 {
+		for f := range 25 {
+			files[fmt.Sprintf("pkg%02d/sub/f%02d.go", d, f)] = src.String()
+		}
+	}
+	files["pkg07/sub/needle.go"] = src.String() + "// the needle\n"
+	for name, content := range files {
+		p := filepath.Join(ws.Root(), name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return ws
+}
+
+// benchRun runs tool with in b.N times, failing on a tool error.
+func benchRun(b *testing.B, tool Tool, ws *Workspace, in map[string]any) {
+	b.Helper()
+	raw, err := json.Marshal(in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		res, err := tool.Run(ctx, Call{ID: "toolu_1", Input: raw, Workspace: ws})
+		if err != nil || res.IsError {
+			b.Fatalf("%s: %v %q", tool.Name(), err, res.Output)
+		}
+	}
+}
+
+func BenchmarkRead(b *testing.B) {
+	benchRun(b, &Read{}, benchTree(b), map[string]any{"file_path": "pkg03/sub/f07.go"})
+}
+
+func BenchmarkWrite(b *testing.B) {
+	benchRun(b, &Write{}, benchTree(b), map[string]any{"file_path": "pkg03/sub/new.go", "content": "package p\n\nvar x = 1\n"})
+}
+
+func BenchmarkEdit(b *testing.B) {
+	ws := benchTree(b)
+	// Alternating the edit keeps it valid on every iteration.
+	edits := []map[string]any{
+		{"file_path": "pkg03/sub/f07.go", "old_string": "var v100 = 100", "new_string": "var v100 = 101"},
+		{"file_path": "pkg03/sub/f07.go", "old_string": "var v100 = 101", "new_string": "var v100 = 100"},
+	}
+	raws := make([]json.RawMessage, len(edits))
+	for i, e := range edits {
+		raws[i], _ = json.Marshal(e)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		res, err := (&Edit{}).Run(ctx, Call{ID: "toolu_1", Input: raws[i%2], Workspace: ws})
+		if err != nil || res.IsError {
+			b.Fatalf("Edit: %v %q", err, res.Output)
+		}
+		i++
+	}
+}
+
+func BenchmarkGrep(b *testing.B) {
+	benchRun(b, &Grep{}, benchTree(b), map[string]any{"pattern": "needle"})
+}
+
+func BenchmarkGlob(b *testing.B) {
+	benchRun(b, &Glob{}, benchTree(b), map[string]any{"pattern": "**/f1*.go"})
+}
+
+func BenchmarkLS(b *testing.B) {
+	benchRun(b, &LS{}, benchTree(b), map[string]any{"path": "."})
+}
