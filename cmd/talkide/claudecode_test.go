@@ -180,8 +180,20 @@ func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 	if !strings.HasPrefix(env["CLAUDE_CONFIG_DIR"], st.info.ClaudeConfigDir+"/") {
 		t.Errorf("the CLI's CLAUDE_CONFIG_DIR %q is not on the session volume %s", env["CLAUDE_CONFIG_DIR"], st.info.ClaudeConfigDir)
 	}
-	if len(env) != 10 {
-		t.Errorf("the CLI's environment has %d variables, want the harness's 10: %v", len(env), env)
+	// The harness's ten, the jail's (the locale, the terminal, the egress
+	// proxy), and the command's own TMPDIR; nothing of the worker's.
+	allowed := map[string]bool{"PATH": true, "HOME": true, "CLAUDE_CONFIG_DIR": true, "ANTHROPIC_BASE_URL": true,
+		"ANTHROPIC_AUTH_TOKEN": true, "DISABLE_TELEMETRY": true, "DISABLE_AUTOUPDATER": true, "DISABLE_ERROR_REPORTING": true,
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": true, "CLAUDE_CODE_MAX_RETRIES": true,
+		"LANG": true, "TERM": true, "TMPDIR": true,
+		"HTTPS_PROXY": true, "https_proxy": true, "HTTP_PROXY": true, "http_proxy": true, "NO_PROXY": true, "no_proxy": true}
+	for k := range env {
+		if !allowed[k] {
+			t.Errorf("the CLI's environment has %s, which neither the harness nor the jail sets", k)
+		}
+	}
+	if len(env) != len(allowed) {
+		t.Errorf("the CLI's environment has %d variables, want %d: %v", len(env), len(allowed), env)
 	}
 
 	// The second turn carries the history.

@@ -83,24 +83,34 @@ func TestMCPServerFromWorkspace(t *testing.T) {
 	// The next turn uses the same server process; it stops with the worker.
 	r = send(t, base, c.ID, `[[tool:mcp__echo__pid]]`)
 	got = readStream(t, base, c.ID, got[len(got)-1].ev.Seq, turnEnded(r.TurnID))
-	pid := 0
-	for _, s := range got {
-		if s.ev.Kind == contract.KindToolFinished {
-			pid, _ = strconv.Atoi(strings.Fields(s.ev.Tool.Output + " x")[0])
-		}
+	// The server's own pid is its PID namespace's; the host's is found by
+	// its executable and working directory.
+	pids := processesRunning(echoBin, ws)
+	if len(pids) != 1 {
+		t.Fatalf("echo server processes %v, want one", pids)
 	}
-	if pid <= 0 || !processRuns(pid) {
-		t.Fatalf("echo server pid %d not running", pid)
-	}
+	pid := pids[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stopped = true
 	if err := st.shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if processRuns(pid) {
+	if processRuns(pid) || len(processesRunning(echoBin, ws)) > 0 {
 		t.Errorf("the echo server (pid %d) outlived the worker", pid)
 	}
+}
+
+// processesRunning lists the running processes of executable exe whose
+// working directory is dir.
+func processesRunning(exe, dir string) []int {
+	var out []int
+	for _, pid := range processesIn(dir) {
+		if e, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err == nil && e == exe && processRuns(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // processRuns reports whether pid is a process that is not a zombie.

@@ -66,6 +66,17 @@ func buildRoot(cfg helperConfig) (map[int]string, error) {
 	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=16m"); err != nil {
 		return nil, fmt.Errorf("root tmpfs: %w", err)
 	}
+	// A private /tmp and /dev/shm first: what is bound below may live
+	// under /tmp, and must stay visible on top of them.
+	for _, dir := range []string{"dev/shm", "tmp"} {
+		d := filepath.Join(root, dir)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=64m"); err != nil {
+			return nil, fmt.Errorf("%s tmpfs: %w", dir, err)
+		}
+	}
 	p := cfg.Policy
 	for _, path := range append(append([]string(nil), cfg.ReadOnly...), p.ReadOnly...) {
 		if err := bindInto(root, path, true); err != nil {
@@ -87,17 +98,6 @@ func buildRoot(cfg helperConfig) (map[int]string, error) {
 			return nil, err
 		}
 	}
-	for _, dir := range []string{"dev/shm", "tmp"} {
-		d := filepath.Join(root, dir)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=64m"); err != nil {
-			return nil, fmt.Errorf("%s tmpfs: %w", dir, err)
-		}
-	}
-	// The workspace and the other writable directories last: they may
-	// live under /tmp, whose private tmpfs would hide them.
 	for _, path := range append([]string{p.Workspace}, p.Writable...) {
 		if err := bindInto(root, path, false); err != nil {
 			return nil, err

@@ -37,7 +37,7 @@ type sessionConfig struct {
 	workerID   string
 	notices    []string
 	jail       func(conversationID, workspace string) *sandbox.Jail // nil: turns get none
-	workspaces string // holds one working tree per conversation
+	workspaces string                                               // holds one working tree per conversation
 	syncRetry  backoff.Policy
 }
 

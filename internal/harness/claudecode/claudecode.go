@@ -26,6 +26,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/sandbox"
 )
 
 // Name is the harness's name in session metadata and flags.
@@ -117,10 +118,11 @@ const cliMaxRetries = 5
 // Harness runs turns through Claude Code CLI processes. Close it to stop
 // them.
 type Harness struct {
-	bin   string
-	proxy Proxy
-	opts  Options
-	log   *slog.Logger
+	bin     string
+	install string // the CLI's installation, readable in its sandbox
+	proxy   Proxy
+	opts    Options
+	log     *slog.Logger
 
 	mu sync.Mutex
 	// guarded by mu
@@ -187,7 +189,24 @@ func New(bin string, proxy Proxy, opts *Options) (*Harness, error) {
 	}
 	o.ExtraEnv = append([]string(nil), o.ExtraEnv...)
 	o.ExtraArgs = append([]string(nil), o.ExtraArgs...)
-	return &Harness{bin: bin, proxy: proxy, opts: o, log: o.Logger, procs: make(map[string]*proc)}, nil
+	return &Harness{bin: bin, install: installDir(bin), proxy: proxy, opts: o, log: o.Logger, procs: make(map[string]*proc)}, nil
+}
+
+// installDir is what the CLI's sandbox must be able to read of its
+// installation: the node_modules directory its executable lives in (an
+// npm install links bin/claude to the package beside it), or the
+// executable's own directory.
+func installDir(bin string) string {
+	real, err := filepath.EvalSymlinks(bin)
+	if err != nil {
+		real = bin
+	}
+	for d := filepath.Dir(real); d != "/" && d != "."; d = filepath.Dir(d) {
+		if filepath.Base(d) == "node_modules" {
+			return d
+		}
+	}
+	return filepath.Dir(real)
 }
 
 // Name implements harness.Harness.
@@ -358,7 +377,12 @@ func (h *Harness) acquire(ctx context.Context, t *harness.Turn, log *slog.Logger
 		}
 	}
 	args := h.args(st.SessionID)
-	p, err := startProc(h.bin, args, h.env(conv, home, config), t.Workspace, h.opts.MaxLineBytes)
+	p, err := startProc(t.Jail, h.bin, args, sandbox.Extra{
+		Env: h.env(conv, home, config), Dir: t.Workspace,
+		// The CLI's own state, and nothing else of the session directory.
+		Writable: []string{home, config},
+		ReadOnly: []string{h.install},
+	}, h.opts.MaxLineBytes)
 	if err != nil {
 		return nil, &harness.TurnError{Code: contract.FailInternal, Message: "Claude Code could not be started", Retryable: true, Err: err}
 	}

@@ -19,18 +19,25 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/sandbox"
 )
 
 // fakeBin is the fake CLI built from testdata/fakeclaude.
-var fakeBin string
+var fakeBin, fakeRoot string
 
 func TestMain(m *testing.M) {
+	// The CLI runs in the sandbox, with this binary as the helper.
+	sandbox.RunHelper()
 	dir, err := os.MkdirTemp("", "fakeclaude")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	fakeBin = filepath.Join(dir, "claude")
+	// The fake records its starts under fakeRoot, which the sessions'
+	// sandboxes may write, and replays transcripts they may read.
+	fakeRoot = filepath.Join(dir, "runs")
+	os.Mkdir(fakeRoot, 0o755)
 	build := exec.Command("go", "build", "-o", fakeBin, "./testdata/fakeclaude")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -51,7 +58,12 @@ type fake struct {
 
 func newFake(t *testing.T, opts func(*Options)) *fake {
 	t.Helper()
-	f := &fake{dir: t.TempDir()}
+	runDir, err := os.MkdirTemp(fakeRoot, "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(runDir) })
+	f := &fake{dir: runDir}
 	transcripts, _ := filepath.Abs(transcriptDir)
 	o := Options{
 		ExtraEnv: []string{"FAKECLAUDE_DIR=" + f.dir, "FAKECLAUDE_TRANSCRIPTS=" + transcripts},
@@ -197,8 +209,15 @@ func TestCLIEnvironmentIsExact(t *testing.T) {
 		"FAKECLAUDE_DIR=" + f.dir,
 		"FAKECLAUDE_TRANSCRIPTS=" + transcripts,
 		"LANG=C.UTF-8",
+		"TERM=dumb",                  // the jail's
+		"TMPDIR=<the command's own>", // the sandbox's, a directory per command
 	}
 	got := slices.Clone(st[0].Env)
+	for i, kv := range got {
+		if strings.HasPrefix(kv, "TMPDIR=/tmp/talkide-sandbox-") {
+			got[i] = "TMPDIR=<the command's own>"
+		}
+	}
 	slices.Sort(want)
 	slices.Sort(got)
 	if diff := cmp.Diff(want, got); diff != "" {

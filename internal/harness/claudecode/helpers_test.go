@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/sandbox"
+	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 )
 
 // memTranscript is a harness.Transcript in memory.
@@ -41,6 +44,7 @@ type session struct {
 	conv       string
 	dir, ws    string
 	transcript *memTranscript
+	jail       *sandbox.Jail
 
 	mu      sync.Mutex
 	events  []contract.Event  // guarded by mu
@@ -51,13 +55,18 @@ type session struct {
 
 func newSession(t *testing.T, conv string) *session {
 	t.Helper()
-	return &session{conv: conv, dir: t.TempDir(), ws: t.TempDir(), transcript: &memTranscript{}}
+	ws := t.TempDir()
+	jail := sandboxtest.HostJail(t, ws)
+	transcripts, _ := filepath.Abs(transcriptDir)
+	jail.Writable = append(jail.Writable, fakeRoot)
+	jail.ReadOnly = append(jail.ReadOnly, transcripts)
+	return &session{conv: conv, dir: t.TempDir(), ws: ws, transcript: &memTranscript{}, jail: jail}
 }
 
 func (s *session) turn(text string) *harness.Turn {
 	return &harness.Turn{
 		ConversationID: s.conv, TurnID: "t_" + contract.NewID(""), UserID: "u1", Text: text,
-		SessionDir: s.dir, Workspace: s.ws, Transcript: s.transcript,
+		SessionDir: s.dir, Workspace: s.ws, Transcript: s.transcript, Jail: s.jail,
 		Emit: func(ev contract.Event) {
 			s.mu.Lock()
 			s.events = append(s.events, ev)

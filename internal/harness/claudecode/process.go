@@ -15,11 +15,14 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/talkide/platform/internal/sandbox"
 )
 
 // proc is one running CLI process: the conversation's long-lived session.
 type proc struct {
 	cmd       *exec.Cmd
+	sb        *sandbox.Cmd // the sandboxed command cmd runs
 	stdin     io.WriteCloser
 	resumed   bool          // started with --resume
 	lines     chan []byte   // stdout lines; closed when stdout ends
@@ -38,15 +41,18 @@ var errLineTooLong = errors.New("line too long")
 // tooLongLine is what the reader delivers in place of a dropped line.
 var tooLongLine = []byte{0}
 
-// startProc starts the CLI in dir with exactly env.
-func startProc(bin string, args, env []string, dir string, maxLine int) (*proc, error) {
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	cmd.Env = env // never nil: never the worker's own environment
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// The CLI's tools run in sessions of their own; stop() kills them by
-	// walking the tree. WaitDelay bounds Wait if one escaped anyway and
-	// still holds stderr.
+// startProc starts the CLI in dir with env, in jail.
+func startProc(jail *sandbox.Jail, bin string, args []string, x sandbox.Extra, maxLine int) (*proc, error) {
+	if jail == nil {
+		return nil, errors.New("this conversation has no sandbox to run Claude Code in")
+	}
+	sb, err := jail.ExecCommand(bin, args, x)
+	if err != nil {
+		return nil, err
+	}
+	cmd := sb.Cmd
+	// The sandbox's supervisor ends the CLI's tree when it exits or is
+	// stopped. WaitDelay bounds Wait should something still hold stderr.
 	cmd.WaitDelay = 2 * time.Second
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -62,7 +68,7 @@ func startProc(bin string, args, env []string, dir string, maxLine int) (*proc, 
 		return nil, err
 	}
 	p := &proc{
-		cmd: cmd, stdin: stdin, stderr: tail,
+		cmd: cmd, sb: sb, stdin: stdin, stderr: tail,
 		lines:  make(chan []byte, 64),
 		quit:   make(chan struct{}),
 		exited: make(chan struct{}),
@@ -71,6 +77,7 @@ func startProc(bin string, args, env []string, dir string, maxLine int) (*proc, 
 		defer close(p.exited)
 		p.read(stdout, maxLine)
 		p.waitErr = cmd.Wait()
+		sb.Release()
 	}()
 	return p, nil
 }
@@ -151,6 +158,7 @@ func (p *proc) send(ctx context.Context, line []byte) error {
 func (p *proc) stop() {
 	p.stopOnce.Do(func() {
 		close(p.quit)
+		p.sb.Stop()
 		killTree(p.cmd.Process.Pid)
 		p.stdin.Close()
 	})

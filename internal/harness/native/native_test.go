@@ -23,6 +23,8 @@ import (
 	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/sandbox"
+	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 )
 
 const simKey = "sk-ant-native-test"
@@ -110,6 +112,7 @@ type fixture struct {
 	sim        *anthropicsim.Simulator
 	transcript *memTranscript
 	workspace  string
+	jail       *sandbox.Jail
 }
 
 // newFixture starts a simulator behind an httptest server. wrap, when not
@@ -124,11 +127,13 @@ func newFixture(t *testing.T, opts *Options, wrap func(http.Handler) http.Handle
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	client := anthropic.NewClient(option.WithBaseURL(srv.URL), option.WithAPIKey(simKey), option.WithMaxRetries(0))
+	ws := filepath.Join(t.TempDir(), "ws")
 	return &fixture{
 		h:          New(client, opts),
 		sim:        sim,
 		transcript: &memTranscript{},
-		workspace:  filepath.Join(t.TempDir(), "ws"),
+		workspace:  ws,
+		jail:       sandboxtest.Jail(t, ws),
 	}
 }
 
@@ -141,6 +146,7 @@ func (f *fixture) turn(text string, s *sink) *harness.Turn {
 		Transcript:     f.transcript,
 		Emit:           s.emit,
 		Report:         s.report,
+		Jail:           f.jail,
 	}
 }
 
@@ -507,3 +513,6 @@ func TestStreamCap(t *testing.T) {
 		t.Fatalf("streamed %q", got)
 	}
 }
+
+// Bash runs through the sandbox, with this test binary as the helper.
+func TestMain(m *testing.M) { sandboxtest.Main(m) }

@@ -18,6 +18,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/talkide/platform/internal/sandbox"
 )
 
 // stderrTail is how much of a stdio server's stderr is kept to explain
@@ -54,6 +56,7 @@ type server struct {
 // process is a stdio server's process group.
 type process struct {
 	cmd    *exec.Cmd
+	sb     *sandbox.Cmd       // the sandboxed command cmd runs
 	cancel context.CancelFunc // kills the group through cmd.Cancel while the leader runs
 	stderr *os.File           // read end
 	tail   *tailBuffer
@@ -66,6 +69,9 @@ type startParams struct {
 	path      string // PATH of stdio servers
 	grace     time.Duration
 	transport http.RoundTripper
+	// jail is the conversation's sandbox; a stdio server starts in it or
+	// not at all.
+	jail *sandbox.Jail
 }
 
 // startServer starts sc and lists its tools, within ctx. On error nothing
@@ -124,21 +130,32 @@ func (s *server) connectStdio(ctx context.Context, client *mcp.Client, p startPa
 	for _, k := range names {
 		env = append(env, k+"="+sc.Env[k]) // a declared PATH or HOME wins: the last value counts
 	}
-	pr, pw, err := os.Pipe()
+	if p.jail == nil {
+		return errors.New("cannot start: this conversation has no sandbox to run it in")
+	}
+	x := sandbox.Extra{Env: env, Dir: p.dir}
+	if filepath.IsAbs(path) {
+		// The operator allow-listed this program: its directory (a
+		// toolchain's bin, say) is readable to it, not only the system's.
+		x.ReadOnly = []string{filepath.Dir(path)}
+	}
+	sb, err := p.jail.ExecCommand(path, sc.Args, x)
 	if err != nil {
 		return fmt.Errorf("cannot start: %v", err)
 	}
-	// The process's lifetime is the server's, not the turn's.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		sb.Release()
+		return fmt.Errorf("cannot start: %v", err)
+	}
+	// The process's lifetime is the server's, not the turn's; when it
+	// ends the sandbox's supervisor ends the whole tree.
 	procCtx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(procCtx, path, sc.Args...)
-	cmd.Args[0] = sc.Command
-	cmd.Dir = p.dir
-	cmd.Env = env // never the worker's own environment
+	cmd := sb.Cmd
 	cmd.Stderr = pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	context.AfterFunc(procCtx, sb.Stop)
 	cmd.WaitDelay = time.Second
-	proc := &process{cmd: cmd, cancel: cancel, stderr: pr, tail: &tailBuffer{max: stderrTail}, read: make(chan struct{})}
+	proc := &process{cmd: cmd, sb: sb, cancel: cancel, stderr: pr, tail: &tailBuffer{max: stderrTail}, read: make(chan struct{})}
 
 	// A start that takes too long, or a turn interrupted meanwhile, kills
 	// the group; Connect then fails at once.
@@ -296,13 +313,16 @@ func (p *process) end(cs *mcp.ClientSession) {
 		cs.Close()
 	}
 	if p.cmd.Process != nil {
-		// The leader's group id is its pid; members it left behind go too.
+		// The sandbox's supervisor ends the whole tree; its session goes
+		// too, should it not have.
+		p.sb.Stop()
 		pgid := p.cmd.Process.Pid
-		syscall.Kill(-pgid, syscall.SIGKILL)
 		// Reap the leader if no one has (Wait twice is harmless).
 		p.cmd.Wait()
+		syscall.Kill(-pgid, syscall.SIGKILL)
 		waitGroupGone(pgid, killWait)
 	}
+	p.sb.Release()
 	select {
 	case <-p.read:
 	case <-time.After(drainGrace):

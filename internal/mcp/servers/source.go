@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/tools"
 )
 
@@ -170,7 +171,7 @@ func (s *Source) Tools(ctx context.Context, t *harness.Turn) ([]tools.Tool, erro
 		c.version = v
 		problems = append(problems, s.reconfigure(c, data, rerr, log)...)
 	}
-	problems = append(problems, s.ensure(ctx, c, ws.Root(), log)...)
+	problems = append(problems, s.ensure(ctx, c, ws.Root(), t.Jail, log)...)
 
 	var out []tools.Tool
 	for _, name := range sortedKeys(c.servers) {
@@ -306,7 +307,7 @@ func (s *Source) reconfigure(c *conversation, data []byte, rerr error, log *slog
 
 // ensure starts the wanted servers that are not running and may be tried,
 // and refreshes tool lists servers said have changed. c.mu is held.
-func (s *Source) ensure(ctx context.Context, c *conversation, dir string, log *slog.Logger) []error {
+func (s *Source) ensure(ctx context.Context, c *conversation, dir string, jail *sandbox.Jail, log *slog.Logger) []error {
 	now := time.Now()
 	var start []ServerConfig
 	ended := map[string]string{}
@@ -342,7 +343,7 @@ func (s *Source) ensure(ctx context.Context, c *conversation, dir string, log *s
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
 			defer cancel()
-			srv, err := startServer(sctx, sc, startParams{dir: dir, path: s.opts.Path, grace: s.opts.CloseGrace, transport: s.opts.HTTPTransport})
+			srv, err := startServer(sctx, sc, startParams{dir: dir, path: s.opts.Path, grace: s.opts.CloseGrace, transport: s.opts.HTTPTransport, jail: jail})
 			results[i] = result{srv, err}
 		}()
 	}

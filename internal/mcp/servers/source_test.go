@@ -21,6 +21,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/sandbox"
+	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 	"github.com/talkide/platform/internal/tools"
 )
 
@@ -28,6 +30,8 @@ import (
 var echoBin string
 
 func TestMain(m *testing.M) {
+	// The stdio servers run in the sandbox, with this binary as the helper.
+	sandbox.RunHelper()
 	dir, err := os.MkdirTemp("", "echoserver")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -71,7 +75,7 @@ func newFixture(t *testing.T, opts *Options) *fixture {
 	ws := filepath.Join(t.TempDir(), "ws")
 	os.MkdirAll(ws, 0o755)
 	ws, _ = filepath.EvalSymlinks(ws)
-	return &fixture{t: t, src: src, ws: ws, turn: &harness.Turn{ConversationID: "conv-1", TurnID: "turn-1", Workspace: ws}}
+	return &fixture{t: t, src: src, ws: ws, turn: &harness.Turn{ConversationID: "conv-1", TurnID: "turn-1", Workspace: ws, Jail: sandboxtest.HostJail(t, ws)}}
 }
 
 func mustAllowList(t *testing.T, s string) *AllowList {
@@ -180,12 +184,12 @@ func TestStdioServerToolCall(t *testing.T) {
 		t.Errorf("echo = %+v", res)
 	}
 
-	// Its environment is the scrubbed one plus what was declared, its
-	// directory the workspace.
+	// Its environment is the scrubbed one of the jail plus what was
+	// declared, and a TMPDIR of its own; its directory the workspace.
 	res := f.call(ts, "mcp__echo__env", `{}`)
-	want := "cwd=" + f.ws + "\nGREETING=hello\nHOME=" + f.ws + "\nLANG=C.UTF-8\nPATH=" + DefaultPath
-	if res.Output != want {
-		t.Errorf("env:\n%s\nwant:\n%s", res.Output, want)
+	want := "cwd=" + f.ws + "\nGREETING=hello\nHOME=" + f.ws + "\nLANG=C.UTF-8\nPATH=" + DefaultPath + "\nTERM=dumb\nTMPDIR="
+	if !strings.HasPrefix(res.Output, want) || strings.Count(res.Output, "\n") != strings.Count(want, "\n") {
+		t.Errorf("env:\n%s\nwant:\n%s…", res.Output, want)
 	}
 
 	// An error result is an error the model sees.
@@ -305,7 +309,7 @@ func TestNothingAllowedByDefault(t *testing.T) {
 	defer src.Close()
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, ConfigFile), []byte(fmt.Sprintf(`{"mcpServers": {"echo": {"command": %q}}}`, echoBin)), 0o644)
-	ts, err := src.Tools(context.Background(), &harness.Turn{ConversationID: "c", Workspace: ws})
+	ts, err := src.Tools(context.Background(), &harness.Turn{ConversationID: "c", Workspace: ws, Jail: sandboxtest.HostJail(t, ws)})
 	if len(ts) != 0 || !errors.Is(err, ErrNotAllowed) {
 		t.Fatalf("tools %v, err %v", ts, err)
 	}
@@ -410,7 +414,7 @@ func TestCloseKillsProcessGroupsAndGoroutines(t *testing.T) {
 	pa, child := f.pids(ts, "mcp__a__pid")
 	pb, _ := f.pids(ts, "mcp__b__pid")
 	// A second conversation.
-	f.turn = &harness.Turn{ConversationID: "conv-2", Workspace: f.ws}
+	f.turn = &harness.Turn{ConversationID: "conv-2", Workspace: f.ws, Jail: sandboxtest.HostJail(t, f.ws)}
 	ts2, err := f.tools()
 	if err != nil {
 		t.Fatal(err)
