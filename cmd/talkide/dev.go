@@ -109,10 +109,13 @@ func runDev(parent context.Context, cfg devConfig, std stdio) error {
 	ctx, later, stop := untilSignal(parent, std.signals)
 	defer stop()
 	logger := cfg.logger
-	// Read the key, then remove it from the environment: nothing started by
-	// the worker side (tools, subprocess harnesses) may inherit it.
-	cfg.apiKey = os.Getenv("ANTHROPIC_API_KEY")
-	os.Unsetenv("ANTHROPIC_API_KEY")
+	// The key was handed over at start (secretenv.go): no environment of
+	// this process or of what it starts holds it.
+	cfg.apiKey = secret("ANTHROPIC_API_KEY")
+	os.Unsetenv("ANTHROPIC_API_KEY") // a process that did not re-execute (a test)
+	if err := undumpable(); err != nil {
+		logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
+	}
 
 	st, err := startDev(ctx, cfg)
 	if err != nil {

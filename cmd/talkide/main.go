@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -24,6 +25,10 @@ func main() {
 	// Re-executed as the sandbox's helper, the binary confines itself and
 	// runs an agent command; nothing else of it runs then.
 	sandbox.RunHelper()
+	if err := handOverSecrets(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "talkide:", err)
+		os.Exit(exitError)
+	}
 	// Each command decides what a signal means: the servers stop on the
 	// first and cut their grace period short on the second; the chat
 	// client interrupts the running turn on the first Ctrl-C.

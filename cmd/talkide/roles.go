@@ -80,6 +80,9 @@ answers 503. See docs/operations.md.`,
 			if err != nil {
 				return err
 			}
+			if err := undumpable(); err != nil {
+				logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
+			}
 			if o.localUser != "" && !httpapi.LoopbackHost(o.listen) {
 				return usageErrorf(cmd, "--local-user needs a loopback --listen address")
 			}
@@ -145,6 +148,9 @@ identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
 				return err
 			}
 			o.logger = logger
+			if err := undumpable(); err != nil {
+				logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
+			}
 			if err := agent.apply(&o); err != nil {
 				return err
 			}
@@ -181,8 +187,9 @@ identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
 
 // workerEnv completes o from the environment the seam names
 // (TALKIDE_GATEWAY_BASE_URL, CLAUDE_CONFIG_DIR) and reads the worker's
-// secrets, then removes them from the environment: nothing the agent runs
-// may inherit them.
+// secrets: from files (--identity-token-file, --command-key-file, which a
+// rotation updates in place), or handed over from the environment at start
+// (secretenv.go), which nothing the agent runs can then inherit.
 func workerEnv(o *workerOptions, tokenFile, keyFile string) error {
 	if o.tenant == "" || o.env == "" {
 		return errors.New("--tenant and --env are required")
@@ -204,13 +211,13 @@ func workerEnv(o *workerOptions, tokenFile, keyFile string) error {
 	switch {
 	case tokenFile != "":
 		o.identity = identityFromFile(tokenFile)
-	case os.Getenv("TALKIDE_WORKER_IDENTITY_TOKEN") != "":
-		tok := os.Getenv("TALKIDE_WORKER_IDENTITY_TOKEN")
+	case secret("TALKIDE_WORKER_IDENTITY_TOKEN") != "":
+		tok := secret("TALKIDE_WORKER_IDENTITY_TOKEN")
 		o.identity = func() (string, error) { return tok, nil }
 	default:
 		return errors.New("an identity token is required: --identity-token-file or TALKIDE_WORKER_IDENTITY_TOKEN")
 	}
-	keyText := os.Getenv("TALKIDE_WORKER_COMMAND_KEY")
+	keyText := secret("TALKIDE_WORKER_COMMAND_KEY")
 	if keyFile != "" {
 		b, err := os.ReadFile(keyFile)
 		if err != nil {
@@ -222,7 +229,7 @@ func workerEnv(o *workerOptions, tokenFile, keyFile string) error {
 	if o.commandKey, err = base64.StdEncoding.DecodeString(strings.TrimSpace(keyText)); err != nil || len(o.commandKey) < 32 {
 		return fmt.Errorf("a base64 command key of at least 32 bytes is required: --command-key-file or TALKIDE_WORKER_COMMAND_KEY")
 	}
-	os.Unsetenv("TALKIDE_WORKER_IDENTITY_TOKEN")
+	os.Unsetenv("TALKIDE_WORKER_IDENTITY_TOKEN") // a process that did not re-execute (a test)
 	os.Unsetenv("TALKIDE_WORKER_COMMAND_KEY")
 	return nil
 }

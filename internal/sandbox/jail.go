@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"time"
@@ -32,9 +33,10 @@ func (j *Jail) Command(path string, args []string, p Extra) (*Cmd, error) {
 	return j.Sandbox.Command(j.Policy(path, args, p))
 }
 
-// ExecCommand is Command for a caller that drives the exec.Cmd itself.
-func (j *Jail) ExecCommand(path string, args []string, p Extra) (*Cmd, error) {
-	return j.Sandbox.ExecCommand(j.Policy(path, args, p))
+// ExecCommand is Command for a caller that drives the exec.Cmd itself;
+// ctx ends the command (Sandbox.ExecCommand).
+func (j *Jail) ExecCommand(ctx context.Context, path string, args []string, p Extra) (*Cmd, error) {
+	return j.Sandbox.ExecCommand(ctx, j.Policy(path, args, p))
 }
 
 // Extra is what one process adds to its jail.

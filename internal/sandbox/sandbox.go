@@ -198,9 +198,21 @@ func (s *Sandbox) Command(p Policy) (*Cmd, error) {
 // ExecCommand is Command for a caller that starts and waits for the
 // exec.Cmd itself (an MCP client's transport): the helper then reports a
 // failure to set up on the command's stderr, and the caller calls Release
-// once the process has been waited for.
-func (s *Sandbox) ExecCommand(p Policy) (*Cmd, error) {
-	return s.command(p, false)
+// once the process has been waited for. When ctx ends, the supervisor is
+// asked to end the tree (and killed after a grace period), as
+// exec.CommandContext does it: safe while the caller is still starting it.
+func (s *Sandbox) ExecCommand(ctx context.Context, p Policy) (*Cmd, error) {
+	c, err := s.command(p, false)
+	if err != nil {
+		return nil, err
+	}
+	bare := c.Cmd
+	cmd := exec.CommandContext(ctx, bare.Path, bare.Args[1:]...)
+	cmd.Env, cmd.Dir, cmd.ExtraFiles, cmd.SysProcAttr = bare.Env, bare.Dir, bare.ExtraFiles, bare.SysProcAttr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = stopGrace
+	c.Cmd = cmd
+	return c, nil
 }
 
 func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {

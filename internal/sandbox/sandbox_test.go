@@ -395,7 +395,7 @@ func TestExecCommand(t *testing.T) {
 	for name, s := range modes(t) {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
-			c, err := s.ExecCommand(sandbox.Policy{Path: "/bin/sh", Args: []string{"-c", "read line; echo got $line; cat " + e.secret}, Workspace: e.workspace})
+			c, err := s.ExecCommand(context.Background(), sandbox.Policy{Path: "/bin/sh", Args: []string{"-c", "read line; echo got $line; cat " + e.secret}, Workspace: e.workspace})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -414,7 +414,7 @@ func TestExecCommand(t *testing.T) {
 				t.Errorf("output %q, outcome %+v: want the line echoed and the secret refused", out.String(), o)
 			}
 
-			bad, err := s.ExecCommand(sandbox.Policy{Path: "/bin/true", Workspace: e.workspace, Dir: filepath.Join(e.root, "missing")})
+			bad, err := s.ExecCommand(context.Background(), sandbox.Policy{Path: "/bin/true", Workspace: e.workspace, Dir: filepath.Join(e.root, "missing")})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -46,7 +46,7 @@ func startProc(jail *sandbox.Jail, bin string, args []string, x sandbox.Extra, m
 	if jail == nil {
 		return nil, errors.New("this conversation has no sandbox to run Claude Code in")
 	}
-	sb, err := jail.ExecCommand(bin, args, x)
+	sb, err := jail.ExecCommand(context.Background(), bin, args, x)
 	if err != nil {
 		return nil, err
 	}

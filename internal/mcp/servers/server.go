@@ -139,22 +139,22 @@ func (s *server) connectStdio(ctx context.Context, client *mcp.Client, p startPa
 		// toolchain's bin, say) is readable to it, not only the system's.
 		x.ReadOnly = []string{filepath.Dir(path)}
 	}
-	sb, err := p.jail.ExecCommand(path, sc.Args, x)
+	// The process's lifetime is the server's, not the turn's; when it
+	// ends the sandbox's supervisor ends the whole tree.
+	procCtx, cancel := context.WithCancel(context.Background())
+	sb, err := p.jail.ExecCommand(procCtx, path, sc.Args, x)
 	if err != nil {
+		cancel()
 		return fmt.Errorf("cannot start: %v", err)
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
+		cancel()
 		sb.Release()
 		return fmt.Errorf("cannot start: %v", err)
 	}
-	// The process's lifetime is the server's, not the turn's; when it
-	// ends the sandbox's supervisor ends the whole tree.
-	procCtx, cancel := context.WithCancel(context.Background())
 	cmd := sb.Cmd
 	cmd.Stderr = pw
-	context.AfterFunc(procCtx, sb.Stop)
-	cmd.WaitDelay = time.Second
 	proc := &process{cmd: cmd, sb: sb, cancel: cancel, stderr: pr, tail: &tailBuffer{max: stderrTail}, read: make(chan struct{})}
 
 	// A start that takes too long, or a turn interrupted meanwhile, kills

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// A secret given in the environment stays in /proc/<pid>/environ for the
+// life of the process, whatever os.Unsetenv does, and every process the
+// worker starts would inherit it unless each start scrubs it. So the roles
+// that take secrets from the environment (as the seam names them) read
+// them once: the process re-executes itself without them, handing them
+// over in an unlinked memory file that it reads and closes at once. After
+// that no environment of any process holds them.
+
+// secretEnv are the variables each role may be given a secret in.
+var secretEnv = map[string][]string{
+	"worker": {"TALKIDE_WORKER_IDENTITY_TOKEN", "TALKIDE_WORKER_COMMAND_KEY"},
+	"dev":    {"ANTHROPIC_API_KEY"},
+}
+
+// handOverFD names the descriptor of the handed-over secrets after the
+// re-execution; its value is a number, not a secret.
+const handOverFD = "TALKIDE_HANDED_OVER_SECRETS_FD"
+
+// handedOver holds the secrets read back after the re-execution; main
+// fills it before any command runs.
+var handedOver map[string]string
+
+// handOverSecrets is called first in main. After a re-execution it reads
+// the secrets back; otherwise, when the command's role was given secrets
+// in its environment, it re-executes the binary without them (and does
+// not return).
+func handOverSecrets(args []string) error {
+	if v, ok := os.LookupEnv(handOverFD); ok {
+		os.Unsetenv(handOverFD)
+		fd, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("%s=%q is not a descriptor", handOverFD, v)
+		}
+		f := os.NewFile(uintptr(fd), "secrets")
+		defer f.Close()
+		return json.NewDecoder(f).Decode(&handedOver)
+	}
+	if len(args) < 2 {
+		return nil
+	}
+	names := secretEnv[args[1]]
+	secrets := map[string]string{}
+	for _, n := range names {
+		if v, ok := os.LookupEnv(n); ok {
+			secrets[n] = v
+		}
+	}
+	if len(secrets) == 0 {
+		return nil
+	}
+	fd, err := unix.MemfdCreate("talkide-secrets", 0) // inherited across exec
+	if err != nil {
+		return fmt.Errorf("hand over the environment's secrets: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "secrets")
+	if err := json.NewEncoder(f).Encode(secrets); err != nil {
+		return fmt.Errorf("hand over the environment's secrets: %w", err)
+	}
+	if _, err := f.Seek(0, 0); err != nil {
+		return fmt.Errorf("hand over the environment's secrets: %w", err)
+	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(names, name)
+	})
+	env = append(env, handOverFD+"="+strconv.Itoa(fd))
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("hand over the environment's secrets: %w", err)
+	}
+	return fmt.Errorf("hand over the environment's secrets: %w", syscall.Exec(exe, args, env))
+}
+
+// secret returns the secret named name: handed over, or (a process that
+// did not re-execute, such as a test) from the environment.
+func secret(name string) string {
+	if v, ok := handedOver[name]; ok {
+		return v
+	}
+	return os.Getenv(name)
+}
+
+// undumpable makes the process's memory, environment and descriptors
+// unreadable through /proc to every process but root's: one of the same
+// user (an agent command run without a sandbox) cannot read them.
+func undumpable() error {
+	return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+}
