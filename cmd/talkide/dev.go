@@ -40,7 +40,9 @@ type devConfig struct {
 	apiKey       string // empty: run the simulator
 	anthropicURL string
 	agent        agentFlags
-	logger       *slog.Logger
+	// pretendNoLandlock: the worker's sandbox finds no Landlock (tests).
+	pretendNoLandlock bool
+	logger            *slog.Logger
 }
 
 // devStack is everything talkide dev runs.
@@ -252,9 +254,10 @@ func (s *devStack) startWorker(ctx context.Context) error {
 		commandKeyID:    s.cp.secrets.CommandKeyID,
 		commandKey:      trust.DeriveEnvKey(s.cp.secrets.CommandSecret, devTenant, devEnv),
 		claudeConfigDir: claudeDir, workspaceRoot: workspaces,
-		notices:  notices,
-		workerID: "dev-" + host,
-		logger:   s.cfg.logger,
+		notices:           notices,
+		workerID:          "dev-" + host,
+		pretendNoLandlock: s.cfg.pretendNoLandlock,
+		logger:            s.cfg.logger,
 	}
 	if err := s.cfg.agent.apply(&o); err != nil {
 		return err

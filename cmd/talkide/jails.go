@@ -33,7 +33,7 @@ func startJails(o workerOptions, lp *localproxy.Server) (_ *jails, err error) {
 		mode = sandbox.ModeAuto
 	}
 	log := o.logger.With("component", "sandbox")
-	sb, err := sandbox.New(&sandbox.Options{Mode: mode, ReadOnly: o.sandboxReadOnly, Logger: log})
+	sb, err := sandbox.New(&sandbox.Options{Mode: mode, ReadOnly: o.sandboxReadOnly, Logger: log, PretendNoLandlock: o.pretendNoLandlock})
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +94,10 @@ func (j *jails) jail(id, workspace string) *sandbox.Jail {
 		"LANG=C.UTF-8",
 		"TERM=dumb",
 	}
+	// The one credential within reach: the LocalGatewayProxy's for this
+	// conversation, with which a script or SDK reaches the model as the
+	// conversation does, within its budget.
+	env = append(env, "ANTHROPIC_BASE_URL="+j.lp.BaseURLFor(id), "ANTHROPIC_AUTH_TOKEN="+j.lp.Capability(id))
 	env = append(env, egress.ProxyEnv(j.egress.URLForAddr(id, net.JoinHostPort("127.0.0.1", strconv.Itoa(egPort))))...)
 	return &sandbox.Jail{
 		Sandbox:   j.sb,

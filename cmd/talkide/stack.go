@@ -266,12 +266,15 @@ type workerOptions struct {
 	claudeCodeBin   string // the claude executable, for --harness claude-code
 	mcpAllow        string // path of the MCP server allow-list (docs/mcp.md); empty allows no .mcp.json server
 	notices         []string
-	sandbox         sandbox.Mode  // default auto
-	sandboxReadOnly []string      // nil: sandbox.DefaultReadOnly
-	egressAllow     string        // the egress allow-list file; empty allows no destination
-	workerID        string        // names the worker in session leases; default host-pid
-	leaseTTL        time.Duration // session lease lifetime; default sessionstore.DefaultLeaseTTL
-	logger          *slog.Logger
+	sandbox         sandbox.Mode // default auto
+	sandboxReadOnly []string     // nil: sandbox.DefaultReadOnly
+	egressAllow     string       // the egress allow-list file; empty allows no destination
+	// pretendNoLandlock makes the sandbox find no Landlock (tests of a
+	// machine without it).
+	pretendNoLandlock bool
+	workerID          string        // names the worker in session leases; default host-pid
+	leaseTTL          time.Duration // session lease lifetime; default sessionstore.DefaultLeaseTTL
+	logger            *slog.Logger
 }
 
 type workerProc struct {
