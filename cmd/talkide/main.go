@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/talkide/platform/internal/sandbox"
+	_ "github.com/talkide/platform/internal/sandbox/helperentry" // the helper, before the rest initialises
 )
 
 func main() {

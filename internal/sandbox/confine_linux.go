@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -12,40 +14,72 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// confine is stage 2: on its one thread it gives up every capability,
-// sets its rlimits, no_new_privs, Landlock and seccomp, and executes the
-// command, which inherits all of it. It returns only through fail.
-func confine(cfg helperConfig, status *os.File, fail func(string, ...any)) {
-	// The status pipe must close when the command is executed, so that
-	// the worker knows it runs. (When it is stderr, the supervisor passed
-	// a copy as fd 4.)
-	unix.CloseOnExec(int(status.Fd()))
-	p := cfg.Policy
-	if err := setRlimits(p.Limits); err != nil {
-		fail("sandbox: rlimits: %v", err)
+// startConfined starts the command on an OS thread of its own that first
+// gives up every capability and sets no_new_privs, Landlock and seccomp:
+// all of them are the calling thread's, and a child forked from it
+// inherits them, so the command starts confined without a second helper
+// process. The thread is never given back to the Go scheduler: it stays
+// parked until the supervisor exits, which also keeps the command's
+// parent-death signal (which fires when the forking thread ends) from
+// firing early. rlimits, being the process's, are set by the caller.
+func startConfined(cfg helperConfig) (int, error) {
+	type started struct {
+		pid int
+		err error
 	}
+	ch := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread is spent
+		pid, err := confineAndFork(cfg)
+		// No signal is handled on this thread from now on: a confined
+		// thread may not be able to do all that handling one takes
+		// (Landlock scopes the signals it sends).
+		var all unix.Sigset_t
+		for i := range all.Val {
+			all.Val[i] = ^uint64(0)
+		}
+		unix.PthreadSigmask(unix.SIG_BLOCK, &all, nil)
+		ch <- started{pid, err}
+		select {} // parked for the life of the supervisor
+	}()
+	r := <-ch
+	return r.pid, r.err
+}
+
+func confineAndFork(cfg helperConfig) (int, error) {
+	p := cfg.Policy
 	if err := dropCapabilities(); err != nil {
-		fail("sandbox: capabilities: %v", err)
+		return 0, fmt.Errorf("capabilities: %w", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		fail("sandbox: no_new_privs: %v", err)
+		return 0, fmt.Errorf("no_new_privs: %w", err)
 	}
 	if err := landlock(cfg); err != nil {
-		fail("sandbox: %v", err)
+		return 0, err
 	}
 	if err := seccomp(); err != nil {
-		fail("sandbox: %v", err)
+		return 0, err
 	}
-	if err := os.Chdir(p.Dir); err != nil {
-		fail("sandbox: working directory %s: %v", p.Dir, err)
-	}
+	// Confined already: what the thread cannot see is not found.
 	path, err := lookPath(p.Path, p.Env)
 	if err != nil {
-		fail("sandbox: %v", err)
+		return 0, err
 	}
-	argv := append([]string{p.Path}, p.Args...)
-	err = syscall.Exec(path, argv, p.Env)
-	fail("sandbox: cannot execute %s: %v", p.Path, err)
+	if fi, err := os.Stat(p.Dir); err != nil || !fi.IsDir() {
+		return 0, fmt.Errorf("working directory %s: not a directory it can reach", p.Dir)
+	}
+	pid, err := syscall.ForkExec(path, append([]string{p.Path}, p.Args...), &syscall.ProcAttr{
+		Dir:   p.Dir,
+		Env:   p.Env,
+		Files: []uintptr{0, 1, 2},
+		// Its own process group, which the tree shares unless it leaves it:
+		// one kill reaches all of them, however many a fork bomb made.
+		Sys: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cannot execute %s: %w", p.Path, err)
+	}
+	return pid, nil
 }
 
 // lookPath finds file as the command's shell would: in env's PATH when it

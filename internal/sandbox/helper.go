@@ -8,18 +8,17 @@ import (
 	"runtime"
 )
 
-// The helper's file descriptors, as the worker (stage 1) and the
-// supervisor (stage 2) pass them.
+// The helper's file descriptors, as the worker passes them.
 const (
 	fdConfig = 3 // the helperConfig, as JSON, then EOF
-	fdStatus = 4 // why setting up failed; closed (on exec) when it did not
+	fdStatus = 4 // why setting up failed; closed once the command runs
 	fdResult = 5 // the supervisor's helperResult, written as it exits
 )
 
 // helperConfig is what the worker tells the helper.
 type helperConfig struct {
-	// Stage 1 is the supervisor, stage 2 confines itself and executes
-	// the command.
+	// Stage 1 is the supervisor, which starts the command confined; the
+	// number lets a later helper tell an older worker's configuration.
 	Stage      int      `json:"stage"`
 	Policy     Policy   `json:"policy"`
 	ReadOnly   []string `json:"read_only"`
@@ -27,14 +26,14 @@ type helperConfig struct {
 	// RootDir is an empty directory the supervisor builds the new root
 	// in (namespaces only).
 	RootDir string `json:"root_dir,omitempty"`
-	// Helper is the helper's own path, which stage 1 runs as stage 2.
+	// Helper is the helper's own path.
 	Helper string `json:"helper"`
-	// InNamespace tells stage 2 that the supervisor built a new root.
+	// InNamespace says the supervisor built a new root (and network).
 	InNamespace bool `json:"in_namespace,omitempty"`
 	// Cgroup, when set, is the command's pids cgroup, which the
 	// supervisor enters before it starts anything.
 	Cgroup string `json:"cgroup,omitempty"`
-	// StatusFD is where a stage says why it could not set up: fdStatus,
+	// StatusFD is where the helper says why it could not set up: fdStatus,
 	// or 2 (stderr) for a caller that starts the helper itself.
 	StatusFD int `json:"status_fd"`
 }
@@ -57,8 +56,7 @@ func RunHelper() {
 	if len(os.Args) == 3 && os.Args[2] == "probe" {
 		os.Exit(probeMain())
 	}
-	// The namespaces, the mounts and, in stage 2, Landlock, seccomp and
-	// the capabilities are per thread until execve: keep to this one.
+	// The namespaces and mounts are set up on this thread.
 	runtime.LockOSThread()
 	var cfg helperConfig
 	conf := os.NewFile(fdConfig, "config")
@@ -77,11 +75,8 @@ func RunHelper() {
 	if err != nil || jerr != nil {
 		fail("sandbox: the helper's configuration could not be read")
 	}
-	switch cfg.Stage {
-	case 1:
-		os.Exit(supervise(cfg, status, fail))
-	case 2:
-		confine(cfg, status, fail) // executes the command or fails
+	if cfg.Stage != 1 {
+		fail("sandbox: unknown helper stage %d", cfg.Stage)
 	}
-	fail("sandbox: unknown helper stage %d", cfg.Stage)
+	os.Exit(supervise(cfg, status, fail))
 }

@@ -33,7 +33,13 @@ const termGrace = 500 * time.Millisecond
 // exits with the command's status.
 func supervise(cfg helperConfig, status *os.File, fail func(string, ...any)) int {
 	result := os.NewFile(fdResult, "result")
+	// The worker's pipes must not leak into the command: the status pipe
+	// has to close once the command runs, and the result is the
+	// supervisor's alone.
 	unix.CloseOnExec(fdResult)
+	if fd := int(status.Fd()); fd != 2 {
+		unix.CloseOnExec(fd)
+	}
 	p := cfg.Policy
 	if cfg.Cgroup != "" {
 		// Before anything is started: every process of the tree is born
@@ -58,38 +64,22 @@ func supervise(cfg helperConfig, status *os.File, fail func(string, ...any)) int
 		}
 	}
 	// Signals first, so that no SIGCHLD or SIGTERM is lost between
-	// starting stage 2 and watching.
+	// starting the command and watching.
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 
-	next := cfg
-	next.Stage = 2
-	next.InNamespace = cfg.Namespaces
-	next.StatusFD = fdStatus // stage 2 gets the status, pipe or stderr, as fd 4
-	conf, err := json.Marshal(next)
+	// rlimits are the process's: the supervisor's own too, which it
+	// easily stays within.
+	if err := setRlimits(p.Limits); err != nil {
+		fail("sandbox: rlimits: %v", err)
+	}
+	cfg.InNamespace = cfg.Namespaces
+	pid, err := startConfined(cfg)
 	if err != nil {
 		fail("sandbox: %v", err)
 	}
-	confR, confW, err := os.Pipe()
-	if err != nil {
-		fail("sandbox: %v", err)
-	}
-	pid, err := syscall.ForkExec("/proc/self/exe", []string{"talkide-sandbox", HelperArg}, &syscall.ProcAttr{
-		Dir:   "/",
-		Env:   []string{},
-		Files: []uintptr{0, 1, 2, confR.Fd(), status.Fd()},
-		// Its own process group, which the tree shares unless it leaves it:
-		// one kill reaches all of them, however many a fork bomb made.
-		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true},
-	})
-	confR.Close()
-	if err != nil {
-		fail("sandbox: stage 2: %v", err)
-	}
-	confW.Write(conf)
-	confW.Close()
 	if status.Fd() != 2 {
-		status.Close() // stage 2 holds the status pipe now, until it executes
+		status.Close() // the command runs: the worker's Start returns
 	}
 
 	var timeout <-chan time.Time
