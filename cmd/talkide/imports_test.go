@@ -15,9 +15,9 @@ func TestImportRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	workerSide := []string{"internal/worker", "internal/harness", "internal/tools", "internal/toolpolicy", "internal/sessionstore", "internal/minting", "internal/localproxy", "internal/mcp"}
+	workerSide := []string{"internal/worker", "internal/harness", "internal/tools", "internal/toolpolicy", "internal/sessionstore", "internal/minting", "internal/localproxy", "internal/mcp", "internal/sandbox", "internal/egress"}
 	controlSide := []string{"internal/controlplane", "internal/gateway", "internal/store", "internal/provision", "internal/budget", "internal/metrics"}
-	neutral := []string{"internal/contract", "internal/trust", "internal/sse", "internal/httpapi"}
+	neutral := []string{"internal/contract", "internal/trust", "internal/sse", "internal/httpapi", "internal/backoff"}
 	in := func(pkg string, group []string) bool {
 		for _, g := range group {
 			if pkg == module+g || strings.HasPrefix(pkg, module+g+"/") {

@@ -19,9 +19,8 @@ const maxSymlinks = 40
 
 // Workspace confines file access to one directory. The file tools (Read,
 // Write, Edit, Glob, Grep, LS) resolve every model-supplied path through it.
-// Bash is not confined by it: it runs in the workspace root with the
-// permissions of the process, and the sandbox around the process is what
-// confines it.
+// Bash is not confined by it: Bash's commands run in the conversation's
+// sandbox (package sandbox), which is what confines them.
 //
 // Confinement holds in two places. Resolve checks a path in user space and
 // returns its real location, which names files in results and is what the
