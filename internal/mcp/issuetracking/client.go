@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -40,8 +41,8 @@ type ClientOptions struct {
 	HTTPClient *http.Client // default: a client with a 10 s timeout
 	// Attempts bounds the tries of one call; default 3.
 	Attempts int
-	// Backoff is the pause before the first retry, doubled for each next
-	// one; default 200 ms.
+	// Backoff is the pause before the first retry (with jitter), doubled
+	// for each next one; default 200 ms.
 	Backoff time.Duration
 }
 
@@ -124,7 +125,7 @@ func (c *Client) do(ctx context.Context, method, pathAndQuery string, in, out an
 			return 0, err
 		}
 	}
-	pause := c.backoff
+	retry := backoff.New(backoff.Policy{Base: c.backoff, Max: 8 * c.backoff})
 	for attempt := 1; ; attempt++ {
 		status, err := c.once(ctx, method, pathAndQuery, body, out)
 		if err == nil || !retryable(status, err) || attempt == c.attempts || ctx.Err() != nil {
@@ -133,12 +134,9 @@ func (c *Client) do(ctx context.Context, method, pathAndQuery string, in, out an
 			}
 			return status, err
 		}
-		select {
-		case <-ctx.Done():
-			return status, ctx.Err()
-		case <-time.After(pause):
+		if err := retry.Wait(ctx); err != nil {
+			return status, err
 		}
-		pause *= 2
 	}
 }
 
