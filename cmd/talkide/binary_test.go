@@ -33,18 +33,7 @@ func TestDevBinaryStartsAndStopsOnSIGTERM(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 
-	var info devInfo
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, err := os.ReadFile(filepath.Join(data, "dev.json"))
-		if err == nil && json.Unmarshal(b, &info) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no dev.json after 30 s; stderr:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling a file another process writes
-	}
+	info := waitDevJSON(t, data, stderr.String)
 	for name, u := range map[string]string{"controlplane": info.ControlPlane, "worker": info.Worker, "gateway": info.Gateway, "localproxy": info.LocalProxy, "simulator": info.Simulator} {
 		if !strings.HasPrefix(u, "http://127.0.0.1:") {
 			t.Errorf("dev.json %s = %q, want a loopback URL", name, u)
@@ -81,5 +70,23 @@ func TestDevBinaryStartsAndStopsOnSIGTERM(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "MODEL SIMULATOR") || !strings.Contains(stderr.String(), "shutting down") {
 		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
+}
+
+// waitDevJSON waits until a talkide dev process has written data/dev.json
+// and returns it; output says what the process printed, for a failure.
+func waitDevJSON(t *testing.T, data string, output func() string) devInfo {
+	t.Helper()
+	var info devInfo
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(filepath.Join(data, "dev.json"))
+		if err == nil && json.Unmarshal(b, &info) == nil {
+			return info
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no dev.json after 30 s; output:\n%s", output())
+		}
+		time.Sleep(20 * time.Millisecond) // polling a file another process writes
 	}
 }

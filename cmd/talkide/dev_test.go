@@ -7,58 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
 )
 
-// watchedBuffer is a log sink that wakes a waiter at every write.
-type watchedBuffer struct {
-	mu    sync.Mutex
-	b     strings.Builder
-	wrote chan struct{}
-}
-
-func newWatchedBuffer() *watchedBuffer { return &watchedBuffer{wrote: make(chan struct{}, 1)} }
-
-func (w *watchedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	w.b.Write(p)
-	w.mu.Unlock()
-	select {
-	case w.wrote <- struct{}{}:
-	default:
-	}
-	return len(p), nil
-}
-
-func (w *watchedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
-// waitFor waits until the buffer holds s.
-func (w *watchedBuffer) waitFor(t *testing.T, s string) {
-	t.Helper()
-	deadline := time.After(30 * time.Second)
-	for !strings.Contains(w.String(), s) {
-		select {
-		case <-w.wrote:
-		case <-deadline:
-			t.Fatalf("no %q within 30 s in:\n%s", s, w.String())
-		}
-	}
-}
-
 // TestDevShutdownDuringATurn: the first Ctrl-C says what talkide dev waits
 // for; the second ends the wait at once, and the running turn ends as
 // worker_restarted, written before the worker stops.
 func TestDevShutdownDuringATurn(t *testing.T) {
 	dir := t.TempDir()
-	logs, out := newWatchedBuffer(), newWatchedBuffer()
+	logs, out := newWatchedOutput(), newWatchedOutput()
 	sigs := make(chan os.Signal, 2)
 	done := make(chan error, 1)
 	cfg := devConfig{dataDir: dir, addr: "127.0.0.1:0", logger: slog.New(slog.NewTextHandler(logs, nil))}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -100,11 +101,7 @@ answers 503. See docs/operations.md.`,
 				return err
 			}
 			logger.Info("control-plane serving", "url", cp.http.url())
-			<-ctx.Done()
-			logger.Info("shutting down", "grace", controlPlaneGrace)
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), controlPlaneGrace)
-			defer cancel()
-			return cp.shutdown(sctx)
+			return serveUntil(ctx, logger, controlPlaneGrace, cp.shutdown)
 		},
 	}
 	fs := cmd.Flags()
@@ -164,11 +161,7 @@ identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
 				return err
 			}
 			logger.Info("worker serving", "url", w.http.url(), "localproxy", w.localProxy.URL(), "tenant", o.tenant, "env", o.env)
-			<-ctx.Done()
-			logger.Info("shutting down", "grace", workerGrace)
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), workerGrace)
-			defer cancel()
-			return w.shutdown(sctx)
+			return serveUntil(ctx, logger, workerGrace, w.shutdown)
 		},
 	}
 	fs := cmd.Flags()
@@ -232,4 +225,14 @@ func workerEnv(o *workerOptions, tokenFile, keyFile string) error {
 	os.Unsetenv("TALKIDE_WORKER_IDENTITY_TOKEN") // a process that did not re-execute (a test)
 	os.Unsetenv("TALKIDE_WORKER_COMMAND_KEY")
 	return nil
+}
+
+// serveUntil waits until ctx ends (the first signal), then stops what
+// serves, giving it grace to finish what runs.
+func serveUntil(ctx context.Context, log *slog.Logger, grace time.Duration, shutdown func(context.Context) error) error {
+	<-ctx.Done()
+	log.Info("shutting down", "grace", grace)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	return shutdown(sctx)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -45,18 +43,7 @@ func TestSecretsLeaveTheEnvironment(t *testing.T) {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 	}()
-	var info devInfo
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, err := os.ReadFile(filepath.Join(data, "dev.json"))
-		if err == nil && json.Unmarshal(b, &info) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no dev.json after 30 s; output:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling a file another process writes
-	}
+	info := waitDevJSON(t, data, stderr.String)
 	if info.SimulatedModel {
 		t.Fatal("dev did not take the key")
 	}

@@ -57,22 +57,6 @@ func (j *Jail) Policy(path string, args []string, x Extra) Policy {
 		name, _, _ := strings.Cut(kv, "=")
 		env = setEnv(env, name, strings.TrimPrefix(kv, name+"="))
 	}
-	limits := j.Limits
-	if x.Limits.MaxProcs > 0 {
-		limits.MaxProcs = x.Limits.MaxProcs
-	}
-	if x.Limits.MaxMemory > 0 {
-		limits.MaxMemory = x.Limits.MaxMemory
-	}
-	if x.Limits.MaxFileSize > 0 {
-		limits.MaxFileSize = x.Limits.MaxFileSize
-	}
-	if x.Limits.MaxOpenFiles > 0 {
-		limits.MaxOpenFiles = x.Limits.MaxOpenFiles
-	}
-	if x.Limits.MaxCPU > 0 {
-		limits.MaxCPU = x.Limits.MaxCPU
-	}
 	return Policy{
 		Path: path, Args: args, Env: env, Dir: x.Dir,
 		Workspace: j.Workspace,
@@ -81,6 +65,6 @@ func (j *Jail) Policy(path string, args []string, x Extra) Policy {
 		Ports:     slices.Clone(j.Ports),
 		Sockets:   j.Sockets,
 		Timeout:   x.Timeout,
-		Limits:    limits,
+		Limits:    x.Limits.or(j.Limits),
 	}
 }

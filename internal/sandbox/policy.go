@@ -100,21 +100,29 @@ const (
 	DefaultMaxCPU       = 20 * time.Minute
 )
 
-func (l Limits) withDefaults() Limits {
+// defaultLimits are the limits of a command whose policy and sandbox
+// leave them zero.
+var defaultLimits = Limits{
+	MaxProcs: DefaultMaxProcs, MaxMemory: DefaultMaxMemory, MaxFileSize: DefaultMaxFileSize,
+	MaxOpenFiles: DefaultMaxOpenFiles, MaxCPU: DefaultMaxCPU,
+}
+
+// or returns l with each zero field taken from d.
+func (l Limits) or(d Limits) Limits {
 	if l.MaxProcs <= 0 {
-		l.MaxProcs = DefaultMaxProcs
+		l.MaxProcs = d.MaxProcs
 	}
 	if l.MaxMemory <= 0 {
-		l.MaxMemory = DefaultMaxMemory
+		l.MaxMemory = d.MaxMemory
 	}
 	if l.MaxFileSize <= 0 {
-		l.MaxFileSize = DefaultMaxFileSize
+		l.MaxFileSize = d.MaxFileSize
 	}
 	if l.MaxOpenFiles <= 0 {
-		l.MaxOpenFiles = DefaultMaxOpenFiles
+		l.MaxOpenFiles = d.MaxOpenFiles
 	}
 	if l.MaxCPU <= 0 {
-		l.MaxCPU = DefaultMaxCPU
+		l.MaxCPU = d.MaxCPU
 	}
 	return l
 }

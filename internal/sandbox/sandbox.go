@@ -86,7 +86,7 @@ func New(opts *Options) (*Sandbox, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	o.Limits = o.Limits.withDefaults()
+	o.Limits = o.Limits.or(defaultLimits)
 	s := &Sandbox{opts: o}
 	if o.Mode == ModeNone {
 		return s, nil
@@ -232,7 +232,7 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 	if p.Env == nil {
 		p.Env = []string{}
 	}
-	p.Limits = withDefaultsFrom(p.Limits, s.opts.Limits)
+	p.Limits = p.Limits.or(s.opts.Limits)
 	c := &Cmd{s: s, policy: p, waited: make(chan struct{})}
 	if s.opts.Mode == ModeNone {
 		c.Cmd = exec.Command(p.Path, p.Args...)
@@ -318,26 +318,6 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 	}
 	c.Cmd = cmd
 	return c, nil
-}
-
-// withDefaultsFrom fills l's zero fields from d.
-func withDefaultsFrom(l, d Limits) Limits {
-	if l.MaxProcs <= 0 {
-		l.MaxProcs = d.MaxProcs
-	}
-	if l.MaxMemory <= 0 {
-		l.MaxMemory = d.MaxMemory
-	}
-	if l.MaxFileSize <= 0 {
-		l.MaxFileSize = d.MaxFileSize
-	}
-	if l.MaxOpenFiles <= 0 {
-		l.MaxOpenFiles = d.MaxOpenFiles
-	}
-	if l.MaxCPU <= 0 {
-		l.MaxCPU = d.MaxCPU
-	}
-	return l.withDefaults()
 }
 
 // stopGrace is how long the supervisor has to end the tree after Stop
