@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/proxytest"
 )
 
 // These tests run talkide chat against the whole stack with the model
@@ -263,107 +263,16 @@ func ctrlC(t *testing.T) {
 	}
 }
 
-// tcpProxy forwards loopback connections to target until Down; Up serves
-// the same address again.
-type tcpProxy struct {
-	t      *testing.T
-	target string
-	addr   string
-
-	mu    sync.Mutex // guards ln and conns
-	ln    net.Listener
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup // the accept loop and the copying goroutines
-}
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{t: t, target: target, addr: ln.Addr().String(), conns: make(map[net.Conn]struct{})}
-	p.serve(ln)
-	t.Cleanup(func() { p.Down(); p.wg.Wait() })
-	return p
-}
-
-func (p *tcpProxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.ln == nil {
-				p.mu.Unlock()
-				c.Close()
-				up.Close()
-				continue
-			}
-			p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go p.pipe(up, c)
-			go p.pipe(c, up)
-		}
-	}()
-}
-
-func (p *tcpProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
-}
-
-// Down refuses new connections and cuts the open ones.
-func (p *tcpProxy) Down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-}
-
-func (p *tcpProxy) Up() {
-	p.t.Helper()
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatalf("proxy up again on %s: %v", p.addr, err)
-	}
-	p.serve(ln)
-}
-
 // A line typed while the control-plane is unreachable is queued and sent
 // when it is back, once.
 func TestChatQueuesWhileControlPlaneIsDown(t *testing.T) {
 	st, _ := startTestStack(t)
 	base := st.info.ControlPlane
 	ctx := chatCtx(t)
-	p := newTCPProxy(t, strings.TrimPrefix(base, "http://"))
+	p := proxytest.New(t, strings.TrimPrefix(base, "http://"))
 	const conv = "outage"
 
-	c := startChat(t, ctx, "--addr", "http://"+p.addr, "--conversation", conv)
+	c := startChat(t, ctx, "--addr", p.URL(), "--conversation", conv)
 	p.Down()
 	c.typeLine(t, "typed while down")
 	c.out.waitFor(t, "message queued")

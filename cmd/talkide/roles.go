@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"

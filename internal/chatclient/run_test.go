@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/talkide/platform/internal/proxytest"
+
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -248,7 +250,7 @@ func TestRunQueuesWhileControlPlaneIsDown(t *testing.T) {
 	ctx := testCtx(t)
 	f := newFakeCP(t)
 	f.addConv("c1", 0)
-	p := newKillableProxy(t, f.srv.Listener.Addr().String())
+	p := proxytest.New(t, f.srv.Listener.Addr().String())
 	c, err := New(p.URL(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -325,7 +327,7 @@ func TestRunQueuedMessageKeepsItsID(t *testing.T) {
 func TestRunLeavingSaysWhatIsNotSent(t *testing.T) {
 	f := newFakeCP(t)
 	f.addConv("c1", 0)
-	p := newKillableProxy(t, f.srv.Listener.Addr().String())
+	p := proxytest.New(t, f.srv.Listener.Addr().String())
 	c, err := New(p.URL(), nil)
 	if err != nil {
 		t.Fatal(err)
