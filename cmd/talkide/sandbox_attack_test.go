@@ -303,3 +303,39 @@ func TestSandboxMCPServer(t *testing.T) {
 		t.Errorf("the thief's notice: %s", notices.String())
 	}
 }
+
+// TestSandboxCannotSignalAnotherConversation: while B's command runs, A's
+// command cannot signal it, by its host pid or any other.
+func TestSandboxCannotSignalAnotherConversation(t *testing.T) {
+	s := startAttackStack(t, devConfig{})
+	marker := strconv.Itoa(900 + os.Getpid()%90)
+	done := make(chan contract.ToolEvent, 1)
+	go func() {
+		in, _ := json.Marshal(map[string]any{"command": "sleep " + marker + "; echo B survived", "timeout": 60000})
+		r := send(t, s.base, s.b, "[[tool:Bash "+string(in)+"]]")
+		readStream(t, s.base, s.b, 0, turnEnded(r.TurnID))
+		done <- contract.ToolEvent{}
+	}()
+	var pids []int
+	deadline := time.Now().Add(20 * time.Second)
+	for len(pids) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("B's sleep never started")
+		}
+		time.Sleep(20 * time.Millisecond) // polling for another process's child
+		pids = sleepers(marker)
+	}
+	res := s.bash(t, s.a, fmt.Sprintf("kill -KILL %d", pids[0]))
+	if !res.IsError {
+		t.Errorf("A killed B's process: %+v", res)
+	}
+	if !processRuns(pids[0]) {
+		t.Fatal("B's process is gone")
+	}
+	// B's turn ends on its own (interrupted here, not killed by A).
+	r := api(t, http.MethodPost, s.base+"/api/conversations/"+s.b+"/interrupt", map[string]string{}, nil)
+	if r != http.StatusOK {
+		t.Errorf("interrupt B: status %d", r)
+	}
+	<-done
+}
