@@ -13,25 +13,29 @@ import (
 	"github.com/talkide/platform/internal/store/sqlite"
 )
 
-// benchStores opens each store for a benchmark: a SQLite file and, when
-// TALKIDE_TEST_DATABASE_URL names a database, PostgreSQL.
-var benchStores = map[string]func(b *testing.B) store.Store{
-	"sqlite": func(b *testing.B) store.Store {
-		s, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "talkide.db"), nil)
+// stores opens each store, empty, for a test or benchmark: a SQLite file,
+// an in-memory SQLite database and, in a schema of its own in the database
+// of TALKIDE_TEST_DATABASE_URL, PostgreSQL.
+var stores = map[string]func(tb testing.TB) store.Store{
+	"sqlite":        func(tb testing.TB) store.Store { return openSQLite(tb, filepath.Join(tb.TempDir(), "talkide.db")) },
+	"sqlite-memory": func(tb testing.TB) store.Store { return openSQLite(tb, ":memory:") },
+	"postgres": func(tb testing.TB) store.Store {
+		s, err := postgres.Open(tb.Context(), pgtest.URL(tb), nil)
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
-		b.Cleanup(func() { s.Close() })
+		tb.Cleanup(func() { s.Close() })
 		return s
 	},
-	"postgres": func(b *testing.B) store.Store {
-		s, err := postgres.Open(b.Context(), pgtest.URL(b), nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		return s
-	},
+}
+
+func openSQLite(tb testing.TB, path string) store.Store {
+	s, err := sqlite.Open(tb.Context(), path, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
 }
 
 // benchConversations is how many conversations the user ada has.
@@ -103,9 +107,9 @@ func comment(id, issueID string, t0 time.Time) store.IssueComment {
 // idempotent ones also with keys stored already).
 func BenchmarkStore(b *testing.B) {
 	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	for name, open := range benchStores {
+	for _, name := range []string{"sqlite", "postgres"} {
 		b.Run(name, func(b *testing.B) {
-			s := open(b)
+			s := stores[name](b)
 			seed(b, s)
 			ctx := b.Context()
 			n := 0
