@@ -30,7 +30,7 @@ type Options struct {
 // budget, and pgx's native interface saves database/sql's per-call
 // allocations and reflection, caches prepared statements per connection,
 // speaks the binary protocol, and sends a batch in one round trip
-// (AddReports). Nothing here needs database/sql's portability: what the
+// (conn.ExecEach, for AddReports and RecordUsages). Nothing here needs database/sql's portability: what the
 // two stores share, sqlcore, runs on a small interface of its own.
 //
 // The pool is safe for concurrent use; transactions run at READ COMMITTED,

@@ -37,10 +37,11 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// conn runs statements on q. pgx prepares each text once per connection and
-// keeps it.
+// conn is a sqlcore.Tx on q (or a sqlcore.Conn, on the pool). pgx prepares
+// each text once per connection and keeps it.
 type conn struct{ q querier }
 
 func (c conn) Exec(ctx context.Context, query string, args ...any) (int64, error) {
@@ -52,40 +53,17 @@ func (c conn) QueryRow(ctx context.Context, query string, args ...any) sqlcore.R
 	return c.q.QueryRow(ctx, query, args...)
 }
 
-func (c conn) Query(ctx context.Context, query string, args []any, f func(sqlcore.Rows) error) error {
-	rows, err := c.q.Query(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	return f(rows)
-}
-
-// poolDB is the Store's pool, the sqlcore.DB of its tables.
-type poolDB struct {
-	conn
-	s *Store
-}
-
-func (p poolDB) InTx(ctx context.Context, f func(sqlcore.Tx) error) error {
-	return p.s.tx(ctx, func(tx pgx.Tx) error {
-		return f(txConn{conn{tx}, tx})
-	})
-}
-
-// txConn is one transaction of s.tx.
-type txConn struct {
-	conn
-	tx pgx.Tx
+func (c conn) Query(ctx context.Context, query string, args ...any) (sqlcore.Rows, error) {
+	return c.q.Query(ctx, query, args...)
 }
 
 // ExecEach sends the runs as one pgx.Batch: one round trip.
-func (t txConn) ExecEach(ctx context.Context, query string, args [][]any) ([]int64, error) {
+func (c conn) ExecEach(ctx context.Context, query string, args [][]any) ([]int64, error) {
 	b := &pgx.Batch{}
 	for _, a := range args {
 		b.Queue(query, a...)
 	}
-	res := t.tx.SendBatch(ctx, b)
+	res := c.q.SendBatch(ctx, b)
 	n := make([]int64, 0, len(args))
 	for range args {
 		tag, err := res.Exec()
@@ -96,4 +74,14 @@ func (t txConn) ExecEach(ctx context.Context, query string, args [][]any) ([]int
 		n = append(n, tag.RowsAffected())
 	}
 	return n, res.Close()
+}
+
+// poolDB is the Store's pool, the sqlcore.DB of its tables.
+type poolDB struct {
+	conn
+	s *Store
+}
+
+func (p poolDB) InTx(ctx context.Context, f func(sqlcore.Tx) error) error {
+	return p.s.tx(ctx, func(tx pgx.Tx) error { return f(conn{tx}) })
 }

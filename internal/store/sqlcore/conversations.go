@@ -85,7 +85,7 @@ func (t *Tables) GetConversation(ctx context.Context, id string) (store.Conversa
 
 // ListConversations implements store.Store.
 func (t *Tables) ListConversations(ctx context.Context, userID string) ([]store.Conversation, error) {
-	cs, err := collect(ctx, t.db, t.listConversations, []any{userID}, scanConversation)
+	cs, err := collect(ctx, t.db, scanConversation, t.listConversations, userID)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list conversations of %s: %w", t.name, userID, err)
 	}

@@ -70,7 +70,7 @@ func (t *Tables) GetEnv(ctx context.Context, tenant, env string) (store.Env, err
 
 // ListEnvs implements store.Store.
 func (t *Tables) ListEnvs(ctx context.Context) ([]store.Env, error) {
-	es, err := collect(ctx, t.db, t.listEnvs, nil, scanEnv)
+	es, err := collect(ctx, t.db, scanEnv, t.listEnvs)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list envs: %w", t.name, err)
 	}

@@ -163,7 +163,7 @@ func (t *Tables) ListIssues(ctx context.Context, conversationID, status string, 
 	if limit > 0 {
 		lim = int64(limit)
 	}
-	is, err := collect(ctx, t.db, t.listIssues, []any{conversationID, status, lim}, scanIssue)
+	is, err := collect(ctx, t.db, scanIssue, t.listIssues, conversationID, status, lim)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list issues of %s: %w", t.name, conversationID, err)
 	}
@@ -225,8 +225,8 @@ func (t *Tables) comments(ctx context.Context, c Conn, ids []string) (map[string
 	}
 	for chunk := range slices.Chunk(ids, maxAnyOf) {
 		cond, args := t.d.AnyOf("issue_id", chunk)
-		cs, err := collect(ctx, c, `SELECT `+commentColumns+` FROM issue_comments
-	WHERE `+cond+` ORDER BY issue_id, seq`, args, scanComment)
+		cs, err := collect(ctx, c, scanComment, `SELECT `+commentColumns+` FROM issue_comments
+	WHERE `+cond+` ORDER BY issue_id, seq`, args...)
 		if err != nil {
 			return nil, fmt.Errorf("comments: %w", err)
 		}

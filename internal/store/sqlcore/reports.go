@@ -103,7 +103,7 @@ func (t *Tables) AddReports(ctx context.Context, tenant, env string, rs []contra
 
 // ListReports implements store.Store.
 func (t *Tables) ListReports(ctx context.Context, conversationID string) ([]store.StoredReport, error) {
-	rs, err := collect(ctx, t.db, t.listReports, []any{conversationID}, scanReport)
+	rs, err := collect(ctx, t.db, scanReport, t.listReports, conversationID)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list reports of %s: %w", t.name, conversationID, err)
 	}

@@ -27,12 +27,13 @@ type Row interface {
 	Scan(dest ...any) error
 }
 
-// Rows is a *sql.Rows or a pgx.Rows, but for Close, whose signatures
-// differ: whoever queried closes them.
+// Rows is the result of Conn.Query: a pgx.Rows, or a *sql.Rows whose Close
+// drops its error (Err has said what went wrong).
 type Rows interface {
 	Row
 	Next() bool
 	Err() error
+	Close()
 }
 
 // Collect scans each of rows with scan. It does not close rows.
@@ -61,10 +62,10 @@ type Conn interface {
 	// QueryRow runs a query for one row. When there is none, Scan returns
 	// the Dialect's NoRows.
 	QueryRow(ctx context.Context, query string, args ...any) Row
-	// Query runs a query, calls f with its rows and closes them; it returns
-	// the query's error or f's. f must not run statements of its own: on
-	// an in-memory SQLite database the rows hold the only connection.
-	Query(ctx context.Context, query string, args []any, f func(Rows) error) error
+	// Query runs a query; the caller closes its rows. Read and close them
+	// before running another statement: on an in-memory SQLite database
+	// they hold the only connection.
+	Query(ctx context.Context, query string, args ...any) (Rows, error)
 }
 
 // Tx is a Conn in a transaction.
@@ -203,12 +204,13 @@ func (t *Tables) constraint(err error) error {
 }
 
 // collect runs query on c and scans every row with scan.
-func collect[T any](ctx context.Context, c Conn, query string, args []any, scan func(Row) (T, error)) (ts []T, err error) {
-	err = c.Query(ctx, query, args, func(rows Rows) error {
-		ts, err = Collect(rows, scan)
-		return err
-	})
-	return ts, err
+func collect[T any](ctx context.Context, c Conn, scan func(Row) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := c.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return Collect(rows, scan)
 }
 
 // Millis is how the schema keeps a time: BIGINT unix milliseconds. The

@@ -45,6 +45,7 @@ type rows struct {
 func (r *rows) Next() bool             { r.at++; return r.at <= len(r.rs) }
 func (r *rows) Scan(dest ...any) error { return r.rs[r.at-1].Scan(dest...) }
 func (r *rows) Err() error             { return r.err }
+func (r *rows) Close()                 {}
 
 // t0 is not in UTC and has nanoseconds: the store keeps milliseconds in UTC.
 var t0 = time.Date(2025, 3, 1, 14, 30, 0, 123_456_789, time.FixedZone("CET", 3600))
@@ -293,9 +294,9 @@ func (f *fakeDB) Exec(context.Context, string, ...any) (int64, error) { return 1
 
 func (f *fakeDB) QueryRow(context.Context, string, ...any) Row { return values{} }
 
-func (f *fakeDB) Query(_ context.Context, query string, args []any, fn func(Rows) error) error {
+func (f *fakeDB) Query(_ context.Context, query string, args ...any) (Rows, error) {
 	f.queries, f.args = append(f.queries, query), append(f.args, args)
-	return fn(&rows{rs: f.rows(query, args)})
+	return &rows{rs: f.rows(query, args)}, nil
 }
 
 func (f *fakeDB) InTx(_ context.Context, fn func(Tx) error) error { return fn(f) }

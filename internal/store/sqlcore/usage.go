@@ -87,7 +87,7 @@ func (t *Tables) RecordUsages(ctx context.Context, us []store.UsageRecord) error
 
 // ListUsage implements store.Store.
 func (t *Tables) ListUsage(ctx context.Context, conversationID string) ([]store.UsageRecord, error) {
-	us, err := collect(ctx, t.db, t.listUsage, []any{conversationID}, scanUsage)
+	us, err := collect(ctx, t.db, scanUsage, t.listUsage, conversationID)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list usage of %s: %w", t.name, conversationID, err)
 	}

@@ -45,8 +45,8 @@ const busyTimeout = 5000
 //
 // No connection checkpoints the WAL on its own (wal_autocheckpoint=0): for a
 // file database ckpt does it in the background, on a third connection (see
-// checkpoint.go). Statements run prepared once, from writeStmts and
-// readStmts (see stmt.go).
+// checkpoint.go). The CRUD tables and the budget's hot paths run statements
+// prepared once, from writeStmts and readStmts (see stmt.go).
 //
 // The CRUD tables' methods are sqlcore's, on these connections (see
 // tables.go); the budget's are in budget.go.
@@ -212,5 +212,5 @@ type scanner = sqlcore.Row
 // collect scans every row with scan and closes rows.
 func collect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
 	defer rows.Close()
-	return sqlcore.Collect(rows, scan)
+	return sqlcore.Collect(sqlRows{rows}, scan)
 }

@@ -55,68 +55,66 @@ func anyOf(col string, vals []string) (string, []any) {
 	return string(b), args
 }
 
-// stmtConn runs statements prepared once: reads on the statements of reads,
-// writes on those of writes.
-type stmtConn struct {
-	reads, writes func(ctx context.Context, query string) (*sql.Stmt, error)
+// stmtSource prepares statements once: the Store outside a transaction,
+// reads on the reader pool and writes on the writer (stmt.go's readStmt and
+// writeStmt); inside one, txStmts, both on the transaction.
+type stmtSource interface {
+	readStmt(ctx context.Context, query string) (*sql.Stmt, error)
+	writeStmt(ctx context.Context, query string) (*sql.Stmt, error)
 }
 
-func (c stmtConn) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	st, err := c.writes(ctx, query)
+// stmtConn is a sqlcore.Conn on src's statements. Its one field is a
+// pointer, so it goes into an interface without an allocation.
+type stmtConn[S stmtSource] struct{ src S }
+
+func (c stmtConn[S]) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	st, err := c.src.writeStmt(ctx, query)
 	if err != nil {
 		return 0, err
 	}
 	return rowsAffected(st.ExecContext(ctx, args...))
 }
 
-func (c stmtConn) QueryRow(ctx context.Context, query string, args ...any) sqlcore.Row {
-	st, err := c.reads(ctx, query)
+func (c stmtConn[S]) QueryRow(ctx context.Context, query string, args ...any) sqlcore.Row {
+	st, err := c.src.readStmt(ctx, query)
 	if err != nil {
 		return errRow{err}
 	}
 	return st.QueryRowContext(ctx, args...)
 }
 
-func (c stmtConn) Query(ctx context.Context, query string, args []any, f func(sqlcore.Rows) error) error {
-	st, err := c.reads(ctx, query)
+func (c stmtConn[S]) Query(ctx context.Context, query string, args ...any) (sqlcore.Rows, error) {
+	st, err := c.src.readStmt(ctx, query)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer rows.Close()
-	return f(rows)
+	return sqlRows{rows}, nil
 }
 
-// pools is the Store's connections outside a transaction, the sqlcore.DB of
-// its tables: writes on the writer (writeStmt), reads on the reader pool
-// (readStmt).
-type pools struct {
-	stmtConn
-	s *Store
-}
+// pools is the Store's connections outside a transaction: the sqlcore.DB of
+// its tables.
+type pools struct{ stmtConn[*Store] }
 
-func newPools(s *Store) pools {
-	return pools{stmtConn{reads: s.readStmt, writes: s.writeStmt}, s}
-}
+func newPools(s *Store) pools { return pools{stmtConn[*Store]{s}} }
 
 func (p pools) InTx(ctx context.Context, f func(sqlcore.Tx) error) error {
-	return p.s.tx(ctx, func(tx *sql.Tx) error {
-		st := p.s.stmts(ctx, tx)
-		stmt := func(_ context.Context, query string) (*sql.Stmt, error) { return st.stmt(query) }
-		return f(txConn{stmtConn{reads: stmt, writes: stmt}})
+	s := p.src
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		return f(txConn{stmtConn[*txStmts]{s.stmts(ctx, tx)}})
 	})
 }
 
-// txConn is one write transaction of s.tx: every statement from txStmts.
-type txConn struct{ stmtConn }
+// txConn is one write transaction of s.tx.
+type txConn struct{ stmtConn[*txStmts] }
 
 // ExecEach runs the statement, prepared once, for each of args: SQLite is in
 // this process, so there is no round trip to save.
 func (t txConn) ExecEach(ctx context.Context, query string, args [][]any) ([]int64, error) {
-	st, err := t.writes(ctx, query)
+	st, err := t.src.stmt(query)
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +129,10 @@ func (t txConn) ExecEach(ctx context.Context, query string, args [][]any) ([]int
 	return n, nil
 }
 
+// The statements of a transaction, for stmtConn: all on the transaction.
+func (t *txStmts) readStmt(_ context.Context, query string) (*sql.Stmt, error)  { return t.stmt(query) }
+func (t *txStmts) writeStmt(_ context.Context, query string) (*sql.Stmt, error) { return t.stmt(query) }
+
 func rowsAffected(res sql.Result, err error) (int64, error) {
 	if err != nil {
 		return 0, err
@@ -138,7 +140,45 @@ func rowsAffected(res sql.Result, err error) (int64, error) {
 	return res.RowsAffected()
 }
 
+// sqlRows is a *sql.Rows as a sqlcore.Rows.
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { r.Rows.Close() }
+
 // errRow is a Row whose query failed before it ran.
 type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
+
+// positional returns query with its parameters as SQLite's anonymous ?
+// when they are $1, $2, … $n, each once and in that order, as most of
+// sqlcore's are: the driver binds a ? by position, but asks SQLite the name
+// of a $N (a string allocated per argument per run) to find its argument.
+// Any other query, a $N named twice say, is returned as it is: the driver
+// binds $N to the N-th argument. A query must have no $ but its
+// parameters' (sqlcore's have none in a string or a name).
+func positional(query string) string {
+	var (
+		b    []byte
+		next = 1 // the parameter expected next
+		last = 0 // query[last:] is not in b yet
+	)
+	for i := 0; i < len(query); i++ {
+		if query[i] != '$' {
+			continue
+		}
+		j := i + 1
+		for j < len(query) && '0' <= query[j] && query[j] <= '9' {
+			j++
+		}
+		if n, err := strconv.Atoi(query[i+1 : j]); err != nil || n != next {
+			return query
+		}
+		b = append(append(b, query[last:i]...), '?')
+		next, last, i = next+1, j, j-1
+	}
+	if b == nil {
+		return query
+	}
+	return string(append(b, query[last:]...))
+}

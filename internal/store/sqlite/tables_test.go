@@ -93,3 +93,26 @@ func TestCommentQueriesBounded(t *testing.T) {
 		t.Errorf("%d texts of the comments' query prepared, want 7", texts)
 	}
 }
+
+func TestPositional(t *testing.T) {
+	tests := map[string]string{
+		`SELECT 1`:                      `SELECT 1`,
+		`SELECT a FROM t WHERE id = $1`: `SELECT a FROM t WHERE id = ?`,
+		`INSERT INTO t VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`: `INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		`UPDATE t SET a = $1 WHERE b = $2`:                                    `UPDATE t SET a = ? WHERE b = ?`,
+		// Named twice, out of order, not from 1, or a $ that is no
+		// parameter: left to the driver's binding by name.
+		`SELECT $1 WHERE $2 = '' OR s = $2`: `SELECT $1 WHERE $2 = '' OR s = $2`,
+		`SELECT $2, $1`:                     `SELECT $2, $1`,
+		`SELECT $2`:                         `SELECT $2`,
+		`SELECT $1, $3`:                     `SELECT $1, $3`,
+		`SELECT $1, $`:                      `SELECT $1, $`,
+		`SELECT $a`:                         `SELECT $a`,
+		`SELECT ?`:                          `SELECT ?`,
+	}
+	for in, want := range tests {
+		if got := positional(in); got != want {
+			t.Errorf("positional(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
