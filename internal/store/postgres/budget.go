@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/store/sqlcore"
 )
 
 // The budget's tables (migration 0003_budgets.sql).
@@ -104,9 +105,9 @@ func (s *Store) ReserveBudget(ctx context.Context, in budget.Reservation, q budg
 		b.Queue(`INSERT INTO budget_reservations
 			(id, user_id, tenant, env, cost, tokens, created_at, expires_at, calls) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (id) DO UPDATE SET cost = excluded.cost, tokens = excluded.tokens, expires_at = excluded.expires_at`,
-			r.ID, r.User, r.Tenant, r.Env, int64(r.Cost), r.Tokens, millis(r.CreatedAt), millis(r.ExpiresAt), r.Calls())
+			r.ID, r.User, r.Tenant, r.Env, int64(r.Cost), r.Tokens, sqlcore.Millis(r.CreatedAt), sqlcore.Millis(r.ExpiresAt), r.Calls())
 		if !snap.Exists {
-			minute := millis(budget.BucketMinute.Start(r.CreatedAt))
+			minute := sqlcore.Millis(budget.BucketMinute.Start(r.CreatedAt))
 			for _, sub := range q.Subjects {
 				b.Queue(upsertBucket, string(sub.Scope), sub.ID, string(budget.BucketMinute), minute, int64(0), int64(0), int64(1))
 			}
@@ -135,7 +136,7 @@ func since(t time.Time) int64 {
 	if t.IsZero() {
 		return math.MaxInt64
 	}
-	return millis(t)
+	return sqlcore.Millis(t)
 }
 
 // heldWhere selects the reservations of a subject, with its parameters
@@ -161,7 +162,7 @@ func snapshotQuery(id string, q budget.SnapshotQuery) (string, []any) {
 	for i, sub := range q.Subjects {
 		scopes[i], ids[i] = string(sub.Scope), sub.ID
 	}
-	args := []any{scopes, ids, since(q.DaysFrom), since(q.FiveMinFrom), since(q.MinuteFrom), millis(q.Now), id}
+	args := []any{scopes, ids, since(q.DaysFrom), since(q.FiveMinFrom), since(q.MinuteFrom), sqlcore.Millis(q.Now), id}
 	var b strings.Builder
 	b.WriteString(`SELECT 'b'::text, scope, subject, bucket, period_start, cost, tokens, requests FROM budget_usage
 		WHERE (scope, subject) IN (SELECT * FROM unnest($1::text[], $2::text[]))
@@ -194,15 +195,15 @@ func scanSnapshot(rows pgx.Rows, id string, q budget.SnapshotQuery) (*budget.Sna
 		case "b":
 			snap.Buckets = append(snap.Buckets, budget.Bucket{
 				Subject: budget.Subject{Scope: budget.Scope(a), ID: b}, Size: budget.BucketSize(c),
-				Start: fromMillis(n), Cost: budget.Money(cost), Tokens: x, Requests: y,
+				Start: sqlcore.FromMillis(n), Cost: budget.Money(cost), Tokens: x, Requests: y,
 			})
 		case "h":
 			snap.Held[q.Subjects[n]] = budget.Held{Cost: budget.Money(cost), Tokens: x, Count: y}
 		case "o":
 			snap.Exists = true
-			if n > millis(q.Now) {
+			if n > sqlcore.Millis(q.Now) {
 				snap.Own = &budget.Reservation{ID: id, User: a, Tenant: b, Env: c, Cost: budget.Money(cost), Tokens: x,
-					CreatedAt: fromMillis(y), ExpiresAt: fromMillis(n)}
+					CreatedAt: sqlcore.FromMillis(y), ExpiresAt: sqlcore.FromMillis(n)}
 			}
 		}
 	}
@@ -216,7 +217,7 @@ func (s *Store) RenewBudget(ctx context.Context, ids []string, now, expires time
 	}
 	ids = slices.Sorted(slices.Values(ids))
 	_, err := s.pool.Exec(ctx, `UPDATE budget_reservations SET expires_at = GREATEST(expires_at, $1)
-		WHERE expires_at > $2 AND id = ANY($3)`, millis(expires), millis(now), ids)
+		WHERE expires_at > $2 AND id = ANY($3)`, sqlcore.Millis(expires), sqlcore.Millis(now), ids)
 	if err != nil {
 		return fmt.Errorf("postgres: renew reservations: %w", err)
 	}
@@ -251,7 +252,7 @@ func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease 
 				e.ID, e.Tenant, e.Env, e.User, e.Conversation, e.Model, int64(e.Status), e.Streamed, e.Estimated,
 				e.InputTokens, e.OutputTokens, e.CacheWrite5mTokens, e.CacheWrite1hTokens, e.CacheReadTokens,
 				e.WebSearchRequests, e.WebFetchRequests, int64(e.Cost), int64(e.Reserved), e.RequestBytes,
-				millis(e.StartedAt), millis(e.SettledAt))
+				sqlcore.Millis(e.StartedAt), sqlcore.Millis(e.SettledAt))
 		}
 		if len(es) > 0 {
 			res := tx.SendBatch(ctx, b)
@@ -269,7 +270,7 @@ func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease 
 		}
 		b = &pgx.Batch{}
 		for _, k := range budget.SettledBuckets(es, applied) {
-			b.Queue(upsertBucket, string(k.Subject.Scope), k.Subject.ID, string(k.Size), millis(k.Start),
+			b.Queue(upsertBucket, string(k.Subject.Scope), k.Subject.ID, string(k.Size), sqlcore.Millis(k.Start),
 				int64(k.Cost), k.Tokens, k.Requests)
 		}
 		switch {
@@ -295,9 +296,9 @@ func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease 
 // CollectBudget implements budget.Store.
 func (s *Store) CollectBudget(ctx context.Context, now time.Time) error {
 	b := &pgx.Batch{}
-	b.Queue(`DELETE FROM budget_reservations WHERE expires_at < $1`, millis(now.Add(-time.Hour)))
+	b.Queue(`DELETE FROM budget_reservations WHERE expires_at < $1`, sqlcore.Millis(now.Add(-time.Hour)))
 	b.Queue(`DELETE FROM budget_usage WHERE (bucket = '5m' AND period_start < $1) OR (bucket = 'minute' AND period_start < $2)`,
-		millis(now.Add(-6*time.Hour)), millis(now.Add(-10*time.Minute)))
+		sqlcore.Millis(now.Add(-6*time.Hour)), sqlcore.Millis(now.Add(-10*time.Minute)))
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("postgres: collect budget: %w", err)
 	}
@@ -310,7 +311,7 @@ func (s *Store) PutBudgetLimit(ctx context.Context, l budget.Limit) error {
 		VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (scope, subject, kind) DO UPDATE SET
 			maximum = excluded.maximum, hard = excluded.hard, updated_at = excluded.updated_at`,
-		string(l.Subject.Scope), l.Subject.ID, string(l.Kind), l.Max, l.Hard, millis(l.UpdatedAt))
+		string(l.Subject.Scope), l.Subject.ID, string(l.Kind), l.Max, l.Hard, sqlcore.Millis(l.UpdatedAt))
 	if err != nil {
 		return fmt.Errorf("postgres: put limit %s %s: %w", l.Subject, l.Kind, err)
 	}
@@ -344,14 +345,14 @@ func (s *Store) BudgetLimits(ctx context.Context, subjects ...budget.Subject) ([
 	if err != nil {
 		return nil, fmt.Errorf("postgres: read limits: %w", err)
 	}
-	ls, err := collect(rows, func(r pgx.Row) (budget.Limit, error) {
+	ls, err := collect(rows, func(r sqlcore.Row) (budget.Limit, error) {
 		var (
 			l           budget.Limit
 			scope, kind string
 			updated     int64
 		)
 		err := r.Scan(&scope, &l.Subject.ID, &kind, &l.Max, &l.Hard, &updated)
-		l.Subject.Scope, l.Kind, l.UpdatedAt = budget.Scope(scope), budget.Kind(kind), fromMillis(updated)
+		l.Subject.Scope, l.Kind, l.UpdatedAt = budget.Scope(scope), budget.Kind(kind), sqlcore.FromMillis(updated)
 		return l, err
 	})
 	if err != nil {
@@ -364,15 +365,15 @@ func (s *Store) BudgetLimits(ctx context.Context, subjects ...budget.Subject) ([
 func (s *Store) BudgetUsage(ctx context.Context, sub budget.Subject, size budget.BucketSize, from, to time.Time) ([]budget.Bucket, error) {
 	rows, err := s.pool.Query(ctx, `SELECT period_start, cost, tokens, requests FROM budget_usage
 		WHERE scope = $1 AND subject = $2 AND bucket = $3 AND period_start >= $4 AND period_start < $5
-		ORDER BY period_start`, string(sub.Scope), sub.ID, string(size), millis(from), millis(to))
+		ORDER BY period_start`, string(sub.Scope), sub.ID, string(size), sqlcore.Millis(from), sqlcore.Millis(to))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: read usage of %s: %w", sub, err)
 	}
-	bs, err := collect(rows, func(r pgx.Row) (budget.Bucket, error) {
+	bs, err := collect(rows, func(r sqlcore.Row) (budget.Bucket, error) {
 		b := budget.Bucket{Subject: sub, Size: size}
 		var start, cost int64
 		err := r.Scan(&start, &cost, &b.Tokens, &b.Requests)
-		b.Start, b.Cost = fromMillis(start), budget.Money(cost)
+		b.Start, b.Cost = sqlcore.FromMillis(start), budget.Money(cost)
 		return b, err
 	})
 	if err != nil {
@@ -389,7 +390,7 @@ func (s *Store) BudgetHeld(ctx context.Context, sub budget.Subject, now time.Tim
 		cost int64
 	)
 	err := s.pool.QueryRow(ctx, `SELECT COALESCE(SUM(cost), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint, COALESCE(SUM(calls), 0)::bigint
-		FROM budget_reservations WHERE expires_at > $1 AND `+where, append([]any{millis(now)}, args...)...).
+		FROM budget_reservations WHERE expires_at > $1 AND `+where, append([]any{sqlcore.Millis(now)}, args...)...).
 		Scan(&cost, &h.Tokens, &h.Count)
 	if err != nil {
 		return budget.Held{}, fmt.Errorf("postgres: read reservations of %s: %w", sub, err)
@@ -414,10 +415,10 @@ func (s *Store) BudgetLedger(ctx context.Context, q budget.LedgerQuery) ([]budge
 		}
 	}
 	if !q.From.IsZero() {
-		add(`settled_at >= $%d`, millis(q.From))
+		add(`settled_at >= $%d`, sqlcore.Millis(q.From))
 	}
 	if !q.To.IsZero() {
-		add(`settled_at < $%d`, millis(q.To))
+		add(`settled_at < $%d`, sqlcore.Millis(q.To))
 	}
 	query := `SELECT ` + ledgerColumns + ` FROM budget_ledger`
 	if len(conds) > 0 {
@@ -431,7 +432,7 @@ func (s *Store) BudgetLedger(ctx context.Context, q budget.LedgerQuery) ([]budge
 	if err != nil {
 		return nil, fmt.Errorf("postgres: read ledger: %w", err)
 	}
-	es, err := collect(rows, func(r pgx.Row) (budget.Entry, error) {
+	es, err := collect(rows, func(r sqlcore.Row) (budget.Entry, error) {
 		var (
 			e                budget.Entry
 			status           int64
@@ -443,7 +444,7 @@ func (s *Store) BudgetLedger(ctx context.Context, q budget.LedgerQuery) ([]budge
 			&e.WebSearchRequests, &e.WebFetchRequests, &cost, &reserved, &e.RequestBytes, &started, &settled)
 		e.Status = int(status)
 		e.Cost, e.Reserved = budget.Money(cost), budget.Money(reserved)
-		e.StartedAt, e.SettledAt = fromMillis(started), fromMillis(settled)
+		e.StartedAt, e.SettledAt = sqlcore.FromMillis(started), sqlcore.FromMillis(settled)
 		return e, err
 	})
 	if err != nil {

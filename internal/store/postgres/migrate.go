@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/talkide/platform/internal/store/migrations"
+	"github.com/talkide/platform/internal/store/sqlcore"
 )
 
 // lockMigrations takes the transaction-scoped advisory lock that serialises
@@ -92,7 +93,7 @@ func apply(ctx context.Context, pool *pgxpool.Pool, m migrations.Migration) (app
 				return fmt.Errorf("%w\n%s", err, stmt)
 			}
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, m.Version, millis(time.Now())); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, m.Version, sqlcore.Millis(time.Now())); err != nil {
 			return err
 		}
 		applied = true

@@ -4,17 +4,15 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/store/sqlcore"
 )
 
 // Options configures Open. A nil *Options is the zero Options.
@@ -32,13 +30,18 @@ type Options struct {
 // budget, and pgx's native interface saves database/sql's per-call
 // allocations and reflection, caches prepared statements per connection,
 // speaks the binary protocol, and sends a batch in one round trip
-// (AddReports). Nothing here needs database/sql's portability: the SQLite
-// store is a separate implementation.
+// (conn.ExecEach, for AddReports and RecordUsages). Nothing here needs database/sql's portability: what the
+// two stores share, sqlcore, runs on a small interface of its own.
 //
 // The pool is safe for concurrent use; transactions run at READ COMMITTED,
 // which together with ON CONFLICT gives the idempotent inserts the store
 // promises.
+//
+// The CRUD tables' methods are sqlcore's, on the pool (see tables.go); the
+// budget's are in budget.go.
 type Store struct {
+	*tables
+
 	pool *pgxpool.Pool
 	log  *slog.Logger
 }
@@ -86,6 +89,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres: open %s: %w", where, err)
 	}
 	s := &Store{pool: pool, log: o.Logger}
+	s.tables = sqlcore.New(poolDB{conn{pool}, s}, dialect)
 	if err := migrate(ctx, pool, s.log); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open %s: %w", where, err)
@@ -111,75 +115,8 @@ func (s *Store) tx(ctx context.Context, f func(pgx.Tx) error) error {
 	return pgx.BeginTxFunc(ctx, s.pool, readCommitted, f)
 }
 
-// SQLSTATE codes the store maps to its sentinel errors.
-const (
-	foreignKeyViolation = "23503"
-	uniqueViolation     = "23505"
-)
-
-// constraint maps a violated constraint to the store's sentinel errors:
-// a foreign key names something that does not exist (store.ErrNotFound), a
-// primary key or unique index is taken (store.ErrConflict). Other errors are
-// returned as they are.
-func constraint(err error) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return err
-	}
-	switch pe.Code {
-	case foreignKeyViolation:
-		return fmt.Errorf("%w: %w", store.ErrNotFound, err)
-	case uniqueViolation:
-		return fmt.Errorf("%w: %w", store.ErrConflict, err)
-	}
-	return err
-}
-
-// notFound maps pgx.ErrNoRows to store.ErrNotFound.
-func notFound(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.ErrNotFound
-	}
-	return err
-}
-
-// millis is how the schema keeps a time: unix milliseconds. The zero time
-// round-trips.
-func millis(t time.Time) int64 { return t.UnixMilli() }
-
-// fromMillis is the inverse of millis, in UTC.
-func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
-
-// nullMillis keeps the zero time as NULL.
-func nullMillis(t time.Time) *int64 {
-	if t.IsZero() {
-		return nil
-	}
-	ms := millis(t)
-	return &ms
-}
-
-// fromNullMillis is the inverse of nullMillis.
-func fromNullMillis(ms *int64) time.Time {
-	if ms == nil {
-		return time.Time{}
-	}
-	return fromMillis(*ms)
-}
-
 // collect scans every row with scan and closes rows.
-func collect[T any](rows pgx.Rows, scan func(pgx.Row) (T, error)) ([]T, error) {
+func collect[T any](rows pgx.Rows, scan func(sqlcore.Row) (T, error)) ([]T, error) {
 	defer rows.Close()
-	var ts []T
-	for rows.Next() {
-		t, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		ts = append(ts, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return ts, nil
+	return sqlcore.Collect(rows, scan)
 }

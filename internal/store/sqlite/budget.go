@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/store/sqlcore"
 )
 
 // The budget's tables (migration 0003_budgets.sql). SQLite runs one write
@@ -35,11 +36,11 @@ func (s *Store) ReserveBudget(ctx context.Context, in budget.Reservation, q budg
 		_, err = st.exec(`INSERT INTO budget_reservations
 			(id, user_id, tenant, env, cost, tokens, created_at, expires_at, calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET cost = excluded.cost, tokens = excluded.tokens, expires_at = excluded.expires_at`,
-			r.ID, r.User, r.Tenant, r.Env, int64(r.Cost), r.Tokens, millis(r.CreatedAt), millis(r.ExpiresAt), r.Calls())
+			r.ID, r.User, r.Tenant, r.Env, int64(r.Cost), r.Tokens, sqlcore.Millis(r.CreatedAt), sqlcore.Millis(r.ExpiresAt), r.Calls())
 		if err != nil || snap.Exists {
 			return err
 		}
-		minute := millis(budget.BucketMinute.Start(r.CreatedAt))
+		minute := sqlcore.Millis(budget.BucketMinute.Start(r.CreatedAt))
 		for _, sub := range q.Subjects {
 			if _, err := st.exec(upsertBucket, sub.Scope, sub.ID, budget.BucketMinute, minute, 0, 0, 1); err != nil {
 				return err
@@ -81,12 +82,12 @@ func since(t time.Time) int64 {
 	if t.IsZero() {
 		return math.MaxInt64
 	}
-	return millis(t)
+	return sqlcore.Millis(t)
 }
 
 func loadSnapshot(st *txStmts, id string, q budget.SnapshotQuery) (*budget.Snapshot, error) {
 	snap := &budget.Snapshot{Held: make(map[budget.Subject]budget.Held, len(q.Subjects))}
-	now := millis(q.Now)
+	now := sqlcore.Millis(q.Now)
 	for _, sub := range q.Subjects {
 		rows, err := st.query(`SELECT bucket, period_start, cost, tokens, requests FROM budget_usage
 			WHERE scope = ? AND subject = ? AND (
@@ -101,7 +102,7 @@ func loadSnapshot(st *txStmts, id string, q budget.SnapshotQuery) (*budget.Snaps
 			b := budget.Bucket{Subject: sub}
 			var start, cost int64
 			err := r.Scan(&b.Size, &start, &cost, &b.Tokens, &b.Requests)
-			b.Start, b.Cost = fromMillis(start), budget.Money(cost)
+			b.Start, b.Cost = sqlcore.FromMillis(start), budget.Money(cost)
 			return b, err
 		})
 		if err != nil {
@@ -142,7 +143,7 @@ func loadSnapshot(st *txStmts, id string, q budget.SnapshotQuery) (*budget.Snaps
 		snap.Exists = true
 		if until > now {
 			own.ID, own.Cost = id, budget.Money(cost)
-			own.CreatedAt, own.ExpiresAt = fromMillis(created), fromMillis(until)
+			own.CreatedAt, own.ExpiresAt = sqlcore.FromMillis(created), sqlcore.FromMillis(until)
 			snap.Own = &own
 		}
 	}
@@ -154,7 +155,7 @@ func (s *Store) RenewBudget(ctx context.Context, ids []string, now, expires time
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), 500)]
 		ids = ids[len(chunk):]
-		args := []any{millis(expires), millis(now)}
+		args := []any{sqlcore.Millis(expires), sqlcore.Millis(now)}
 		for _, id := range chunk {
 			args = append(args, id)
 		}
@@ -190,7 +191,7 @@ func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease 
 				e.ID, e.Tenant, e.Env, e.User, e.Conversation, e.Model, e.Status, e.Streamed, e.Estimated,
 				e.InputTokens, e.OutputTokens, e.CacheWrite5mTokens, e.CacheWrite1hTokens, e.CacheReadTokens,
 				e.WebSearchRequests, e.WebFetchRequests, int64(e.Cost), int64(e.Reserved), e.RequestBytes,
-				millis(e.StartedAt), millis(e.SettledAt))
+				sqlcore.Millis(e.StartedAt), sqlcore.Millis(e.SettledAt))
 			if err != nil {
 				return err
 			}
@@ -206,7 +207,7 @@ func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease 
 			}
 		}
 		for _, b := range budget.SettledBuckets(es, applied) {
-			_, err := st.exec(upsertBucket, b.Subject.Scope, b.Subject.ID, b.Size, millis(b.Start), int64(b.Cost), b.Tokens, b.Requests)
+			_, err := st.exec(upsertBucket, b.Subject.Scope, b.Subject.ID, b.Size, sqlcore.Millis(b.Start), int64(b.Cost), b.Tokens, b.Requests)
 			if err != nil {
 				return err
 			}
@@ -239,12 +240,12 @@ const insertLedger = `INSERT INTO budget_ledger (` + ledgerColumns + `)
 func (s *Store) CollectBudget(ctx context.Context, now time.Time) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM budget_reservations WHERE expires_at < ?`,
-			millis(now.Add(-time.Hour))); err != nil {
+			sqlcore.Millis(now.Add(-time.Hour))); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM budget_usage WHERE
 			(bucket = '5m' AND period_start < ?) OR (bucket = 'minute' AND period_start < ?)`,
-			millis(now.Add(-6*time.Hour)), millis(now.Add(-10*time.Minute)))
+			sqlcore.Millis(now.Add(-6*time.Hour)), sqlcore.Millis(now.Add(-10*time.Minute)))
 		return err
 	})
 	if err != nil {
@@ -259,7 +260,7 @@ func (s *Store) PutBudgetLimit(ctx context.Context, l budget.Limit) error {
 		VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (scope, subject, kind) DO UPDATE SET
 			maximum = excluded.maximum, hard = excluded.hard, updated_at = excluded.updated_at`,
-		l.Subject.Scope, l.Subject.ID, l.Kind, l.Max, l.Hard, millis(l.UpdatedAt))
+		l.Subject.Scope, l.Subject.ID, l.Kind, l.Max, l.Hard, sqlcore.Millis(l.UpdatedAt))
 	if err != nil {
 		return fmt.Errorf("sqlite: put limit %s %s: %w", l.Subject, l.Kind, err)
 	}
@@ -298,7 +299,7 @@ func (s *Store) BudgetLimits(ctx context.Context, subjects ...budget.Subject) ([
 			updated int64
 		)
 		err := r.Scan(&l.Subject.Scope, &l.Subject.ID, &l.Kind, &l.Max, &l.Hard, &updated)
-		l.UpdatedAt = fromMillis(updated)
+		l.UpdatedAt = sqlcore.FromMillis(updated)
 		return l, err
 	})
 	if err != nil {
@@ -311,7 +312,7 @@ func (s *Store) BudgetLimits(ctx context.Context, subjects ...budget.Subject) ([
 func (s *Store) BudgetUsage(ctx context.Context, sub budget.Subject, size budget.BucketSize, from, to time.Time) ([]budget.Bucket, error) {
 	rows, err := s.reader.QueryContext(ctx, `SELECT period_start, cost, tokens, requests FROM budget_usage
 		WHERE scope = ? AND subject = ? AND bucket = ? AND period_start >= ? AND period_start < ?
-		ORDER BY period_start`, sub.Scope, sub.ID, size, millis(from), millis(to))
+		ORDER BY period_start`, sub.Scope, sub.ID, size, sqlcore.Millis(from), sqlcore.Millis(to))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: read usage of %s: %w", sub, err)
 	}
@@ -319,7 +320,7 @@ func (s *Store) BudgetUsage(ctx context.Context, sub budget.Subject, size budget
 		b := budget.Bucket{Subject: sub, Size: size}
 		var start, cost int64
 		err := r.Scan(&start, &cost, &b.Tokens, &b.Requests)
-		b.Start, b.Cost = fromMillis(start), budget.Money(cost)
+		b.Start, b.Cost = sqlcore.FromMillis(start), budget.Money(cost)
 		return b, err
 	})
 	if err != nil {
@@ -336,7 +337,7 @@ func (s *Store) BudgetHeld(ctx context.Context, sub budget.Subject, now time.Tim
 		cost int64
 	)
 	err := s.reader.QueryRowContext(ctx, `SELECT COALESCE(SUM(cost), 0), COALESCE(SUM(tokens), 0), COALESCE(SUM(calls), 0)
-		FROM budget_reservations WHERE `+where+` AND expires_at > ?`, append(args, millis(now))...).
+		FROM budget_reservations WHERE `+where+` AND expires_at > ?`, append(args, sqlcore.Millis(now))...).
 		Scan(&cost, &h.Tokens, &h.Count)
 	if err != nil {
 		return budget.Held{}, fmt.Errorf("sqlite: read reservations of %s: %w", sub, err)
@@ -361,11 +362,11 @@ func (s *Store) BudgetLedger(ctx context.Context, q budget.LedgerQuery) ([]budge
 	}
 	if !q.From.IsZero() {
 		conds = append(conds, `settled_at >= ?`)
-		args = append(args, millis(q.From))
+		args = append(args, sqlcore.Millis(q.From))
 	}
 	if !q.To.IsZero() {
 		conds = append(conds, `settled_at < ?`)
-		args = append(args, millis(q.To))
+		args = append(args, sqlcore.Millis(q.To))
 	}
 	query := `SELECT ` + ledgerColumns + ` FROM budget_ledger`
 	if len(conds) > 0 {
@@ -396,6 +397,6 @@ func scanEntry(r scanner) (budget.Entry, error) {
 		&e.InputTokens, &e.OutputTokens, &e.CacheWrite5mTokens, &e.CacheWrite1hTokens, &e.CacheReadTokens,
 		&e.WebSearchRequests, &e.WebFetchRequests, &cost, &reserved, &e.RequestBytes, &started, &settled)
 	e.Cost, e.Reserved = budget.Money(cost), budget.Money(reserved)
-	e.StartedAt, e.SettledAt = fromMillis(started), fromMillis(settled)
+	e.StartedAt, e.SettledAt = sqlcore.FromMillis(started), sqlcore.FromMillis(settled)
 	return e, err
 }

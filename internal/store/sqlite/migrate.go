@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/store/migrations"
+	"github.com/talkide/platform/internal/store/sqlcore"
 )
 
 // migrate applies the migrations db lacks, each in its own transaction that
@@ -61,7 +62,7 @@ func apply(ctx context.Context, db *sql.DB, m migrations.Migration) (applied boo
 			return false, fmt.Errorf("%w\n%s", err, stmt)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, m.Version, millis(time.Now())); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, m.Version, sqlcore.Millis(time.Now())); err != nil {
 		return false, err
 	}
 	return true, tx.Commit()

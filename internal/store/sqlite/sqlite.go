@@ -13,12 +13,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
-
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/store/sqlcore"
 )
 
 // Options configures Open. A nil *Options is the zero Options.
@@ -48,9 +45,14 @@ const busyTimeout = 5000
 //
 // No connection checkpoints the WAL on its own (wal_autocheckpoint=0): for a
 // file database ckpt does it in the background, on a third connection (see
-// checkpoint.go). Hot paths run statements prepared once, from writeStmts
-// and readStmts (see stmt.go).
+// checkpoint.go). The CRUD tables and the budget's hot paths run statements
+// prepared once, from writeStmts and readStmts (see stmt.go).
+//
+// The CRUD tables' methods are sqlcore's, on these connections (see
+// tables.go); the budget's are in budget.go.
 type Store struct {
+	*tables
+
 	writer *sql.DB
 	reader *sql.DB
 	ckpt   *checkpointer // nil for :memory:, which has no WAL
@@ -85,6 +87,7 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 	}
 
 	s := &Store{log: o.Logger}
+	s.tables = sqlcore.New(newPools(s), dialect)
 	var err error
 	s.writer, err = openDB(ctx, path, 1, map[string]string{"_txlock": "immediate"})
 	if err != nil {
@@ -203,73 +206,11 @@ func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
 	return err
 }
 
-// constraint maps a violated constraint to the store's sentinel errors:
-// a foreign key names something that does not exist (store.ErrNotFound), a
-// primary key or unique index is taken (store.ErrConflict). Other errors are
-// returned as they are.
-func constraint(err error) error {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return err
-	}
-	switch se.Code() {
-	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
-		return fmt.Errorf("%w: %w", store.ErrNotFound, err)
-	case sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE:
-		return fmt.Errorf("%w: %w", store.ErrConflict, err)
-	}
-	return err
-}
-
-// notFound maps sql.ErrNoRows to store.ErrNotFound.
-func notFound(err error) error {
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.ErrNotFound
-	}
-	return err
-}
-
-// millis is how the schema keeps a time: unix milliseconds. The zero time
-// round-trips.
-func millis(t time.Time) int64 { return t.UnixMilli() }
-
-// fromMillis is the inverse of millis, in UTC.
-func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
-
-// nullMillis keeps the zero time as NULL.
-func nullMillis(t time.Time) sql.NullInt64 {
-	if t.IsZero() {
-		return sql.NullInt64{}
-	}
-	return sql.NullInt64{Int64: millis(t), Valid: true}
-}
-
-// fromNullMillis is the inverse of nullMillis.
-func fromNullMillis(n sql.NullInt64) time.Time {
-	if !n.Valid {
-		return time.Time{}
-	}
-	return fromMillis(n.Int64)
-}
-
 // scanner is a *sql.Row or *sql.Rows.
-type scanner interface {
-	Scan(dest ...any) error
-}
+type scanner = sqlcore.Row
 
 // collect scans every row with scan and closes rows.
 func collect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
 	defer rows.Close()
-	var ts []T
-	for rows.Next() {
-		t, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		ts = append(ts, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return ts, nil
+	return sqlcore.Collect(sqlRows{rows}, scan)
 }

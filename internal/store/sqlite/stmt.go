@@ -12,7 +12,8 @@ import (
 // CPU time per gateway call (docs/benchmarks.md). A *sql.Stmt compiles its
 // query once per connection and keeps it, so the hot paths take theirs from
 // these caches, keyed by the query's text. Pass a constant: every distinct
-// text stays prepared until Close.
+// text stays prepared until Close. A query whose parameters are $1, $2, …
+// in order is prepared with them as ? (see positional).
 //
 // Which to use:
 //
@@ -71,7 +72,7 @@ func (c *stmtCache) get(ctx context.Context, query string) (*sql.Stmt, error) {
 	if st, ok := c.lookup(query); ok {
 		return st, nil
 	}
-	st, err := c.db.PrepareContext(ctx, query)
+	st, err := c.db.PrepareContext(ctx, positional(query))
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +167,7 @@ func (s *Store) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt
 		return tx.StmtContext(ctx, st), nil
 	}
 	s.writeStmts.want(query)
-	return tx.PrepareContext(ctx, query)
+	return tx.PrepareContext(ctx, positional(query))
 }
 
 // txStmts hands out the statements of one transaction of s.tx, each taken

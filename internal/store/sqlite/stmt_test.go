@@ -12,6 +12,7 @@ import (
 	"modernc.org/sqlite"
 
 	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/store/sqlcore"
 )
 
 func TestStmtCache(t *testing.T) {
@@ -195,8 +196,28 @@ func (cc countingConn) PrepareContext(ctx context.Context, query string) (driver
 	return cc.conn.PrepareContext(ctx, query)
 }
 
+// The statements of sqlcore that the tests and benchmarks here use, in its
+// words: GetConversation's and CreateConversation's. The unprepared runs
+// compile them as the cache prepares them (positional).
+const (
+	getConversation    = `SELECT id, tenant, env, user_id, title, created_at FROM conversations WHERE id = $1`
+	insertConversation = `INSERT INTO conversations (id, tenant, env, user_id, title, created_at) VALUES ($1, $2, $3, $4, $5, $6)
+	ON CONFLICT (id) DO NOTHING`
+)
+
+// scanConversation scans a row of getConversation.
+func scanConversation(r *sql.Row) (store.Conversation, error) {
+	var (
+		c       store.Conversation
+		created int64
+	)
+	err := r.Scan(&c.ID, &c.Tenant, &c.Env, &c.UserID, &c.Title, &created)
+	c.CreatedAt = sqlcore.FromMillis(created)
+	return c, err
+}
+
 // benchStore is a file store with a user, an env and n conversations, c0…
-func benchStore(b *testing.B, n int) *Store {
+func benchStore(b testing.TB, n int) *Store {
 	b.Helper()
 	ctx := b.Context()
 	s, err := Open(ctx, filepath.Join(b.TempDir(), "talkide.db"), nil)
@@ -237,7 +258,7 @@ func BenchmarkGetConversation(b *testing.B) {
 	b.Run("unprepared", func(b *testing.B) {
 		i := 0
 		for b.Loop() {
-			if _, err := scanConversation(s.reader.QueryRowContext(ctx, getConversation, fmt.Sprint("c", i%n))); err != nil {
+			if _, err := scanConversation(s.reader.QueryRowContext(ctx, positional(getConversation), fmt.Sprint("c", i%n))); err != nil {
 				b.Fatal(err)
 			}
 			i++
@@ -277,7 +298,7 @@ func BenchmarkInsert(b *testing.B) {
 	b.Run("tx/unprepared", func(b *testing.B) {
 		run(b, func() error {
 			return s.tx(ctx, func(tx *sql.Tx) error {
-				_, err := tx.ExecContext(ctx, insertConversation, args()...)
+				_, err := tx.ExecContext(ctx, positional(insertConversation), args()...)
 				return err
 			})
 		})
@@ -294,7 +315,7 @@ func BenchmarkInsert(b *testing.B) {
 	})
 	b.Run("autocommit/unprepared", func(b *testing.B) {
 		run(b, func() error {
-			_, err := s.writer.ExecContext(ctx, insertConversation, args()...)
+			_, err := s.writer.ExecContext(ctx, positional(insertConversation), args()...)
 			return err
 		})
 	})

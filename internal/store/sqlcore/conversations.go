@@ -1,0 +1,93 @@
+package sqlcore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/talkide/platform/internal/store"
+)
+
+const conversationColumns = `id, tenant, env, user_id, title, created_at`
+
+const (
+	// insertConversation stores a conversation unless its ID is taken.
+	insertConversation = `INSERT INTO conversations (` + conversationColumns + `) VALUES ($1, $2, $3, $4, $5, $6)
+	ON CONFLICT (id) DO NOTHING`
+
+	// getConversation is on the gateway's path (its first model call of a
+	// conversation) and the control plane's (most requests about one).
+	getConversation = `SELECT ` + conversationColumns + ` FROM conversations WHERE id = $1`
+)
+
+// listConversations: newest first, then by ID descending.
+func listConversations(d Dialect) string {
+	return `SELECT ` + conversationColumns + ` FROM conversations
+	WHERE user_id = $1 ORDER BY created_at DESC, id` + d.ByBytes + ` DESC`
+}
+
+func conversationArgs(c store.Conversation) []any {
+	return []any{c.ID, c.Tenant, c.Env, c.UserID, c.Title, Millis(c.CreatedAt)}
+}
+
+func scanConversation(r Row) (store.Conversation, error) {
+	var (
+		c       store.Conversation
+		created int64
+	)
+	if err := r.Scan(&c.ID, &c.Tenant, &c.Env, &c.UserID, &c.Title, &created); err != nil {
+		return store.Conversation{}, err
+	}
+	c.CreatedAt = FromMillis(created)
+	return c, nil
+}
+
+// CreateConversation implements store.Store. A concurrent insert of the
+// same ID makes this one wait for that transaction and then do nothing; the
+// SELECT that follows sees the winner's row (see DB.InTx).
+func (t *Tables) CreateConversation(ctx context.Context, c store.Conversation) (store.Conversation, bool, error) {
+	var (
+		stored  store.Conversation
+		created bool
+	)
+	err := t.db.InTx(ctx, func(tx Tx) error {
+		n, err := tx.Exec(ctx, insertConversation, conversationArgs(c)...)
+		if err != nil {
+			return t.constraint(err)
+		}
+		if n == 1 {
+			stored, created = c, true
+			stored.CreatedAt = ms(c.CreatedAt)
+			return nil
+		}
+		stored, err = scanConversation(tx.QueryRow(ctx, getConversation, c.ID))
+		if err != nil {
+			return err
+		}
+		if stored.UserID != c.UserID || stored.Tenant != c.Tenant || stored.Env != c.Env {
+			return fmt.Errorf("%w: it belongs to another user or tenant-env", store.ErrConflict)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Conversation{}, false, fmt.Errorf("%s: create conversation %s: %w", t.name, c.ID, err)
+	}
+	return stored, created, nil
+}
+
+// GetConversation implements store.Store.
+func (t *Tables) GetConversation(ctx context.Context, id string) (store.Conversation, error) {
+	c, err := scanConversation(t.db.QueryRow(ctx, getConversation, id))
+	if err != nil {
+		return store.Conversation{}, fmt.Errorf("%s: get conversation %s: %w", t.name, id, t.notFound(err))
+	}
+	return c, nil
+}
+
+// ListConversations implements store.Store.
+func (t *Tables) ListConversations(ctx context.Context, userID string) ([]store.Conversation, error) {
+	cs, err := collect(ctx, t.db, scanConversation, t.listConversations, userID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: list conversations of %s: %w", t.name, userID, err)
+	}
+	return cs, nil
+}

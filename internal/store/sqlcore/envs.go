@@ -1,0 +1,78 @@
+package sqlcore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/talkide/platform/internal/store"
+)
+
+// Tenants and envs. A tenant is stored with its first env and only ever
+// referred to.
+
+const envColumns = `tenant, name, worker_url, created_at`
+
+const (
+	insertTenant = `INSERT INTO tenants (id, created_at) VALUES ($1, $2)
+	ON CONFLICT (id) DO NOTHING`
+
+	// putEnv inserts an env or changes its worker URL, never its
+	// created_at.
+	putEnv = `INSERT INTO envs (` + envColumns + `) VALUES ($1, $2, $3, $4)
+	ON CONFLICT (tenant, name) DO UPDATE SET worker_url = excluded.worker_url`
+
+	getEnv = `SELECT ` + envColumns + ` FROM envs WHERE tenant = $1 AND name = $2`
+)
+
+func listEnvs(d Dialect) string {
+	return `SELECT ` + envColumns + ` FROM envs ORDER BY tenant` + d.ByBytes + `, name` + d.ByBytes
+}
+
+func envArgs(e store.Env) []any {
+	return []any{e.Tenant, e.Name, e.WorkerURL, Millis(e.CreatedAt)}
+}
+
+func scanEnv(r Row) (store.Env, error) {
+	var (
+		e       store.Env
+		created int64
+	)
+	if err := r.Scan(&e.Tenant, &e.Name, &e.WorkerURL, &created); err != nil {
+		return store.Env{}, err
+	}
+	e.CreatedAt = FromMillis(created)
+	return e, nil
+}
+
+// PutEnv implements store.Store.
+func (t *Tables) PutEnv(ctx context.Context, e store.Env) error {
+	err := t.db.InTx(ctx, func(tx Tx) error {
+		if _, err := tx.Exec(ctx, insertTenant, e.Tenant, Millis(e.CreatedAt)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, putEnv, envArgs(e)...)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s: put env %s/%s: %w", t.name, e.Tenant, e.Name, err)
+	}
+	return nil
+}
+
+// GetEnv implements store.Store.
+func (t *Tables) GetEnv(ctx context.Context, tenant, env string) (store.Env, error) {
+	e, err := scanEnv(t.db.QueryRow(ctx, getEnv, tenant, env))
+	if err != nil {
+		return store.Env{}, fmt.Errorf("%s: get env %s/%s: %w", t.name, tenant, env, t.notFound(err))
+	}
+	return e, nil
+}
+
+// ListEnvs implements store.Store.
+func (t *Tables) ListEnvs(ctx context.Context) ([]store.Env, error) {
+	es, err := collect(ctx, t.db, scanEnv, t.listEnvs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: list envs: %w", t.name, err)
+	}
+	return es, nil
+}
