@@ -145,6 +145,7 @@ func newRoot(std stdio) *cobra.Command {
   talkide worker         run a tenant-env's agent worker
   talkide admin          operate tenant-envs, identity tokens, budgets, usage, operator tokens
   talkide sessions       list, archive or delete sessions on a session volume
+  talkide sandbox        see and try the sandbox the agent's commands run in
 
 Every flag can also be set by an environment variable where that is safe;
 the flag's help names it ([$TALKIDE_…]). See docs/cli.md.`,
@@ -168,6 +169,7 @@ the flag's help names it ([$TALKIDE_…]). See docs/cli.md.`,
 		newWorkerCmd(std),
 		newAdminCmd(std),
 		newSessionsCmd(std),
+		newSandboxCmd(std),
 	)
 	return root
 }

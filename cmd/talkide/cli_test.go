@@ -282,3 +282,17 @@ func TestCLIReferenceIsCurrent(t *testing.T) {
 		t.Errorf("docs/cli.md's environment table is stale; run go test ./cmd/talkide -run CLIReference -update\n(-doc +tree):\n%s", cmp.Diff(got, want))
 	}
 }
+
+func TestSandboxCommands(t *testing.T) {
+	code, out, errs := cli(t, "sandbox", "check")
+	if code != exitOK || !strings.Contains(out, "landlock") {
+		t.Errorf("sandbox check: exit %d, %q %q", code, out, errs)
+	}
+	ws := t.TempDir()
+	secret := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secret, []byte("s3cret"), 0o600)
+	code, out, errs = cli(t, "sandbox", "run", "--workspace", ws, "--", "sh", "-c", "echo hi > f; cat f; cat "+secret)
+	if code != exitError || !strings.HasPrefix(out, "hi\n") || strings.Contains(out, "s3cret") {
+		t.Errorf("sandbox run: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
