@@ -209,14 +209,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body, herr := g.readBody(w, r)
 	if herr != nil {
-		g.deny(w, r, conv, herr)
+		g.denyCall(w, r, conv, "", herr)
 		return
 	}
 
 	model, maxTokens := scanRequest(body)
 	if model != "" {
 		if err := contract.ValidateModel("model", model); err != nil {
-			g.deny(w, r, conv, &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest, Msg: err.Error()})
+			g.denyCall(w, r, conv, "", &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest, Msg: err.Error()})
 			return
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/store"
 )
 
 // fakeMetrics records what the gateway reports.
@@ -140,5 +141,39 @@ func TestMetricsUnreachableAndCut(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"acme prod user spend_per_day mid_stream"}, denials); diff != "" {
 		t.Errorf("cut denials (-want +got):\n%s", diff)
+	}
+}
+
+// TestMetricsUnprovisionedTenant: a validly signed token whose claims name
+// a tenant-env nobody provisioned is refused, and its tenant and env reach
+// no metrics label (they would make a new series for every tenant a token
+// can claim); a refusal after authorisation (a bad model) is labelled with
+// the conversation's tenant-env from the store.
+func TestMetricsUnprovisionedTenant(t *testing.T) {
+	m := &fakeMetrics{}
+	h := newHarness(t, fakeAnthropic(), &Options{Metrics: m})
+	invented := func(id string) store.Conversation {
+		return store.Conversation{ID: id, Tenant: "invented-tenant", Env: "invented-env"}
+	}
+	for _, c := range []struct {
+		conv   store.Conversation
+		body   string
+		status int
+	}{
+		{invented(convA.ID), requestBody, 403},       // a provisioned conversation, another tenant-env
+		{invented("conv-nowhere"), requestBody, 403}, // a conversation that does not exist
+		{convA, `{"model":"bad model","max_tokens":1}`, 400},
+	} {
+		resp := h.post(t, "/v1/messages", tokenHeader(h.mint(c.conv)), c.body)
+		readAll(t, resp.Body)
+		if resp.StatusCode != c.status {
+			t.Fatalf("%s/%s: status %d, want %d", c.conv.Tenant, c.conv.ID, resp.StatusCode, c.status)
+		}
+		h.waitServed(t)
+	}
+	reqs, _, _, _, _ := m.snapshot()
+	want := []RequestInfo{{Status: 403}, {Status: 403}, {Tenant: "acme", Env: "prod", Status: 400}}
+	if diff := cmp.Diff(want, reqs); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
 	}
 }
