@@ -213,7 +213,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	model, maxTokens := scanRequest(body)
+	req := scanRequest(body)
+	model, maxTokens := req.model, req.maxTokens
+	if req.repeated != "" {
+		g.denyCall(w, r, conv, "", &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest,
+			Msg: "the request body has the key \"" + req.repeated + "\" more than once"})
+		return
+	}
 	if model != "" {
 		if err := contract.ValidateModel("model", model); err != nil {
 			g.denyCall(w, r, conv, "", &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest, Msg: err.Error()})

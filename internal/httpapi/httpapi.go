@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -120,8 +121,11 @@ func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error)
 	return b, nil
 }
 
-// DecodeJSON decodes body into v strictly: unknown fields and trailing data
-// are errors, so a misspelt field is reported rather than ignored.
+// DecodeJSON decodes body into v strictly: unknown fields, trailing data, a
+// key twice in one object and a key in another case than its field's
+// ("ID" for "id") are errors, so a misspelt or ambiguous field is reported,
+// naming it, rather than ignored or silently chosen. Every JSON request
+// body of the APIs is decoded here.
 func DecodeJSON(body []byte, v any) error {
 	if len(body) == 0 {
 		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body is empty; a JSON object is required")
@@ -135,6 +139,13 @@ func DecodeJSON(body []byte, v any) error {
 	// stray '}' or ']', so it cannot be the check.)
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body has data after the JSON object")
+	}
+	if err := checkKeys(body, reflect.TypeOf(v)); err != nil {
+		if ke, ok := errors.AsType[*keyError](err); ok {
+			return &Error{Status: http.StatusBadRequest, Code: contract.CodeBadRequest, Msg: ke.Error()}
+		}
+		// The body was decoded as one JSON value just now.
+		return &Error{Status: http.StatusBadRequest, Code: contract.CodeBadRequest, Msg: "the request body is not valid JSON", Err: err}
 	}
 	return nil
 }
