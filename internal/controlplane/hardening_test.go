@@ -1,0 +1,216 @@
+package controlplane_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/controlplane"
+)
+
+// TestStrictJSONOnEveryEndpoint sends each JSON endpoint of the
+// control-plane a body with a key twice and one with a key in another
+// case, each of which encoding/json alone would take (the last one,
+// ignoring case): every one is a 400 naming the key, and nothing is done.
+func TestStrictJSONOnEveryEndpoint(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.insertConversation("demo", user, env)
+	identity := h.addIdentity(env, nil)
+	issue := h.fileIssue(issueRequest("demo/k", "demo"))
+	ts := start.Format(time.RFC3339Nano)
+	browser := func(path string) func(body string) (*http.Response, []byte) {
+		return func(body string) (*http.Response, []byte) { return h.do(http.MethodPost, path, body, nil) }
+	}
+	worker := func(path string) func(body string) (*http.Response, []byte) {
+		return func(body string) (*http.Response, []byte) {
+			return h.workerCall(h.reportSigner(env), http.MethodPost, path, []byte(body))
+		}
+	}
+	endpoints := map[string]struct {
+		send       func(body string) (*http.Response, []byte)
+		dup, case_ string
+		key, want  string // the key as sent in dup and in case_, and as it is spelt
+	}{
+		"create conversation": {send: browser("/api/conversations"),
+			dup: `{"id":"a","id":"b"}`, case_: `{"ID":"b"}`, key: "id"},
+		"send message": {send: browser("/api/conversations/demo/messages"),
+			dup: `{"text":"hi","text":"bye"}`, case_: `{"Text":"hi"}`, key: "text"},
+		"mint": {send: func(body string) (*http.Response, []byte) {
+			return h.do(http.MethodPost, controlplane.MintPath, body, http.Header{"Authorization": {"Bearer " + identity}})
+		}, dup: `{"conversation_id":"demo","conversation_id":"other"}`, case_: `{"Conversation_ID":"demo"}`, key: "conversation_id"},
+		"reports": {send: worker(contract.ReportsPath),
+			dup:   `{"reports":[{"idempotency_key":"k1","kind":"activity","conversation_id":"demo","time":"` + ts + `","activity":"a","activity":"b"}]}`,
+			case_: `{"reports":[{"idempotency_key":"k1","Kind":"activity","conversation_id":"demo","time":"` + ts + `","activity":"a"}]}`,
+			key:   "activity", want: "kind"},
+		"file issue": {send: worker(contract.IssuesPath),
+			dup:   `{"idempotency_key":"demo/k2","conversation_id":"demo","title":"a","title":"b","body":"b","severity":"low"}`,
+			case_: `{"idempotency_key":"demo/k2","conversation_id":"demo","TITLE":"a","body":"b","severity":"low"}`,
+			key:   "title"},
+		"comment": {send: worker(strings.Replace(contract.IssueCommentsPath, "{id}", issue.ID, 1)),
+			dup:   `{"idempotency_key":"c1","conversation_id":"demo","body":"x","status":"closed","status":"open"}`,
+			case_: `{"idempotency_key":"c1","conversation_id":"demo","Body":"x"}`,
+			key:   "status", want: "body"},
+	}
+	for name, ep := range endpoints {
+		t.Run(name, func(t *testing.T) {
+			want := ep.want
+			if want == "" {
+				want = ep.key
+			}
+			resp, body := ep.send(ep.dup)
+			msg := wantError(t, resp, body, http.StatusBadRequest, contract.CodeBadRequest)
+			if !strings.Contains(msg, fmt.Sprintf("the key %q twice", ep.key)) {
+				t.Errorf("duplicate: message %q does not name the key %q", msg, ep.key)
+			}
+			resp, body = ep.send(ep.case_)
+			msg = wantError(t, resp, body, http.StatusBadRequest, contract.CodeBadRequest)
+			if !strings.Contains(msg, fmt.Sprintf("where %q is meant", want)) {
+				t.Errorf("case: message %q does not name the key %q", msg, want)
+			}
+		})
+	}
+	if n := h.worker.Requests(); n != 0 {
+		t.Errorf("the worker got %d requests for refused bodies", n)
+	}
+	if cs, err := h.store.ListConversations(t.Context(), user); err != nil || len(cs) != 1 {
+		t.Errorf("conversations = %v, %v; want only demo", cs, err)
+	}
+	if rs := h.storedReports("demo"); len(rs) != 0 {
+		t.Errorf("stored reports %v, want none", rs)
+	}
+	if is, err := h.store.ListIssues(t.Context(), "demo", "", 0); err != nil || len(is) != 1 || len(is[0].Comments) != 0 {
+		t.Errorf("issues = %+v, %v; want the one filed, without comments", is, err)
+	}
+}
+
+// TestConversationTitleIsOneLine: a title with a NUL, an escape sequence,
+// a line break or an invisible override is refused, naming the field; a
+// title of other letters is kept, trimmed.
+func TestConversationTitleIsOneLine(t *testing.T) {
+	for name, title := range map[string]string{
+		"NUL":                    "a\x00b",
+		"ESC":                    "\x1b[2J\x1b[31mpwned",
+		"CR LF":                  "one\r\ntwo",
+		"right-to-left override": "report\u202etxt.exe",
+		"line separator":         "one\u2028two",
+		"zero-width space":       "ad\u200bmin",
+		"blank":                  "  ",
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, harnessOptions{})
+			resp, body := h.do(http.MethodPost, "/api/conversations", string(mustJSON(t, map[string]string{"id": "demo", "title": title})), nil)
+			msg := wantError(t, resp, body, http.StatusBadRequest, contract.CodeBadRequest)
+			if !strings.HasPrefix(msg, "title ") {
+				t.Errorf("message %q does not name the title", msg)
+			}
+			if cs, err := h.store.ListConversations(t.Context(), user); err != nil || len(cs) != 0 {
+				t.Errorf("stored %v, %v; want nothing", cs, err)
+			}
+		})
+	}
+	h := newHarness(t, harnessOptions{})
+	resp, body := h.do(http.MethodPost, "/api/conversations", string(mustJSON(t, map[string]string{"id": "demo", "title": " Überprüfung 🚀 "})), nil)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if c, err := h.store.GetConversation(t.Context(), "demo"); err != nil || c.Title != "Überprüfung 🚀" {
+		t.Errorf("stored title %q, %v; want it trimmed", c.Title, err)
+	}
+}
+
+// TestIssueTitleAndLabelsAreOneLine: what a worker files is held to the
+// same rule: bidirectional overrides, line separators and zero-width
+// characters are refused in titles and labels.
+func TestIssueTitleAndLabelsAreOneLine(t *testing.T) {
+	tests := map[string]struct {
+		mut   func(*contract.CreateIssueRequest)
+		field string
+	}{
+		"title with an override":         {func(r *contract.CreateIssueRequest) { r.Title = "Fix \u202eexe.txt" }, "title"},
+		"title with an isolate":          {func(r *contract.CreateIssueRequest) { r.Title = "a\u2066b" }, "title"},
+		"title with a line separator":    {func(r *contract.CreateIssueRequest) { r.Title = "one\u2028two" }, "title"},
+		"title with a zero-width space":  {func(r *contract.CreateIssueRequest) { r.Title = "Fl\u200baky" }, "title"},
+		"title with a BOM":               {func(r *contract.CreateIssueRequest) { r.Title = "\ufeffFlaky" }, "title"},
+		"title with ESC":                 {func(r *contract.CreateIssueRequest) { r.Title = "\x1b]0;owned\x07" }, "title"},
+		"label with an override":         {func(r *contract.CreateIssueRequest) { r.Labels = []string{"ci", "a\u202eb"} }, "labels[1]"},
+		"label with a zero-width joiner": {func(r *contract.CreateIssueRequest) { r.Labels = []string{"c\u200di"} }, "labels[0]"},
+		"key with NUL":                   {func(r *contract.CreateIssueRequest) { r.IdempotencyKey = "demo/\x00" }, "idempotency_key"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, harnessOptions{})
+			h.insertConversation("demo", user, env)
+			req := issueRequest("demo/k", "demo")
+			tc.mut(&req)
+			resp, data := h.workerCall(h.reportSigner(env), http.MethodPost, contract.IssuesPath, mustJSON(t, req))
+			msg := wantError(t, resp, data, http.StatusBadRequest, contract.CodeBadRequest)
+			if !strings.HasPrefix(msg, tc.field+" ") {
+				t.Errorf("message %q does not start with %s", msg, tc.field)
+			}
+			if is, err := h.store.ListIssues(t.Context(), "demo", "", 0); err != nil || len(is) != 0 {
+				t.Errorf("stored %v, %v; want nothing", is, err)
+			}
+		})
+	}
+}
+
+// TestReportTimesAndCounts: a report dated 9999-12-31, or with a negative
+// token count or duration, refuses its batch with a 400 naming the report
+// and the field; nothing of the batch is stored.
+func TestReportTimesAndCounts(t *testing.T) {
+	tests := map[string]struct {
+		mut   func(*contract.Report)
+		field string
+	}{
+		"9999-12-31":              {func(r *contract.Report) { r.Time = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC) }, "reports[1].time"},
+		"an hour ahead":           {func(r *contract.Report) { r.Time = start.Add(time.Hour) }, "reports[1].time"},
+		"year 1":                  {func(r *contract.Report) { r.Time = time.Time{}.Add(time.Hour) }, "reports[1].time"},
+		"no time":                 {func(r *contract.Report) { r.Time = time.Time{} }, "reports[1].time"},
+		"negative input tokens":   {func(r *contract.Report) { r.Usage.InputTokens = -1_000_000 }, "reports[1].usage.input_tokens"},
+		"negative output tokens":  {func(r *contract.Report) { r.Usage.OutputTokens = -1 }, "reports[1].usage.output_tokens"},
+		"absurd cache reads":      {func(r *contract.Report) { r.Usage.CacheReadInputTokens = 1 << 62 }, "reports[1].usage.cache_read_input_tokens"},
+		"model with NUL":          {func(r *contract.Report) { r.Usage.Model = "m\x00" }, "reports[1].usage.model"},
+		"unknown kind":            {func(r *contract.Report) { r.Kind = "spend" }, "reports[1].kind"},
+		"key with a control char": {func(r *contract.Report) { r.IdempotencyKey = "demo/\x1b" }, "reports[1].idempotency_key"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, harnessOptions{})
+			h.insertConversation("demo", user, env)
+			bad := usageReport("demo/usage-2", "demo")
+			tc.mut(&bad)
+			body := batch(t, usageReport("demo/usage-1", "demo"), bad)
+			resp, data := h.send(h.reportRequest(h.reportSigner(env), body), body)
+			msg := wantError(t, resp, data, http.StatusBadRequest, contract.CodeBadRequest)
+			if !strings.HasPrefix(msg, tc.field+" ") {
+				t.Errorf("message %q does not start with %s", msg, tc.field)
+			}
+			if rs := h.storedReports("demo"); len(rs) != 0 {
+				t.Errorf("stored %v, want nothing", rs)
+			}
+		})
+	}
+	t.Run("negative tool duration", func(t *testing.T) {
+		h := newHarness(t, harnessOptions{})
+		h.insertConversation("demo", user, env)
+		body := batch(t, contract.Report{IdempotencyKey: "demo/tool-1", Kind: contract.ReportToolUse, ConversationID: "demo", Time: start,
+			Tool: &contract.ToolReport{ID: "toolu_1", Name: "Bash", DurationMS: -4}})
+		resp, data := h.send(h.reportRequest(h.reportSigner(env), body), body)
+		if msg := wantError(t, resp, data, http.StatusBadRequest, contract.CodeBadRequest); !strings.HasPrefix(msg, "reports[0].tool.duration_ms ") {
+			t.Errorf("message %q does not name the field", msg)
+		}
+	})
+	t.Run("a day old and a few minutes ahead are taken", func(t *testing.T) {
+		h := newHarness(t, harnessOptions{})
+		h.insertConversation("demo", user, env)
+		old, ahead := usageReport("demo/usage-1", "demo"), usageReport("demo/usage-2", "demo")
+		old.Time, ahead.Time = start.Add(-24*time.Hour), start.Add(contract.MaxFutureSkew)
+		body := batch(t, old, ahead)
+		if resp, data := h.send(h.reportRequest(h.reportSigner(env), body), body); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, data)
+		}
+	})
+}
