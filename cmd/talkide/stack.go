@@ -28,6 +28,7 @@ import (
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/harness/claudecode"
 	"github.com/talkide/platform/internal/harness/native"
+	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/localproxy"
 	"github.com/talkide/platform/internal/mcp/issuetracking"
 	mcpservers "github.com/talkide/platform/internal/mcp/servers"
@@ -388,7 +389,14 @@ func startWorker(o workerOptions) (_ *workerProc, err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := listen(o.listen, w.Handler())
+	wh := w.Handler()
+	if httpapi.LoopbackHost(o.listen) {
+		// On loopback (talkide dev) the unsigned /healthz would answer a
+		// page that rebinds a name of its own to 127.0.0.1; the control-plane
+		// calls a loopback worker by a loopback address.
+		wh = httpapi.LoopbackOnly(o.logger.With("component", "worker"), wh)
+	}
+	srv, err := listen(o.listen, wh)
 	if err != nil {
 		return nil, err
 	}

@@ -259,6 +259,7 @@ type harnessOptions struct {
 	noLocalUser bool
 	heartbeat   time.Duration
 	gateway     http.Handler
+	metrics     http.Handler
 	worker      fakeOptions
 }
 
@@ -290,6 +291,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	cp, err := controlplane.New(st, controlplane.Keys{Tokens: kr, CommandSecret: commandSecret, CommandKeyID: commandKID},
 		controlplane.TenantEnv{Tenant: tenant, Env: env}, &controlplane.Options{
 			Gateway:   opts.gateway,
+			Metrics:   opts.metrics,
 			LocalUser: localUser,
 			Now:       clk.Now,
 			Heartbeat: opts.heartbeat,

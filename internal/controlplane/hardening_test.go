@@ -214,3 +214,108 @@ func TestReportTimesAndCounts(t *testing.T) {
 		}
 	})
 }
+
+// TestUnauthenticatedEndpointsRefuseRebinding: a control-plane with a local
+// user (talkide dev) trusts loopback, so /metrics and /healthz, which need
+// no credential, answer only requests addressed to a loopback host: a page
+// that rebinds evil.example to 127.0.0.1 cannot read them. A shared
+// control-plane (no local user) is scraped by its service's name and
+// answers any host.
+func TestUnauthenticatedEndpointsRefuseRebinding(t *testing.T) {
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("talkide_up 1\n")) })
+	get := func(h *harness, path, host string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		return h.send(req, nil)
+	}
+	local := newHarness(t, harnessOptions{metrics: metrics})
+	shared := newHarness(t, harnessOptions{metrics: metrics, noLocalUser: true})
+	for _, path := range []string{"/metrics", "/healthz"} {
+		for _, host := range []string{"evil.example", "evil.example:7878", "10.0.0.1", "127.0.0.1.evil.example", "localhost.evil.example:80"} {
+			resp, body := get(local, path, host)
+			if msg := wantError(t, resp, body, http.StatusForbidden, contract.CodeForbidden); !strings.Contains(msg, "loopback") {
+				t.Errorf("%s with Host %s: message %q", path, host, msg)
+			}
+			if strings.Contains(string(body), "talkide_up") || strings.Contains(string(body), `"ok"`) {
+				t.Errorf("%s with Host %s revealed its body: %s", path, host, body)
+			}
+		}
+		for _, host := range []string{"127.0.0.1:7878", "localhost:7878", "[::1]:7878", "127.0.0.2"} {
+			if resp, body := get(local, path, host); resp.StatusCode != http.StatusOK {
+				t.Errorf("%s with Host %s: status %d: %s", path, host, resp.StatusCode, body)
+			}
+		}
+		if resp, body := get(shared, path, "controlplane.talkide.svc:7878"); resp.StatusCode != http.StatusOK {
+			t.Errorf("shared control-plane %s by its service name: status %d: %s", path, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestNonCanonicalPathsAreNotRedirected: net/http.ServeMux answers a path
+// with "..", "." or "//" with a 307 to its cleaned form, which may lie
+// outside the prefix the client addressed (and a client that follows it
+// sends its body, and its credentials, there). The control-plane answers
+// 400 in its own shape instead, and leaves a path under the gateway's
+// prefix (as sent or once cleaned) to the gateway, which answers in
+// Anthropic's; a prefix without its slash is not redirected either.
+func TestNonCanonicalPathsAreNotRedirected(t *testing.T) {
+	gatewaySaw := make(chan string, 16)
+	gw := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gatewaySaw <- r.URL.EscapedPath()
+		w.WriteHeader(http.StatusTeapot)
+	})
+	h := newHarness(t, harnessOptions{gateway: gw})
+	h.insertConversation("demo", user, env)
+	h.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	tests := map[string]struct {
+		method, path string
+		gateway      bool // the gateway must get it as sent
+		status       int  // else the control-plane's answer
+	}{
+		"browser path into the gateway": {method: "POST", path: "/api/conversations/../internal/gateway/anthropic/v1/messages", gateway: true},
+		"gateway path out of it":        {method: "POST", path: contract.GatewayPrefix + "/../../../../api/conversations", gateway: true},
+		"gateway path, double slash":    {method: "POST", path: contract.GatewayPrefix + "//v1/messages", gateway: true},
+		"leading double slash, gateway": {method: "POST", path: "/" + contract.GatewayPrefix + "/v1/messages", gateway: true},
+		"gateway prefix alone":          {method: "POST", path: contract.GatewayPrefix, gateway: true},
+		"browser path into admin":       {method: "GET", path: "/api/conversations/demo/../../admin/limits", status: 400},
+		"dot segment":                   {method: "GET", path: "/api/conversations/./demo", status: 400},
+		"trailing dot dot":              {method: "GET", path: "/api/conversations/demo/..", status: 400},
+		"double slash":                  {method: "GET", path: "//api/conversations", status: 400},
+		"empty segment":                 {method: "POST", path: "/api/conversations//messages", status: 400},
+		"reports path, dot dot":         {method: "POST", path: contract.ReportsPath + "/../reports", status: 400},
+		"metrics, dot":                  {method: "GET", path: "/./metrics", status: 400},
+		"admin prefix alone":            {method: "GET", path: "/api/admin", status: 503},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			resp, body := h.do(tc.method, tc.path, `{}`, nil)
+			if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+				t.Fatalf("status %d, Location %q: a redirect", resp.StatusCode, resp.Header.Get("Location"))
+			}
+			if tc.gateway {
+				if resp.StatusCode != http.StatusTeapot {
+					t.Fatalf("status %d, want the gateway's: %s", resp.StatusCode, body)
+				}
+				if got := <-gatewaySaw; got != tc.path {
+					t.Errorf("the gateway got %q, want %q", got, tc.path)
+				}
+				return
+			}
+			code := contract.CodeBadRequest
+			if tc.status == 503 {
+				code = contract.CodeUnavailable
+			}
+			msg := wantError(t, resp, body, tc.status, code)
+			if tc.status == 400 && !strings.Contains(msg, "not canonical") {
+				t.Errorf("message %q", msg)
+			}
+		})
+	}
+	if n := h.worker.Requests(); n != 0 {
+		t.Errorf("the worker got %d requests", n)
+	}
+}

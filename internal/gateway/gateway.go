@@ -17,6 +17,7 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -192,6 +193,13 @@ func (g *Gateway) Close(ctx context.Context) error { return g.rec.close(ctx) }
 // ServeHTTP authorises, forwards and meters one model call.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := g.now()
+	if !httpapi.CanonicalPath(r.URL.EscapedPath()) {
+		// Not a 404 (nor the redirect a ServeMux would answer): a client
+		// that sent ".." or "//" meant some other path, and is told so.
+		g.deny(w, r, nil, &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest,
+			Msg: "the request path is not canonical: it has an empty, '.' or '..' segment"})
+		return
+	}
 	rest, ok := strings.CutPrefix(r.URL.Path, Prefix)
 	if !ok || !forwarded[rest] {
 		g.deny(w, r, nil, &httpError{Status: http.StatusNotFound, Type: errNotFound, Msg: "no such endpoint"})

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path"
 	"reflect"
 	"strconv"
 	"strings"
@@ -222,8 +223,8 @@ func LoopbackHost(hostport string) bool {
 // rebinding), an Origin that is not loopback (a cross-site request), and a
 // body that is not JSON (what a page can send without a preflight).
 func LocalOnly(r *http.Request) error {
-	if !LoopbackHost(r.Host) {
-		return Errorf(http.StatusForbidden, contract.CodeForbidden, "this API answers only requests addressed to a loopback host")
+	if err := loopbackHost(r); err != nil {
+		return err
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)
@@ -238,4 +239,53 @@ func LocalOnly(r *http.Request) error {
 		}
 	}
 	return nil
+}
+
+func loopbackHost(r *http.Request) error {
+	if !LoopbackHost(r.Host) {
+		return Errorf(http.StatusForbidden, contract.CodeForbidden, "this API answers only requests addressed to a loopback host")
+	}
+	return nil
+}
+
+// LoopbackOnly serves next only to requests whose Host names the loopback
+// interface, and answers any other 403 in the contract's error shape. It
+// guards what a server bound to loopback serves without credentials
+// (/metrics, /healthz): a web page the developer opens can reach loopback
+// through a host name of its own that it rebinds to 127.0.0.1, and its
+// requests then name that host, never a loopback one. The Origin and body
+// rules of LocalOnly are not needed there: such a page can read nothing
+// cross-origin, and these endpoints change nothing.
+func LoopbackOnly(logger *slog.Logger, next http.Handler) http.Handler {
+	refuse := Handle(logger, func(w http.ResponseWriter, r *http.Request) error { return loopbackHost(r) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !LoopbackHost(r.Host) {
+			refuse.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// CanonicalPath reports whether a request's escaped path (URL.EscapedPath)
+// is the one net/http.ServeMux would route it by: rooted, without empty,
+// "." or ".." segments. A ServeMux answers any other path with a redirect
+// to its cleaned form, which may lie outside the prefix the request was
+// addressed to (a browser API path that leads into the gateway's, or out of
+// it); the APIs answer 400 instead.
+func CanonicalPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
+// NonCanonicalPath is the 400 answer to a path CanonicalPath refuses.
+func NonCanonicalPath() *Error {
+	return Errorf(http.StatusBadRequest, contract.CodeBadRequest,
+		"the request path is not canonical: it has an empty, '.' or '..' segment")
 }
