@@ -59,11 +59,15 @@ type Store interface {
 }
 
 // Budget admits model calls before they go upstream and charges them when
-// they are done; *budget.Service implements it. Reserve returns a
-// *budget.Denial for a call a limit refuses, and any other error when the
-// budget cannot be checked. It is called concurrently.
+// they are done; *budget.Service implements it. Reserve admits a
+// /v1/messages call against every limit and holds its estimated cost;
+// Admit admits a free count_tokens call against the requests-per-minute
+// limits only, and counts it there. Both return a *budget.Denial for a
+// call a limit refuses, and any other error when the budget cannot be
+// checked. They are called concurrently.
 type Budget interface {
 	Reserve(ctx context.Context, c budget.Call) (*budget.Hold, error)
+	Admit(ctx context.Context, c budget.Call) error
 }
 
 // DefaultDrainTimeout is how long the gateway goes on reading a response
@@ -248,12 +252,21 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		},
 		reqModel: model,
 	}
-	if g.budget != nil && rest == "/v1/messages" {
-		hold, err := g.budget.Reserve(r.Context(), budget.Call{
+	if g.budget != nil {
+		bc := budget.Call{
 			ID: c.rec.ID, Tenant: conv.Tenant, Env: conv.Env, User: conv.UserID,
 			Conversation: conv.ID, Model: model, RequestBytes: int64(len(body)), MaxTokens: maxTokens,
 			StartedAt: start,
-		})
+		}
+		var hold *budget.Hold
+		var err error
+		if rest == "/v1/messages" {
+			hold, err = g.budget.Reserve(r.Context(), bc)
+		} else {
+			// count_tokens is free, but a request: requests-per-minute
+			// limits count it.
+			err = g.budget.Admit(r.Context(), bc)
+		}
 		if d, ok := errors.AsType[*budget.Denial](err); ok {
 			if g.metrics != nil {
 				g.metrics.BudgetDenied(conv.Tenant, conv.Env, d)

@@ -83,7 +83,8 @@ func TestMetricsHooks(t *testing.T) {
 	check(h.post(t, "/v1/messages", tokenHeader(h.mint(convB)), streamBody), 200)
 	check(h.post(t, "/v1/messages", nil, requestBody), 401)
 	check(h.post(t, "/v1/messages", tokenHeader(h.mint(convC)), requestBody), 429)
-	check(h.post(t, "/v1/messages/count_tokens", tokenHeader(h.mint(convC)), requestBody), 200) // free: never refused
+	check(h.post(t, "/v1/messages/count_tokens", tokenHeader(h.mint(convA)), requestBody), 200)
+	check(h.post(t, "/v1/messages/count_tokens", tokenHeader(h.mint(convC)), requestBody), 429) // free, but a request
 
 	reqs, forward, firstByte, denials, negative := m.snapshot()
 	want := []RequestInfo{
@@ -91,7 +92,8 @@ func TestMetricsHooks(t *testing.T) {
 		{Tenant: "acme", Env: "prod", Model: testModel, Status: 200, Upstream: true},
 		{Status: 401},
 		{Tenant: "globex", Env: "dev", Model: "claude-req-model", Status: 429},
-		{Tenant: "globex", Env: "dev", Model: "claude-req-model", Status: 200, Upstream: true}, // the request's: count_tokens answers name none
+		{Tenant: "acme", Env: "prod", Model: "claude-req-model", Status: 200, Upstream: true}, // the request's: count_tokens answers name none
+		{Tenant: "globex", Env: "dev", Model: "claude-req-model", Status: 429},
 	}
 	if diff := cmp.Diff(want, reqs); diff != "" {
 		t.Errorf("requests (-want +got):\n%s", diff)
@@ -99,7 +101,7 @@ func TestMetricsHooks(t *testing.T) {
 	if forward != 3 || firstByte != 3 || negative {
 		t.Errorf("forward latencies %d, first-byte latencies %d (negative: %v); want 3 each, one per forwarded call", forward, firstByte, negative)
 	}
-	if diff := cmp.Diff([]string{"globex dev env requests_per_minute admission"}, denials); diff != "" {
+	if diff := cmp.Diff([]string{"globex dev env requests_per_minute admission", "globex dev env requests_per_minute admission"}, denials); diff != "" {
 		t.Errorf("denials (-want +got):\n%s", diff)
 	}
 }
