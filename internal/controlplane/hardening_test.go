@@ -1,9 +1,13 @@
 package controlplane_test
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -317,5 +321,69 @@ func TestNonCanonicalPathsAreNotRedirected(t *testing.T) {
 	}
 	if n := h.worker.Requests(); n != 0 {
 		t.Errorf("the worker got %d requests", n)
+	}
+}
+
+// TestSlowBodiesAreCut: a client that trickles a body one byte at a time
+// (it would take 10 s) is answered and disconnected soon after the body
+// deadline (Options.BodyTimeout, 300 ms here), whether the endpoint reads
+// the body or refuses the request before it does.
+func TestSlowBodiesAreCut(t *testing.T) {
+	const (
+		timeout = 300 * time.Millisecond
+		bytes   = 100
+		every   = 100 * time.Millisecond
+		within  = 3 * time.Second
+	)
+	h := newHarness(t, harnessOptions{bodyTimeout: timeout})
+	addr := strings.TrimPrefix(h.url, "http://")
+	for path, want := range map[string]int{
+		"/api/conversations":                    http.StatusBadRequest,         // read by the browser API
+		contract.ReportsPath:                    http.StatusBadRequest,         // read before its signature is checked
+		controlplane.MintPath:                   http.StatusBadRequest,         // read before its credential is checked
+		contract.GatewayPrefix + "/v1/messages": http.StatusServiceUnavailable, // refused unread
+		"/api/conversations/demo/interrupt":     http.StatusNotFound,           // refused unread
+		"/nope":                                 http.StatusNotFound,           // refused unread
+	} {
+		t.Run(path, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, addr, bytes)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				tick := time.NewTicker(every)
+				defer tick.Stop()
+				for range bytes {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					if _, err := conn.Write([]byte("x")); err != nil {
+						return
+					}
+				}
+			})
+			defer func() { close(stop); conn.Close(); wg.Wait() }()
+			conn.SetReadDeadline(start.Add(timeout + within))
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer %v after the request began: %v", time.Since(start), err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != want {
+				t.Errorf("status %d, want %d", resp.StatusCode, want)
+			}
+			if _, err := br.ReadByte(); err == nil {
+				t.Error("more after the answer")
+			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Errorf("the connection was still open %v after the request began", time.Since(start))
+			}
+		})
 	}
 }

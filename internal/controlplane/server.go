@@ -59,6 +59,10 @@ type Options struct {
 	// Metrics, when set, is served at GET /metrics, without authentication
 	// (it must reveal no secret and no user).
 	Metrics http.Handler
+	// BodyTimeout bounds how long a client may take to send a request's
+	// body, from the request's start (httpapi.BodyDeadline); 0:
+	// httpapi.DefaultBodyTimeout.
+	BodyTimeout time.Duration
 }
 
 // config is everything the server runs with: what New requires and the
@@ -196,7 +200,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/", h(func(http.ResponseWriter, *http.Request) error {
 		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no such endpoint")
 	}))
-	return s.canonicalPaths(mux, gw, h(func(http.ResponseWriter, *http.Request) error { return httpapi.NonCanonicalPath() }))
+	return httpapi.BodyDeadline(s.cfg.BodyTimeout,
+		s.canonicalPaths(mux, gw, h(func(http.ResponseWriter, *http.Request) error { return httpapi.NonCanonicalPath() })))
 }
 
 // canonicalPaths answers a request whose path is not canonical before the

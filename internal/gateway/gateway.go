@@ -97,6 +97,11 @@ type Options struct {
 	// Metrics, when set, observes every request: its status, the gateway's
 	// own latency, budget denials. Nil: no metrics.
 	Metrics Metrics
+	// BodyTimeout bounds how long a client may take to send a request's
+	// body, from the request's start (httpapi.BodyDeadline; a handler
+	// that wraps the gateway in one already keeps its own); the response
+	// that follows is not bounded. 0: httpapi.DefaultBodyTimeout.
+	BodyTimeout time.Duration
 }
 
 // Gateway is an http.Handler that forwards model calls upstream. It is safe
@@ -116,6 +121,7 @@ type Gateway struct {
 	metrics  Metrics    // nil: no metrics
 	rec      *recorder
 	proxy    *httputil.ReverseProxy
+	handler  http.Handler // serve, with the body's deadline
 }
 
 // New returns the gateway. upstream is the Anthropic API base URL (e.g.
@@ -178,6 +184,7 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		BufferPool:     &bufferPool{},
 		ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
+	g.handler = httpapi.BodyDeadline(o.BodyTimeout, http.HandlerFunc(g.serve))
 	return g
 }
 
@@ -195,7 +202,9 @@ func (g *Gateway) Flush(ctx context.Context) error { return g.rec.flush(ctx) }
 func (g *Gateway) Close(ctx context.Context) error { return g.rec.close(ctx) }
 
 // ServeHTTP authorises, forwards and meters one model call.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	start := g.now()
 	if !httpapi.CanonicalPath(r.URL.EscapedPath()) {
 		// Not a 404 (nor the redirect a ServeMux would answer): a client
@@ -312,7 +321,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.proxy.ServeHTTP(w, in)
 }
 
-// readBody reads the whole request body, bounded by maxBody.
+// readBody reads the whole request body, bounded by maxBody and, in time,
+// by BodyTimeout.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *httpError) {
 	tooLarge := &httpError{Status: http.StatusRequestEntityTooLarge, Type: errTooLarge, Msg: "request body too large"}
 	if r.ContentLength > g.maxBody {
@@ -324,6 +334,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *htt
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, g.maxBody))
 	if err != nil {
+		// Whatever is left of it is not read: the connection closes
+		// after the answer (the body's deadline, BodyDeadline, stays).
+		w.Header().Set("Connection", "close")
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, tooLarge
 		}

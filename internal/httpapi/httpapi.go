@@ -6,6 +6,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,24 +101,88 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// bodyReadTimeout bounds how long a client may take to send a body, so that
-// a slow sender cannot hold a connection and a buffer indefinitely. Streams
-// send no body and are not affected.
-const bodyReadTimeout = 30 * time.Second
+// DefaultBodyTimeout is how long a client may take to send a request's
+// body by default (BodyDeadline, ReadBody).
+const DefaultBodyTimeout = 30 * time.Second
 
-// ReadBody reads at most max bytes of r's body within bodyReadTimeout; a
-// longer body is a 413.
+// bodyDeadlineKey marks a request whose body BodyDeadline bounds.
+type bodyDeadlineKey struct{}
+
+// BodyDeadline bounds the time a client may take to send a request's body,
+// as http.Server.ReadHeaderTimeout bounds its headers, so that a client
+// that trickles a body cannot hold a connection (and a buffer)
+// indefinitely. The deadline, timeout from the request's start (0:
+// DefaultBodyTimeout), is on the connection's reads: it ends the handler's
+// reads of the body, and the server's own read of what the handler left
+// unread (a request refused before its body was read), after which the
+// connection is closed. It is lifted once the body has been read to its
+// end, so that a response streamed after it (the gateway's, an event
+// stream) is not cut off, and a request without a body gets none. Wrapping
+// a handler twice changes nothing: the outer deadline holds.
+func BodyDeadline(timeout time.Duration, next http.Handler) http.Handler {
+	if timeout <= 0 {
+		timeout = DefaultBodyTimeout
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody || r.Context().Value(bodyDeadlineKey{}) != nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(timeout)) != nil {
+			next.ServeHTTP(w, r) // a writer without deadlines (a test's recorder)
+			return
+		}
+		// A copy of the request: the server's own (which it discards the
+		// rest of the body from) keeps its body.
+		in := r.WithContext(context.WithValue(r.Context(), bodyDeadlineKey{}, true))
+		in.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+		next.ServeHTTP(w, in)
+	})
+}
+
+// deadlineBody lifts its connection's read deadline when it reaches the
+// end of the body. It is read by one goroutine at a time, as every
+// request body is.
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// ReadBody reads at most max bytes of r's body; a longer body is a 413. A
+// request that BodyDeadline bounds is read within its deadline; any other
+// within DefaultBodyTimeout from now. A body that could not be read whole
+// (too large, too slow, broken) also closes the connection after the
+// answer, so that the server does not go on reading what is left of it.
 func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	defer rc.SetReadDeadline(time.Time{})
+	bounded := r.Context().Value(bodyDeadlineKey{}) != nil
+	if !bounded {
+		_ = rc.SetReadDeadline(time.Now().Add(DefaultBodyTimeout))
+	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err != nil {
+		// The deadline stays: the server reads no more of this body than
+		// it allows.
+		w.Header().Set("Connection", "close")
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, Errorf(http.StatusRequestEntityTooLarge, contract.CodeTooLarge, "the request body is larger than %d bytes", max)
 		}
-		return nil, &Error{Status: http.StatusBadRequest, Code: contract.CodeBadRequest, Msg: "the request body could not be read", Err: err}
+		return nil, &Error{Status: http.StatusBadRequest, Code: contract.CodeBadRequest, Msg: "the request body could not be read: it was broken off, or came too slowly", Err: err}
+	}
+	if !bounded {
+		_ = rc.SetReadDeadline(time.Time{})
 	}
 	return b, nil
 }
