@@ -3,10 +3,13 @@ package main
 import (
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/trust"
 )
 
 // TestDevRefusesRebindingAndPathTricks attacks a running talkide dev the
@@ -71,6 +74,32 @@ func TestDevRefusesRebindingAndPathTricks(t *testing.T) {
 		}
 		if !anthropic && !strings.Contains(body, `"code":"bad_request"`) {
 			t.Errorf("POST %s: not the contract's error shape: %s", path, body)
+		}
+	}
+}
+
+// TestDevWorkerCommandsStrictJSON: the worker's commands, validly signed,
+// are held to the same JSON rules as the control-plane's endpoints: a key
+// twice or in another case is a 400 naming it, and no session is made.
+func TestDevWorkerCommandsStrictJSON(t *testing.T) {
+	st, _ := startTestStack(t)
+	signer := &trust.Signer{Direction: trust.ToWorker, Tenant: devTenant, Env: devEnv, KeyID: st.cp.secrets.CommandKeyID,
+		Key: trust.DeriveEnvKey(st.cp.secrets.CommandSecret, devTenant, devEnv)}
+	for body, want := range map[string]string{
+		`{"conversation_id":"dup-a","conversation_id":"dup-b"}`: `the key \"conversation_id\" twice`,
+		`{"Conversation_ID":"dup-c"}`:                           `the key \"Conversation_ID\" where \"conversation_id\" is meant`,
+	} {
+		req := newReq(t, http.MethodPost, st.info.Worker+contract.SessionsPath, []byte(body), nil)
+		signer.Sign(req, []byte(body))
+		status, resp := do(t, req)
+		if status != http.StatusBadRequest || !strings.Contains(resp, want) {
+			t.Errorf("%s: %d %s; want 400 saying %s", body, status, resp, want)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(st.info.ClaudeConfigDir, "projects"))
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "dup-") {
+			t.Errorf("a session %s was created", e.Name())
 		}
 	}
 }

@@ -2,6 +2,7 @@ package controlplane_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -385,5 +386,29 @@ func TestSlowBodiesAreCut(t *testing.T) {
 				t.Errorf("the connection was still open %v after the request began", time.Since(start))
 			}
 		})
+	}
+}
+
+// TestStrictJSONOperatorAPI: the operator API's bodies are held to the
+// same decoder: a key twice or in another case is a 400 naming it, and no
+// limit is set.
+func TestStrictJSONOperatorAPI(t *testing.T) {
+	h := newAdminHarness(t, openSQLite(t), nil)
+	for body, want := range map[string]string{
+		`{"max_usd":"5","max_usd":"500"}`: `the key "max_usd" twice`,
+		`{"MAX_USD":"500"}`:               `the key "MAX_USD" where "max_usd" is meant`,
+		`{"max_usd":"5","Hard":true}`:     `the key "Hard" where "hard" is meant`,
+	} {
+		resp, b := h.do("PUT", "/api/admin/users/alice/limits/daily", body, "")
+		if msg := wantError(t, resp, b, http.StatusBadRequest, contract.CodeBadRequest); !strings.Contains(msg, want) {
+			t.Errorf("%s: message %q does not say %q", body, msg, want)
+		}
+	}
+	var got struct {
+		Limits []json.RawMessage `json:"limits"`
+	}
+	h.ok("GET", "/api/admin/users/alice/limits", "", http.StatusOK, &got)
+	if len(got.Limits) != 0 {
+		t.Errorf("limits set by refused bodies: %s", got.Limits)
 	}
 }
