@@ -28,6 +28,7 @@ import (
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/harness/claudecode"
 	"github.com/talkide/platform/internal/harness/native"
+	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/localproxy"
 	"github.com/talkide/platform/internal/mcp/issuetracking"
 	mcpservers "github.com/talkide/platform/internal/mcp/servers"
@@ -54,7 +55,12 @@ func listen(addr string, h http.Handler) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, ln: ln}
+	// A client has 10 s for a request's headers (and the control-plane and
+	// the worker give it httpapi.DefaultBodyTimeout for its body); a
+	// keep-alive connection idle for 2 minutes is closed, which without
+	// an IdleTimeout (or a ReadTimeout, which would cut event streams off)
+	// would stay open for as long as the client liked.
+	s := &server{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}, ln: ln}
 	go s.srv.Serve(ln)
 	return s, nil
 }
@@ -388,7 +394,14 @@ func startWorker(o workerOptions) (_ *workerProc, err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := listen(o.listen, w.Handler())
+	wh := httpapi.BodyDeadline(0, w.Handler())
+	if httpapi.LoopbackHost(o.listen) {
+		// On loopback (talkide dev) the unsigned /healthz would answer a
+		// page that rebinds a name of its own to 127.0.0.1; the control-plane
+		// calls a loopback worker by a loopback address.
+		wh = httpapi.LoopbackOnly(o.logger.With("component", "worker"), wh)
+	}
+	srv, err := listen(o.listen, wh)
 	if err != nil {
 		return nil, err
 	}

@@ -262,6 +262,48 @@ func (s *Service) Reserve(ctx context.Context, c Call) (*Hold, error) {
 	return h, nil
 }
 
+// Admit admits a call that costs nothing (the gateway's count_tokens)
+// against the requests-per-minute limits of its user, tenant and env, and
+// counts it in them: such a call is free, so no spending, token or
+// concurrency limit applies and nothing is settled, but it is a request,
+// and a limit of N requests a minute that let any number of them through
+// would limit nothing. It returns a *Denial for a call such a limit
+// refuses, and any other error when the limits cannot be checked. Without
+// such a limit it touches no database.
+func (s *Service) Admit(ctx context.Context, c Call) error {
+	now := s.now()
+	subjects := []Subject{User(c.User), Tenant(c.Tenant), Env(c.Tenant, c.Env)}
+	limits, _, err := s.cachedLimits(ctx, subjects, now)
+	if err != nil {
+		return err
+	}
+	var rpm []Limit
+	for _, l := range limits {
+		if l.Kind == RequestsPerMinute {
+			rpm = append(rpm, l)
+		}
+	}
+	if len(rpm) == 0 {
+		return nil
+	}
+	// A reservation that holds nothing and is live for no instant: the
+	// store counts it, being new, in the minute buckets of the subjects,
+	// and no admission after it counts it as held (it expires at now).
+	// CollectBudget deletes it with the other expired ones.
+	r := Reservation{ID: c.ID, User: c.User, Tenant: c.Tenant, Env: c.Env, CreatedAt: now, ExpiresAt: now}
+	q := snapshotQuery(rpm, subjects, now)
+	err = s.store.ReserveBudget(ctx, r, q, func(snap *Snapshot, r *Reservation) error {
+		return evaluate(rpm, snap, *r, now, s.o.InFlightRetry)
+	})
+	if err != nil {
+		if _, ok := errors.AsType[*Denial](err); ok {
+			return err
+		}
+		return fmt.Errorf("budget: admit %s: %w", c.ID, err)
+	}
+	return nil
+}
+
 // extend raises h's reservation to cost if the hard limits allow it.
 func (s *Service) extend(ctx context.Context, h *Hold, cost Money) error {
 	now := s.now()

@@ -344,3 +344,62 @@ func TestSetLimitInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmitCountsFreeRequests: a free call (count_tokens) is admitted and
+// counted by requests-per-minute limits, and by nothing else: thirty in a
+// row pass a limit of one request a minute once; a spending, token or
+// concurrency limit that has no room does not stop one.
+func TestAdmitCountsFreeRequests(t *testing.T) {
+	e := newEnv(t, budget.Options{})
+	e.limit(t, budget.Limit{Subject: budget.User("u1"), Kind: budget.RequestsPerMinute, Max: 1})
+	passed := 0
+	for range 30 {
+		err := e.svc.Admit(t.Context(), call("u1"))
+		if err == nil {
+			passed++
+			continue
+		}
+		d, ok := errors.AsType[*budget.Denial](err)
+		if !ok || d.Limit.Kind != budget.RequestsPerMinute || d.Used != 1 {
+			t.Fatalf("Admit: %v; want a requests-per-minute denial with 1 used", err)
+		}
+	}
+	if passed != 1 {
+		t.Errorf("%d of 30 free calls passed a limit of 1 a minute, want 1", passed)
+	}
+	// They count against the calls that cost, too, and the other way round.
+	if d := e.denied(t, call("u1")); d.Limit.Kind != budget.RequestsPerMinute {
+		t.Errorf("a paid call after a free one: denied by %s", d.Limit.Kind)
+	}
+	e.clock.Add(time.Minute)
+	h := e.reserve(t, call("u1"))
+	if err := e.svc.Admit(t.Context(), call("u1")); err == nil {
+		t.Error("a free call after a paid one in the same minute passed a limit of 1")
+	}
+	h.Settle(settled(10))
+	e.flush(t)
+	if n := e.svc.Reservations(); n != 0 {
+		t.Errorf("%d reservations in flight after the only paid call settled; free calls hold none", n)
+	}
+
+	// Limits of other kinds do not apply to a free call.
+	for _, l := range []budget.Limit{
+		{Subject: budget.User("u2"), Kind: budget.SpendPerDay, Max: 0},
+		{Subject: budget.User("u2"), Kind: budget.TokensPerDay, Max: 0},
+		{Subject: budget.User("u2"), Kind: budget.Concurrent, Max: 0},
+	} {
+		e.limit(t, l)
+	}
+	for range 5 {
+		if err := e.svc.Admit(t.Context(), call("u2")); err != nil {
+			t.Fatalf("a free call under spending, token and concurrency limits: %v", err)
+		}
+	}
+	// A user without any limit: admitted, and nothing is written.
+	if err := e.svc.Admit(t.Context(), call("u3")); err != nil {
+		t.Fatal(err)
+	}
+	if bs, err := e.store.BudgetUsage(t.Context(), budget.User("u3"), budget.BucketMinute, time.Time{}, e.clock.Now().Add(time.Hour)); err != nil || len(bs) != 0 {
+		t.Errorf("minute buckets of a user without limits: %v, %v; want none", bs, err)
+	}
+}

@@ -50,3 +50,72 @@ type ReportAck struct {
 	Accepted   int `json:"accepted"`
 	Duplicates int `json:"duplicates"`
 }
+
+// Validate checks a report as the control-plane receives it at now, each
+// rule by the function that owns it: the id rule for ids, ValidateTime for
+// its time (MaxReportAge), ValidateCount for its counts, ValidateLine for
+// its text. A FieldError names the field as the report's JSON does
+// ("usage.input_tokens"); the caller says which report of a batch.
+func (r Report) Validate(now time.Time) error {
+	if err := ValidateIdempotencyKey("idempotency_key", r.IdempotencyKey); err != nil {
+		return err
+	}
+	if err := ValidateID("conversation_id", r.ConversationID); err != nil {
+		return err
+	}
+	if r.TurnID != "" {
+		if err := ValidateID("turn_id", r.TurnID); err != nil {
+			return err
+		}
+	}
+	if err := ValidateTime("time", r.Time, now, MaxReportAge); err != nil {
+		return err
+	}
+	switch r.Kind {
+	case ReportUsage:
+		if r.Usage == nil {
+			return Invalid(nil, "usage", "is missing from a usage report")
+		}
+		return r.Usage.validate("usage.")
+	case ReportToolUse:
+		if r.Tool == nil {
+			return Invalid(nil, "tool", "is missing from a tool_use report")
+		}
+		if _, err := ValidateLine("tool.id", r.Tool.ID, MaxToolName); err != nil {
+			return err
+		}
+		if _, err := ValidateLine("tool.name", r.Tool.Name, MaxToolName); err != nil {
+			return err
+		}
+		return ValidateCount("tool.duration_ms", r.Tool.DurationMS, MaxReportDurationMS)
+	case ReportActivity:
+		_, err := ValidateLine("activity", r.Activity, MaxActivity)
+		return err
+	}
+	return Invalid(nil, "kind", "%q is not one of %s, %s, %s", r.Kind, ReportUsage, ReportToolUse, ReportActivity)
+}
+
+// validate checks a model call's usage as a client reports it: a model
+// name, if any, by ValidateModel, and counts from 0 to MaxReportTokens.
+// prefix is what the field names start with.
+func (u *Usage) validate(prefix string) error {
+	if u.Model != "" {
+		if err := ValidateModel(prefix+"model", u.Model); err != nil {
+			return err
+		}
+	}
+	for _, c := range []struct {
+		name string
+		n    int64
+	}{
+		{"input_tokens", u.InputTokens},
+		{"output_tokens", u.OutputTokens},
+		{"cache_creation_input_tokens", u.CacheCreationInputTokens},
+		{"cache_read_input_tokens", u.CacheReadInputTokens},
+	} {
+		if err := ValidateCount(prefix+c.name, c.n, MaxReportTokens); err != nil {
+			return err
+		}
+	}
+	return nil
+}

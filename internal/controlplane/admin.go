@@ -85,10 +85,13 @@ func (s *Server) registerAdmin(mux *http.ServeMux, h func(httpapi.HandlerFunc) h
 	for path, methods := range allow {
 		mux.Handle(path, httpapi.MethodNotAllowed(s.log, methods...))
 	}
-	// Anything else under the prefix: 404, to an operator only.
-	mux.Handle(AdminPrefix+"/", h(s.operator(func(http.ResponseWriter, *http.Request, OperatorToken) error {
+	// Anything else under the prefix: 404, to an operator only. The prefix
+	// itself too, rather than ServeMux's redirect to AdminPrefix+"/".
+	other := h(s.operator(func(http.ResponseWriter, *http.Request, OperatorToken) error {
 		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no such endpoint of the operator API")
-	})))
+	}))
+	mux.Handle(AdminPrefix+"/", other)
+	mux.Handle(AdminPrefix, other)
 }
 
 // subjectOf reads the subject from the path's wildcards.

@@ -12,11 +12,8 @@ import (
 	"github.com/talkide/platform/internal/store"
 )
 
-// Browser API limits.
-const (
-	maxBrowserBody = 1 << 20
-	maxTitle       = 200
-)
+// maxBrowserBody bounds a browser API request body.
+const maxBrowserBody = 1 << 20
 
 type userKey struct{}
 
@@ -102,8 +99,10 @@ func (s *Server) handleCreateConversation(w http.ResponseWriter, r *http.Request
 	} else if err := httpapi.ID("conversation id", req.ID); err != nil {
 		return err
 	}
-	if len(req.Title) > maxTitle {
-		return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "title is longer than %d bytes", maxTitle)
+	if req.Title != "" {
+		if req.Title, err = contract.ValidateLine("title", req.Title, contract.MaxConversationTitle); err != nil {
+			return err
+		}
 	}
 	user := userOf(r)
 	if err := s.cfg.Store.PutUser(r.Context(), store.User{ID: user, Name: user, CreatedAt: s.cfg.Now().UTC()}); err != nil {

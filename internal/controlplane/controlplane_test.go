@@ -259,6 +259,8 @@ type harnessOptions struct {
 	noLocalUser bool
 	heartbeat   time.Duration
 	gateway     http.Handler
+	metrics     http.Handler
+	bodyTimeout time.Duration
 	worker      fakeOptions
 }
 
@@ -289,10 +291,12 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	}
 	cp, err := controlplane.New(st, controlplane.Keys{Tokens: kr, CommandSecret: commandSecret, CommandKeyID: commandKID},
 		controlplane.TenantEnv{Tenant: tenant, Env: env}, &controlplane.Options{
-			Gateway:   opts.gateway,
-			LocalUser: localUser,
-			Now:       clk.Now,
-			Heartbeat: opts.heartbeat,
+			Gateway:     opts.gateway,
+			Metrics:     opts.metrics,
+			BodyTimeout: opts.bodyTimeout,
+			LocalUser:   localUser,
+			Now:         clk.Now,
+			Heartbeat:   opts.heartbeat,
 		})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/talkide/platform/internal/contract"
@@ -66,10 +65,7 @@ func (s *Server) workerConversation(r *http.Request, p trust.Principal, id strin
 
 // idempotencyKey checks an idempotency key.
 func idempotencyKey(key string) error {
-	if key == "" || len(key) > contract.MaxIdempotencyKey {
-		return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "idempotency_key must be 1-%d bytes", contract.MaxIdempotencyKey)
-	}
-	return nil
+	return contract.ValidateIdempotencyKey("idempotency_key", key)
 }
 
 // optionalID checks an id that may be left out.
@@ -82,12 +78,6 @@ func optionalID(kind, id string) error {
 
 func badRequest(format string, args ...any) error {
 	return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, format, args...)
-}
-
-// hasControl reports whether s contains a control character (a newline
-// included).
-func hasControl(s string) bool {
-	return strings.ContainsFunc(s, unicode.IsControl)
 }
 
 // checkText checks an issue's or a comment's body.
@@ -106,14 +96,9 @@ func checkText(what, text string) error {
 // checkIssue checks what a worker files and returns the labels trimmed, with
 // repeats dropped.
 func checkIssue(req *contract.CreateIssueRequest) ([]string, error) {
-	title := strings.TrimSpace(req.Title)
-	switch n := utf8.RuneCountInString(title); {
-	case n == 0:
-		return nil, badRequest("title is empty")
-	case n > contract.MaxIssueTitle:
-		return nil, badRequest("title is %d characters, more than the %d allowed", n, contract.MaxIssueTitle)
-	case hasControl(title) || !utf8.ValidString(title):
-		return nil, badRequest("title must be one line of text, without control characters")
+	title, err := contract.ValidateLine("title", req.Title, contract.MaxIssueTitle)
+	if err != nil {
+		return nil, err
 	}
 	req.Title = title
 	if err := checkText("body", req.Body); err != nil {
@@ -127,14 +112,9 @@ func checkIssue(req *contract.CreateIssueRequest) ([]string, error) {
 	}
 	labels := make([]string, 0, len(req.Labels))
 	for i, l := range req.Labels {
-		l = strings.TrimSpace(l)
-		switch n := utf8.RuneCountInString(l); {
-		case n == 0:
-			return nil, badRequest("label %d is empty", i)
-		case n > contract.MaxIssueLabel:
-			return nil, badRequest("label %d is %d characters, more than the %d allowed", i, n, contract.MaxIssueLabel)
-		case hasControl(l) || !utf8.ValidString(l):
-			return nil, badRequest("label %d contains control characters", i)
+		l, err := contract.ValidateLine(fmt.Sprintf("labels[%d]", i), l, contract.MaxIssueLabel)
+		if err != nil {
+			return nil, err
 		}
 		if !slices.Contains(labels, l) {
 			labels = append(labels, l)

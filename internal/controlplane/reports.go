@@ -23,8 +23,6 @@ func (s *Server) reportKey(tenant, env, kid string) ([]byte, bool) {
 	return trust.DeriveEnvKey(s.cfg.CommandSecret, tenant, env), true
 }
 
-var knownReportKinds = map[string]bool{contract.ReportUsage: true, contract.ReportToolUse: true, contract.ReportActivity: true}
-
 func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) error {
 	body, err := httpapi.ReadBody(w, r, contract.MaxReportBatch)
 	if err != nil {
@@ -47,14 +45,12 @@ func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	owned := map[string]bool{}
+	now := s.cfg.Now()
 	for i, rep := range batch.Reports {
-		if rep.IdempotencyKey == "" || len(rep.IdempotencyKey) > 300 {
-			return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "report %d: idempotency_key must be 1-300 bytes", i)
-		}
-		if !knownReportKinds[rep.Kind] {
-			return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "report %d: unknown kind %q", i, rep.Kind)
-		}
-		if err := httpapi.ID("conversation_id", rep.ConversationID); err != nil {
+		if err := rep.Validate(now); err != nil {
+			if fe, ok := errors.AsType[*contract.FieldError](err); ok {
+				return fe.Rename(fmt.Sprintf("reports[%d].%s", i, fe.Field))
+			}
 			return err
 		}
 		if owned[rep.ConversationID] {

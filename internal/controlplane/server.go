@@ -8,6 +8,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/talkide/platform/internal/budget"
@@ -57,6 +59,10 @@ type Options struct {
 	// Metrics, when set, is served at GET /metrics, without authentication
 	// (it must reveal no secret and no user).
 	Metrics http.Handler
+	// BodyTimeout bounds how long a client may take to send a request's
+	// body, from the request's start (httpapi.BodyDeadline); 0:
+	// httpapi.DefaultBodyTimeout.
+	BodyTimeout time.Duration
 }
 
 // config is everything the server runs with: what New requires and the
@@ -155,10 +161,21 @@ func (s *Server) Handler() http.Handler {
 		})
 	}
 	mux.Handle(GatewayPrefix+"/", gw)
+	mux.Handle(GatewayPrefix, gw) // not a redirect to GatewayPrefix+"/": the gateway's own 404
 
 	s.registerAdmin(mux, h)
+	// With a local user the control-plane listens on loopback and trusts
+	// whoever reaches it there; what it serves there without credentials
+	// is held to the browser API's Host rule, so that a page that rebinds
+	// a name of its own to 127.0.0.1 cannot read it.
+	loopback := func(next http.Handler) http.Handler {
+		if s.cfg.LocalUser == "" {
+			return next
+		}
+		return httpapi.LoopbackOnly(s.log, next)
+	}
 	if s.cfg.Metrics != nil {
-		mux.Handle("GET /metrics", s.cfg.Metrics)
+		mux.Handle("GET /metrics", loopback(s.cfg.Metrics))
 		mux.Handle("/metrics", httpapi.MethodNotAllowed(s.log, http.MethodGet))
 	}
 
@@ -177,11 +194,37 @@ func (s *Server) Handler() http.Handler {
 	} {
 		mux.Handle(path, httpapi.MethodNotAllowed(s.log, allow...))
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET /healthz", loopback(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
+	})))
 	mux.Handle("/", h(func(http.ResponseWriter, *http.Request) error {
 		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no such endpoint")
 	}))
-	return mux
+	return httpapi.BodyDeadline(s.cfg.BodyTimeout,
+		s.canonicalPaths(mux, gw, h(func(http.ResponseWriter, *http.Request) error { return httpapi.NonCanonicalPath() })))
+}
+
+// canonicalPaths answers a request whose path is not canonical before the
+// mux can redirect it to its cleaned form (net/http.ServeMux answers
+// "/api/conversations/../internal/gateway/…" with a 307 to a path outside
+// the prefix the client addressed, and a client that follows it goes
+// there). A path under the gateway's prefix, as sent or once cleaned, goes
+// to the gateway, which answers in Anthropic's shape; any other is bad.
+func (s *Server) canonicalPaths(mux *http.ServeMux, gw, bad http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.EscapedPath()
+		if r.Method == http.MethodConnect || httpapi.CanonicalPath(p) {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		if underGateway(p) || underGateway(path.Clean("/"+p)) {
+			gw.ServeHTTP(w, r)
+			return
+		}
+		bad.ServeHTTP(w, r)
+	})
+}
+
+func underGateway(p string) bool {
+	return p == GatewayPrefix || strings.HasPrefix(p, GatewayPrefix+"/")
 }

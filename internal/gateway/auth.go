@@ -81,18 +81,31 @@ func workerToken(h http.Header) string {
 	return strings.TrimSpace(cred)
 }
 
-// deny answers a refused request and logs it, with whatever is known of the
-// caller. It never logs a header value.
+// deny answers a request refused before it was authorised and logs it,
+// with whatever is known of the caller. who, when not nil, holds what a
+// verified token claims, which goes to the log but never into a metrics
+// label: only a conversation from the store names a provisioned
+// tenant-env, and a token that is signed but refused (another tenant's
+// conversation, one that does not exist) could otherwise make a series for
+// any tenant it claims. It never logs a header value.
 func (g *Gateway) deny(w http.ResponseWriter, r *http.Request, who *store.Conversation, e *httpError) {
-	g.denyCall(w, r, who, "", e)
+	g.refuse(w, r, who, nil, "", e)
 }
 
-// denyCall is deny for a request whose model is known.
-func (g *Gateway) denyCall(w http.ResponseWriter, r *http.Request, who *store.Conversation, model string, e *httpError) {
+// denyCall answers an authorised call that is refused: conv is the
+// conversation authorize resolved from the store, whose tenant-env labels
+// the metrics.
+func (g *Gateway) denyCall(w http.ResponseWriter, r *http.Request, conv *store.Conversation, model string, e *httpError) {
+	g.refuse(w, r, conv, conv, model, e)
+}
+
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, who, conv *store.Conversation, model string, e *httpError) {
 	attrs := []any{"status", e.Status, "method", r.Method, "path", r.URL.Path, "reason", e.Msg}
 	if who != nil {
 		attrs = append(attrs, "tenant", who.Tenant, "env", who.Env, "conversation", who.ID)
-		g.observe(who.Tenant, who.Env, model, e.Status, false)
+	}
+	if conv != nil {
+		g.observe(conv.Tenant, conv.Env, model, e.Status, false)
 	} else {
 		g.observe("", "", model, e.Status, false)
 	}

@@ -467,3 +467,52 @@ func TestHardStop(t *testing.T) {
 	_, err = client.Messages.New(t.Context(), sdkParams)
 	checkSDK429(t, err)
 }
+
+// TestCountTokensCountedByRequestsPerMinute: count_tokens is free, but a
+// request: thirty in a row against a limit of one request a minute pass
+// once, the rest are the budget's 429 and never reach the upstream; a
+// spending limit with no room does not stop it.
+func TestCountTokensCountedByRequestsPerMinute(t *testing.T) {
+	hits := make(chan struct{}, 64)
+	up := fakeAnthropic()
+	now := time.Date(2026, 11, 30, 12, 0, 30, 0, time.UTC)
+	svc := newBudget(t, &budget.Options{Now: func() time.Time { return now }})
+	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits <- struct{}{}
+		up.ServeHTTP(w, r)
+	}), &Options{Budget: svc})
+	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User(convA.UserID), Kind: budget.RequestsPerMinute, Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User(convB.UserID), Kind: budget.SpendPerDay, Max: 0}); err != nil {
+		t.Fatal(err)
+	}
+	statuses := map[int]int{}
+	for range 30 {
+		resp := h.post(t, "/v1/messages/count_tokens", tokenHeader(h.mint(convA)), requestBody)
+		body := readAll(t, resp.Body)
+		h.waitServed(t)
+		statuses[resp.StatusCode]++
+		if resp.StatusCode == http.StatusTooManyRequests && (decodeError(t, body) != errRateLimit || !strings.Contains(body, "requests_per_minute")) {
+			t.Fatalf("429 that is not the budget's requests-per-minute denial: %s", body)
+		}
+	}
+	if diff := cmp.Diff(map[int]int{200: 1, 429: 29}, statuses); diff != "" {
+		t.Errorf("statuses of 30 count_tokens calls against 1 a minute (-want +got):\n%s", diff)
+	}
+	if len(hits) != 1 {
+		t.Errorf("%d calls reached the upstream, want 1", len(hits))
+	}
+	resp := h.post(t, "/v1/messages", tokenHeader(h.mint(convA)), requestBody)
+	readAll(t, resp.Body)
+	h.waitServed(t)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a message after count_tokens used the minute's request: status %d, want 429", resp.StatusCode)
+	}
+	resp = h.post(t, "/v1/messages/count_tokens", tokenHeader(h.mint(convB)), requestBody)
+	readAll(t, resp.Body)
+	h.waitServed(t)
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("count_tokens under a spent daily limit: status %d, want 200 (it costs nothing)", resp.StatusCode)
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -58,11 +59,15 @@ type Store interface {
 }
 
 // Budget admits model calls before they go upstream and charges them when
-// they are done; *budget.Service implements it. Reserve returns a
-// *budget.Denial for a call a limit refuses, and any other error when the
-// budget cannot be checked. It is called concurrently.
+// they are done; *budget.Service implements it. Reserve admits a
+// /v1/messages call against every limit and holds its estimated cost;
+// Admit admits a free count_tokens call against the requests-per-minute
+// limits only, and counts it there. Both return a *budget.Denial for a
+// call a limit refuses, and any other error when the budget cannot be
+// checked. They are called concurrently.
 type Budget interface {
 	Reserve(ctx context.Context, c budget.Call) (*budget.Hold, error)
+	Admit(ctx context.Context, c budget.Call) error
 }
 
 // DefaultDrainTimeout is how long the gateway goes on reading a response
@@ -92,6 +97,11 @@ type Options struct {
 	// Metrics, when set, observes every request: its status, the gateway's
 	// own latency, budget denials. Nil: no metrics.
 	Metrics Metrics
+	// BodyTimeout bounds how long a client may take to send a request's
+	// body, from the request's start (httpapi.BodyDeadline; a handler
+	// that wraps the gateway in one already keeps its own); the response
+	// that follows is not bounded. 0: httpapi.DefaultBodyTimeout.
+	BodyTimeout time.Duration
 }
 
 // Gateway is an http.Handler that forwards model calls upstream. It is safe
@@ -111,6 +121,7 @@ type Gateway struct {
 	metrics  Metrics    // nil: no metrics
 	rec      *recorder
 	proxy    *httputil.ReverseProxy
+	handler  http.Handler // serve, with the body's deadline
 }
 
 // New returns the gateway. upstream is the Anthropic API base URL (e.g.
@@ -173,6 +184,7 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		BufferPool:     &bufferPool{},
 		ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
+	g.handler = httpapi.BodyDeadline(o.BodyTimeout, http.HandlerFunc(g.serve))
 	return g
 }
 
@@ -190,8 +202,17 @@ func (g *Gateway) Flush(ctx context.Context) error { return g.rec.flush(ctx) }
 func (g *Gateway) Close(ctx context.Context) error { return g.rec.close(ctx) }
 
 // ServeHTTP authorises, forwards and meters one model call.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	start := g.now()
+	if !httpapi.CanonicalPath(r.URL.EscapedPath()) {
+		// Not a 404 (nor the redirect a ServeMux would answer): a client
+		// that sent ".." or "//" meant some other path, and is told so.
+		g.deny(w, r, nil, &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest,
+			Msg: "the request path is not canonical: it has an empty, '.' or '..' segment"})
+		return
+	}
 	rest, ok := strings.CutPrefix(r.URL.Path, Prefix)
 	if !ok || !forwarded[rest] {
 		g.deny(w, r, nil, &httpError{Status: http.StatusNotFound, Type: errNotFound, Msg: "no such endpoint"})
@@ -209,14 +230,20 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body, herr := g.readBody(w, r)
 	if herr != nil {
-		g.deny(w, r, conv, herr)
+		g.denyCall(w, r, conv, "", herr)
 		return
 	}
 
-	model, maxTokens := scanRequest(body)
+	req := scanRequest(body)
+	model, maxTokens := req.model, req.maxTokens
+	if req.repeated != "" {
+		g.denyCall(w, r, conv, "", &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest,
+			Msg: "the request body has the key \"" + req.repeated + "\" more than once"})
+		return
+	}
 	if model != "" {
 		if err := contract.ValidateModel("model", model); err != nil {
-			g.deny(w, r, conv, &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest, Msg: err.Error()})
+			g.denyCall(w, r, conv, "", &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest, Msg: err.Error()})
 			return
 		}
 	}
@@ -234,12 +261,21 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		},
 		reqModel: model,
 	}
-	if g.budget != nil && rest == "/v1/messages" {
-		hold, err := g.budget.Reserve(r.Context(), budget.Call{
+	if g.budget != nil {
+		bc := budget.Call{
 			ID: c.rec.ID, Tenant: conv.Tenant, Env: conv.Env, User: conv.UserID,
 			Conversation: conv.ID, Model: model, RequestBytes: int64(len(body)), MaxTokens: maxTokens,
 			StartedAt: start,
-		})
+		}
+		var hold *budget.Hold
+		var err error
+		if rest == "/v1/messages" {
+			hold, err = g.budget.Reserve(r.Context(), bc)
+		} else {
+			// count_tokens is free, but a request: requests-per-minute
+			// limits count it.
+			err = g.budget.Admit(r.Context(), bc)
+		}
 		if d, ok := errors.AsType[*budget.Denial](err); ok {
 			if g.metrics != nil {
 				g.metrics.BudgetDenied(conv.Tenant, conv.Env, d)
@@ -285,7 +321,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.proxy.ServeHTTP(w, in)
 }
 
-// readBody reads the whole request body, bounded by maxBody.
+// readBody reads the whole request body, bounded by maxBody and, in time,
+// by BodyTimeout.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *httpError) {
 	tooLarge := &httpError{Status: http.StatusRequestEntityTooLarge, Type: errTooLarge, Msg: "request body too large"}
 	if r.ContentLength > g.maxBody {
@@ -297,6 +334,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *htt
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, g.maxBody))
 	if err != nil {
+		// Whatever is left of it is not read: the connection closes
+		// after the answer (the body's deadline, BodyDeadline, stays).
+		w.Header().Set("Connection", "close")
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, tooLarge
 		}

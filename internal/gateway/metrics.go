@@ -35,7 +35,12 @@ type Metrics interface {
 
 // RequestInfo is one request the gateway answered.
 type RequestInfo struct {
-	Tenant, Env string // empty when the caller was not authenticated
+	// Tenant and Env are those of the conversation the gateway resolved
+	// from the store for the call, so only a provisioned tenant-env is
+	// named; both are empty for a request refused before that (no or an
+	// invalid token, a conversation that does not exist or is not the
+	// token's), whatever its token claims.
+	Tenant, Env string
 	Model       string // as the response (else the request) names it; empty when unknown
 	// Status is what the client was sent: the upstream's status, or the
 	// gateway's own (a refusal, 502 when the upstream was not reached).

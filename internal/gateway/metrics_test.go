@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/store"
 )
 
 // fakeMetrics records what the gateway reports.
@@ -82,7 +83,8 @@ func TestMetricsHooks(t *testing.T) {
 	check(h.post(t, "/v1/messages", tokenHeader(h.mint(convB)), streamBody), 200)
 	check(h.post(t, "/v1/messages", nil, requestBody), 401)
 	check(h.post(t, "/v1/messages", tokenHeader(h.mint(convC)), requestBody), 429)
-	check(h.post(t, "/v1/messages/count_tokens", tokenHeader(h.mint(convC)), requestBody), 200) // free: never refused
+	check(h.post(t, "/v1/messages/count_tokens", tokenHeader(h.mint(convA)), requestBody), 200)
+	check(h.post(t, "/v1/messages/count_tokens", tokenHeader(h.mint(convC)), requestBody), 429) // free, but a request
 
 	reqs, forward, firstByte, denials, negative := m.snapshot()
 	want := []RequestInfo{
@@ -90,7 +92,8 @@ func TestMetricsHooks(t *testing.T) {
 		{Tenant: "acme", Env: "prod", Model: testModel, Status: 200, Upstream: true},
 		{Status: 401},
 		{Tenant: "globex", Env: "dev", Model: "claude-req-model", Status: 429},
-		{Tenant: "globex", Env: "dev", Model: "claude-req-model", Status: 200, Upstream: true}, // the request's: count_tokens answers name none
+		{Tenant: "acme", Env: "prod", Model: "claude-req-model", Status: 200, Upstream: true}, // the request's: count_tokens answers name none
+		{Tenant: "globex", Env: "dev", Model: "claude-req-model", Status: 429},
 	}
 	if diff := cmp.Diff(want, reqs); diff != "" {
 		t.Errorf("requests (-want +got):\n%s", diff)
@@ -98,7 +101,7 @@ func TestMetricsHooks(t *testing.T) {
 	if forward != 3 || firstByte != 3 || negative {
 		t.Errorf("forward latencies %d, first-byte latencies %d (negative: %v); want 3 each, one per forwarded call", forward, firstByte, negative)
 	}
-	if diff := cmp.Diff([]string{"globex dev env requests_per_minute admission"}, denials); diff != "" {
+	if diff := cmp.Diff([]string{"globex dev env requests_per_minute admission", "globex dev env requests_per_minute admission"}, denials); diff != "" {
 		t.Errorf("denials (-want +got):\n%s", diff)
 	}
 }
@@ -140,5 +143,39 @@ func TestMetricsUnreachableAndCut(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"acme prod user spend_per_day mid_stream"}, denials); diff != "" {
 		t.Errorf("cut denials (-want +got):\n%s", diff)
+	}
+}
+
+// TestMetricsUnprovisionedTenant: a validly signed token whose claims name
+// a tenant-env nobody provisioned is refused, and its tenant and env reach
+// no metrics label (they would make a new series for every tenant a token
+// can claim); a refusal after authorisation (a bad model) is labelled with
+// the conversation's tenant-env from the store.
+func TestMetricsUnprovisionedTenant(t *testing.T) {
+	m := &fakeMetrics{}
+	h := newHarness(t, fakeAnthropic(), &Options{Metrics: m})
+	invented := func(id string) store.Conversation {
+		return store.Conversation{ID: id, Tenant: "invented-tenant", Env: "invented-env"}
+	}
+	for _, c := range []struct {
+		conv   store.Conversation
+		body   string
+		status int
+	}{
+		{invented(convA.ID), requestBody, 403},       // a provisioned conversation, another tenant-env
+		{invented("conv-nowhere"), requestBody, 403}, // a conversation that does not exist
+		{convA, `{"model":"bad model","max_tokens":1}`, 400},
+	} {
+		resp := h.post(t, "/v1/messages", tokenHeader(h.mint(c.conv)), c.body)
+		readAll(t, resp.Body)
+		if resp.StatusCode != c.status {
+			t.Fatalf("%s/%s: status %d, want %d", c.conv.Tenant, c.conv.ID, resp.StatusCode, c.status)
+		}
+		h.waitServed(t)
+	}
+	reqs, _, _, _, _ := m.snapshot()
+	want := []RequestInfo{{Status: 403}, {Status: 403}, {Tenant: "acme", Env: "prod", Status: 400}}
+	if diff := cmp.Diff(want, reqs); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
 	}
 }

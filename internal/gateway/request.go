@@ -10,63 +10,85 @@ import (
 // is not a JSON object whose "model" is a string. Like encoding/json (and the
 // API), the last "model" wins.
 func requestModel(body []byte) string {
-	model, _ := scanRequest(body)
-	return model
+	return scanRequest(body).model
+}
+
+// scanned is what the gateway reads of a request body.
+type scanned struct {
+	model     string
+	maxTokens int64
+	// repeated names a key the gateway reads ("model", "max_tokens") that
+	// the object has more than once, "" when none: the gateway refuses
+	// such a body (ServeHTTP), since the upstream may take another of the
+	// values than the scanner's (the last) and the call would be charged
+	// and labelled as one model, or admitted by one max_tokens, and run as
+	// another.
+	repeated string
 }
 
 // scanRequest returns the model and max_tokens a request body names: "" and
 // 0 when the body is not a JSON object, or when the field is absent or not a
-// string (model) or an integer (max_tokens). The last of each wins.
+// string (model) or an integer (max_tokens). The last of each wins, and
+// repeated says that there was more than one.
 //
 // It scans the top level of the object and skips every other value without
 // decoding or validating it: encoding/json spent most of the gateway's time
 // on a large request just to find these. It reads untrusted input;
 // FuzzRequestModel holds it to encoding/json's answer on valid JSON.
-func scanRequest(body []byte) (model string, maxTokens int64) {
+func scanRequest(body []byte) (out scanned) {
 	s := scanner{b: body}
 	if !s.consume('{') {
-		return "", 0
+		return scanned{}
 	}
 	if s.consume('}') {
-		return "", 0
+		return scanned{}
 	}
+	var sawModel, sawMax bool
 	for {
 		key, ok := s.str()
 		if !ok || !s.consume(':') {
-			return "", 0
+			return scanned{}
 		}
 		s.ws()
 		switch {
 		case keyIs(key, "model"):
+			if sawModel && out.repeated == "" {
+				out.repeated = "model"
+			}
+			sawModel = true
 			v, ok := s.str()
 			if !ok {
-				return "", 0 // not a string (or broken): no model
+				return scanned{} // not a string (or broken): no model
 			}
 			var m string
 			if json.Unmarshal(v, &m) != nil {
-				return "", 0
+				return scanned{}
 			}
-			model = m
+			out.model = m
 		case keyIs(key, "max_tokens"):
+			if sawMax && out.repeated == "" {
+				out.repeated = "max_tokens"
+			}
+			sawMax = true
 			start := s.i
 			if !s.skipValue() {
-				return "", 0
+				return scanned{}
 			}
 			n, err := strconv.ParseInt(string(s.b[start:s.i]), 10, 64)
 			if err != nil || n < 0 {
 				n = 0
 			}
-			maxTokens = n
+			out.maxTokens = n
 		default:
 			if !s.skipValue() {
-				return "", 0
+				return scanned{}
 			}
 		}
 		if s.consume('}') {
-			return model, maxTokens
+			return out
 		}
 		if !s.consume(',') {
-			return "", 0
+			return scanned{}
 		}
 	}
 }

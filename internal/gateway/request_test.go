@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -124,5 +126,58 @@ func TestBadModelRefused(t *testing.T) {
 	}
 	if u, ok := jsonUsage([]byte(`{"model":"bad\u0000name","usage":{"input_tokens":3}}`)); !ok || u.Model != "" || u.InputTokens != 3 {
 		t.Errorf("jsonUsage of a response naming a bad model = %+v, %v; want its usage without the model", u, ok)
+	}
+}
+
+func TestScanRequestRepeated(t *testing.T) {
+	tests := map[string]struct {
+		body string
+		want scanned
+	}{
+		"none":                {`{"model":"m","max_tokens":5,"metadata":{"model":"x"}}`, scanned{model: "m", maxTokens: 5}},
+		"model twice":         {`{"model":"a","max_tokens":5,"model":"b"}`, scanned{model: "b", maxTokens: 5, repeated: "model"}},
+		"model twice escaped": {`{"model":"a","mod\u0065l":"b"}`, scanned{model: "b", repeated: "model"}},
+		"max_tokens twice":    {`{"max_tokens":1,"model":"m","max_tokens":100000}`, scanned{model: "m", maxTokens: 100000, repeated: "max_tokens"}},
+		"both twice":          {`{"max_tokens":1,"max_tokens":2,"model":"a","model":"b"}`, scanned{model: "b", maxTokens: 2, repeated: "max_tokens"}},
+		"other key twice":     {`{"model":"m","system":"a","system":"b"}`, scanned{model: "m"}},
+		"nested twice":        {`{"model":"m","tools":[{"model":"a"},{"model":"b"}]}`, scanned{model: "m"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, scanRequest([]byte(tc.body)), cmp.AllowUnexported(scanned{})); diff != "" {
+				t.Errorf("scanRequest(%s) (-want +got):\n%s", tc.body, diff)
+			}
+		})
+	}
+}
+
+// TestRepeatedKeysRefused: a body that names its model or max_tokens twice
+// could be charged, labelled and admitted as one call (the scanner takes the
+// last value) and run upstream as another (a parser that takes the first);
+// the gateway refuses it before it goes anywhere.
+func TestRepeatedKeysRefused(t *testing.T) {
+	hits := make(chan struct{}, 8)
+	up := fakeAnthropic()
+	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits <- struct{}{}
+		up.ServeHTTP(w, r)
+	}), nil)
+	tok := tokenHeader(h.mint(convA))
+	for _, body := range []string{
+		`{"model":"claude-opus-4-1","max_tokens":10,"messages":[],"model":"claude-haiku-4-5"}`,
+		`{"model":"claude-opus-4-1","mod\u0065l":"claude-haiku-4-5","max_tokens":10,"messages":[]}`,
+		`{"model":"claude-haiku-4-5","max_tokens":1,"messages":[],"max_tokens":64000}`,
+	} {
+		for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
+			resp := h.post(t, path, tok, body)
+			got := readAll(t, resp.Body)
+			h.waitServed(t)
+			if resp.StatusCode != http.StatusBadRequest || decodeError(t, got) != errInvalidRequest || !strings.Contains(got, "more than once") {
+				t.Errorf("%s %s: status %d, body %s; want a 400 invalid_request_error naming the key", path, body, resp.StatusCode, got)
+			}
+		}
+	}
+	if len(hits) != 0 {
+		t.Errorf("%d refused requests reached the upstream", len(hits))
 	}
 }

@@ -6,6 +6,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -98,30 +101,97 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// bodyReadTimeout bounds how long a client may take to send a body, so that
-// a slow sender cannot hold a connection and a buffer indefinitely. Streams
-// send no body and are not affected.
-const bodyReadTimeout = 30 * time.Second
+// DefaultBodyTimeout is how long a client may take to send a request's
+// body by default (BodyDeadline, ReadBody).
+const DefaultBodyTimeout = 30 * time.Second
 
-// ReadBody reads at most max bytes of r's body within bodyReadTimeout; a
-// longer body is a 413.
+// bodyDeadlineKey marks a request whose body BodyDeadline bounds.
+type bodyDeadlineKey struct{}
+
+// BodyDeadline bounds the time a client may take to send a request's body,
+// as http.Server.ReadHeaderTimeout bounds its headers, so that a client
+// that trickles a body cannot hold a connection (and a buffer)
+// indefinitely. The deadline, timeout from the request's start (0:
+// DefaultBodyTimeout), is on the connection's reads: it ends the handler's
+// reads of the body, and the server's own read of what the handler left
+// unread (a request refused before its body was read), after which the
+// connection is closed. It is lifted once the body has been read to its
+// end, so that a response streamed after it (the gateway's, an event
+// stream) is not cut off, and a request without a body gets none. Wrapping
+// a handler twice changes nothing: the outer deadline holds.
+func BodyDeadline(timeout time.Duration, next http.Handler) http.Handler {
+	if timeout <= 0 {
+		timeout = DefaultBodyTimeout
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody || r.Context().Value(bodyDeadlineKey{}) != nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(timeout)) != nil {
+			next.ServeHTTP(w, r) // a writer without deadlines (a test's recorder)
+			return
+		}
+		// A copy of the request: the server's own (which it discards the
+		// rest of the body from) keeps its body.
+		in := r.WithContext(context.WithValue(r.Context(), bodyDeadlineKey{}, true))
+		in.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+		next.ServeHTTP(w, in)
+	})
+}
+
+// deadlineBody lifts its connection's read deadline when it reaches the
+// end of the body. It is read by one goroutine at a time, as every
+// request body is.
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// ReadBody reads at most max bytes of r's body; a longer body is a 413. A
+// request that BodyDeadline bounds is read within its deadline; any other
+// within DefaultBodyTimeout from now. A body that could not be read whole
+// (too large, too slow, broken) also closes the connection after the
+// answer, so that the server does not go on reading what is left of it.
 func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	defer rc.SetReadDeadline(time.Time{})
+	bounded := r.Context().Value(bodyDeadlineKey{}) != nil
+	if !bounded {
+		_ = rc.SetReadDeadline(time.Now().Add(DefaultBodyTimeout))
+	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err != nil {
+		// The deadline stays: the server reads no more of this body than
+		// it allows.
+		w.Header().Set("Connection", "close")
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, Errorf(http.StatusRequestEntityTooLarge, contract.CodeTooLarge, "the request body is larger than %d bytes", max)
 		}
-		return nil, &Error{Status: http.StatusBadRequest, Code: contract.CodeBadRequest, Msg: "the request body could not be read", Err: err}
+		return nil, &Error{Status: http.StatusBadRequest, Code: contract.CodeBadRequest, Msg: "the request body could not be read: it was broken off, or came too slowly", Err: err}
+	}
+	if !bounded {
+		_ = rc.SetReadDeadline(time.Time{})
 	}
 	return b, nil
 }
 
-// DecodeJSON decodes body into v strictly: unknown fields and trailing data
-// are errors, so a misspelt field is reported rather than ignored.
+// DecodeJSON decodes body into v strictly: unknown fields, trailing data, a
+// key twice in one object and a key in another case than its field's
+// ("ID" for "id") are errors, so a misspelt or ambiguous field is reported,
+// naming it, rather than ignored or silently chosen. Every JSON request
+// body of the APIs is decoded here.
 func DecodeJSON(body []byte, v any) error {
 	if len(body) == 0 {
 		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body is empty; a JSON object is required")
@@ -135,6 +205,13 @@ func DecodeJSON(body []byte, v any) error {
 	// stray '}' or ']', so it cannot be the check.)
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body has data after the JSON object")
+	}
+	if err := checkKeys(body, reflect.TypeOf(v)); err != nil {
+		if ke, ok := errors.AsType[*keyError](err); ok {
+			return &Error{Status: http.StatusBadRequest, Code: contract.CodeBadRequest, Msg: ke.Error()}
+		}
+		// The body was decoded as one JSON value just now.
+		return &Error{Status: http.StatusBadRequest, Code: contract.CodeBadRequest, Msg: "the request body is not valid JSON", Err: err}
 	}
 	return nil
 }
@@ -211,8 +288,8 @@ func LoopbackHost(hostport string) bool {
 // rebinding), an Origin that is not loopback (a cross-site request), and a
 // body that is not JSON (what a page can send without a preflight).
 func LocalOnly(r *http.Request) error {
-	if !LoopbackHost(r.Host) {
-		return Errorf(http.StatusForbidden, contract.CodeForbidden, "this API answers only requests addressed to a loopback host")
+	if err := loopbackHost(r); err != nil {
+		return err
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)
@@ -227,4 +304,53 @@ func LocalOnly(r *http.Request) error {
 		}
 	}
 	return nil
+}
+
+func loopbackHost(r *http.Request) error {
+	if !LoopbackHost(r.Host) {
+		return Errorf(http.StatusForbidden, contract.CodeForbidden, "this API answers only requests addressed to a loopback host")
+	}
+	return nil
+}
+
+// LoopbackOnly serves next only to requests whose Host names the loopback
+// interface, and answers any other 403 in the contract's error shape. It
+// guards what a server bound to loopback serves without credentials
+// (/metrics, /healthz): a web page the developer opens can reach loopback
+// through a host name of its own that it rebinds to 127.0.0.1, and its
+// requests then name that host, never a loopback one. The Origin and body
+// rules of LocalOnly are not needed there: such a page can read nothing
+// cross-origin, and these endpoints change nothing.
+func LoopbackOnly(logger *slog.Logger, next http.Handler) http.Handler {
+	refuse := Handle(logger, func(w http.ResponseWriter, r *http.Request) error { return loopbackHost(r) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !LoopbackHost(r.Host) {
+			refuse.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// CanonicalPath reports whether a request's escaped path (URL.EscapedPath)
+// is the one net/http.ServeMux would route it by: rooted, without empty,
+// "." or ".." segments. A ServeMux answers any other path with a redirect
+// to its cleaned form, which may lie outside the prefix the request was
+// addressed to (a browser API path that leads into the gateway's, or out of
+// it); the APIs answer 400 instead.
+func CanonicalPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
+// NonCanonicalPath is the 400 answer to a path CanonicalPath refuses.
+func NonCanonicalPath() *Error {
+	return Errorf(http.StatusBadRequest, contract.CodeBadRequest,
+		"the request path is not canonical: it has an empty, '.' or '..' segment")
 }

@@ -4,11 +4,13 @@
 //
 // Labels name tenants, envs and models only: never a user, a conversation or
 // a credential. Model labels are bounded by the price list (any model it
-// does not list is "other"), tenants and envs by provisioning.
+// does not list is "other"), tenants and envs by provisioning and, should
+// that fail, by MaxTenantEnvs.
 package metrics
 
 import (
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +23,13 @@ import (
 // OtherModel is the label of a model the price list does not list.
 const OtherModel = "other"
 
+// OtherTenantEnv is the tenant and env label of every tenant-env beyond
+// Options.MaxTenantEnvs. No id can be it: ids start with a letter or digit.
+const OtherTenantEnv = "_other"
+
+// DefaultMaxTenantEnvs is the default of Options.MaxTenantEnvs.
+const DefaultMaxTenantEnvs = 1000
+
 // LatencyBuckets are the bounds, in seconds, of the overhead histograms:
 // 25 µs to 1 s, since the gateway's own work is meant to take well under a
 // millisecond (docs/benchmarks.md).
@@ -32,6 +41,12 @@ type Options struct {
 	// dated id its undated one); any other is OtherModel. Nil:
 	// budget.DefaultPrices().
 	Prices *budget.Prices
+	// MaxTenantEnvs bounds the tenant-env pairs that get series of their
+	// own; later ones share OtherTenantEnv. The gateway and the budget
+	// name only tenant-envs from the store, so this is a second line: a
+	// bug, or a store that holds more than anyone scrapes, still cannot
+	// grow a scrape without bound. 0: DefaultMaxTenantEnvs.
+	MaxTenantEnvs int
 }
 
 // Metrics are the control-plane's collectors. It implements
@@ -39,6 +54,7 @@ type Options struct {
 // for concurrent use.
 type Metrics struct {
 	prices *budget.Prices
+	envs   tenantEnvs
 
 	requests     *prometheus.CounterVec
 	forward      prometheus.Histogram
@@ -64,8 +80,12 @@ func New(reg prometheus.Registerer, opts *Options) *Metrics {
 	if o.Prices == nil {
 		o.Prices = budget.DefaultPrices()
 	}
+	if o.MaxTenantEnvs <= 0 {
+		o.MaxTenantEnvs = DefaultMaxTenantEnvs
+	}
 	m := &Metrics{
 		prices: o.Prices,
+		envs:   tenantEnvs{max: o.MaxTenantEnvs, seen: make(map[[2]string]bool)},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "talkide_gateway_requests_total",
 			Help: "Requests the gateway answered, by tenant, env, model, status class (2xx, 4xx, 5xx, …) and origin of the status (upstream, or gateway for its own refusals and for an unreachable upstream).",
@@ -130,6 +150,33 @@ func (m *Metrics) Model(model string) string {
 	return OtherModel
 }
 
+// tenantEnvs admits the first max tenant-env pairs to labels of their own.
+type tenantEnvs struct {
+	max  int
+	mu   sync.Mutex
+	seen map[[2]string]bool // guarded by mu; the pairs admitted
+}
+
+// label returns the labels of a tenant-env: its own when it has them or
+// there is room, else OtherTenantEnv twice. The empty pair (a request
+// refused before its tenant-env was known) is always itself.
+func (t *tenantEnvs) label(tenant, env string) (string, string) {
+	if tenant == "" && env == "" {
+		return "", ""
+	}
+	k := [2]string{tenant, env}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen[k] {
+		return tenant, env
+	}
+	if len(t.seen) >= t.max {
+		return OtherTenantEnv, OtherTenantEnv
+	}
+	t.seen[k] = true
+	return tenant, env
+}
+
 // codeClass returns "2xx" for 200 and so on; "none" for no status.
 func codeClass(status int) string {
 	if status < 100 || status > 599 {
@@ -144,7 +191,8 @@ func (m *Metrics) Request(r gateway.RequestInfo) {
 	if r.Upstream {
 		origin = "upstream"
 	}
-	m.requests.WithLabelValues(r.Tenant, r.Env, m.Model(r.Model), codeClass(r.Status), origin).Inc()
+	tenant, env := m.envs.label(r.Tenant, r.Env)
+	m.requests.WithLabelValues(tenant, env, m.Model(r.Model), codeClass(r.Status), origin).Inc()
 }
 
 // ForwardLatency implements gateway.Metrics.
@@ -160,13 +208,15 @@ func (m *Metrics) BudgetDenied(tenant, env string, d *budget.Denial) {
 	if d.MidStream {
 		stage = "mid_stream"
 	}
+	tenant, env = m.envs.label(tenant, env)
 	m.denials.WithLabelValues(tenant, env, string(d.Limit.Subject.Scope), string(d.Limit.Kind), stage).Inc()
 }
 
 // Settled counts a ledger entry: budget.Options.Settled.
 func (m *Metrics) Settled(e budget.Entry) {
 	model := m.Model(e.Model)
-	m.settled.WithLabelValues(e.Tenant, e.Env, model).Inc()
+	tenant, env := m.envs.label(e.Tenant, e.Env)
+	m.settled.WithLabelValues(tenant, env, model).Inc()
 	for _, t := range []struct {
 		typ string
 		n   int64
@@ -178,13 +228,13 @@ func (m *Metrics) Settled(e budget.Entry) {
 		{"cache_read", e.CacheReadTokens},
 	} {
 		if t.n > 0 {
-			m.tokens.WithLabelValues(e.Tenant, e.Env, model, t.typ).Add(float64(t.n))
+			m.tokens.WithLabelValues(tenant, env, model, t.typ).Add(float64(t.n))
 		}
 	}
 	if e.WebSearchRequests > 0 {
-		m.webSearches.WithLabelValues(e.Tenant, e.Env, model).Add(float64(e.WebSearchRequests))
+		m.webSearches.WithLabelValues(tenant, env, model).Add(float64(e.WebSearchRequests))
 	}
 	if e.Cost > 0 {
-		m.cost.WithLabelValues(e.Tenant, e.Env, model).Add(float64(e.Cost) / float64(budget.Dollar))
+		m.cost.WithLabelValues(tenant, env, model).Add(float64(e.Cost) / float64(budget.Dollar))
 	}
 }

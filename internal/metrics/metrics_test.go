@@ -401,3 +401,66 @@ func TestSettledSeries(t *testing.T) {
 		t.Errorf("samples (-want +got):\n%s", diff)
 	}
 }
+
+// TestUnprovisionedTenantNoSeries: tokens signed with the control-plane's
+// own key for tenant-envs nobody provisioned, over the control-plane's
+// gateway, then a scrape: no series names them.
+func TestUnprovisionedTenantNoSeries(t *testing.T) {
+	s := newStack(t)
+	for i, c := range []store.Conversation{
+		{ID: convA.ID, Tenant: "invented-tenant-1", Env: "invented-env", UserID: "x"},
+		{ID: "conv-nowhere", Tenant: "invented-tenant-2", Env: "invented-env", UserID: "x"},
+	} {
+		if got := s.call(t, &c, "claude-sonnet-4-6", "hello", false); got != http.StatusForbidden {
+			t.Fatalf("call %d: status %d, want 403", i, got)
+		}
+	}
+	samples, text := s.scrape(t)
+	if strings.Contains(text, "invented") {
+		t.Errorf("/metrics names a tenant-env that was never provisioned:\n%v", only(samples, "talkide_gateway_requests_total"))
+	}
+	want := map[string]float64{
+		series("talkide_gateway_requests_total", "tenant", "", "env", "", "model", "", "code", "4xx", "origin", "gateway"): 2,
+	}
+	if diff := cmp.Diff(want, only(samples, "talkide_gateway_requests_total")); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+}
+
+// TestTenantEnvCardinality: beyond MaxTenantEnvs, tenant-envs share the
+// OtherTenantEnv labels, in every metric that has them; the ones admitted
+// keep theirs, and the empty pair is not counted.
+func TestTenantEnvCardinality(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, &metrics.Options{MaxTenantEnvs: 2})
+	m.Request(gateway.RequestInfo{Status: 401})
+	for i := range 5 {
+		tenant := "t" + strconv.Itoa(i)
+		m.Request(gateway.RequestInfo{Tenant: tenant, Env: "e", Model: "claude-sonnet-4-6", Status: 200, Upstream: true})
+		m.Settled(budget.Entry{ID: "x" + tenant, Tenant: tenant, Env: "e", Usage: budget.Usage{Model: "claude-sonnet-4-6"}})
+	}
+	m.Request(gateway.RequestInfo{Tenant: "t0", Env: "e", Model: "claude-sonnet-4-6", Status: 200, Upstream: true})
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	samples := parseSamples(t, rec.Body.Bytes())
+	req := func(tenant, env, model, code, origin string) string {
+		return series("talkide_gateway_requests_total", "tenant", tenant, "env", env, "model", model, "code", code, "origin", origin)
+	}
+	o := metrics.OtherTenantEnv
+	want := map[string]float64{
+		req("", "", "", "4xx", "gateway"):                      1,
+		req("t0", "e", "claude-sonnet-4-6", "2xx", "upstream"): 2,
+		req("t1", "e", "claude-sonnet-4-6", "2xx", "upstream"): 1,
+		req(o, o, "claude-sonnet-4-6", "2xx", "upstream"):      3,
+	}
+	if diff := cmp.Diff(want, only(samples, "talkide_gateway_requests_total")); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+	call := func(tenant, env string) string {
+		return series("talkide_budget_settled_calls_total", "tenant", tenant, "env", env, "model", "claude-sonnet-4-6")
+	}
+	want = map[string]float64{call("t0", "e"): 1, call("t1", "e"): 1, call(o, o): 3}
+	if diff := cmp.Diff(want, only(samples, "talkide_budget_settled_calls_total")); diff != "" {
+		t.Errorf("settled calls (-want +got):\n%s", diff)
+	}
+}

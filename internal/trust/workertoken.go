@@ -18,6 +18,13 @@ const workerTokenVersion = "wt1"
 // WorkerTokenTTL is the lifetime of a minted WorkerToken.
 const WorkerTokenTTL = 120 * time.Second
 
+// workerTokenLifetimeSlack is how much longer than WorkerTokenTTL a token's
+// exp-iat may be. Minting sets both from one instant, so the slack only
+// lets a minter whose TTL was raised a little, during a rolling update,
+// hand out tokens this verifier still takes; it is not a clock allowance
+// (MaxClockSkew is).
+const workerTokenLifetimeSlack = 5 * time.Second
+
 // MaxWorkerTokenLen bounds what VerifyWorkerToken reads.
 const MaxWorkerTokenLen = 2048
 
@@ -89,8 +96,10 @@ func (k *Keyring) MintWorkerToken(tenant, env, conversationID string, now time.T
 	return head + "." + base64.RawURLEncoding.EncodeToString(mac(k.keys[k.current], head)), c
 }
 
-// VerifyWorkerToken checks a token's form, signature and expiry, and returns
-// its claims. The caller still checks that the claims fit the request.
+// VerifyWorkerToken checks a token's form, signature, lifetime and expiry,
+// and returns its claims: iat is required, exp may follow it by no more than
+// WorkerTokenTTL (and a few seconds), and iat may be ahead of now by no more
+// than MaxClockSkew. The caller still checks that the claims fit the request.
 func (k *Keyring) VerifyWorkerToken(token string, now time.Time) (WorkerClaims, error) {
 	var c WorkerClaims
 	if len(token) > MaxWorkerTokenLen {
@@ -118,7 +127,7 @@ func (k *Keyring) VerifyWorkerToken(token string, now time.Time) (WorkerClaims, 
 	if err := json.Unmarshal(payload, &c); err != nil {
 		return WorkerClaims{}, fmt.Errorf("%w: bad payload", ErrMalformed)
 	}
-	if c.Tenant == "" || c.Env == "" || c.ConversationID == "" || c.ExpiresAt == 0 {
+	if c.Tenant == "" || c.Env == "" || c.ConversationID == "" || c.ExpiresAt == 0 || c.IssuedAt <= 0 {
 		return WorkerClaims{}, fmt.Errorf("%w: incomplete claims", ErrMalformed)
 	}
 	if now.Unix() >= c.ExpiresAt {
@@ -127,6 +136,13 @@ func (k *Keyring) VerifyWorkerToken(token string, now time.Time) (WorkerClaims, 
 	// A token from the future beyond clock skew was not minted by us today.
 	if c.IssuedAt > now.Add(MaxClockSkew).Unix() {
 		return WorkerClaims{}, ErrExpired
+	}
+	// A signed token is only as short-lived as its claims say: one that a
+	// leaked or misused key signed with exp in 2100 must not live that
+	// long. Only what MintWorkerToken writes passes: exp after iat, by no
+	// more than the TTL. (iat > 0 keeps exp-iat from overflowing.)
+	if c.ExpiresAt <= c.IssuedAt || c.ExpiresAt-c.IssuedAt > int64((WorkerTokenTTL+workerTokenLifetimeSlack)/time.Second) {
+		return WorkerClaims{}, fmt.Errorf("%w: lifetime is not the minted one", ErrMalformed)
 	}
 	return c, nil
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -152,12 +154,28 @@ func TestVerifyWorkerTokenRejects(t *testing.T) {
 		now   time.Time
 		want  error
 	}{
-		"expired":                          {good, t0.Add(WorkerTokenTTL + time.Second), ErrExpired},
-		"exactly at exp":                   {good, t0.Add(WorkerTokenTTL), ErrExpired},
-		"long expired":                     {good, t0.Add(24 * time.Hour), ErrExpired},
-		"issued beyond clock skew":         {future, t0, ErrExpired},
-		"exp zero":                         {full(func(c *WorkerClaims) { c.ExpiresAt = 0 }), t0, ErrMalformed},
-		"exp in the past, signed":          {full(func(c *WorkerClaims) { c.ExpiresAt = t0.Unix() - 1 }), t0, ErrExpired},
+		"expired":                  {good, t0.Add(WorkerTokenTTL + time.Second), ErrExpired},
+		"exactly at exp":           {good, t0.Add(WorkerTokenTTL), ErrExpired},
+		"long expired":             {good, t0.Add(24 * time.Hour), ErrExpired},
+		"issued beyond clock skew": {future, t0, ErrExpired},
+		"exp zero":                 {full(func(c *WorkerClaims) { c.ExpiresAt = 0 }), t0, ErrMalformed},
+		"exp in the past, signed":  {full(func(c *WorkerClaims) { c.ExpiresAt = t0.Unix() - 1 }), t0, ErrExpired},
+		// A signed token lives no longer than a minted one, whatever its
+		// exp says: a key that signed one claim of 2100 must not have
+		// made a credential for 75 years.
+		"exp in 2100, signed":            {full(func(c *WorkerClaims) { c.ExpiresAt = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC).Unix() }), t0, ErrMalformed},
+		"exp max int64, signed":          {full(func(c *WorkerClaims) { c.ExpiresAt = math.MaxInt64 }), t0, ErrMalformed},
+		"no iat, signed":                 {full(func(c *WorkerClaims) { c.IssuedAt = 0 }), t0, ErrMalformed},
+		"no iat in the JSON, signed":     {signToken(key1, "k1", b64(fmt.Sprintf(`{"t":"acme","e":"prod","c":"c_123","exp":%d,"jti":"x"}`, t0.Unix()+60))), t0, ErrMalformed},
+		"negative iat, signed":           {full(func(c *WorkerClaims) { c.IssuedAt = -1 }), t0, ErrMalformed},
+		"iat min int64, exp max (wraps)": {full(func(c *WorkerClaims) { c.IssuedAt, c.ExpiresAt = math.MinInt64, math.MaxInt64 }), t0, ErrMalformed},
+		"exp equal to iat, signed":       {full(func(c *WorkerClaims) { c.IssuedAt += 10; c.ExpiresAt = c.IssuedAt }), t0, ErrMalformed},
+		"exp before iat, signed":         {full(func(c *WorkerClaims) { c.IssuedAt += 10; c.ExpiresAt = c.IssuedAt - 1 }), t0, ErrMalformed},
+		"lifetime one second too long": {full(func(c *WorkerClaims) {
+			c.ExpiresAt = c.IssuedAt + int64((WorkerTokenTTL+workerTokenLifetimeSlack)/time.Second) + 1
+		}), t0, ErrMalformed},
+		"old iat, long exp, signed":        {full(func(c *WorkerClaims) { c.IssuedAt = t0.Unix() - 3600; c.ExpiresAt = t0.Unix() + 60 }), t0, ErrMalformed},
+		"iat a day ahead, minted lifetime": {full(func(c *WorkerClaims) { c.IssuedAt += 86400; c.ExpiresAt += 86400 }), t0, ErrExpired},
 		"tampered payload: conversation":   {join(parts[0], parts[1], b64(claimsJSON(t, otherConv)), parts[3]), t0, ErrBadSignature},
 		"tampered payload: tenant":         {join(parts[0], parts[1], b64(claimsJSON(t, otherTenant)), parts[3]), t0, ErrBadSignature},
 		"tampered payload: one character":  {join(parts[0], parts[1], flip(parts[2]), parts[3]), t0, ErrBadSignature},
@@ -191,7 +209,7 @@ func TestVerifyWorkerTokenRejects(t *testing.T) {
 		"too long":                         {good + strings.Repeat("A", MaxWorkerTokenLen), t0, ErrMalformed},
 		"too long, validly signed": {
 			signToken(key1, "k1", b64(claimsJSON(t, WorkerClaims{Tenant: "acme", Env: "prod",
-				ConversationID: strings.Repeat("c", MaxWorkerTokenLen), ExpiresAt: t0.Unix() + 60}))), t0, ErrMalformed,
+				ConversationID: strings.Repeat("c", MaxWorkerTokenLen), IssuedAt: t0.Unix(), ExpiresAt: t0.Unix() + 60}))), t0, ErrMalformed,
 		},
 		"bearer prefix": {"Bearer " + good, t0, ErrMalformed},
 		"whitespace":    {good + "\n", t0, ErrMalformed},
@@ -219,6 +237,24 @@ func TestVerifyWorkerTokenClockSkewEdge(t *testing.T) {
 	beyond, _ := kr.MintWorkerToken("acme", "prod", "c_1", t0.Add(MaxClockSkew+time.Second))
 	if _, err := kr.VerifyWorkerToken(beyond, t0); !errors.Is(err, ErrExpired) {
 		t.Errorf("token issued MaxClockSkew+1s ahead: err = %v, want ErrExpired", err)
+	}
+}
+
+// The longest lifetime a minter may write, and tokens of the lifetime
+// MintWorkerToken writes at every instant of their validity, still verify.
+func TestVerifyWorkerTokenLifetimeEdge(t *testing.T) {
+	kr := newKeyring(t, "k1", map[string][]byte{"k1": key1})
+	longest := WorkerClaims{Tenant: "acme", Env: "prod", ConversationID: "c_1", IssuedAt: t0.Unix(),
+		ExpiresAt: t0.Add(WorkerTokenTTL + workerTokenLifetimeSlack).Unix(), ID: "x"}
+	tok := signToken(key1, "k1", b64(claimsJSON(t, longest)))
+	for _, at := range []time.Duration{0, WorkerTokenTTL, WorkerTokenTTL + workerTokenLifetimeSlack - time.Second} {
+		if _, err := kr.VerifyWorkerToken(tok, t0.Add(at)); err != nil {
+			t.Errorf("token of the longest lifetime at t0+%v: %v", at, err)
+		}
+	}
+	minted, _ := kr.MintWorkerToken("acme", "prod", "c_1", t0.Add(500*time.Millisecond))
+	if _, err := kr.VerifyWorkerToken(minted, t0.Add(500*time.Millisecond)); err != nil {
+		t.Errorf("token minted at a fractional second: %v", err)
 	}
 }
 
@@ -371,6 +407,9 @@ func FuzzVerifyWorkerToken(f *testing.F) {
 			}
 			if c.IssuedAt > now.Add(MaxClockSkew).Unix() {
 				t.Fatalf("accepted claims from the future: %+v", c)
+			}
+			if c.IssuedAt <= 0 || c.ExpiresAt <= c.IssuedAt || c.ExpiresAt-c.IssuedAt > int64((WorkerTokenTTL+workerTokenLifetimeSlack)/time.Second) {
+				t.Fatalf("accepted claims with a lifetime MintWorkerToken never writes: %+v", c)
 			}
 			again, err := kr.VerifyWorkerToken(token, now)
 			if err != nil {
