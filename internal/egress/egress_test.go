@@ -346,6 +346,12 @@ func TestForwardHTTP(t *testing.T) {
 			t.Errorf("upstream got hop-by-hop header %s: %q", hop, v)
 		}
 	}
+	// The handler counts the request closed once it has returned, which
+	// can be just after the client has read the whole answer.
+	deadline := time.Now().Add(5 * time.Second)
+	for st := h.srv.Stats(); st.OpenRequests != 0 && time.Now().Before(deadline); st = h.srv.Stats() {
+		time.Sleep(time.Millisecond) // polling a counter another goroutine lowers
+	}
 	if st := h.srv.Stats(); st.Requests != 1 || st.OpenRequests != 0 {
 		t.Errorf("stats = %+v", st)
 	}
