@@ -11,6 +11,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/talkide/platform/internal/httpapi"
 )
 
 // ErrInvalidAllowList is wrapped by every error ParseAllowList returns, and
@@ -83,7 +85,7 @@ type entryJSON struct {
 // ErrInvalidAllowList and names the entry that is wrong.
 func ParseAllowList(data []byte) (*AllowList, error) {
 	var f allowListJSON
-	if err := decodeStrict(data, &f); err != nil {
+	if err := httpapi.DecodeStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidAllowList, err)
 	}
 	if f.Allow == nil {
@@ -146,7 +148,7 @@ func parseEntry(raw json.RawMessage) (rule, error) {
 		return newRule(host, port, false)
 	case len(t) > 0 && t[0] == '{':
 		var e entryJSON
-		if err := decodeStrict(raw, &e); err != nil {
+		if err := httpapi.DecodeStrict(raw, &e); err != nil {
 			return rule{}, err
 		}
 		if e.Host == "" {
@@ -384,20 +386,6 @@ func normalizeName(h string) (string, error) {
 		return "", fmt.Errorf("%q is neither an IP address nor a host name", shorten(h))
 	}
 	return name, nil
-}
-
-// decodeStrict decodes one JSON value into v, refusing unknown fields and
-// trailing data.
-func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after the JSON value")
-	}
-	return nil
 }
 
 // shortJSON is an entry as written, compacted and shortened, for errors.

@@ -196,24 +196,37 @@ func DecodeJSON(body []byte, v any) error {
 	if len(body) == 0 {
 		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body is empty; a JSON object is required")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body is not valid JSON for this endpoint: %v", err)
-	}
-	// Only the end of the body may follow. (dec.More reports false for a
-	// stray '}' or ']', so it cannot be the check.)
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body has data after the JSON object")
-	}
-	if err := checkKeys(body, reflect.TypeOf(v)); err != nil {
+	if err := DecodeStrict(body, v); err != nil {
 		if ke, ok := errors.AsType[*keyError](err); ok {
 			return &Error{Status: http.StatusBadRequest, Code: contract.CodeBadRequest, Msg: ke.Error()}
 		}
-		// The body was decoded as one JSON value just now.
-		return &Error{Status: http.StatusBadRequest, Code: contract.CodeBadRequest, Msg: "the request body is not valid JSON", Err: err}
+		if errors.Is(err, errTrailingData) {
+			return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body has data after the JSON object")
+		}
+		return Errorf(http.StatusBadRequest, contract.CodeBadRequest, "the request body is not valid JSON for this endpoint: %v", err)
 	}
 	return nil
+}
+
+// errTrailingData is DecodeStrict's error for data after the value.
+var errTrailingData = errors.New("trailing data after the JSON value")
+
+// DecodeStrict decodes one JSON value from data into v as DecodeJSON does
+// (unknown fields, trailing data, a key twice in an object and a key in
+// another case than its field's are all errors), for input that is not a
+// request body: the operator's configuration files.
+func DecodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	// Only the end of the data may follow. (dec.More reports false for a
+	// stray '}' or ']', so it cannot be the check.)
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errTrailingData
+	}
+	return checkKeys(data, reflect.TypeOf(v))
 }
 
 // invalid is the answer to a value that breaks a rule.

@@ -1,15 +1,15 @@
 package servers
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/talkide/platform/internal/httpapi"
 )
 
 // ErrInvalidAllowList is wrapped by every error ParseAllowList returns.
@@ -97,14 +97,14 @@ type httpRuleJSON struct {
 // which rule is wrong.
 func ParseAllowList(data []byte) (*AllowList, error) {
 	var f allowListJSON
-	if err := decodeStrict(data, &f); err != nil {
+	if err := httpapi.DecodeStrict(data, &f); err != nil {
 		return nil, allowListError("", err.Error())
 	}
 	a := &AllowList{}
 	for i, raw := range f.Stdio {
 		label := fmt.Sprintf("stdio[%d]", i)
 		var rj stdioRuleJSON
-		if err := decodeStrict(raw, &rj); err != nil {
+		if err := httpapi.DecodeStrict(raw, &rj); err != nil {
 			return nil, allowListError(label, err.Error())
 		}
 		r, err := parseStdioRule(label, rj)
@@ -116,7 +116,7 @@ func ParseAllowList(data []byte) (*AllowList, error) {
 	for i, raw := range f.HTTP {
 		label := fmt.Sprintf("http[%d]", i)
 		var rj httpRuleJSON
-		if err := decodeStrict(raw, &rj); err != nil {
+		if err := httpapi.DecodeStrict(raw, &rj); err != nil {
 			return nil, allowListError(label, err.Error())
 		}
 		r, err := parseHTTPRule(label, rj)
@@ -321,20 +321,6 @@ func matchesAny(s string, ps []*regexp.Regexp) bool {
 		}
 	}
 	return false
-}
-
-// decodeStrict decodes one JSON value into v, refusing unknown fields and
-// trailing data.
-func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after the JSON value")
-	}
-	return nil
 }
 
 func allowListError(where, msg string) error {
