@@ -10,9 +10,10 @@ import (
 
 // The helper's file descriptors, as the worker passes them.
 const (
-	fdConfig = 3 // the helperConfig, as JSON, then EOF
-	fdStatus = 4 // why setting up failed; closed once the command runs
-	fdResult = 5 // the supervisor's helperResult, written as it exits
+	fdConfig  = 3 // the helperConfig, as JSON, then EOF
+	fdStatus  = 4 // why setting up failed; closed once the command runs
+	fdResult  = 5 // the supervisor's helperResult, written as it exits
+	fdGoAhead = 6 // closed by the worker once the supervisor is in its cgroup
 )
 
 // helperConfig is what the worker tells the helper.
@@ -30,9 +31,11 @@ type helperConfig struct {
 	Helper string `json:"helper"`
 	// InNamespace says the supervisor built a new root (and network).
 	InNamespace bool `json:"in_namespace,omitempty"`
-	// Cgroup, when set, is the command's pids cgroup, which the
-	// supervisor enters before it starts anything.
-	Cgroup string `json:"cgroup,omitempty"`
+	// Cgroup, when set, is the command's pids cgroup. The supervisor
+	// enters it before it starts anything, unless CgroupByWorker: then
+	// the worker moves it in, and closes fdGoAhead when it has.
+	Cgroup         string `json:"cgroup,omitempty"`
+	CgroupByWorker bool   `json:"cgroup_by_worker,omitempty"`
 	// StatusFD is where the helper says why it could not set up: fdStatus,
 	// or 2 (stderr) for a caller that starts the helper itself.
 	StatusFD int `json:"status_fd"`

@@ -112,16 +112,15 @@ func New(opts *Options) (*Sandbox, error) {
 	if s.unavailable == nil && o.Mode == ModeAuto && !o.PretendNoNamespaces {
 		s.namespaces = s.probeNamespaces()
 	}
-	if s.unavailable == nil {
+	// The kernel does not apply RLIMIT_NPROC to root, in a user namespace
+	// or not: a worker running as root bounds each command's tree with a
+	// pids cgroup instead. (Moving a process into a cgroup waits for an
+	// RCU grace period, some milliseconds a command, so a worker that
+	// RLIMIT_NPROC protects does without.)
+	if s.unavailable == nil && os.Getuid() == 0 {
 		var err error
 		if s.cgroups, err = newPidsCgroups(); err != nil {
-			level := slog.LevelDebug
-			if os.Getuid() == 0 {
-				// Root escapes RLIMIT_NPROC: the supervisor's count is then
-				// the only bound on a fork bomb.
-				level = slog.LevelWarn
-			}
-			o.Logger.Log(context.Background(), level, "sandbox: no pids cgroup of our own; the supervisor counts processes instead", "err", err)
+			o.Logger.Warn("sandbox: a worker running as root without a pids cgroup of its own: the supervisor's count is the only bound on a fork bomb", "err", err)
 		}
 	}
 	return s, nil
@@ -171,6 +170,7 @@ type Cmd struct {
 	result     *os.File // read end: the supervisor's outcome
 	callDir    string   // the per-command directory (the temporary directory, the namespace's root)
 	cgroup     string   // the command's pids cgroup, removed after it
+	goAhead    *os.File // closed once the worker has moved the helper into the cgroup
 
 	stopOnce    sync.Once
 	releaseOnce sync.Once
@@ -283,6 +283,11 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		c.cgroup = cfg.Cgroup
+		// Moving the helper in takes a while: when the worker starts the
+		// helper itself, it does the move while the helper initialises,
+		// and the helper waits for it (its go pipe) before it starts the
+		// command. Otherwise the helper moves itself.
+		cfg.CgroupByWorker = statusPipe
 	}
 	conf, err := configFile(cfg)
 	if err != nil {
@@ -308,10 +313,20 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 	}
 	c.result = resultR
 	c.childFiles = append(c.childFiles, resultW)
+	extra := []*os.File{conf, statusW, resultW} // fds 3, 4, 5
+	if cfg.CgroupByWorker {
+		goR, goW, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		c.goAhead = goW
+		c.childFiles = append(c.childFiles, goR)
+		extra = append(extra, goR) // fd 6
+	}
 	cmd := exec.Command(s.helper, HelperArg)
 	cmd.Env = []string{} // the helper needs nothing of the worker's
 	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{conf, statusW, resultW} // fds 3, 4, 5
+	cmd.ExtraFiles = extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if s.namespaces {
 		setNamespaces(cmd.SysProcAttr)
@@ -373,6 +388,16 @@ func (c *Cmd) Start() error {
 			return err
 		}
 		return fmt.Errorf("%w: the helper could not start: %v", ErrUnavailable, err)
+	}
+	if c.goAhead != nil {
+		err := enterCgroup(c.cgroup, c.Cmd.Process.Pid)
+		c.goAhead.Close() // on success the go-ahead, on failure the helper's cue to stop
+		c.goAhead = nil
+		if err != nil {
+			c.Cmd.Process.Kill()
+			c.Wait()
+			return fmt.Errorf("%w: cgroup: %v", ErrUnavailable, err)
+		}
 	}
 	if c.status == nil {
 		return nil
@@ -478,6 +503,9 @@ func (c *Cmd) Release() {
 	c.releaseOnce.Do(func() {
 		for _, f := range c.childFiles {
 			f.Close()
+		}
+		if c.goAhead != nil {
+			c.goAhead.Close()
 		}
 		if c.status != nil {
 			c.status.Close()

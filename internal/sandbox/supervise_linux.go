@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -41,7 +42,7 @@ func supervise(cfg helperConfig, status *os.File, fail func(string, ...any)) int
 		unix.CloseOnExec(fd)
 	}
 	p := cfg.Policy
-	if cfg.Cgroup != "" {
+	if cfg.Cgroup != "" && !cfg.CgroupByWorker {
 		// Before anything is started: every process of the tree is born
 		// inside.
 		if err := enterCgroup(cfg.Cgroup, 0); err != nil {
@@ -74,6 +75,14 @@ func supervise(cfg helperConfig, status *os.File, fail func(string, ...any)) int
 		fail("sandbox: rlimits: %v", err)
 	}
 	cfg.InNamespace = cfg.Namespaces
+	if cfg.CgroupByWorker {
+		// The worker is moving this process into the cgroup; nothing is
+		// started before it has (it closes the pipe either way, and when
+		// it failed it kills this process).
+		goAhead := os.NewFile(fdGoAhead, "go-ahead")
+		io.Copy(io.Discard, goAhead)
+		goAhead.Close()
+	}
 	pid, err := startConfined(cfg)
 	if err != nil {
 		fail("sandbox: %v", err)
