@@ -20,7 +20,7 @@
 # The binaries go to ~/.cache/talkide/kube-<version> (or $TALKIDE_KUBE_DIR).
 # A finished build leaves a marker and is only checked (kube-apiserver
 # --version, a second or two); a half-done one is redone. A cold build takes
-# several minutes and fills the Go caches with about 3.5 GB. Concurrent runs
+# several minutes and fills the Go caches with about 4 GB. Concurrent runs
 # wait for each other (flock). Progress goes to stderr; stdout carries only
 # the directory.
 set -euo pipefail

@@ -178,35 +178,54 @@ type Server struct {
 	// admin belongs to the group system:masters, which RBAC lets do
 	// anything; handed out only as copies.
 	admin *rest.Config
-	out   *tail // the processes' output
+	tmp   string // etcd's data and the certificates
+	out   *tail  // the processes' output
 }
 
 // start starts kube-apiserver and etcd from dir.
 func start(dir string) (*Server, error) {
+	// One directory for etcd's data and the API server's certificates,
+	// removed whole: envtest's own temporary directories are not all
+	// removed when a start fails.
+	tmp, err := os.MkdirTemp("", "kubetest-")
+	if err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
+	}
 	out := &tail{max: outputTail}
 	no := false
 	env := &envtest.Environment{
 		ControlPlane: envtest.ControlPlane{
 			// Explicit paths: envtest would otherwise let KUBEBUILDER_ASSETS
 			// or TEST_ASSET_* from the developer's shell pick other binaries.
-			APIServer: &envtest.APIServer{Path: filepath.Join(dir, "kube-apiserver"), Out: out, Err: out},
-			Etcd:      &envtest.Etcd{Path: filepath.Join(dir, "etcd"), Out: out, Err: out},
+			APIServer: &envtest.APIServer{Path: filepath.Join(dir, "kube-apiserver"), CertDir: filepath.Join(tmp, "apiserver"), Out: out, Err: out},
+			Etcd:      &envtest.Etcd{Path: filepath.Join(dir, "etcd"), DataDir: filepath.Join(tmp, "etcd"), Out: out, Err: out},
 		},
 		// Never a developer's real cluster, whatever USE_EXISTING_CLUSTER says.
 		UseExistingCluster:       &no,
 		ControlPlaneStartTimeout: startTimeout,
 		ControlPlaneStopTimeout:  stopTimeout,
 	}
+	for _, d := range []string{env.ControlPlane.APIServer.CertDir, env.ControlPlane.Etcd.DataDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
+		}
+	}
+	srv := &Server{env: env, tmp: tmp, out: out}
 	cfg, err := env.Start()
 	if err != nil {
 		// A half-started plane keeps running unless stopped.
-		stopErr := env.Stop()
-		return nil, errors.Join(fmt.Errorf("starting kube-apiserver and etcd from %s: %w; their last output:\n%s", dir, err, out.String()), stopErr)
+		return nil, errors.Join(fmt.Errorf("starting kube-apiserver and etcd from %s: %w; their last output:\n%s", dir, err, out.String()), srv.stop())
 	}
-	return &Server{env: env, admin: cfg, out: out}, nil
+	srv.admin = cfg
+	return srv, nil
 }
 
-func (s *Server) stop() error { return s.env.Stop() }
+// stop stops the processes and removes their files.
+func (s *Server) stop() error {
+	err := s.env.Stop()
+	return errors.Join(err, os.RemoveAll(s.tmp))
+}
 
 // Config returns a new copy of a config for an administrator (the group
 // system:masters): RBAC allows it everything, impersonation included.

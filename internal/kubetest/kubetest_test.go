@@ -103,9 +103,11 @@ func TestUniqueName(t *testing.T) {
 }
 
 // A control plane that cannot start fails with the processes' own words,
-// and leaves nothing running.
+// and leaves nothing behind.
 func TestStartFailureShowsOutput(t *testing.T) {
 	dir := t.TempDir()
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
 	writeExec(t, dir, "etcd", "#!/bin/sh\necho 'etcd: boom, no data dir' >&2\nexit 3\n")
 	writeExec(t, dir, "kube-apiserver", "#!/bin/sh\necho 'kube-apiserver should not have started' >&2\nexit 3\n")
 	srv, err := start(dir)
@@ -120,6 +122,9 @@ func TestStartFailureShowsOutput(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "should not have started") {
 		t.Errorf("kube-apiserver ran although etcd never started:\n%v", err)
+	}
+	if left, err := os.ReadDir(tmp); err != nil || len(left) > 0 {
+		t.Errorf("left in the temporary directory: %v %v", left, err)
 	}
 }
 
