@@ -42,6 +42,20 @@ if [ -z "${TALKIDE_CLAUDE_CODE_BIN:-}" ]; then
 fi
 export TALKIDE_CLAUDE_CODE_BIN
 
+# The tests against a Kubernetes API server (internal/kubetest) run real
+# kube-apiserver and etcd binaries: build them when they are missing, once,
+# cached by version; several minutes the first time on a new machine, a
+# fraction of a second after (docs/testing.md). Both the build and the steps
+# above are CPU-bound, so running it beside them would gain little.
+# TALKIDE_KUBE_ASSETS=skip skips those tests.
+if [ -z "${TALKIDE_KUBE_ASSETS:-}" ]; then
+  echo "== kube-apiserver and etcd (scripts/kube-apiserver.sh)"
+  TALKIDE_KUBE_ASSETS=$(./scripts/kube-apiserver.sh)
+elif [ "$TALKIDE_KUBE_ASSETS" = skip ]; then
+  echo "== kube-apiserver: TALKIDE_KUBE_ASSETS=skip, the tests that need it are skipped"
+fi
+export TALKIDE_KUBE_ASSETS
+
 echo "== go test"
 # -race needs cgo and gcc, which these machines have. Fuzz targets run their
 # seed corpora here; longer fuzzing is a separate command (docs/testing.md).
