@@ -175,6 +175,7 @@ type Cmd struct {
 	stopOnce    sync.Once
 	releaseOnce sync.Once
 	waited      chan struct{}
+	released    chan struct{} // closed by Release
 	outcome     Outcome
 	waitErr     error
 }
@@ -233,7 +234,7 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 		p.Env = []string{}
 	}
 	p.Limits = p.Limits.or(s.opts.Limits)
-	c := &Cmd{s: s, policy: p, waited: make(chan struct{})}
+	c := &Cmd{s: s, policy: p, waited: make(chan struct{}), released: make(chan struct{})}
 	if s.opts.Mode == ModeNone {
 		c.Cmd = exec.Command(p.Path, p.Args...)
 		c.Cmd.Env, c.Cmd.Dir = p.Env, p.Dir
@@ -477,6 +478,7 @@ func (c *Cmd) Stop() {
 			defer t.Stop()
 			select {
 			case <-c.waited:
+			case <-c.released:
 			case <-t.C:
 				syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
 				c.Cmd.Process.Kill()
@@ -501,6 +503,7 @@ func (c *Cmd) Run(ctx context.Context) (Outcome, error) {
 // waited for.
 func (c *Cmd) Release() {
 	c.releaseOnce.Do(func() {
+		close(c.released)
 		for _, f := range c.childFiles {
 			f.Close()
 		}

@@ -305,8 +305,7 @@ func (s *server) endReason() string {
 }
 
 // end kills what is left of the process group and waits (boundedly) for
-// stderr to be drained. cs, when not nil, is a session whose Close reaps
-// the leader; with a nil cs the leader has been reaped or never started.
+// stderr to be drained. cs, when not nil, is a session to close first.
 func (p *process) end(cs *mcp.ClientSession) {
 	p.cancel()
 	if cs != nil {
@@ -317,8 +316,10 @@ func (p *process) end(cs *mcp.ClientSession) {
 		// too, should it not have.
 		p.sb.Stop()
 		pgid := p.cmd.Process.Pid
-		// Reap the leader if no one has (Wait twice is harmless).
-		p.cmd.Wait()
+		// Never Wait here: once Connect has started the process, the SDK's
+		// connection reaps it when it closes (on Close, on a failed
+		// handshake, or when its reader sees the pipe end after the kill),
+		// and a second Wait would race with it.
 		syscall.Kill(-pgid, syscall.SIGKILL)
 		waitGroupGone(pgid, killWait)
 	}
