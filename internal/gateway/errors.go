@@ -16,6 +16,7 @@ const (
 	errTooLarge       = "request_too_large"
 	errAPI            = "api_error"
 	errRateLimit      = "rate_limit_error"
+	errOverloaded     = "overloaded_error"
 )
 
 // httpError is a request the gateway refuses. Msg is what the client sees;

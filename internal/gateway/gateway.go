@@ -4,10 +4,8 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -102,6 +100,11 @@ type Options struct {
 	// that wraps the gateway in one already keeps its own); the response
 	// that follows is not bounded. 0: httpapi.DefaultBodyTimeout.
 	BodyTimeout time.Duration
+	// MaxBuffered bounds the bytes of request bodies held in memory at
+	// once, across all requests (bodies.go): a request that finds no room
+	// for its body is refused before it is read, 503 with Retry-After.
+	// 0: DefaultMaxBuffered; negative: no bound.
+	MaxBuffered int64
 }
 
 // Gateway is an http.Handler that forwards model calls upstream. It is safe
@@ -120,6 +123,7 @@ type Gateway struct {
 	convs    *convCache // nil: no cache
 	metrics  Metrics    // nil: no metrics
 	rec      *recorder
+	bodies   *bodyLimiter // nil: no bound
 	proxy    *httputil.ReverseProxy
 	handler  http.Handler // serve, with the body's deadline
 }
@@ -160,6 +164,13 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 	if o.ConversationTTL == 0 {
 		o.ConversationTTL = DefaultConversationTTL
 	}
+	if o.MaxBuffered == 0 {
+		o.MaxBuffered = DefaultMaxBuffered
+	}
+	if o.MaxBuffered > 0 && o.MaxBody > o.MaxBuffered {
+		// A body the bound could never hold is too large, not a retry.
+		o.MaxBody = o.MaxBuffered
+	}
 	u := *upstream
 	g := &Gateway{
 		upstream: &u,
@@ -174,6 +185,7 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		convs:    newConvCache(o.ConversationTTL),
 		metrics:  o.Metrics,
 		rec:      newRecorder(st, o.Logger),
+		bodies:   newBodyLimiter(o.MaxBuffered),
 	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
@@ -228,11 +240,15 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		g.deny(w, r, conv, herr)
 		return
 	}
-	body, herr := g.readBody(w, r)
+	held, herr := g.readBody(w, r)
 	if herr != nil {
 		g.denyCall(w, r, conv, "", herr)
 		return
 	}
+	// Given back when the upstream has the body (modifyResponse,
+	// proxyError), at the latest when the call is done.
+	defer held.release()
+	body := held.b
 
 	req := scanRequest(body)
 	model, maxTokens := req.model, req.maxTokens
@@ -260,6 +276,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 			StartedAt:      start,
 		},
 		reqModel: model,
+		body:     held,
 	}
 	if g.budget != nil {
 		bc := budget.Call{
@@ -311,8 +328,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	defer c.finish()
 
 	in := r.WithContext(context.WithValue(out, callKey{}, c))
-	in.Body = io.NopCloser(bytes.NewReader(body))
-	in.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	in.Body = held.reader()
+	in.GetBody = held.getBody
 	in.ContentLength = int64(len(body))
 	in.TransferEncoding = nil
 	if g.metrics != nil {
@@ -321,44 +338,38 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	g.proxy.ServeHTTP(w, in)
 }
 
-// readBody reads the whole request body, bounded by maxBody and, in time,
-// by BodyTimeout.
-func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *httpError) {
-	tooLarge := &httpError{Status: http.StatusRequestEntityTooLarge, Type: errTooLarge, Msg: "request body too large"}
-	if r.ContentLength > g.maxBody {
-		return nil, tooLarge
-	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead) // one allocation, no regrowth
-	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, g.maxBody))
-	if err != nil {
-		// Whatever is left of it is not read: the connection closes
-		// after the answer (the body's deadline, BodyDeadline, stays).
-		w.Header().Set("Connection", "close")
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, tooLarge
-		}
-		return nil, &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest, Msg: "could not read request body", Err: err}
-	}
-	return buf.Bytes(), nil
-}
-
-// deniedHeaders are removed from every forwarded request (lower case). Any
-// header starting with "x-talkide-" goes too.
+// deniedHeaders are removed from every forwarded request (in canonical
+// form; a key that is not canonical is compared case-insensitively, see
+// denied). Any header starting with "X-Talkide-" goes too.
 var deniedHeaders = map[string]bool{
-	"authorization":       true,
-	"proxy-authorization": true,
-	"x-api-key":           true,
-	"x-worker-token":      true,
-	"cookie":              true,
+	"Authorization":       true,
+	"Proxy-Authorization": true,
+	"X-Api-Key":           true,
+	"X-Worker-Token":      true,
+	"Cookie":              true,
 	// The gateway reads the response, so it asks for an encoding it can
 	// read: the Transport then requests gzip itself and decompresses.
-	"accept-encoding": true,
+	"Accept-Encoding": true,
 	// No protocol switches through the gateway.
-	"upgrade":    true,
-	"connection": true,
+	"Upgrade":    true,
+	"Connection": true,
+}
+
+// talkidePrefix starts the names of our own identity headers.
+const talkidePrefix = "X-Talkide-"
+
+// denied says whether the header k is removed before forwarding. The
+// server hands the gateway canonical keys, which are looked up as they
+// are (lower-casing every key cost an allocation per header per call); a
+// key set in another case is canonicalised first.
+func denied(k string) bool {
+	if deniedHeaders[k] || len(k) >= len(talkidePrefix) && strings.EqualFold(k[:len(talkidePrefix)], talkidePrefix) {
+		return true
+	}
+	if c := http.CanonicalHeaderKey(k); c != k {
+		return deniedHeaders[c]
+	}
+	return false
 }
 
 // rewrite turns the inbound request into the upstream one. ReverseProxy has
@@ -374,8 +385,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Fragment = ""
 	out.Host = ""
 	for k := range out.Header {
-		lk := strings.ToLower(k)
-		if deniedHeaders[lk] || strings.HasPrefix(lk, "x-talkide-") {
+		if denied(k) {
 			delete(out.Header, k)
 		}
 	}
@@ -392,6 +402,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 // modifyResponse starts metering the response body as it passes.
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	c := res.Request.Context().Value(callKey{}).(*call)
+	c.body.release() // the upstream has read it
 	if g.metrics != nil {
 		c.respAt = g.now()
 	}
@@ -414,6 +425,7 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 // could not be reached or the client went away first.
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	c := r.Context().Value(callKey{}).(*call)
+	c.body.release()
 	c.err = err
 	writeError(w, http.StatusBadGateway, errAPI, "upstream unavailable")
 }

@@ -23,6 +23,7 @@ type call struct {
 	ctx      context.Context // the inbound request's; used only for its values
 	path     string          // upstream path, e.g. /v1/messages
 	reqModel string          // the model the request names, or ""
+	body     *heldBody       // the request body, until the upstream has it
 	rec      store.UsageRecord
 
 	hold      *budget.Hold       // nil: budgets off, or not a metered path
@@ -109,37 +110,21 @@ func (c *call) finish() {
 				Streamed: rec.Streamed, Estimated: estimated})
 		}
 
-		attrs := []any{
-			"id", rec.ID,
-			"tenant", rec.Tenant,
-			"env", rec.Env,
-			"conversation", rec.ConversationID,
-			"user", rec.UserID,
-			"path", c.path,
-			"model", rec.Model,
-			"status", rec.Status,
-			"streamed", rec.Streamed,
-			"input_tokens", rec.InputTokens,
-			"output_tokens", rec.OutputTokens,
-			"cache_creation_input_tokens", rec.CacheCreationInputTokens,
-			"cache_read_input_tokens", rec.CacheReadInputTokens,
-			"duration", rec.Duration,
-		}
+		// The log line is formatted by the recorder, in the background,
+		// from these fields (logLine), once the record is written.
+		p := pending{ctx: context.WithoutCancel(c.ctx), rec: rec, path: c.path}
 		if c.hold != nil {
-			attrs = append(attrs, "reserved", c.hold.Reserved().String())
-			if estimated {
-				attrs = append(attrs, "estimated", true)
-			}
+			p.held, p.reserved, p.estimated = true, c.hold.Reserved(), estimated
 			if c.cut != nil {
-				attrs = append(attrs, "cut", c.cut.Error())
+				p.cut = c.cut.Error()
 			}
 		}
 		if c.err != nil {
-			attrs = append(attrs, "err", c.err.Error())
+			p.err = c.err.Error()
 		}
 		// Written in the background (recorder.go), and logged once written.
 		// A client that went away is still recorded: its context is kept
 		// for the log line's values only.
-		c.g.rec.add(pending{ctx: context.WithoutCancel(c.ctx), rec: rec, attrs: attrs})
+		c.g.rec.add(p)
 	})
 }

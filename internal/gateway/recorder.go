@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/backoff"
+	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/store"
 )
 
@@ -35,11 +36,53 @@ const (
 // down is not hammered for the minute the retries last.
 var recordBackoff = backoff.Policy{Base: 50 * time.Millisecond, Max: 5 * time.Second}
 
-// pending is a usage record waiting to be written, with its log line.
+// pending is a usage record waiting to be written, with what its log line
+// says besides the record.
 type pending struct {
-	ctx   context.Context // the call's, without its cancellation: for the log line only
-	rec   store.UsageRecord
-	attrs []any
+	ctx context.Context // the call's, without its cancellation: for the log line only
+	rec store.UsageRecord
+
+	path      string       // the upstream path
+	held      bool         // the call had a budget hold: reserved (and estimated, cut) are logged
+	reserved  budget.Money // what the hold held at the call's end
+	estimated bool         // the charge is partly an estimate
+	cut       string       // why a hard limit cut the stream; "" when it did not
+	err       string       // why the upstream was not reached; "" when it was
+}
+
+// logLine returns the attributes of p's log line, appended to buf. They
+// are built here, off the call's path, as slog.Attrs (no value is boxed).
+func (p *pending) logLine(buf []slog.Attr) []slog.Attr {
+	r := &p.rec
+	buf = append(buf,
+		slog.String("id", r.ID),
+		slog.String("tenant", r.Tenant),
+		slog.String("env", r.Env),
+		slog.String("conversation", r.ConversationID),
+		slog.String("user", r.UserID),
+		slog.String("path", p.path),
+		slog.String("model", r.Model),
+		slog.Int("status", r.Status),
+		slog.Bool("streamed", r.Streamed),
+		slog.Int64("input_tokens", r.InputTokens),
+		slog.Int64("output_tokens", r.OutputTokens),
+		slog.Int64("cache_creation_input_tokens", r.CacheCreationInputTokens),
+		slog.Int64("cache_read_input_tokens", r.CacheReadInputTokens),
+		slog.Duration("duration", r.Duration),
+	)
+	if p.held {
+		buf = append(buf, slog.String("reserved", p.reserved.String()))
+		if p.estimated {
+			buf = append(buf, slog.Bool("estimated", true))
+		}
+		if p.cut != "" {
+			buf = append(buf, slog.String("cut", p.cut))
+		}
+	}
+	if p.err != "" {
+		buf = append(buf, slog.String("err", p.err))
+	}
+	return buf
 }
 
 // recorder writes usage records in the background. Its writer goroutine
@@ -188,7 +231,7 @@ func (r *recorder) write(ctx context.Context, b []pending) {
 		}
 		if ctx.Err() != nil || !time.Now().Before(deadline) {
 			for _, p := range b {
-				r.log.ErrorContext(p.ctx, "gateway: usage record lost", append(p.attrs, "record_err", err.Error())...)
+				r.log.LogAttrs(p.ctx, slog.LevelError, "gateway: usage record lost", append(p.logLine(nil), slog.String("record_err", err.Error()))...)
 			}
 			return
 		}
@@ -206,8 +249,13 @@ func (r *recorder) attempt(ctx context.Context, us []store.UsageRecord) error {
 
 // logWritten writes the log line of each call whose record is written.
 func (r *recorder) logWritten(b []pending) {
-	for _, p := range b {
-		r.log.InfoContext(p.ctx, "gateway: call", p.attrs...)
+	if len(b) == 0 || !r.log.Enabled(b[0].ctx, slog.LevelInfo) {
+		return
+	}
+	var buf [20]slog.Attr
+	for i := range b {
+		p := &b[i]
+		r.log.LogAttrs(p.ctx, slog.LevelInfo, "gateway: call", p.logLine(buf[:0])...)
 	}
 }
 

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"mime"
 	"net/http"
+	"strings"
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
@@ -126,8 +126,8 @@ type sseUsage struct {
 	line     []byte // the current line, when it spans writes
 	overflow bool   // the current line passed maxSSELine and is skipped
 
-	event   string // event field of the current event
-	data    []byte // data of the current event, when wanted
+	event   eventKind // event field of the current event
+	data    []byte    // data of the current event, when wanted
 	hasData bool
 	skip    bool // the current event's data passed maxSSEData
 }
@@ -183,11 +183,11 @@ func (p *sseUsage) appendLine(b []byte) {
 
 func (p *sseUsage) processLine(line []byte) {
 	if len(line) == 0 {
-		checked := p.hasData && (p.event == "message_start" || p.event == "message_delta" || p.event == "content_block_delta")
+		checked := p.hasData && (p.event == evMessageStart || p.event == evMessageDelta || p.event == evContentBlockDelta)
 		if p.hasData && !p.skip {
 			p.dispatch()
 		}
-		p.event, p.data, p.hasData, p.skip = "", p.data[:0], false, false
+		p.event, p.data, p.hasData, p.skip = evNone, p.data[:0], false, false
 		if checked && p.check != nil && !p.check(p.Running()) {
 			p.cut = true
 		}
@@ -202,11 +202,11 @@ func (p *sseUsage) processLine(line []byte) {
 	}
 	switch string(field) {
 	case "event":
-		p.event = string(value)
+		p.event = eventKindOf(value)
 	case "data":
 		more := p.hasData
 		p.hasData = true
-		if p.event == "content_block_delta" {
+		if p.event == evContentBlockDelta {
 			p.content += deltaChars(value)
 		}
 		if !p.wanted() || p.skip {
@@ -230,7 +230,33 @@ func (p *sseUsage) processLine(line []byte) {
 // wanted says whether the current event may carry usage. Anthropic names
 // every event; an unnamed one is judged by its data's type.
 func (p *sseUsage) wanted() bool {
-	return p.event == "" || p.event == "message_start" || p.event == "message_delta"
+	return p.event == evNone || p.event == evMessageStart || p.event == evMessageDelta
+}
+
+// eventKind is an event's name, as far as the meter tells names apart:
+// naming it by a number, not a string, saves an allocation per event.
+type eventKind uint8
+
+const (
+	evNone              eventKind = iota // no event field (yet)
+	evOther                              // a name the meter does not read
+	evMessageStart                       // message_start
+	evMessageDelta                       // message_delta
+	evContentBlockDelta                  // content_block_delta
+)
+
+func eventKindOf(name []byte) eventKind {
+	switch string(name) { // no allocation: the compiler compares in place
+	case "":
+		return evNone
+	case "message_start":
+		return evMessageStart
+	case "message_delta":
+		return evMessageDelta
+	case "content_block_delta":
+		return evContentBlockDelta
+	}
+	return evOther
 }
 
 func (p *sseUsage) dispatch() {
@@ -341,8 +367,15 @@ type meter struct {
 }
 
 func newMeter(h http.Header) *meter {
-	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
-	return &meter{streamed: mt == "text/event-stream"}
+	return &meter{streamed: isEventStream(h.Get("Content-Type"))}
+}
+
+// isEventStream says whether a Content-Type is text/event-stream, with
+// any parameters: mime.ParseMediaType's answer, without the map of
+// parameters it builds for every response.
+func isEventStream(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
 }
 
 // write consumes the next bytes of the body and returns how many of them

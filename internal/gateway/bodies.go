@@ -1,0 +1,232 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+)
+
+// DefaultMaxBuffered is the default bound on the bytes of request bodies
+// the gateway holds in memory at once, across all requests: four bodies
+// of DefaultMaxBody, or some hundreds of a long conversation's calls.
+const DefaultMaxBuffered = 128 << 20
+
+// bodyRetryAfter is what a request refused for want of room is told to
+// wait, in seconds: bodies are held only until the upstream has them.
+const bodyRetryAfter = "1"
+
+// bodyStep is how much room a body of unknown length takes at a time.
+const bodyStep = 64 << 10
+
+// bodyLimiter bounds the bytes of request bodies held in memory across all
+// requests. A request takes room for its body before reading it (all of
+// its Content-Length at once, or step by step as a body of unknown length
+// grows) and gives it back once the upstream has the body; a request that
+// finds no room is refused at once, not queued, so that neither memory nor
+// waiting connections pile up. A nil *bodyLimiter bounds nothing.
+type bodyLimiter struct {
+	max int64
+
+	mu   sync.Mutex
+	used int64 // guarded by mu; bytes held now
+	peak int64 // guarded by mu; the most ever held (tests)
+}
+
+func newBodyLimiter(max int64) *bodyLimiter {
+	if max < 0 {
+		return nil
+	}
+	return &bodyLimiter{max: max}
+}
+
+// take takes room for n more bytes, if there is room.
+func (l *bodyLimiter) take(n int64) bool {
+	if l == nil || n <= 0 {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.used+n > l.max {
+		return false
+	}
+	l.used += n
+	l.peak = max(l.peak, l.used)
+	return true
+}
+
+// give gives back room for n bytes.
+func (l *bodyLimiter) give(n int64) {
+	if l == nil || n <= 0 {
+		return
+	}
+	l.mu.Lock()
+	l.used -= n
+	l.mu.Unlock()
+}
+
+// state returns the bytes held now and the most ever held.
+func (l *bodyLimiter) state() (used, peak int64) {
+	if l == nil {
+		return 0, 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.used, l.peak
+}
+
+// errNoRoom is a body refused because the bound on buffered bodies is
+// reached.
+var errNoRoom = errors.New("the gateway holds as many request bodies as it may")
+
+// heldBody is a request body in memory, counted by the limiter until
+// release, which drops the gateway's reference to it (its memory is then
+// the garbage collector's) and gives its room back. The proxy's upstream
+// request reads it through reader and, for a retry on a fresh connection,
+// GetBody; both fail after release.
+type heldBody struct {
+	lim *bodyLimiter
+
+	mu    sync.Mutex
+	b     []byte // guarded by mu; nil once released
+	taken int64  // guarded by mu; room taken for b
+}
+
+// release gives the body's room back and forgets its bytes; it is
+// idempotent.
+func (h *heldBody) release() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	n := h.taken
+	h.b, h.taken = nil, 0
+	h.mu.Unlock()
+	h.lim.give(n)
+}
+
+// reader returns a reader of the body from its start.
+func (h *heldBody) reader() io.ReadCloser { return &heldReader{h: h} }
+
+func (h *heldBody) getBody() (io.ReadCloser, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.b == nil {
+		return nil, errBodyReleased
+	}
+	return h.reader(), nil
+}
+
+var errBodyReleased = errors.New("gateway: request body already released")
+
+// heldReader reads a heldBody. It locks per Read: the transport may still
+// be writing the body (an upstream that answered before reading all of
+// it) when the response's arrival releases it.
+type heldReader struct {
+	h   *heldBody
+	off int
+}
+
+func (r *heldReader) Read(p []byte) (int, error) {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	if r.h.b == nil {
+		return 0, errBodyReleased
+	}
+	if r.off >= len(r.h.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.h.b[r.off:])
+	r.off += n
+	return n, nil
+}
+
+func (r *heldReader) Close() error { return nil }
+
+// readBody reads the whole request body into memory, bounded by maxBody
+// and, in time, by BodyTimeout, within the room the limiter gives. A
+// body that declares its length takes room for all of it before a byte
+// is read, and is refused before it is read when there is none; a body of
+// unknown length takes room as its buffer grows. Room is taken for the
+// buffer's capacity, so the limiter counts what is allocated.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *httpError) {
+	tooLarge := &httpError{Status: http.StatusRequestEntityTooLarge, Type: errTooLarge, Msg: "request body too large"}
+	noRoom := func() *httpError {
+		w.Header().Set("Retry-After", bodyRetryAfter)
+		return &httpError{Status: http.StatusServiceUnavailable, Type: errOverloaded,
+			Msg: "the gateway is busy with other requests' bodies: retry shortly", Err: errNoRoom}
+	}
+	// Whatever is left of a body not read whole is not read: the
+	// connection closes after the answer (the body's deadline,
+	// BodyDeadline, stays).
+	unread := func() { w.Header().Set("Connection", "close") }
+	if r.ContentLength > g.maxBody {
+		unread()
+		return nil, tooLarge
+	}
+	h := &heldBody{lim: g.bodies}
+	fail := func(e *httpError) (*heldBody, *httpError) {
+		unread()
+		h.release()
+		return nil, e
+	}
+	body := http.MaxBytesReader(w, r.Body, g.maxBody)
+	readErr := func(err error) *httpError {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return tooLarge
+		}
+		return &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest, Msg: "could not read request body", Err: err}
+	}
+	if r.ContentLength >= 0 {
+		n := r.ContentLength
+		if !g.bodies.take(n) {
+			return fail(noRoom())
+		}
+		h.taken = n
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(body, buf); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fail(readErr(err))
+		}
+		// The server ends the body at its Content-Length; a last read
+		// sees the end (and lifts the body's deadline).
+		var one [1]byte
+		if k, err := body.Read(one[:]); k > 0 || err != io.EOF {
+			if err == nil || err == io.EOF {
+				err = errors.New("body longer than its Content-Length")
+			}
+			return fail(readErr(err))
+		}
+		h.b = buf
+		return h, nil
+	}
+	buf := make([]byte, 0)
+	for {
+		if len(buf) == cap(buf) {
+			// Room for the new buffer first; the old one is given back
+			// once copied.
+			grown := min(max(2*int64(cap(buf)), bodyStep), g.maxBody+1)
+			if grown <= int64(cap(buf)) {
+				return fail(tooLarge)
+			}
+			if !g.bodies.take(grown) {
+				return fail(noRoom())
+			}
+			nb := make([]byte, len(buf), grown)
+			copy(nb, buf)
+			g.bodies.give(h.taken)
+			buf, h.taken = nb, grown
+		}
+		k, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		if err == io.EOF {
+			h.b = buf
+			return h, nil
+		}
+		if err != nil {
+			return fail(readErr(err))
+		}
+	}
+}

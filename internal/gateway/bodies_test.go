@@ -1,0 +1,259 @@
+package gateway
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/store"
+)
+
+// jsonBody returns a request body of exactly n bytes (n ≥ 64).
+func jsonBody(n int) string {
+	head := `{"model":"` + testModel + `","max_tokens":16,"pad":"`
+	return head + strings.Repeat("x", n-len(head)-2) + `"}`
+}
+
+// slowPost starts a POST of body whose first `first` bytes are sent at
+// once and the rest only when release is closed; it returns a channel
+// that receives the response (or nil and the error).
+type result struct {
+	resp *http.Response
+	err  error
+}
+
+func slowPost(h *harness, hdr http.Header, body string, first int, release <-chan struct{}, chunked bool) <-chan result {
+	pr, pw := io.Pipe()
+	go func() {
+		if _, err := io.WriteString(pw, body[:first]); err != nil {
+			return
+		}
+		<-release
+		io.WriteString(pw, body[first:])
+		pw.Close()
+	}()
+	out := make(chan result, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/messages", pr)
+		if !chunked {
+			req.ContentLength = int64(len(body))
+		}
+		req.Header = hdr.Clone()
+		// A connection of its own: an early answer closes it.
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := c.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			resp.Body = io.NopCloser(strings.NewReader(string(b)))
+		}
+		out <- result{resp, err}
+	}()
+	return out
+}
+
+func await(t *testing.T, ch <-chan result) *http.Response {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.resp
+	case <-time.After(waitLimit):
+		t.Fatal("no answer")
+		return nil
+	}
+}
+
+// wantOverloaded checks an answer refused for want of room for its body.
+func wantOverloaded(t *testing.T, resp *http.Response) {
+	t.Helper()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != bodyRetryAfter {
+		t.Fatalf("status %d, Retry-After %q; want 503, %s", resp.StatusCode, resp.Header.Get("Retry-After"), bodyRetryAfter)
+	}
+	var e anthropicError
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || e.Type != "error" || e.Error.Type != errOverloaded {
+		t.Fatalf("body %+v (%v); want an overloaded_error", e, err)
+	}
+}
+
+// TestBodiesBounded performs the attack of many concurrent large bodies
+// sent slowly: the gateway holds no more than MaxBuffered bytes of them
+// at once, refuses the rest before reading them, and serves the admitted
+// ones once they arrive.
+func TestBodiesBounded(t *testing.T) {
+	const (
+		max  = 4 << 20
+		size = 1536 << 10 // two fit, a third does not
+		n    = 6
+	)
+	h := newHarness(t, fakeAnthropic(), &Options{MaxBuffered: max, MaxBody: 2 << 20})
+	hdr := tokenHeader(h.mint(convA))
+	release := make(chan struct{})
+	var calls []<-chan result
+	for range n {
+		calls = append(calls, slowPost(h, hdr, jsonBody(size), 512<<10, release, false))
+	}
+	// The refused ones are answered while their bodies are still unsent;
+	// the admitted ones wait for theirs.
+	var admitted []<-chan result
+	refused := 0
+	deadline := time.After(waitLimit)
+	for refused < n-2 {
+		got := false
+		for i, ch := range calls {
+			if ch == nil {
+				continue
+			}
+			select {
+			case r := <-ch:
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				wantOverloaded(t, r.resp)
+				refused++
+				calls[i], got = nil, true
+			default:
+			}
+		}
+		if !got {
+			select {
+			case <-deadline:
+				t.Fatalf("%d refused, want %d", refused, n-2)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	for _, ch := range calls {
+		if ch != nil {
+			admitted = append(admitted, ch)
+		}
+	}
+	if used, peak := h.gw.bodies.state(); used != 2*size || peak > max {
+		t.Fatalf("held %d bytes (peak %d) with the bodies under way; want %d, at most %d", used, peak, 2*size, max)
+	}
+	close(release)
+	for _, ch := range admitted {
+		if resp := await(t, ch); resp.StatusCode != http.StatusOK {
+			t.Fatalf("admitted call: status %d: %s", resp.StatusCode, readAll(t, resp.Body))
+		}
+	}
+	if used, peak := h.gw.bodies.state(); used != 0 || peak > max {
+		t.Fatalf("held %d bytes (peak %d) after the calls; want 0, at most %d", used, peak, max)
+	}
+	// With room again, a body passes.
+	if resp := h.post(t, "/v1/messages", hdr, jsonBody(size)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d after the attack", resp.StatusCode)
+	}
+}
+
+// TestBodyOfUnknownLength: a chunked body takes room as it grows, and is
+// refused part-way when there is none.
+func TestBodyOfUnknownLength(t *testing.T) {
+	h := newHarness(t, fakeAnthropic(), &Options{MaxBuffered: 1 << 20})
+	hdr := tokenHeader(h.mint(convA))
+	// A chunked body that fits passes, and its room is given back.
+	release := make(chan struct{})
+	close(release)
+	if resp := await(t, slowPost(h, hdr, jsonBody(300<<10), 1000, release, true)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("chunked body: status %d", resp.StatusCode)
+	}
+	if used, _ := h.gw.bodies.state(); used != 0 {
+		t.Fatalf("held %d bytes after the call", used)
+	}
+
+	// One body of 768 KiB under way; a chunked one of 512 KiB then finds
+	// room for its first buffers but not for its growth to 256 KiB.
+	hold := make(chan struct{})
+	first := slowPost(h, hdr, jsonBody(768<<10), 1000, hold, false)
+	deadline := time.Now().Add(waitLimit)
+	for used, _ := h.gw.bodies.state(); used != 768<<10; used, _ = h.gw.bodies.state() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first body holds %d bytes", used)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wantOverloaded(t, await(t, slowPost(h, hdr, jsonBody(512<<10), 512<<10, release, true)))
+	close(hold)
+	if resp := await(t, first); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first body: status %d", resp.StatusCode)
+	}
+	if used, peak := h.gw.bodies.state(); used != 0 || peak > 1<<20 {
+		t.Fatalf("held %d bytes, peak %d", used, peak)
+	}
+}
+
+// TestBodyRefusedBeforeRead: requests refused on their headers (no token,
+// a bad one, a declared length over MaxBody, the wrong conversation) take
+// no room: their bodies are never read.
+func TestBodyRefusedBeforeRead(t *testing.T) {
+	h := newHarness(t, fakeAnthropic(), &Options{MaxBuffered: 8 << 20, MaxBody: 1 << 20})
+	good := h.mint(convA)
+	never := make(chan struct{}) // the bodies' rest is never sent
+	for name, c := range map[string]struct {
+		hdr    http.Header
+		size   int
+		status int
+	}{
+		"no token":             {http.Header{}, 512 << 10, http.StatusUnauthorized},
+		"bad token":            {tokenHeader(flip(good, 10)), 512 << 10, http.StatusUnauthorized},
+		"too large":            {tokenHeader(good), 2 << 20, http.StatusRequestEntityTooLarge},
+		"other conversation":   {http.Header{"X-Worker-Token": {good}, ConversationHeader: {convB.ID}}, 512 << 10, http.StatusForbidden},
+		"bad conversation":     {http.Header{"X-Worker-Token": {good}, ConversationHeader: {"../x"}}, 512 << 10, http.StatusBadRequest},
+		"unknown conversation": {tokenHeader(h.mint(store.Conversation{ID: "conv-nowhere", Tenant: "acme", Env: "prod"})), 512 << 10, http.StatusForbidden},
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp := await(t, slowPost(h, c.hdr, jsonBody(c.size), 1000, never, false))
+			if resp.StatusCode != c.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, c.status, readAll(t, resp.Body))
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+		})
+	}
+	if _, peak := h.gw.bodies.state(); peak != 0 {
+		t.Fatalf("requests refused on their headers took %d bytes of room", peak)
+	}
+}
+
+// TestBodyReleasedOnceForwarded: a call holds its body's room only until
+// the upstream has the body, not for the length of its stream.
+func TestBodyReleasedOnceForwarded(t *testing.T) {
+	proceed := make(chan struct{})
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, cannedEvents[0])
+		w.(http.Flusher).Flush()
+		<-proceed
+		for _, ev := range cannedEvents[1:] {
+			io.WriteString(w, ev)
+		}
+	})
+	h := newHarness(t, up, &Options{MaxBuffered: 1 << 20})
+	size := 200 << 10
+	req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/messages", strings.NewReader(jsonBody(size)))
+	req.Header = tokenHeader(h.mint(convA))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, len(cannedEvents[0]))
+	if _, err := io.ReadFull(resp.Body, buf); err != nil {
+		t.Fatal(err)
+	}
+	used, peak := h.gw.bodies.state()
+	if used != 0 || peak != int64(size) {
+		t.Fatalf("mid-stream: held %d bytes (peak %d); want 0 (peak %d)", used, peak, size)
+	}
+	close(proceed)
+	if rest := readAll(t, resp.Body); !strings.HasSuffix(rest, cannedEvents[len(cannedEvents)-1]) {
+		t.Fatalf("stream %q", rest)
+	}
+}
