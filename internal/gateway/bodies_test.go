@@ -96,7 +96,7 @@ func TestBodiesBounded(t *testing.T) {
 	release := make(chan struct{})
 	var calls []<-chan result
 	for range n {
-		calls = append(calls, slowPost(h, hdr, jsonBody(size), 512<<10, release, false))
+		calls = append(calls, slowPost(h, hdr, jsonBody(size), 1000, release, false))
 	}
 	// The refused ones are answered while their bodies are still unsent;
 	// the admitted ones wait for theirs.
@@ -177,7 +177,10 @@ func TestBodyOfUnknownLength(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	wantOverloaded(t, await(t, slowPost(h, hdr, jsonBody(512<<10), 512<<10, release, true)))
+	// 200 KiB sent, the rest held back: the refusal comes while the
+	// client waits, as it would for a slow sender.
+	never := make(chan struct{})
+	wantOverloaded(t, await(t, slowPost(h, hdr, jsonBody(512<<10), 200<<10, never, true)))
 	close(hold)
 	if resp := await(t, first); resp.StatusCode != http.StatusOK {
 		t.Fatalf("first body: status %d", resp.StatusCode)
