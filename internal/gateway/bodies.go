@@ -89,6 +89,7 @@ type heldBody struct {
 
 	mu    sync.Mutex
 	b     []byte // guarded by mu; nil once released
+	size  int    // guarded by mu; len(b), kept after release
 	taken int64  // guarded by mu; room taken for b
 }
 
@@ -130,11 +131,13 @@ type heldReader struct {
 func (r *heldReader) Read(p []byte) (int, error) {
 	r.h.mu.Lock()
 	defer r.h.mu.Unlock()
+	if r.off >= r.h.size {
+		// The transport reads once more after the last byte, to see the
+		// end, and may do so after the response released the body.
+		return 0, io.EOF
+	}
 	if r.h.b == nil {
 		return 0, errBodyReleased
-	}
-	if r.off >= len(r.h.b) {
-		return 0, io.EOF
 	}
 	n := copy(p, r.h.b[r.off:])
 	r.off += n
@@ -199,7 +202,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 			}
 			return fail(readErr(err))
 		}
-		h.b = buf
+		h.b, h.size = buf, len(buf)
 		return h, nil
 	}
 	buf := make([]byte, 0)
@@ -222,7 +225,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 		k, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+k]
 		if err == io.EOF {
-			h.b = buf
+			h.b, h.size = buf, len(buf)
 			return h, nil
 		}
 		if err != nil {

@@ -260,3 +260,54 @@ func TestBodyReleasedOnceForwarded(t *testing.T) {
 		t.Fatalf("stream %q", rest)
 	}
 }
+
+// lateEOFTransport reads the request body's bytes, answers, and reads the
+// body once more only when the response body is first read, after the
+// gateway released the request body: as http.Transport's writer may, to
+// see the body's end.
+type lateEOFTransport struct{ lateErr chan error }
+
+func (t lateEOFTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	buf := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, buf); err != nil {
+		return nil, err
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Request: r,
+		Body: &lateBody{r: strings.NewReader(cannedJSON), first: func() {
+			_, err := r.Body.Read(make([]byte, 16))
+			t.lateErr <- err
+		}}}, nil
+}
+
+type lateBody struct {
+	r     io.Reader
+	first func()
+}
+
+func (b *lateBody) Read(p []byte) (int, error) {
+	if b.first != nil {
+		b.first()
+		b.first = nil
+	}
+	return b.r.Read(p)
+}
+
+func (b *lateBody) Close() error { return nil }
+
+// TestBodyEndAfterRelease: a read at the body's end after its release is
+// its end, not an error (which made the transport close the upstream
+// connection mid-response).
+func TestBodyEndAfterRelease(t *testing.T) {
+	tr := lateEOFTransport{lateErr: make(chan error, 1)}
+	h := newHarnessURL(t, "http://upstream.invalid", &Options{Transport: tr})
+	resp := h.post(t, "/v1/messages", tokenHeader(h.mint(convA)), jsonBody(4096))
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if err := <-tr.lateErr; err != io.EOF {
+		t.Fatalf("read after the end, after release: %v, want io.EOF", err)
+	}
+	if used, _ := h.gw.bodies.state(); used != 0 {
+		t.Fatalf("held %d bytes", used)
+	}
+}
