@@ -66,13 +66,28 @@ type mode struct {
 	// settlements) are done: a phase through the gateway ends when its
 	// calls are fully recorded and charged.
 	flush func(context.Context) error
+	// proc, when set, returns the processes of a proxy that runs apart
+	// (procs.go), whose CPU the phase measures.
+	proc func() []int
+}
+
+// directHeader is what a client calling the simulator directly sends.
+func directHeader() http.Header {
+	return http.Header{
+		"X-Api-Key":         {apiKey},
+		"Anthropic-Version": {"2023-06-01"},
+		"Content-Type":      {"application/json"},
+	}
 }
 
 var modeNames = map[string]string{
-	"direct":   "direct to the simulator",
-	"nobudget": "gateway without a budget service",
-	"nolimit":  "gateway, user without limit",
-	"limit":    "gateway, user with a limit",
+	"direct":     "direct to the simulator",
+	"nginx":      "nginx (Debian nginx-light) as a pure reverse proxy, a process of its own",
+	"cp-nolimit": "the talkide controlplane process (production defaults), user without limit",
+	"cp-limit":   "the talkide controlplane process (production defaults), user with a limit",
+	"nobudget":   "gateway without a budget service",
+	"nolimit":    "gateway, user without limit",
+	"limit":      "gateway, user with a limit",
 }
 
 // before is the suffix of a mode through a gateway configured as before
@@ -102,12 +117,13 @@ func (s *stack) modes(keys []string) ([]*mode, error) {
 		switch {
 		case k == "direct":
 			m.url = s.simURL + "/v1/messages"
-			m.header = func() http.Header {
-				return http.Header{
-					"X-Api-Key":         {apiKey},
-					"Anthropic-Version": {"2023-06-01"},
-					"Content-Type":      {"application/json"},
-				}
+			m.header = directHeader
+		case procModes[k]:
+			if s.procs == nil {
+				return nil, fmt.Errorf("mode %s: the processes did not start", k)
+			}
+			if err := s.procs.mode(m, k); err != nil {
+				return nil, err
 			}
 		case base == "nobudget" || base == "nolimit" || base == "limit":
 			user := freeUser
@@ -131,7 +147,7 @@ func (s *stack) modes(keys []string) ([]*mode, error) {
 				}
 			}
 		default:
-			return nil, fmt.Errorf("unknown mode %q: want direct, nobudget, nolimit or limit, the last three optionally with %s", k, before)
+			return nil, fmt.Errorf("unknown mode %q: want direct, nginx, cp-nolimit, cp-limit, nobudget, nolimit or limit, the last three optionally with %s", k, before)
 		}
 		ms = append(ms, m)
 	}
@@ -171,6 +187,7 @@ type phaseResult struct {
 	up, stream, down []time.Duration
 	calls            map[string][]time.Duration // store calls, by method
 	newConns         int64                      // connections the simulator accepted
+	proxyCPU         time.Duration              // the proxy process's CPU, when it runs apart
 }
 
 // load runs phases of requests.
@@ -197,6 +214,10 @@ func (l *load) phase(ctx context.Context, m *mode, c, n int) *phaseResult {
 	)
 	l.trace.reset(n)
 	conns := l.trace.conns.Load()
+	var proxyBefore map[int]int64
+	if m.proc != nil {
+		proxyBefore = quiesce(m.proc)
+	}
 	res.before = sample(l.pg)
 	for w := range c {
 		wg.Add(1)
@@ -245,6 +266,9 @@ func (l *load) phase(ctx context.Context, m *mode, c, n int) *phaseResult {
 		res.flush = time.Since(f)
 	}
 	res.after = sample(l.pg)
+	if m.proc != nil {
+		res.proxyCPU = taskDelta(proxyBefore, quiesce(m.proc))
+	}
 	res.elapsed = res.after.wall.Sub(res.before.wall)
 	res.streamed = written.Load()
 	res.newConns = l.trace.conns.Load() - conns

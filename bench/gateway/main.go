@@ -39,6 +39,7 @@ type config struct {
 	DeltaDelay   time.Duration `json:"delta_delay_ns"`
 	GatewayLog   bool          `json:"gateway_log"`
 	ProfileDir   string        `json:"-"`
+	Talkide      string        `json:"-"`
 }
 
 // requests returns how many requests each mode sends at concurrency c.
@@ -72,7 +73,7 @@ func main() {
 	flag.IntVar(&cfg.N, "n", 0, "requests per mode at each concurrency; 0: 2,000 up to c=16, else max(20,000, 40×c)")
 	flag.IntVar(&cfg.Rounds, "rounds", 4, "phases per mode; the modes take turns, so drift affects them alike")
 	flag.IntVar(&cfg.Warmup, "warmup", 0, "warm-up requests per mode before measuring; 0: max(200, 2×c)")
-	flag.StringVar(&modes, "modes", "direct,nobudget,nolimit,limit", "comma-separated modes: direct, nobudget (a gateway without a budget service, for comparison), nolimit (gateway, user without limits), limit (gateway, user with a spending limit: a reservation in the database per call); a gateway mode with the suffix -before goes through a gateway configured as before (see -before)")
+	flag.StringVar(&modes, "modes", "direct,nobudget,nolimit,limit", "comma-separated modes: direct, nginx (a pure reverse proxy, its own process), cp-nolimit and cp-limit (the talkide controlplane process with its production defaults, a user without and with a limit), nobudget (a gateway without a budget service, for comparison), nolimit (gateway, user without limits), limit (gateway, user with a spending limit: a reservation in the database per call); a gateway mode with the suffix -before goes through a gateway configured as before (see -before)")
 	flag.IntVar(&cfg.RequestKiB, "request-kib", 16, "request body size in KiB")
 	flag.IntVar(&cfg.ReplyWords, "reply-words", 240, "words the simulator echoes back (three per delta)")
 	flag.DurationVar(&cfg.DeltaDelay, "delta-delay", 0, "the simulator's pause before each delta")
@@ -80,6 +81,7 @@ func main() {
 	var withBefore bool
 	flag.BoolVar(&withBefore, "before", false, "also run each gateway mode through a gateway configured as before the changes this benchmark led to (mode-before: no conversation cache, http.DefaultTransport's 2 idle upstream connections), in the same rounds")
 	flag.StringVar(&jsonOut, "json", "", "write the results as JSON to this file (- for stdout)")
+	flag.StringVar(&cfg.Talkide, "talkide", "", "the talkide binary the cp-* modes run (default: go build ./cmd/talkide into a temp dir)")
 	flag.StringVar(&cfg.ProfileDir, "profile", "", "after measuring, send -n more requests per mode under the CPU profiler and write DIR/<db>-c<c>-<mode>.cpu.pprof")
 	flag.Parse()
 
@@ -182,8 +184,11 @@ func runDatabase(ctx context.Context, cfg config, db string, body []byte, logw i
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	s, err := startStack(ctx, stackConfig{database: db, deltaDelay: cfg.DeltaDelay, gatewayLog: cfg.GatewayLog, tmpDir: tmp})
+	if os.Getenv("BENCH_KEEP_TMP") == "" {
+		defer os.RemoveAll(tmp)
+	}
+	s, err := startStack(ctx, stackConfig{database: db, deltaDelay: cfg.DeltaDelay, gatewayLog: cfg.GatewayLog, tmpDir: tmp,
+		modes: cfg.Modes, talkide: cfg.Talkide})
 	if err != nil {
 		return nil, err
 	}
@@ -253,6 +258,7 @@ func runDatabase(ctx context.Context, cfg config, db string, body []byte, logw i
 				}
 			}
 		}
+		r.compareNginx()
 		d.Runs = append(d.Runs, r)
 
 		if cfg.ProfileDir != "" {

@@ -32,7 +32,9 @@ type dbResult struct {
 	PGPool   int        `json:"pg_pool,omitempty"` // PostgreSQL: the store's pool size
 	PGCPU    bool       `json:"pg_cpu_measured"`   // the server's CPU was read from /proc
 	Runs     []runStats `json:"runs"`              // one per concurrency
-	Notes    []string   `json:"notes,omitempty"`
+	// VsNginx compares the proxies that run apart, per concurrency, when
+	// nginx was measured.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // runStats is one concurrency on one database.
@@ -42,6 +44,53 @@ type runStats struct {
 	Rounds      int          `json:"rounds"`
 	Modes       []modeStats  `json:"modes"`
 	Added       []addedStats `json:"added"`
+	VsNginx     []vsNginx    `json:"vs_nginx,omitempty"`
+}
+
+// vsNginx is a proxy that runs apart against nginx in the same run: what
+// it adds to the direct calls and its own CPU, and each as a ratio to
+// nginx's.
+type vsNginx struct {
+	Mode          string  `json:"mode"`
+	TTFBP50us     float64 `json:"added_ttfb_p50_us"`
+	TTFBP99us     float64 `json:"added_ttfb_p99_us"`
+	CPUus         float64 `json:"cpu_us_per_request"`
+	TTFBP50Ratio  float64 `json:"added_ttfb_p50_ratio"`
+	TTFBP99Ratio  float64 `json:"added_ttfb_p99_ratio"`
+	CPURatio      float64 `json:"cpu_ratio"`
+	TTFBP50OverUs float64 `json:"added_ttfb_p50_over_nginx_us"`
+}
+
+// compareNginx fills r.VsNginx from its modes.
+func (r *runStats) compareNginx() {
+	var direct, nginx *modeStats
+	for i := range r.Modes {
+		switch r.Modes[i].Mode {
+		case "direct":
+			direct = &r.Modes[i]
+		case "nginx":
+			nginx = &r.Modes[i]
+		}
+	}
+	if direct == nil || nginx == nil {
+		return
+	}
+	ratio := func(a, b float64) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return a / b
+	}
+	nP50, nP99 := nginx.TTFB.P50-direct.TTFB.P50, nginx.TTFB.P99-direct.TTFB.P99
+	for _, m := range r.Modes {
+		if !procModes[m.Mode] {
+			continue
+		}
+		v := vsNginx{Mode: m.Mode, TTFBP50us: m.TTFB.P50 - direct.TTFB.P50, TTFBP99us: m.TTFB.P99 - direct.TTFB.P99, CPUus: m.ProxyCPUus}
+		v.TTFBP50Ratio, v.TTFBP99Ratio, v.CPURatio = ratio(v.TTFBP50us, nP50), ratio(v.TTFBP99us, nP99), ratio(v.CPUus, nginx.ProxyCPUus)
+		v.TTFBP50OverUs = v.TTFBP50us - nP50
+		r.VsNginx = append(r.VsNginx, v)
+	}
 }
 
 // modeStats is one mode's figures, over all its rounds. Times in
@@ -54,8 +103,9 @@ type modeStats struct {
 	Total       pcts    `json:"total_us"`
 	TTFB        pcts    `json:"ttfb_us"`
 	RPS         float64 `json:"requests_per_second"`
-	CPUus       float64 `json:"cpu_us_per_request"`    // this process: client, simulator, gateway, SQLite
-	PGCPUus     float64 `json:"pg_cpu_us_per_request"` // the PostgreSQL server, when measured
+	CPUus       float64 `json:"cpu_us_per_request"`                 // this process: client, simulator, gateway, SQLite
+	ProxyCPUus  float64 `json:"proxy_cpu_us_per_request,omitempty"` // the proxy's own process (nginx, talkide controlplane), when it runs apart
+	PGCPUus     float64 `json:"pg_cpu_us_per_request"`              // the PostgreSQL server, when measured
 	Mallocs     float64 `json:"allocs_per_request"`
 	AllocBytes  float64 `json:"alloc_bytes_per_request"`
 	GCs         uint32  `json:"gcs"`
@@ -130,6 +180,7 @@ func summarize(key string, phases []*phaseResult) modeStats {
 		pause         uint64
 		busy, steal   time.Duration
 		streamed      int64
+		proxy         time.Duration
 	)
 	for _, p := range phases {
 		for _, t := range p.timings {
@@ -161,6 +212,7 @@ func summarize(key string, phases []*phaseResult) modeStats {
 			calls[k] = append(calls[k], v...)
 		}
 		conns += p.newConns
+		proxy += p.proxyCPU
 	}
 	n := len(totals)
 	ms.Requests = n
@@ -170,6 +222,7 @@ func summarize(key string, phases []*phaseResult) modeStats {
 	ms.Total, ms.TTFB = percentiles(totals), percentiles(ttfbs)
 	ms.RPS = float64(n) / elapsed.Seconds()
 	ms.CPUus = us(cpu) / float64(n)
+	ms.ProxyCPUus = us(proxy) / float64(n)
 	ms.PGCPUus = us(pgcpu) / float64(n)
 	ms.Mallocs = float64(mallocs) / float64(n)
 	ms.AllocBytes = float64(by) / float64(n)
@@ -305,6 +358,20 @@ func (d dbResult) print(w io.Writer) {
 			}
 			fmt.Fprintf(w, "   goal (added p50 < 0.3 ms, p99 < 2 ms), %s: %s\n", a.Mode, verdict)
 		}
+	}
+	for _, r := range d.Runs {
+		if len(r.VsNginx) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n-- against nginx, %d concurrent stream(s): each proxy a process of its own, its CPU from /proc\n", r.Concurrency)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "mode\tadded TTFB p50\tadded TTFB p99\tCPU/req\tTTFB p50 ×nginx\tTTFB p99 ×nginx\tCPU ×nginx\tTTFB p50 over nginx\t")
+		for _, v := range r.VsNginx {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f ms\t%.2f\t%.2f\t%.2f\t%s\t\n", v.Mode,
+				signed(ms(v.TTFBP50us), v.TTFBP50us), signed(ms(v.TTFBP99us), v.TTFBP99us), v.CPUus/1000,
+				v.TTFBP50Ratio, v.TTFBP99Ratio, v.CPURatio, signed(ms(v.TTFBP50OverUs), v.TTFBP50OverUs))
+		}
+		tw.Flush()
 	}
 	for _, n := range d.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)

@@ -60,8 +60,9 @@ type stack struct {
 	gateways map[string]string           // base URLs of the gateways, with gateway.Prefix, by variant
 	gws      map[string]*gateway.Gateway // the gateways, by variant
 	convs    map[string]store.Conversation
-	postgres string  // the server's DSN, to find its processes; "" for SQLite
-	trace    *tracer // legs of each request, store calls, upstream connections
+	postgres string     // the server's DSN, to find its processes; "" for SQLite
+	trace    *tracer    // legs of each request, store calls, upstream connections
+	procs    *procStack // nginx and the control-plane process; nil when no mode needs them
 
 	tokensMu sync.Mutex
 	tokens   map[string]token // guarded by tokensMu; by conversation id
@@ -80,6 +81,8 @@ type stackConfig struct {
 	deltaDelay time.Duration
 	gatewayLog bool // log the gateway's lines as JSON (to io.Discard)
 	tmpDir     string
+	modes      []string
+	talkide    string // the talkide binary for the cp modes; "" builds it
 }
 
 // startStack starts everything for one database.
@@ -192,6 +195,27 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 
 	if err := s.seed(ctx); err != nil {
 		return nil, fmt.Errorf("seed: %w", err)
+	}
+
+	pc := procConfig{database: "sqlite", simURL: s.simURL, tmpDir: cfg.tmpDir, talkide: cfg.talkide}
+	for _, m := range cfg.modes {
+		pc.nginx = pc.nginx || m == "nginx"
+		pc.cp = pc.cp || strings.HasPrefix(m, "cp-")
+	}
+	if pc.nginx || pc.cp {
+		if s.kind == "postgres" && pc.cp {
+			// A schema of its own, as the control-plane's store.
+			dsn, _, drop, err := newSchema(ctx, cfg.database)
+			if err != nil {
+				return nil, err
+			}
+			s.closers = append(s.closers, drop)
+			pc.database = dsn
+		}
+		if s.procs, err = startProcs(ctx, pc); err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, s.procs.close)
 	}
 	return s, nil
 }
