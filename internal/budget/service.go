@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -115,6 +116,11 @@ type Service struct {
 	growers   sync.WaitGroup      // slices growing in the background
 
 	settling sync.WaitGroup // settlements in flight
+	// flushing counts the Flush calls under way: a slice's writer does
+	// not linger (drain) while one waits. kick is closed, and replaced,
+	// when one begins, to end a linger under way.
+	flushing atomic.Int32
+	kick     chan struct{} // guarded by mu
 	bg       context.Context
 	stopBG   context.CancelFunc
 	bgDone   chan struct{}
@@ -176,6 +182,7 @@ func New(st Store, prices *Prices, opts *Options) *Service {
 		slices:     map[sliceKey]*slice{},
 		sliceByID:  map[string]*slice{},
 		bgDone:     make(chan struct{}),
+		kick:       make(chan struct{}),
 	}
 	s.bg, s.stopBG = context.WithCancel(context.Background())
 	go s.background()
@@ -521,6 +528,12 @@ func (s *Service) Ledger(ctx context.Context, q LedgerQuery) ([]Entry, error) {
 // Flush waits until every settlement handed to the service so far has been
 // written (or given up), or ctx ends.
 func (s *Service) Flush(ctx context.Context) error {
+	s.flushing.Add(1)
+	defer s.flushing.Add(-1)
+	s.mu.Lock()
+	close(s.kick)
+	s.kick = make(chan struct{})
+	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { s.settling.Wait(); close(done) }()
 	select {

@@ -29,6 +29,12 @@ const (
 	recordRetryFor = time.Minute
 	// recordTimeout bounds one attempt to write a batch.
 	recordTimeout = 10 * time.Second
+	// recordLinger is how long the writer waits for more records before it
+	// writes a batch that is not full, unless a Flush or Close waits: with
+	// calls one at a time, a transaction per call was most of what the
+	// recorder cost (bench/gateway), and a writer started again for each
+	// call grew its stack again each time.
+	recordLinger = 10 * time.Millisecond
 )
 
 // recordBackoff spaces the retries of a failing write: from 50 ms, so that
@@ -97,6 +103,7 @@ type recorder struct {
 	batch    int           // the most records per write
 	limit    int           // the most records queued
 	retryFor time.Duration // how long a failing write is retried
+	linger   time.Duration // how long the writer waits for a batch to fill
 
 	bg   context.Context // the writer's; close cancels it, which ends its retries
 	stop context.CancelFunc
@@ -106,6 +113,7 @@ type recorder struct {
 	running bool          // guarded by mu; a writer goroutine runs
 	closed  bool          // guarded by mu; add writes at once
 	waiting int           // guarded by mu; calls waiting for room in the queue
+	flushes int           // guarded by mu; flush calls waiting: the writer does not linger
 	handed  uint64        // guarded by mu; records ever queued
 	done    uint64        // guarded by mu; of those, written or given up, in queue order
 	changed chan struct{} // guarded by mu; closed and replaced by signal
@@ -115,7 +123,7 @@ func newRecorder(st Store, log *slog.Logger) *recorder {
 	bg, stop := context.WithCancel(context.Background())
 	return &recorder{
 		store: st, log: log,
-		batch: recordBatch, limit: recordQueue, retryFor: recordRetryFor,
+		batch: recordBatch, limit: recordQueue, retryFor: recordRetryFor, linger: recordLinger,
 		bg: bg, stop: stop,
 		changed: make(chan struct{}),
 	}
@@ -168,11 +176,16 @@ func (r *recorder) add(p pending) {
 	r.mu.Unlock()
 }
 
-// run writes the queue, a batch at a time, until it is empty.
+// run writes the queue, a batch at a time, until it is empty (and has
+// stayed empty for the linger).
 func (r *recorder) run() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for len(r.queue) > 0 {
+	for {
+		r.lingerLocked()
+		if len(r.queue) == 0 {
+			break
+		}
 		n := min(len(r.queue), r.batch)
 		b := r.queue[:n:n]
 		r.queue = r.queue[n:]
@@ -188,6 +201,27 @@ func (r *recorder) run() {
 	}
 	r.running = false
 	r.signal()
+}
+
+// lingerLocked waits, up to r.linger, for the queue to fill a batch,
+// unless a flush or close waits. r.mu is held.
+func (r *recorder) lingerLocked() {
+	if r.linger <= 0 {
+		return
+	}
+	t := time.NewTimer(r.linger)
+	defer t.Stop()
+	for len(r.queue) < r.batch && r.flushes == 0 && !r.closed {
+		ch := r.changed
+		r.mu.Unlock()
+		select {
+		case <-ch:
+			r.mu.Lock()
+		case <-t.C:
+			r.mu.Lock()
+			return
+		}
+	}
 }
 
 // write stores b, retrying with backoff for up to retryFor or until ctx
@@ -264,6 +298,9 @@ func (r *recorder) logWritten(b []pending) {
 func (r *recorder) flush(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.flushes++
+	r.signal() // a writer lingering writes now
+	defer func() { r.flushes-- }()
 	target := r.handed
 	for r.done < target {
 		if err := r.wait(ctx); err != nil {

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -404,5 +406,31 @@ func TestRecordBadRecordAlone(t *testing.T) {
 	}
 	if n := len(withMsg(lines, "gateway: call")); n != 4 {
 		t.Errorf("%d call lines, want 4", n)
+	}
+}
+
+// TestRecorderLingers: calls that come one at a time share a write: the
+// writer waits for more records before it writes a batch that is not
+// full, and a Flush ends the wait at once.
+func TestRecorderLingers(t *testing.T) {
+	h := newHarnessSetup(t, newUpstream(t), nil, func(g *Gateway) { g.rec.linger = time.Hour })
+	for range 3 {
+		resp := h.post(t, "/v1/messages", tokenHeader(h.mint(convA)), `{"model":"claude-req-model","max_tokens":16}`)
+		readAll(t, resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		h.waitServed(t) // its record is handed to the recorder
+	}
+	if got := h.store.batchSizes(); len(got) != 0 {
+		t.Fatalf("written before the linger ended: batches %v", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := h.gw.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.store.batchSizes(); !slices.Equal(got, []int{3}) {
+		t.Fatalf("batches %v, want one of 3", got)
 	}
 }
