@@ -101,12 +101,13 @@ type Service struct {
 	// limitReads are the reads of limits in flight, by the subjects they
 	// read (limitcache.go); limitGen counts the limits changed here, so
 	// that a read that began before a change does not fill the cache.
-	limitReads map[string]*limitRead // guarded by mu
-	limitGen   uint64                // guarded by mu
-	history    map[string]*history   // guarded by mu; by user id
-	live       map[string]*Hold      // guarded by mu; tracked holds, renewed until settled
-	closed     bool                  // guarded by mu
-	unknown    map[string]bool       // guarded by mu; unpriced models already logged
+	limitReads map[string]*limitRead  // guarded by mu
+	limitGen   uint64                 // guarded by mu
+	history    map[string]*history    // guarded by mu; by user id
+	live       map[string]*Hold       // guarded by mu; tracked holds, renewed until settled
+	closed     bool                   // guarded by mu
+	unknown    map[string]bool        // guarded by mu; unpriced models already logged
+	refusals   map[refusalKey]refusal // guarded by mu; refusal.go
 
 	replica   string              // names this process's slices
 	sliceSeq  uint64              // guarded by mu
@@ -183,6 +184,7 @@ func New(st Store, prices *Prices, opts *Options) *Service {
 		sliceByID:  map[string]*slice{},
 		bgDone:     make(chan struct{}),
 		kick:       make(chan struct{}),
+		refusals:   map[refusalKey]refusal{},
 	}
 	s.bg, s.stopBG = context.WithCancel(context.Background())
 	go s.background()
@@ -236,7 +238,11 @@ func (s *Service) Reserve(ctx context.Context, c Call) (*Hold, error) {
 	closed := s.closed
 	s.mu.Unlock()
 	if s.o.LeaseCalls > 0 && sliceable(limits) && !closed {
-		return s.reserveFromSlice(ctx, h, limits, readAt)
+		h, err := s.reserveFromSlice(ctx, h, limits, readAt)
+		if d, ok := errors.AsType[*Denial](err); ok {
+			s.remember(c, d, readAt)
+		}
+		return h, err
 	}
 	// A reservation of its own: a slice these subjects had (their limits
 	// were all sliceable before) admits nothing more.
@@ -256,7 +262,8 @@ func (s *Service) Reserve(ctx context.Context, c Call) (*Hold, error) {
 		return evaluate(limits, snap, *r, now, s.o.InFlightRetry)
 	})
 	if err != nil {
-		if _, ok := errors.AsType[*Denial](err); ok {
+		if d, ok := errors.AsType[*Denial](err); ok {
+			s.remember(c, d, readAt)
 			return nil, err
 		}
 		return nil, fmt.Errorf("budget: reserve %s: %w", c.ID, err)
@@ -280,7 +287,7 @@ func (s *Service) Reserve(ctx context.Context, c Call) (*Hold, error) {
 func (s *Service) Admit(ctx context.Context, c Call) error {
 	now := s.now()
 	subjects := []Subject{User(c.User), Tenant(c.Tenant), Env(c.Tenant, c.Env)}
-	limits, _, err := s.cachedLimits(ctx, subjects, now)
+	limits, readAt, err := s.cachedLimits(ctx, subjects, now)
 	if err != nil {
 		return err
 	}
@@ -303,7 +310,8 @@ func (s *Service) Admit(ctx context.Context, c Call) error {
 		return evaluate(rpm, snap, *r, now, s.o.InFlightRetry)
 	})
 	if err != nil {
-		if _, ok := errors.AsType[*Denial](err); ok {
+		if d, ok := errors.AsType[*Denial](err); ok {
+			s.remember(c, d, readAt)
 			return err
 		}
 		return fmt.Errorf("budget: admit %s: %w", c.ID, err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/store"
 )
 
@@ -26,6 +27,14 @@ type result struct {
 }
 
 func slowPost(h *harness, hdr http.Header, body string, first int, release <-chan struct{}, chunked bool) <-chan result {
+	return slowPostTo(h, "/v1/messages", hdr, body, first, release, chunked)
+}
+
+func slowPostPath(h *harness, path string, hdr http.Header, body string, first int, release <-chan struct{}) <-chan result {
+	return slowPostTo(h, path, hdr, body, first, release, false)
+}
+
+func slowPostTo(h *harness, path string, hdr http.Header, body string, first int, release <-chan struct{}, chunked bool) <-chan result {
 	pr, pw := io.Pipe()
 	go func() {
 		if _, err := io.WriteString(pw, body[:first]); err != nil {
@@ -37,7 +46,7 @@ func slowPost(h *harness, hdr http.Header, body string, first int, release <-cha
 	}()
 	out := make(chan result, 1)
 	go func() {
-		req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/messages", pr)
+		req, _ := http.NewRequest(http.MethodPost, h.url+path, pr)
 		if !chunked {
 			req.ContentLength = int64(len(body))
 		}
@@ -309,5 +318,75 @@ func TestBodyEndAfterRelease(t *testing.T) {
 	}
 	if used, _ := h.gw.bodies.state(); used != 0 {
 		t.Fatalf("held %d bytes", used)
+	}
+}
+
+// TestSpentLimitRefusedBeforeBody: once a limit with nothing left has
+// refused a user's call, the user's next calls are refused on their
+// headers, before their bodies are read (a body that never arrives is
+// answered at once), until the limit changes.
+func TestSpentLimitRefusedBeforeBody(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 30, 0, time.UTC)
+	svc := newBudget(t, &budget.Options{Now: func() time.Time { return now }})
+	h := newHarness(t, fakeAnthropic(), &Options{Budget: svc})
+	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User(convA.UserID), Kind: budget.RequestsPerMinute, Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+	hdr := tokenHeader(h.mint(convA))
+	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		resp := h.post(t, "/v1/messages", hdr, jsonBody(1000))
+		readAll(t, resp.Body)
+		h.waitServed(t)
+		if resp.StatusCode != want {
+			t.Fatalf("call %d: status %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+	_, peak := h.gw.bodies.state()
+	never := make(chan struct{})
+	for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
+		resp := await(t, slowPostPath(h, path, hdr, jsonBody(64<<10), 1000, never))
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "30" {
+			t.Fatalf("%s: status %d, Retry-After %q; want 429, 30", path, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		if body := readAll(t, resp.Body); decodeError(t, body) != errRateLimit || !strings.Contains(body, "requests_per_minute") {
+			t.Fatalf("%s: %s", path, body)
+		}
+	}
+	if _, p := h.gw.bodies.state(); p != peak {
+		t.Fatalf("refused on their headers, the calls took room: peak %d → %d", peak, p)
+	}
+	// Another user is not refused; a raised limit applies at once.
+	if resp := h.post(t, "/v1/messages", tokenHeader(h.mint(convB)), jsonBody(1000)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("another user: status %d", resp.StatusCode)
+	}
+	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User(convA.UserID), Kind: budget.RequestsPerMinute, Max: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if resp := h.post(t, "/v1/messages", hdr, jsonBody(1000)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the limit was raised: status %d", resp.StatusCode)
+	}
+}
+
+// TestRefusedOnlyWhenNothingIsLeft: a denial that depends on the call (in
+// flight, or too large alone) is not remembered: the next call's body is
+// read and judged.
+func TestRefusedOnlyWhenNothingIsLeft(t *testing.T) {
+	svc := newBudget(t, nil)
+	h := newHarness(t, fakeAnthropic(), &Options{Budget: svc})
+	// A spending limit of a tenth of a cent: a call asking for many
+	// output tokens is more than it alone; a small one fits.
+	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User(convA.UserID), Kind: budget.SpendPerDay, Max: int64(budget.Dollar / 1000)}); err != nil {
+		t.Fatal(err)
+	}
+	hdr := tokenHeader(h.mint(convA))
+	big := `{"model":"` + testModel + `","max_tokens":100000,"messages":[]}`
+	resp := h.post(t, "/v1/messages", hdr, big)
+	readAll(t, resp.Body)
+	h.waitServed(t)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a call larger than the limit: status %d", resp.StatusCode)
+	}
+	if d := svc.Refused(budget.Call{Tenant: convA.Tenant, Env: convA.Env, User: convA.UserID}, false); d != nil {
+		t.Fatalf("remembered a denial of one call: %v", d)
 	}
 }

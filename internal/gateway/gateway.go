@@ -68,6 +68,15 @@ type Budget interface {
 	Admit(ctx context.Context, c budget.Call) error
 }
 
+// Refuser is what a Budget may also implement (*budget.Service does): a
+// check on the headers, before the body is read, that returns the denial
+// of a call that a limit with nothing left refuses whatever its body
+// says, or nil when none is known. free is true for a call that costs
+// nothing (count_tokens). It must not block.
+type Refuser interface {
+	Refused(c budget.Call, free bool) *budget.Denial
+}
+
 // DefaultDrainTimeout is how long the gateway goes on reading a response
 // after its client went away, by default.
 const DefaultDrainTimeout = 30 * time.Second
@@ -239,6 +248,19 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	if herr != nil {
 		g.deny(w, r, conv, herr)
 		return
+	}
+	if rf, ok := g.budget.(Refuser); ok {
+		// A limit with nothing left refuses this call whatever its body
+		// says: refused before the body is read.
+		who := budget.Call{Tenant: conv.Tenant, Env: conv.Env, User: conv.UserID, Conversation: conv.ID, StartedAt: start}
+		if d := rf.Refused(who, rest != "/v1/messages"); d != nil {
+			w.Header().Set("Connection", "close") // the body is not read
+			if g.metrics != nil {
+				g.metrics.BudgetDenied(conv.Tenant, conv.Env, d)
+			}
+			g.denyCall(w, r, conv, "", budgetError(w.Header(), d))
+			return
+		}
 	}
 	held, herr := g.readBody(w, r)
 	if herr != nil {

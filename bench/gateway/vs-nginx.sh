@@ -1,0 +1,34 @@
+#!/bin/sh
+# The gateway against nginx, as docs/benchmarks.md reports it: for each of
+# REPEATS runs (default 3), one stream (c=1) and 64 streams at 5 ms per
+# event, the modes direct, nginx, cp-nolimit and cp-limit interleaved in
+# rounds. nginx (Debian nginx-light, installed when missing) and the
+# talkide controlplane each run as a process of their own. Results go to
+# $OUT (default ./bench-vs-nginx-<time>): the text and JSON of every run,
+# and the tables against nginx on stdout.
+#
+#   ./bench/gateway/vs-nginx.sh            # 3 repeats, SQLite
+#   DATABASE=postgres://… ./bench/gateway/vs-nginx.sh 1
+set -eu
+cd "$(dirname "$0")/../.."
+repeats=${1:-3}
+db=${DATABASE:-sqlite}
+out=${OUT:-bench-vs-nginx-$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$out"
+go build -o "$out/talkide" ./cmd/talkide
+go build -o "$out/bench-gateway" ./bench/gateway
+modes=direct,nginx,cp-nolimit,cp-limit
+i=1
+while [ "$i" -le "$repeats" ]; do
+	"$out/bench-gateway" -database "$db" -modes "$modes" -c 1 -n 4000 -rounds 8 \
+		-talkide "$out/talkide" -json "$out/serial-$i.json" >"$out/serial-$i.txt"
+	"$out/bench-gateway" -database "$db" -modes "$modes" -c 64 -delta-delay 5ms -n 3200 -rounds 4 \
+		-talkide "$out/talkide" -json "$out/paced-$i.json" >"$out/paced-$i.txt"
+	i=$((i + 1))
+done
+for f in "$out"/serial-*.txt "$out"/paced-*.txt; do
+	echo "== $f"
+	sed -n '/^-- against nginx/,/^$/p' "$f"
+	grep -E '^ +(direct|nginx|cp-nolimit|cp-limit) ' "$f" | sed -n '1,4p' | awk '{print "   " $1 ": other load " $(NF-1)}'
+done
+rm -f "$out/talkide" "$out/bench-gateway"
