@@ -143,7 +143,9 @@ func (s *Service) settle(h *Hold, st Settlement) {
 		s.writeBatch(context.Background(), q.slice, []Entry{e})
 		return
 	}
-	s.enqueue(q, e)
+	// A call with a reservation of its own holds it until its settlement
+	// is written: that one is not kept waiting for company (linger).
+	s.enqueue(q, e, h.tracked)
 }
 
 // settleQueue holds settlements waiting to be written. One goroutine at a
@@ -156,6 +158,10 @@ type settleQueue struct {
 	mu      sync.Mutex
 	pending []Entry // guarded by mu
 	running bool    // guarded by mu; a goroutine is writing
+	// urgent counts the pending entries of calls with a reservation of
+	// their own, which holds until it is written: while there is one,
+	// the writer does not linger. Guarded by mu.
+	urgent int
 }
 
 func (q *settleQueue) empty() bool {
@@ -166,9 +172,12 @@ func (q *settleQueue) empty() bool {
 
 // enqueue adds e to q and starts q's writer if none is running. The caller
 // has counted e in s.settling.
-func (s *Service) enqueue(q *settleQueue, e Entry) {
+func (s *Service) enqueue(q *settleQueue, e Entry, urgent bool) {
 	q.mu.Lock()
 	q.pending = append(q.pending, e)
+	if urgent {
+		q.urgent++
+	}
 	start := !q.running
 	q.running = true
 	q.mu.Unlock()
@@ -177,10 +186,12 @@ func (s *Service) enqueue(q *settleQueue, e Entry) {
 	}
 }
 
-// settleLinger is how long a slice's writer waits for more settlements
-// before it writes a batch that is not full. Its calls' money moved from
-// the slice in memory when they settled (slice.settled), so the wait
-// changes no admission; it makes one transaction carry the settlements of
+// settleLinger is how long a writer waits for more settlements before it
+// writes a batch that is not full, unless one of them is of a call with a
+// reservation of its own (which holds its money, or its place under a
+// concurrency limit, until written). A slice's calls' money moved from
+// the slice in memory when they settled (slice.settled), and a call
+// without a limit holds nothing, so the wait changes no admission; it makes one transaction carry the settlements of
 // several calls even when calls come one at a time (bench/gateway: one
 // SQLite transaction per call was a sixth of the control-plane's CPU per
 // call with one stream), and keeps the writer's goroutine, and its grown
@@ -190,9 +201,7 @@ const settleLinger = 10 * time.Millisecond
 // drain writes q's settlements until none is left.
 func (s *Service) drain(q *settleQueue) {
 	for {
-		if q.slice != nil {
-			s.linger(q)
-		}
+		s.linger(q)
 		q.mu.Lock()
 		n := min(len(q.pending), maxBatch)
 		if n == 0 {
@@ -202,6 +211,9 @@ func (s *Service) drain(q *settleQueue) {
 		}
 		es := q.pending[:n:n]
 		q.pending = q.pending[n:]
+		if len(q.pending) == 0 {
+			q.urgent = 0
+		}
 		q.mu.Unlock()
 		s.writeBatch(s.bg, q.slice, es)
 		s.settling.Add(-n)
@@ -213,8 +225,9 @@ func (s *Service) drain(q *settleQueue) {
 func (s *Service) linger(q *settleQueue) {
 	q.mu.Lock()
 	full := len(q.pending) >= maxBatch
+	urgent := q.urgent > 0
 	q.mu.Unlock()
-	if full || s.flushing.Load() > 0 {
+	if full || urgent || s.flushing.Load() > 0 {
 		return
 	}
 	s.mu.Lock()
