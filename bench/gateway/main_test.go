@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -101,5 +103,49 @@ func TestRequestBody(t *testing.T) {
 		if n := len(strings.Fields(v.Messages[2].Content)); n != 240 {
 			t.Errorf("%d KiB: last message has %d words", kib, n)
 		}
+	}
+}
+
+// TestRunAgainstNginx runs the modes whose proxies are processes of their
+// own, small: nginx (installed when missing, as root) and the talkide
+// controlplane built from this tree. Every call succeeds and streams the
+// same bytes, each proxy's CPU is measured, and the table against nginx
+// has a row per mode. It says nothing about the figures themselves.
+func TestRunAgainstNginx(t *testing.T) {
+	if _, err := exec.LookPath("nginx"); err != nil && os.Geteuid() != 0 {
+		t.Skip("nginx is not installed and this process cannot install it (not root)")
+	}
+	cfg := config{
+		Databases:   []string{"sqlite"},
+		Concurrency: []int{2},
+		N:           16,
+		Rounds:      2,
+		Warmup:      4,
+		Modes:       []string{"direct", "nginx", "cp-nolimit", "cp-limit"},
+		RequestKiB:  2,
+		ReplyWords:  30,
+		GatewayLog:  true,
+	}
+	rep, err := run(t.Context(), cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Databases[0].Runs[0]
+	direct := r.Modes[0]
+	for _, m := range r.Modes {
+		if m.Requests != 16 || m.Errors != 0 || m.StreamBytes != direct.StreamBytes {
+			t.Errorf("%s: %d requests, %d errors (%s), %v bytes per stream (direct %v)", m.Mode, m.Requests, m.Errors, m.FirstError, m.StreamBytes, direct.StreamBytes)
+		}
+		if m.Mode != "direct" && m.ProxyCPUus <= 0 {
+			t.Errorf("%s: the proxy's CPU was not measured", m.Mode)
+		}
+	}
+	if len(r.VsNginx) != 3 {
+		t.Fatalf("against nginx: %+v", r.VsNginx)
+	}
+	var out bytes.Buffer
+	rep.print(&out)
+	if !strings.Contains(out.String(), "against nginx") {
+		t.Errorf("no table against nginx:\n%s", out.String())
 	}
 }
