@@ -253,6 +253,7 @@ type harness struct {
 	keyring *trust.Keyring
 	clock   *clock
 	worker  *fakeWorker
+	cp      *controlplane.Server
 }
 
 type harnessOptions struct {
@@ -262,6 +263,7 @@ type harnessOptions struct {
 	metrics     http.Handler
 	bodyTimeout time.Duration
 	worker      fakeOptions
+	streams     controlplane.Options // the stream caps and queue only
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -297,13 +299,19 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 			LocalUser:   localUser,
 			Now:         clk.Now,
 			Heartbeat:   opts.heartbeat,
+
+			MaxStreamsPerUser:         opts.streams.MaxStreamsPerUser,
+			MaxStreamsPerConversation: opts.streams.MaxStreamsPerConversation,
+			MaxStreams:                opts.streams.MaxStreams,
+			StreamQueue:               opts.streams.StreamQueue,
+			StreamMetrics:             opts.streams.StreamMetrics,
 		})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(cp.Handler())
 	t.Cleanup(srv.Close)
-	return &harness{t: t, url: srv.URL, client: srv.Client(), store: st, keyring: kr, clock: clk, worker: fw}
+	return &harness{t: t, url: srv.URL, client: srv.Client(), store: st, keyring: kr, clock: clk, worker: fw, cp: cp}
 }
 
 // do sends a request to the control-plane and returns the answer with its

@@ -38,9 +38,9 @@ type hub struct {
 
 	mu sync.Mutex
 	// guarded by mu
-	base int64          // every event after base is in ring
-	ring []relayEvent   // the latest events, oldest at head, len <= cap(ring)
-	head int            // index of the oldest event in ring once it is full
+	base int64        // every event after base is in ring
+	ring []relayEvent // the latest events, oldest at head, len <= cap(ring)
+	head int          // index of the oldest event in ring once it is full
 	subs map[*subscriber]struct{}
 	done bool // ended: no subscriber joins any more
 }
