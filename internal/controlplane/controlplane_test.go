@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -264,6 +265,9 @@ type harnessOptions struct {
 	bodyTimeout time.Duration
 	worker      fakeOptions
 	streams     controlplane.Options // the stream caps and queue only
+	// listener, when set, is what the control-plane serves on (with an
+	// http.Server as talkide's), instead of an httptest server's.
+	listener net.Listener
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -308,6 +312,13 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if opts.listener != nil {
+		srv := &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		srv.RegisterOnShutdown(cp.CloseStreams)
+		go srv.Serve(opts.listener)
+		t.Cleanup(func() { srv.Close() })
+		return &harness{t: t, url: "http://" + opts.listener.Addr().String(), client: &http.Client{}, store: st, keyring: kr, clock: clk, worker: fw, cp: cp}
 	}
 	srv := httptest.NewServer(cp.Handler())
 	t.Cleanup(srv.Close)
