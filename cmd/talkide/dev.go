@@ -90,6 +90,9 @@ once instead of waiting for them.`,
 			if err != nil {
 				return err
 			}
+			if err := cfg.streams.check(cmd); err != nil {
+				return err
+			}
 			cfg.logger = logger
 			return runDev(cmd.Context(), cfg, std)
 		},

@@ -84,6 +84,9 @@ answers 503. See docs/operations.md.`,
 			if err := undumpable(); err != nil {
 				logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
 			}
+			if err := o.streams.check(cmd); err != nil {
+				return err
+			}
 			raiseFileLimit(logger)
 			if o.localUser != "" && !httpapi.LoopbackHost(o.listen) {
 				return usageErrorf(cmd, "--local-user needs a loopback --listen address")

@@ -65,7 +65,7 @@ func (c *clock) Advance(d time.Duration) {
 // the real one (direction ToWorker, the env's derived key) and answers
 // canned contract JSON.
 type fakeWorker struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *httptest.Server
 	verifier *trust.Verifier
 	opts     fakeOptions
@@ -90,7 +90,7 @@ type fakeOptions struct {
 	stream func(w http.ResponseWriter, r *http.Request, n int)
 }
 
-func startFakeWorker(t *testing.T, clk *clock, opts fakeOptions) *fakeWorker {
+func startFakeWorker(t testing.TB, clk *clock, opts fakeOptions) *fakeWorker {
 	t.Helper()
 	f := &fakeWorker{t: t, opts: opts, sessions: map[string]bool{}, messages: map[string]bool{}}
 	f.verifier = trust.NewVerifier(trust.ToWorker, func(te, e, kid string) ([]byte, bool) {
@@ -247,7 +247,7 @@ func (f *fakeWorker) Requests() int {
 // harness is a control-plane on a loopback listener with a real sqlite store
 // in a temp dir, a real keyring and a fake worker for acme/prod.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	url     string
 	client  *http.Client
 	store   *sqlite.Store
@@ -270,7 +270,7 @@ type harnessOptions struct {
 	listener net.Listener
 }
 
-func newHarness(t *testing.T, opts harnessOptions) *harness {
+func newHarness(t testing.TB, opts harnessOptions) *harness {
 	t.Helper()
 	clk := &clock{now: start}
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "cp.db"), nil)
@@ -411,7 +411,7 @@ func wantError(t *testing.T, resp *http.Response, body []byte, status int, code 
 }
 
 // decodeJSON decodes body strictly into v.
-func decodeJSON(t *testing.T, body []byte, v any) {
+func decodeJSON(t testing.TB, body []byte, v any) {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
