@@ -38,12 +38,18 @@ type hub struct {
 
 	mu sync.Mutex
 	// guarded by mu
-	base int64        // every event after base is in ring
-	ring []relayEvent // the latest events, oldest at head, len <= cap(ring)
-	head int          // index of the oldest event in ring once it is full
-	subs map[*subscriber]struct{}
-	done bool // ended: no subscriber joins any more
+	base      int64        // every event after base is in ring
+	ring      []relayEvent // the latest events, oldest first
+	ringBytes int          // of the frames in ring
+	subs      map[*subscriber]struct{}
+	done      bool // ended: no subscriber joins any more
 }
+
+// maxBuffered bounds the bytes of a hub's ring, and of a subscriber's
+// queue: events are small (a text delta is a few hundred bytes), but a
+// tool's output may be large, and a hub must not hold its StreamQueue
+// events' worth of those.
+const maxBuffered = 1 << 20
 
 // relayEvent is one event of the conversation's log as a browser gets it:
 // its SSE frame is encoded once for every browser.
@@ -60,6 +66,7 @@ type subscriber struct {
 	mu sync.Mutex
 	// guarded by mu
 	queue  []relayEvent
+	bytes  int  // of the frames in queue
 	lagged bool // the queue filled: the hub dropped this subscriber
 	ended  bool // the hub ended (the worker has no session, or shutdown)
 }
@@ -68,8 +75,8 @@ type subscriber struct {
 // replica.
 type hubs struct {
 	s *Server
-	// ring is the length of each hub's ring; queue bounds each
-	// subscriber's queue.
+	// ring bounds each hub's ring and queue each subscriber's queue, in
+	// events; both are also bounded by maxBuffered bytes.
 	ring, queue int
 	upstreams   atomic.Int64 // worker streams open now: hubs' and catch-ups'
 
@@ -96,18 +103,25 @@ func (hs *hubs) join(c store.Conversation, after int64) *subscriber {
 			h = nil
 		}
 	}
+	var ctx context.Context
 	if h == nil {
-		h = hs.start(c, after)
+		ctx, h = hs.create(c, after)
 		h.mu.Lock()
 	}
 	defer h.mu.Unlock()
 	if after < h.base {
 		return nil
 	}
+	if ctx != nil {
+		// Only now, with the first subscriber in: a hub that published to
+		// nobody would stop itself.
+		go h.run(ctx, after)
+	}
 	sub := &subscriber{hub: h, notify: make(chan struct{}, 1), queue: make([]relayEvent, 0, min(hs.queue, 64))}
 	h.each(func(ev relayEvent) {
 		if ev.seq > after {
 			sub.queue = append(sub.queue, ev)
+			sub.bytes += len(ev.frame)
 		}
 	})
 	if len(sub.queue) > 0 {
@@ -117,14 +131,14 @@ func (hs *hubs) join(c store.Conversation, after int64) *subscriber {
 	return sub
 }
 
-// start creates and starts the hub of c from after; hs.mu is held.
-func (hs *hubs) start(c store.Conversation, after int64) *hub {
+// create registers a new hub for c from after, which its first
+// subscriber starts with the context returned; hs.mu is held.
+func (hs *hubs) create(c store.Conversation, after int64) (context.Context, *hub) {
 	ctx, cancel := context.WithCancel(hs.s.streams)
 	h := &hub{hs: hs, conv: c, cancel: cancel, base: after,
-		ring: make([]relayEvent, 0, hs.ring), subs: map[*subscriber]struct{}{}}
+		subs: map[*subscriber]struct{}{}}
 	hs.m[c.ID] = h
-	go h.run(ctx, after)
-	return h
+	return ctx, h
 }
 
 // leave unsubscribes sub; the hub stops with its last subscriber.
@@ -186,8 +200,8 @@ func (h *hub) end() {
 
 // each calls f with the ring's events, oldest first; h.mu is held.
 func (h *hub) each(f func(relayEvent)) {
-	for i := range h.ring {
-		f(h.ring[(h.head+i)%len(h.ring)])
+	for _, ev := range h.ring {
+		f(ev)
 	}
 }
 
@@ -197,12 +211,13 @@ func (h *hub) each(f func(relayEvent)) {
 func (h *hub) publish(ev relayEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.ring) < cap(h.ring) {
-		h.ring = append(h.ring, ev)
-	} else {
-		h.base = h.ring[h.head].seq
-		h.ring[h.head] = ev
-		h.head = (h.head + 1) % len(h.ring)
+	h.ring = append(h.ring, ev)
+	h.ringBytes += len(ev.frame)
+	for len(h.ring) > h.hs.ring || (h.ringBytes > maxBuffered && len(h.ring) > 1) {
+		h.base = h.ring[0].seq
+		h.ringBytes -= len(h.ring[0].frame)
+		h.ring[0] = relayEvent{} // its frame is garbage once no queue holds it
+		h.ring = h.ring[1:]
 	}
 	for sub := range h.subs {
 		if !sub.push(ev, h.hs.queue) {
@@ -222,9 +237,10 @@ func (h *hub) publish(ev relayEvent) {
 // push queues ev, or marks the subscriber lagged when its queue is full.
 func (sub *subscriber) push(ev relayEvent, max int) bool {
 	sub.mu.Lock()
-	ok := len(sub.queue) < max
+	ok := len(sub.queue) == 0 || (len(sub.queue) < max && sub.bytes+len(ev.frame) <= maxBuffered)
 	if ok {
 		sub.queue = append(sub.queue, ev)
+		sub.bytes += len(ev.frame)
 	} else {
 		sub.lagged = true
 	}
@@ -248,6 +264,7 @@ func (sub *subscriber) take(buf []relayEvent) (evs []relayEvent, lagged, ended b
 	evs = append(buf[:0], sub.queue...)
 	clear(sub.queue)
 	sub.queue = sub.queue[:0]
+	sub.bytes = 0
 	return evs, sub.lagged, sub.ended
 }
 
