@@ -483,9 +483,9 @@ func TestStreamSeries(t *testing.T) {
 		return got
 	}
 	want := map[string]float64{
-		"talkide_streams_open":           0,
-		"talkide_stream_upstreams_open":  0,
-		"talkide_connections_shed_total": 0,
+		"talkide_streams_open":                                           0,
+		"talkide_stream_upstreams_open":                                  0,
+		"talkide_connections_shed_total":                                 0,
 		series("talkide_streams_refused_total", "limit", "user"):         0,
 		series("talkide_streams_refused_total", "limit", "conversation"): 0,
 		series("talkide_streams_refused_total", "limit", "total"):        0,
