@@ -45,8 +45,8 @@ type hub struct {
 	done      bool // ended: no subscriber joins any more
 }
 
-// maxBuffered bounds the bytes of a hub's ring, and of a subscriber's
-// queue: events are small (a text delta is a few hundred bytes), but a
+// maxBuffered bounds the bytes of a hub's ring, and twice it those of a
+// subscriber's queue (which starts with the ring's): events are small (a text delta is a few hundred bytes), but a
 // tool's output may be large, and a hub must not hold its StreamQueue
 // events' worth of those.
 const maxBuffered = 1 << 20
@@ -237,7 +237,7 @@ func (h *hub) publish(ev relayEvent) {
 // push queues ev, or marks the subscriber lagged when its queue is full.
 func (sub *subscriber) push(ev relayEvent, max int) bool {
 	sub.mu.Lock()
-	ok := len(sub.queue) == 0 || (len(sub.queue) < max && sub.bytes+len(ev.frame) <= maxBuffered)
+	ok := len(sub.queue) == 0 || (len(sub.queue) < max && sub.bytes+len(ev.frame) <= 2*maxBuffered)
 	if ok {
 		sub.queue = append(sub.queue, ev)
 		sub.bytes += len(ev.frame)

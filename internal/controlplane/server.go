@@ -197,7 +197,9 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 		refused = cfg.StreamMetrics.StreamRefused
 	}
 	s.caps = newStreamCaps(StreamLimits{PerUser: cfg.MaxStreamsPerUser, PerConversation: cfg.MaxStreamsPerConversation, Total: cfg.MaxStreams}, refused)
-	s.hubs = newHubs(s, cfg.StreamQueue, cfg.StreamQueue)
+	// A browser joins with up to a ring's worth of events queued; it may
+	// then fall StreamQueue more behind.
+	s.hubs = newHubs(s, cfg.StreamQueue, 2*cfg.StreamQueue)
 	s.reports = trust.NewVerifier(trust.ToControlPlane, s.reportKey, cfg.Now)
 	return s, nil
 }
