@@ -40,6 +40,7 @@ type devConfig struct {
 	apiKey       string // empty: run the simulator
 	anthropicURL string
 	agent        agentFlags
+	streams      streamFlags
 	// pretendNoLandlock: the worker's sandbox finds no Landlock (tests).
 	pretendNoLandlock bool
 	logger            *slog.Logger
@@ -89,6 +90,9 @@ once instead of waiting for them.`,
 			if err != nil {
 				return err
 			}
+			if err := cfg.streams.check(cmd); err != nil {
+				return err
+			}
 			cfg.logger = logger
 			return runDev(cmd.Context(), cfg, std)
 		},
@@ -99,6 +103,7 @@ once instead of waiting for them.`,
 	fs.StringVar(&cfg.anthropicURL, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL (used when ANTHROPIC_API_KEY is set)")
 	bindEnv(fs, "data-dir", "addr", "anthropic-url")
 	registerAgentFlags(fs, &cfg.agent)
+	registerStreamFlags(fs, &cfg.streams)
 	logs.add(fs)
 	return cmd
 }
@@ -118,6 +123,7 @@ func runDev(parent context.Context, cfg devConfig, std stdio) error {
 	if err := undumpable(); err != nil {
 		logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
 	}
+	raiseFileLimit(logger)
 
 	st, err := startDev(ctx, cfg)
 	if err != nil {
@@ -217,7 +223,8 @@ func (s *devStack) startControlPlane(ctx context.Context, upstream, key string) 
 		secretsPath: filepath.Join(s.cfg.dataDir, "controlplane-secrets.json"),
 		upstream:    upstream, apiKey: key,
 		localUser: devUser, tenant: devTenant, env: devEnv,
-		logger: s.cfg.logger,
+		streams: s.cfg.streams,
+		logger:  s.cfg.logger,
 	})
 	if err != nil {
 		return err

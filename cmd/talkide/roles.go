@@ -84,6 +84,10 @@ answers 503. See docs/operations.md.`,
 			if err := undumpable(); err != nil {
 				logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
 			}
+			if err := o.streams.check(cmd); err != nil {
+				return err
+			}
+			raiseFileLimit(logger)
 			if o.localUser != "" && !httpapi.LoopbackHost(o.listen) {
 				return usageErrorf(cmd, "--local-user needs a loopback --listen address")
 			}
@@ -115,6 +119,7 @@ answers 503. See docs/operations.md.`,
 	fs.StringVar(&o.prices, "prices", "", "JSON file of model prices overriding the built-in list, same shape (docs/budgets.md)")
 	fs.StringVar(&o.operatorTokens, "operator-tokens", "", "file of the operator tokens' hashes that the operator API /api/admin accepts, re-read when it changes (default DATA-DIR/operator-tokens; kept by talkide admin operator-token)")
 	bindEnv(fs, "listen", "data-dir", "database", "anthropic-url", "local-user", "default-tenant", "default-env", "prices", "operator-tokens")
+	registerStreamFlags(fs, &o.streams)
 	logs.add(fs)
 	return cmd
 }
@@ -148,6 +153,7 @@ identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
 			if err := undumpable(); err != nil {
 				logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
 			}
+			raiseFileLimit(logger)
 			if err := agent.apply(&o); err != nil {
 				return err
 			}

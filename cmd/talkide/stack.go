@@ -24,6 +24,7 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/gateway"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/harness/claudecode"
@@ -55,6 +56,13 @@ func listen(addr string, h http.Handler) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Connections beyond the open-file limit less a reserve are told 503
+	// and closed at once, so that accept never meets EMFILE while the
+	// process still has descriptors for the work it has taken on
+	// (docs/operations.md).
+	if limit, err := fdlimit.Current(); err == nil {
+		ln = fdlimit.Listen(ln, fdlimit.MaxConns(limit))
+	}
 	// A client has 10 s for a request's headers (and the control-plane and
 	// the worker give it httpapi.DefaultBodyTimeout for its body); a
 	// keep-alive connection idle for 2 minutes is closed, which without
@@ -82,6 +90,7 @@ type cpOptions struct {
 	operatorTokens string
 	localUser      string
 	tenant, env    string
+	streams        streamFlags
 	logger         *slog.Logger
 }
 
@@ -145,10 +154,12 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 		controlplane.Keys{Tokens: keyring, CommandSecret: secrets.CommandSecret, CommandKeyID: secrets.CommandKeyID},
 		controlplane.TenantEnv{Tenant: o.tenant, Env: o.env}, &controlplane.Options{
 			Gateway: gwHandler, LocalUser: o.localUser,
-			Logger:    o.logger.With("component", "controlplane"),
-			Budget:    bud,
-			Operators: operators,
-			Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn)}),
+			Logger:            o.logger.With("component", "controlplane"),
+			Budget:            bud,
+			Operators:         operators,
+			Metrics:           promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn)}),
+			StreamMetrics:     m,
+			MaxStreamsPerUser: o.streams.perUser, MaxStreamsPerConversation: o.streams.perConversation, MaxStreams: o.streams.total,
 		})
 	if err != nil {
 		closeBudget(bud)
@@ -162,6 +173,12 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 		return nil, err
 	}
 	srv.srv.RegisterOnShutdown(cp.CloseStreams)
+	m.CountStreams(cp.StreamsOpen, cp.StreamUpstreams)
+	if fl, ok := srv.ln.(*fdlimit.Listener); ok {
+		m.CountShedConnections(fl.Shed)
+	}
+	lim := cp.StreamLimits()
+	o.logger.Info("browser stream caps", "per_user", lim.PerUser, "per_conversation", lim.PerConversation, "total", lim.Total)
 	return &cpProc{http: srv, store: st, secrets: secrets, budget: bud, gateway: gw, metrics: m}, nil
 }
 

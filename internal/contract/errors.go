@@ -31,4 +31,8 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
 	CodeMethodNotAllowed = "method_not_allowed"
+	// CodeTooManyStreams: an event stream beyond a cap of the
+	// control-plane (per user, per conversation: 429; in total: 503);
+	// retry after Retry-After.
+	CodeTooManyStreams = "too_many_streams"
 )

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -64,7 +65,7 @@ func (c *clock) Advance(d time.Duration) {
 // the real one (direction ToWorker, the env's derived key) and answers
 // canned contract JSON.
 type fakeWorker struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *httptest.Server
 	verifier *trust.Verifier
 	opts     fakeOptions
@@ -89,7 +90,7 @@ type fakeOptions struct {
 	stream func(w http.ResponseWriter, r *http.Request, n int)
 }
 
-func startFakeWorker(t *testing.T, clk *clock, opts fakeOptions) *fakeWorker {
+func startFakeWorker(t testing.TB, clk *clock, opts fakeOptions) *fakeWorker {
 	t.Helper()
 	f := &fakeWorker{t: t, opts: opts, sessions: map[string]bool{}, messages: map[string]bool{}}
 	f.verifier = trust.NewVerifier(trust.ToWorker, func(te, e, kid string) ([]byte, bool) {
@@ -246,13 +247,14 @@ func (f *fakeWorker) Requests() int {
 // harness is a control-plane on a loopback listener with a real sqlite store
 // in a temp dir, a real keyring and a fake worker for acme/prod.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	url     string
 	client  *http.Client
 	store   *sqlite.Store
 	keyring *trust.Keyring
 	clock   *clock
 	worker  *fakeWorker
+	cp      *controlplane.Server
 }
 
 type harnessOptions struct {
@@ -262,9 +264,13 @@ type harnessOptions struct {
 	metrics     http.Handler
 	bodyTimeout time.Duration
 	worker      fakeOptions
+	streams     controlplane.Options // the stream caps and queue only
+	// listener, when set, is what the control-plane serves on (with an
+	// http.Server as talkide's), instead of an httptest server's.
+	listener net.Listener
 }
 
-func newHarness(t *testing.T, opts harnessOptions) *harness {
+func newHarness(t testing.TB, opts harnessOptions) *harness {
 	t.Helper()
 	clk := &clock{now: start}
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "cp.db"), nil)
@@ -297,13 +303,26 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 			LocalUser:   localUser,
 			Now:         clk.Now,
 			Heartbeat:   opts.heartbeat,
+
+			MaxStreamsPerUser:         opts.streams.MaxStreamsPerUser,
+			MaxStreamsPerConversation: opts.streams.MaxStreamsPerConversation,
+			MaxStreams:                opts.streams.MaxStreams,
+			StreamQueue:               opts.streams.StreamQueue,
+			StreamMetrics:             opts.streams.StreamMetrics,
 		})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if opts.listener != nil {
+		srv := &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		srv.RegisterOnShutdown(cp.CloseStreams)
+		go srv.Serve(opts.listener)
+		t.Cleanup(func() { srv.Close() })
+		return &harness{t: t, url: "http://" + opts.listener.Addr().String(), client: &http.Client{}, store: st, keyring: kr, clock: clk, worker: fw, cp: cp}
+	}
 	srv := httptest.NewServer(cp.Handler())
 	t.Cleanup(srv.Close)
-	return &harness{t: t, url: srv.URL, client: srv.Client(), store: st, keyring: kr, clock: clk, worker: fw}
+	return &harness{t: t, url: srv.URL, client: srv.Client(), store: st, keyring: kr, clock: clk, worker: fw, cp: cp}
 }
 
 // do sends a request to the control-plane and returns the answer with its
@@ -392,7 +411,7 @@ func wantError(t *testing.T, resp *http.Response, body []byte, status int, code 
 }
 
 // decodeJSON decodes body strictly into v.
-func decodeJSON(t *testing.T, body []byte, v any) {
+func decodeJSON(t testing.TB, body []byte, v any) {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

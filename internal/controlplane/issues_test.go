@@ -34,7 +34,7 @@ func (h *harness) workerCall(sg *trust.Signer, method, path string, body []byte)
 	return h.send(req, body)
 }
 
-func mustJSON(t *testing.T, v any) []byte {
+func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {

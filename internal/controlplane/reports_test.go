@@ -53,7 +53,7 @@ func (h *harness) send(req *http.Request, body []byte) (*http.Response, []byte) 
 	return resp, data
 }
 
-func batch(t *testing.T, reports ...contract.Report) []byte {
+func batch(t testing.TB, reports ...contract.Report) []byte {
 	t.Helper()
 	b, err := json.Marshal(contract.ReportBatch{Reports: reports})
 	if err != nil {

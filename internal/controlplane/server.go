@@ -6,6 +6,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"path"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
@@ -63,6 +65,31 @@ type Options struct {
 	// body, from the request's start (httpapi.BodyDeadline); 0:
 	// httpapi.DefaultBodyTimeout.
 	BodyTimeout time.Duration
+
+	// MaxStreamsPerUser, MaxStreamsPerConversation and MaxStreams cap the
+	// browser event streams open at once on this replica: a stream beyond
+	// a user's or a conversation's cap is answered 429, one beyond the
+	// total 503, each with Retry-After and the cap named. 0:
+	// DefaultMaxStreamsPerUser, DefaultMaxStreamsPerConversation, and
+	// DefaultMaxStreams of the process's descriptor limit.
+	MaxStreamsPerUser, MaxStreamsPerConversation, MaxStreams int
+	// StreamQueue is how many events a browser may fall behind its
+	// conversation's hub before it is moved to a catch-up stream of its
+	// own; it is also the length of each hub's ring of recent events. 0:
+	// 256.
+	StreamQueue int
+	// StreamWriteTimeout is how long a browser may take to accept one
+	// write of its stream before the stream is ended; 0: 30 s.
+	StreamWriteTimeout time.Duration
+	// StreamMetrics, when set, is told of every stream refused.
+	StreamMetrics StreamMetrics
+}
+
+// StreamMetrics observes the browser event streams (metrics.Metrics).
+type StreamMetrics interface {
+	// StreamRefused counts a stream refused by the cap named limit
+	// ("user", "conversation" or "total").
+	StreamRefused(limit string)
 }
 
 // config is everything the server runs with: what New requires and the
@@ -87,7 +114,22 @@ type Server struct {
 	// streams ends every browser stream when cancelled (CloseStreams).
 	streams      context.Context
 	closeStreams context.CancelFunc
+	caps         *streamCaps
+	hubs         *hubs
 }
+
+// StreamLimits returns the caps on browser streams in force.
+func (s *Server) StreamLimits() StreamLimits { return s.caps.limits }
+
+// StreamsOpen returns the browser event streams open now.
+func (s *Server) StreamsOpen() int {
+	open, _, _ := s.caps.counts()
+	return open
+}
+
+// StreamUpstreams returns the event streams open to workers now: one per
+// conversation that browsers follow, and one per browser catching up.
+func (s *Server) StreamUpstreams() int { return int(s.hubs.upstreams.Load()) }
 
 // CloseStreams ends every open browser event stream, so that a shutdown does
 // not wait for streams that never end on their own; clients reconnect with
@@ -121,6 +163,25 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 15 * time.Second
 	}
+	if cfg.MaxStreamsPerUser <= 0 {
+		cfg.MaxStreamsPerUser = DefaultMaxStreamsPerUser
+	}
+	if cfg.MaxStreamsPerConversation <= 0 {
+		cfg.MaxStreamsPerConversation = DefaultMaxStreamsPerConversation
+	}
+	if cfg.MaxStreams <= 0 {
+		limit, err := fdlimit.Current()
+		if err != nil {
+			return nil, fmt.Errorf("controlplane: the default stream cap: %w", err)
+		}
+		cfg.MaxStreams = DefaultMaxStreams(limit)
+	}
+	if cfg.StreamQueue <= 0 {
+		cfg.StreamQueue = 256
+	}
+	if cfg.StreamWriteTimeout <= 0 {
+		cfg.StreamWriteTimeout = 30 * time.Second
+	}
 	if cfg.WorkerTransport == nil {
 		cfg.WorkerTransport = http.DefaultTransport.(*http.Transport).Clone()
 	}
@@ -131,6 +192,14 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 		workerStreamHTTP: &http.Client{Transport: cfg.WorkerTransport},
 	}
 	s.streams, s.closeStreams = context.WithCancel(context.Background())
+	var refused func(string)
+	if cfg.StreamMetrics != nil {
+		refused = cfg.StreamMetrics.StreamRefused
+	}
+	s.caps = newStreamCaps(StreamLimits{PerUser: cfg.MaxStreamsPerUser, PerConversation: cfg.MaxStreamsPerConversation, Total: cfg.MaxStreams}, refused)
+	// A browser joins with up to a ring's worth of events queued; it may
+	// then fall StreamQueue more behind.
+	s.hubs = newHubs(s, cfg.StreamQueue, 2*cfg.StreamQueue)
 	s.reports = trust.NewVerifier(trust.ToControlPlane, s.reportKey, cfg.Now)
 	return s, nil
 }

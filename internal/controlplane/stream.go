@@ -4,20 +4,22 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/sse"
+	"github.com/talkide/platform/internal/store"
 )
 
-// handleStream relays the worker's event stream to the browser. The worker's
-// sequence numbers pass through as SSE ids, so the browser's Last-Event-ID is
-// also our replay point at the worker. When the worker's stream breaks (a
-// worker restart, a network fault) the relay reconnects after the last event
-// it passed on: the browser sees neither a gap nor a duplicate.
+// handleStream relays the conversation's event stream to the browser. The
+// worker's sequence numbers pass through as SSE ids, so the browser's
+// Last-Event-ID is also our replay point at the worker; the browser sees
+// each event exactly once, whatever breaks in between (hub.go).
+//
+// A stream takes a slot of the caps (per user, per conversation, in
+// total) before anything else is done for it, and gives it back when the
+// handler returns, however the stream ended.
 func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	after, err := httpapi.ReplayPoint(r)
 	if err != nil {
@@ -27,17 +29,28 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	release, err := s.caps.acquire(userOf(r), c.ID)
+	if err != nil {
+		// The client holds too many streams: the connection's descriptor
+		// is what it is spending, so it does not keep it either.
+		w.Header().Set("Connection", "close")
+		return err
+	}
+	defer release()
 	if _, err := s.workerFor(r.Context(), c.Tenant, c.Env); err != nil {
 		return err
 	}
-	flusher, err := sse.Begin(w)
-	if err != nil {
+	if _, err := sse.Begin(w); err != nil {
 		return err
 	}
+	rc := http.NewResponseController(w)
 
-	// The relay and the heartbeat both write; mu orders them. The heartbeat
-	// goroutine is gone before we return (wg.Wait runs after cancel): a
-	// ResponseWriter may not be used once the handler has returned.
+	// The relay and the heartbeat both write; mu orders them. The
+	// heartbeat goroutine is gone before we return (wg.Wait runs after
+	// cancel): a ResponseWriter may not be used once the handler has
+	// returned. A browser that does not take a write within
+	// StreamWriteTimeout is cut off (it reconnects with Last-Event-ID): a
+	// stalled reader holds no slot for ever.
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -45,6 +58,19 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	stop := context.AfterFunc(s.streams, cancel)
 	defer stop()
+	write := func(f func() error) error {
+		mu.Lock()
+		defer mu.Unlock()
+		rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout))
+		err := f()
+		if err == nil {
+			err = rc.Flush()
+		}
+		if err != nil {
+			cancel()
+		}
+		return err
+	}
 	wg.Go(func() {
 		t := time.NewTicker(s.cfg.Heartbeat)
 		defer t.Stop()
@@ -53,60 +79,118 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				mu.Lock()
-				err := sse.WriteComment(w, "heartbeat")
-				if err == nil {
-					flusher.Flush()
-				}
-				mu.Unlock()
+				write(func() error { return sse.WriteComment(w, "heartbeat") })
 			}
 		}
 	})
 
-	last := after
-	// Reset once an event has passed: a stream that broke after delivering
-	// is retried after the shortest pause, one that keeps failing ever more
-	// slowly.
-	bo := backoff.New(streamRetry)
-	for {
-		// Resolve the worker on every attempt: a restarted worker may have
-		// moved.
-		wc, err := s.workerFor(ctx, c.Tenant, c.Env)
-		if err != nil {
-			s.log.Error("stream relay: worker lookup failed", "conversation", c.ID, "err", err)
-			return nil
-		}
-		err = wc.streamEvents(ctx, c.ID, last, func(ev sse.Event) error {
-			seq, err := strconv.ParseInt(ev.ID, 10, 64)
-			if err != nil || seq <= last {
-				return nil // not an event of the log, or one already passed on
+	f := &follower{s: s, conv: c, last: after, write: func(frames [][]byte) error {
+		return write(func() error {
+			for _, b := range frames {
+				if _, err := w.Write(b); err != nil {
+					return err
+				}
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err := sse.Write(w, ev.ID, ev.Event, ev.Data); err != nil {
-				return err
-			}
-			flusher.Flush()
-			last = seq
-			bo.Reset()
 			return nil
 		})
-		if ctx.Err() != nil {
-			return nil
+	}}
+	f.run(ctx)
+	return nil
+}
+
+// follower is one browser's stream: it follows the conversation's hub,
+// or catches up on a worker stream of its own until it can.
+type follower struct {
+	s     *Server
+	conv  store.Conversation
+	last  int64 // the last event written to the browser
+	write func(frames [][]byte) error
+	buf   []relayEvent
+	out   [][]byte
+}
+
+// errJoined ends a catch-up that has reached its hub.
+var errJoined = errors.New("joined the hub")
+
+// run writes the conversation's events after f.last until ctx ends, the
+// browser stops taking them, or the worker has no session.
+func (f *follower) run(ctx context.Context) {
+	hs := f.s.hubs
+	for ctx.Err() == nil {
+		if sub := hs.join(f.conv, f.last); sub != nil {
+			lagged := f.relay(ctx, sub)
+			hs.leave(sub)
+			if !lagged {
+				return
+			}
+			f.s.log.Debug("stream relay: a browser fell behind its hub; catching up", "conversation", f.conv.ID, "after", f.last)
+			continue
 		}
-		var he *httpapi.Error
-		if errors.As(err, &he) && he.Status == http.StatusNotFound {
-			s.log.Warn("stream relay: the worker has no session", "conversation", c.ID)
+		// The hub started after our replay point, or has moved on past
+		// it: catch up on a worker stream of our own.
+		var joined *subscriber
+		cctx, cancel := context.WithCancel(ctx)
+		err := hs.follow(cctx, f.conv, f.last, func(ev relayEvent) error {
+			if err := f.send([]relayEvent{ev}); err != nil {
+				return err
+			}
+			if joined = hs.join(f.conv, f.last); joined != nil {
+				return errJoined
+			}
 			return nil
+		})
+		cancel()
+		if joined == nil {
+			return // ctx ended, the browser left, or errStreamGone
 		}
-		d := bo.Next()
-		s.log.Info("stream relay: worker stream ended; reconnecting", "conversation", c.ID, "after", last, "retry_in", d, "err", err)
-		if backoff.Sleep(ctx, d) != nil {
-			return nil
+		if !errors.Is(err, errJoined) {
+			hs.leave(joined)
+			return
+		}
+		lagged := f.relay(ctx, joined)
+		hs.leave(joined)
+		if !lagged {
+			return
 		}
 	}
 }
 
-// streamRetry paces the relay's reconnects to a worker whose stream broke:
-// a restarting worker is back within seconds, so the delay stays short.
-var streamRetry = backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Second}
+// relay writes what the hub hands sub until the hub drops it (true: it
+// lagged) or ends, ctx ends, or a write fails (false).
+func (f *follower) relay(ctx context.Context, sub *subscriber) (lagged bool) {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-sub.notify:
+		}
+		evs, lagged, ended := sub.take(f.buf)
+		f.buf = evs
+		if err := f.send(evs); err != nil {
+			return false
+		}
+		if lagged || ended {
+			return lagged
+		}
+	}
+}
+
+// send writes the events after f.last, in one flush.
+func (f *follower) send(evs []relayEvent) error {
+	f.out = f.out[:0]
+	last := f.last
+	for _, ev := range evs {
+		if ev.seq > last {
+			f.out = append(f.out, ev.frame)
+			last = ev.seq
+		}
+	}
+	if len(f.out) == 0 {
+		return nil
+	}
+	if err := f.write(f.out); err != nil {
+		return err
+	}
+	f.last = last
+	return nil
+}

@@ -65,6 +65,11 @@ type Metrics struct {
 	webSearches  *prometheus.CounterVec
 	cost         *prometheus.CounterVec
 	reservations atomic.Pointer[func() int]
+
+	streamsRefused *prometheus.CounterVec
+	streamsOpen    atomic.Pointer[func() int]
+	upstreamsOpen  atomic.Pointer[func() int]
+	shed           atomic.Pointer[func() int64]
 }
 
 var _ gateway.Metrics = (*Metrics)(nil)
@@ -130,9 +135,57 @@ func New(reg prometheus.Registerer, opts *Options) *Metrics {
 		}
 		return 0
 	})
-	reg.MustRegister(m.requests, m.forward, m.firstByte, m.denials, m.settled, m.tokens, m.webSearches, m.cost, inFlight)
+	m.streamsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "talkide_streams_refused_total",
+		Help: "Browser event streams refused by a cap, by the cap (user, conversation: answered 429; total: answered 503).",
+	}, []string{"limit"})
+	for _, l := range []string{"user", "conversation", "total"} {
+		m.streamsRefused.WithLabelValues(l)
+	}
+	streamsOpen := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "talkide_streams_open",
+		Help: "Browser event streams open on this control-plane now.",
+	}, func() float64 { return read(&m.streamsOpen) })
+	upstreamsOpen := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "talkide_stream_upstreams_open",
+		Help: "Event streams this control-plane holds open to workers now: one per conversation browsers follow, and one per browser catching up.",
+	}, func() float64 { return read(&m.upstreamsOpen) })
+	shed := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "talkide_connections_shed_total",
+		Help: "Connections the control-plane's listener answered 503 and closed at once because it had as many open as its open-file limit allows.",
+	}, func() float64 {
+		if f := m.shed.Load(); f != nil {
+			return float64((*f)())
+		}
+		return 0
+	})
+	reg.MustRegister(m.requests, m.forward, m.firstByte, m.denials, m.settled, m.tokens, m.webSearches, m.cost, inFlight,
+		m.streamsRefused, streamsOpen, upstreamsOpen, shed)
 	return m
 }
+
+func read(p *atomic.Pointer[func() int]) float64 {
+	if f := p.Load(); f != nil {
+		return float64((*f)())
+	}
+	return 0
+}
+
+// CountStreams makes open and upstreams the sources of the stream gauges,
+// read at each scrape: (*controlplane.Server).StreamsOpen and
+// StreamUpstreams.
+func (m *Metrics) CountStreams(open, upstreams func() int) {
+	m.streamsOpen.Store(&open)
+	m.upstreamsOpen.Store(&upstreams)
+}
+
+// CountShedConnections makes f the source of the shed connections
+// counter: (*fdlimit.Listener).Shed.
+func (m *Metrics) CountShedConnections(f func() int64) { m.shed.Store(&f) }
+
+// StreamRefused counts a browser stream refused by the cap named limit;
+// it is controlplane.StreamMetrics.
+func (m *Metrics) StreamRefused(limit string) { m.streamsRefused.WithLabelValues(limit).Inc() }
 
 // CountReservations makes f the source of the reservations gauge, read at
 // each scrape: (*budget.Service).Reservations.

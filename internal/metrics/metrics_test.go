@@ -381,7 +381,7 @@ func TestSettledSeries(t *testing.T) {
 	got := parseSamples(t, rec.Body.Bytes())
 	delete(got, "talkide_budget_reservations_in_flight")
 	for k := range got {
-		if strings.HasPrefix(k, "talkide_gateway_") {
+		if !strings.HasPrefix(k, "talkide_budget_") {
 			delete(got, k)
 		}
 	}
@@ -462,5 +462,47 @@ func TestTenantEnvCardinality(t *testing.T) {
 	want = map[string]float64{call("t0", "e"): 1, call("t1", "e"): 1, call(o, o): 3}
 	if diff := cmp.Diff(want, only(samples, "talkide_budget_settled_calls_total")); diff != "" {
 		t.Errorf("settled calls (-want +got):\n%s", diff)
+	}
+}
+
+// TestStreamSeries checks the stream metrics: the gauges read their
+// sources at each scrape, refusals are counted by cap, with every cap's
+// series present from the start.
+func TestStreamSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, nil)
+	scrape := func() map[string]float64 {
+		rec := httptest.NewRecorder()
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		got := parseSamples(t, rec.Body.Bytes())
+		for k := range got {
+			if !strings.Contains(k, "stream") && !strings.Contains(k, "connections") {
+				delete(got, k)
+			}
+		}
+		return got
+	}
+	want := map[string]float64{
+		"talkide_streams_open":                                           0,
+		"talkide_stream_upstreams_open":                                  0,
+		"talkide_connections_shed_total":                                 0,
+		series("talkide_streams_refused_total", "limit", "user"):         0,
+		series("talkide_streams_refused_total", "limit", "conversation"): 0,
+		series("talkide_streams_refused_total", "limit", "total"):        0,
+	}
+	if diff := cmp.Diff(want, scrape()); diff != "" {
+		t.Errorf("before any stream (-want +got):\n%s", diff)
+	}
+	open, upstreams := 7, 2
+	m.CountStreams(func() int { return open }, func() int { return upstreams })
+	m.CountShedConnections(func() int64 { return 3 })
+	m.StreamRefused("user")
+	m.StreamRefused("user")
+	m.StreamRefused("total")
+	want["talkide_streams_open"], want["talkide_stream_upstreams_open"], want["talkide_connections_shed_total"] = 7, 2, 3
+	want[series("talkide_streams_refused_total", "limit", "user")] = 2
+	want[series("talkide_streams_refused_total", "limit", "total")] = 1
+	if diff := cmp.Diff(want, scrape()); diff != "" {
+		t.Errorf("with streams (-want +got):\n%s", diff)
 	}
 }
