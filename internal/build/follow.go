@@ -59,6 +59,10 @@ func FollowLog(ctx context.Context, src LogSource, out io.Writer) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if ended {
+				// The container is gone, its log with it (a deleted pod).
+				return err
+			}
 			if retry.Wait(ctx) != nil {
 				return ctx.Err()
 			}
