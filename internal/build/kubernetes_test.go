@@ -133,6 +133,11 @@ type kubeFixture struct {
 
 func newKubeFixture(t *testing.T, opts *KubernetesOptions) *kubeFixture {
 	t.Helper()
+	return newKubeFixtureTB(t, opts)
+}
+
+func newKubeFixtureTB(t testing.TB, opts *KubernetesOptions) *kubeFixture {
+	t.Helper()
 	srv := kubetest.Start(t)
 	f := &kubeFixture{srv: srv, admin: srv.Client(t), ns: srv.Namespace(t), kubelet: &fakeKubelet{}}
 	ctx := context.Background()
@@ -212,7 +217,7 @@ func (f *kubeFixture) waitJob(t *testing.T, call string, done chan runResult) *b
 
 // runPod plays the Job controller and the kubelet: it starts the Job's
 // pod on the fake node, running.
-func (f *kubeFixture) runPod(t *testing.T, job *batchv1.Job) *corev1.Pod {
+func (f *kubeFixture) runPod(t testing.TB, job *batchv1.Job) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	yes := true
@@ -236,7 +241,7 @@ func (f *kubeFixture) runPod(t *testing.T, job *batchv1.Job) *corev1.Pod {
 }
 
 // endPod marks the pod's build container terminated with code.
-func (f *kubeFixture) endPod(t *testing.T, p *corev1.Pod, code int32, reason string) {
+func (f *kubeFixture) endPod(t testing.TB, p *corev1.Pod, code int32, reason string) {
 	t.Helper()
 	ctx := context.Background()
 	p, err := f.admin.CoreV1().Pods(f.ns).Get(ctx, p.Name, metav1.GetOptions{})
