@@ -29,6 +29,10 @@ type LogSource interface {
 // dropped with a note.
 const maxLogLine = 256 << 10
 
+// maxFinalTries bounds the attempts at the last read of an ended
+// container's log.
+const maxFinalTries = 3
+
 // logRetry paces reconnections of a broken log stream.
 var logRetry = backoff.Policy{Base: 200 * time.Millisecond, Max: 5 * time.Second}
 
@@ -43,6 +47,7 @@ var logRetry = backoff.Policy{Base: 200 * time.Millisecond, Max: 5 * time.Second
 func FollowLog(ctx context.Context, src LogSource, out io.Writer) error {
 	var d dedupe
 	retry := backoff.New(logRetry)
+	finalTries := 0
 	for {
 		ended, err := src.Ended(ctx)
 		if err != nil {
@@ -60,8 +65,11 @@ func FollowLog(ctx context.Context, src LogSource, out io.Writer) error {
 				return ctx.Err()
 			}
 			if ended {
-				// The container is gone, its log with it (a deleted pod).
-				return err
+				// The last read: a few more tries, then the container is
+				// taken to be gone with its log (a deleted pod).
+				if finalTries++; finalTries >= maxFinalTries {
+					return err
+				}
 			}
 			if retry.Wait(ctx) != nil {
 				return ctx.Err()

@@ -92,7 +92,7 @@ func TestLocalCancelKillsTheTree(t *testing.T) {
 		_, err := NewLocal(nil).Run(ctx, Request{Spec: Spec{Tasks: []string{"slow"}}, Workspace: ws, Jail: sandboxtest.HostJail(t, ws), Output: &out})
 		done <- err
 	}()
-	for _, err := os.Stat(filepath.Join(ws, "child.pid")); err != nil; _, err = os.Stat(filepath.Join(ws, "child.pid")) {
+	for b, _ := os.ReadFile(filepath.Join(ws, "child.pid")); !strings.HasSuffix(string(b), "\n"); b, _ = os.ReadFile(filepath.Join(ws, "child.pid")) {
 		select {
 		case err := <-done:
 			t.Fatalf("the build ended before it was cancelled: %v, output %q", err, out.String())
