@@ -1,14 +1,24 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/talkide/platform/internal/build"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/kubetest"
 )
 
 // Mara runs the workspace's build with the Build tool in talkide dev (the
@@ -77,5 +87,75 @@ func TestParseTolerations(t *testing.T) {
 	}
 	if err := (&buildFlags{runner: "cloud"}).check(); err == nil || !strings.Contains(err.Error(), "want local, kubernetes or none") {
 		t.Errorf("--builds cloud: %v", err)
+	}
+}
+
+// --builds kubernetes with --kubeconfig, as talkide dev and a worker
+// outside the cluster take it: the namespace comes from the kubeconfig's
+// context, and a build becomes a Job there (an interrupt deletes it).
+func TestKubernetesBuildsFromKubeconfig(t *testing.T) {
+	srv := kubetest.Start(t)
+	ns := srv.Namespace(t)
+	admin := srv.Config()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: admin.CAData}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: admin.CertData, ClientKeyData: admin.KeyData}
+	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin", Namespace: ns}
+	cfg.CurrentContext = "test"
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	o := workerOptions{tenant: "acme", env: "dev", claudeConfigDir: filepath.Join(dir, "claude"), workspaceRoot: filepath.Join(dir, "workspaces")}
+	flags := buildFlags{runner: "kubernetes", kubeconfig: kubeconfig, image: "builder.example.com/jdk:21", claim: "claude-sessions"}
+	r, err := newBuildRunner(flags, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Name() != "kubernetes" {
+		t.Fatalf("runner %s", r.Name())
+	}
+	ws := filepath.Join(o.workspaceRoot, "conv1")
+	os.MkdirAll(ws, 0o755)
+	os.WriteFile(filepath.Join(ws, "gradlew"), []byte("#!/bin/sh\n"), 0o755)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Run(ctx, build.Request{Spec: build.Spec{Tasks: []string{"test"}}, Conversation: "conv1", ToolCall: "toolu_1", Workspace: ws})
+		done <- err
+	}()
+	cs := srv.Client(t)
+	name := build.JobName("conv1", "toolu_1")
+	for {
+		j, err := cs.BatchV1().Jobs(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil {
+			if got := j.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName; got != "claude-sessions" || j.Spec.Template.Spec.Containers[0].VolumeMounts[0].SubPath != "workspaces/conv1" {
+				t.Errorf("the Job mounts %s at subPath %s", got, j.Spec.Template.Spec.Containers[0].VolumeMounts[0].SubPath)
+			}
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Run ended before creating its Job: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run after the interrupt = %v", err)
+	}
+	if _, err := cs.BatchV1().Jobs(ns).Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Job outlived the interrupt: %v", err)
+	}
+
+	// Workspaces the build Jobs could not mount refuse the start.
+	o.workspaceRoot = t.TempDir()
+	if _, err := newBuildRunner(flags, o, nil); err == nil || !strings.Contains(err.Error(), "not below the mount") {
+		t.Errorf("workspaces off the session volume: %v", err)
+	}
+	flags.kubeconfig = filepath.Join(dir, "missing")
+	if _, err := newBuildRunner(flags, o, nil); err == nil {
+		t.Error("a missing kubeconfig was accepted")
 	}
 }
