@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -157,5 +162,130 @@ func TestKubernetesBuildsFromKubeconfig(t *testing.T) {
 	flags.kubeconfig = filepath.Join(dir, "missing")
 	if _, err := newBuildRunner(flags, o, nil); err == nil {
 		t.Error("a missing kubeconfig was accepted")
+	}
+}
+
+// Mara's Build in talkide dev --builds kubernetes, against the test API
+// server as a ServiceAccount holding exactly the worker's Role: the
+// simulator calls Build, exactly one Job is created; the test plays the
+// Job controller and the kubelet (a pod that ran, its log, the Job's
+// status) and the summary reaches the model and the chat.
+func TestBuildToolInDevOnKubernetes(t *testing.T) {
+	srv := kubetest.Start(t)
+	ns := srv.Namespace(t)
+	cs := srv.Client(t)
+	ctx := context.Background()
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+	}
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "talkide-worker"}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "talkide-worker"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "talkide-worker", Namespace: ns}},
+		RoleRef:  rbacv1.RoleRef{Kind: "Role", APIGroup: rbacv1.GroupName, Name: "talkide-worker"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Config()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: admin.CAData}
+	sa := srv.AsServiceAccount(ns, "talkide-worker")
+	cfg.AuthInfos["worker"] = &clientcmdapi.AuthInfo{ClientCertificateData: admin.CertData, ClientKeyData: admin.KeyData,
+		Impersonate: sa.Impersonate.UserName, ImpersonateGroups: sa.Impersonate.Groups}
+	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "worker", Namespace: ns}
+	cfg.CurrentContext = "test"
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	// The stand-in kubelet serves the build container's log.
+	line := time.Now().UTC().Format(time.RFC3339Nano) + " OkTest > one() PASSED\n"
+	kubelet := http.NewServeMux()
+	kubelet.HandleFunc(kubetest.ContainerLogsPattern, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, line) })
+	node := srv.Node(t, kubelet)
+
+	st, err := startDev(ctx, devConfig{dataDir: filepath.Join(dir, "data"), addr: "127.0.0.1:0", logger: slog.New(slog.DiscardHandler),
+		agent: agentFlags{builds: buildFlags{runner: "kubernetes", kubeconfig: kubeconfig, image: "builder.example.com/jdk:21", claim: "claude-sessions"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st.shutdown(sctx)
+	})
+	base := st.info.ControlPlane
+	conv := createConversation(t, base).ID
+	ws := filepath.Join(st.info.Workspaces, conv)
+	os.MkdirAll(ws, 0o755)
+	os.WriteFile(filepath.Join(ws, "gradlew"), []byte("#!/bin/sh\n"), 0o755)
+
+	var state contractView
+	api(t, http.MethodGet, base+"/api/conversations/"+conv, nil, &state)
+	r := send(t, base, conv, `[[tool:Build {"tasks": ["test"]}]]`)
+
+	// Play the Job controller and the kubelet.
+	var job *batchv1.Job
+	for job == nil {
+		list, err := cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: "talkide.dev/conversation=" + conv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch len(list.Items) {
+		case 0:
+			time.Sleep(20 * time.Millisecond)
+		case 1:
+			job = &list.Items[0]
+		default:
+			t.Fatalf("%d Jobs for one Build call", len(list.Items))
+		}
+	}
+	spec := *job.Spec.Template.Spec.DeepCopy()
+	spec.NodeName = node
+	pod, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-p1",
+		Labels: map[string]string{"batch.kubernetes.io/job-name": job.Name}}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(ws, "build/test-results/test"), 0o755)
+	os.WriteFile(filepath.Join(ws, "build/test-results/test/TEST-OkTest.xml"), []byte(`<testsuite><testcase classname="OkTest" name="one()"/></testsuite>`), 0o644)
+	pod.Status.Phase = corev1.PodSucceeded
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: build.ContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}}
+	if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.CompleteJob(t, cs, job)
+
+	evs := readStream(t, base, conv, state.State.LastSeq, turnEnded(r.TurnID))
+	if end := terminal(t, evs); end.Kind != contract.KindTurnFinished {
+		t.Fatalf("turn: %s %+v", end.Kind, end.Failure)
+	}
+	var live, final strings.Builder
+	for _, s := range evs {
+		switch s.ev.Kind {
+		case contract.KindToolOutput:
+			live.WriteString(s.ev.Tool.Output)
+		case contract.KindMessage:
+			final.Reset()
+			final.WriteString(s.ev.Text)
+		}
+	}
+	if live.String() != "OkTest > one() PASSED\n" {
+		t.Errorf("live output = %q", live.String())
+	}
+	tools := finished(evs)
+	if len(tools) != 1 || tools[0].IsError || !strings.Contains(tools[0].Output, "Build succeeded: ./gradlew test (exit status 0, ") ||
+		!strings.Contains(tools[0].Output, "Job "+ns+"/"+job.Name) || !strings.Contains(tools[0].Output, "Tests: 1 run, 1 passed") {
+		t.Fatalf("tool.finished = %+v", tools)
+	}
+	if !strings.Contains(final.String(), "Build succeeded") {
+		t.Errorf("the model's reply does not quote the result: %q", final.String())
+	}
+	if _, err := cs.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the finished build's Job is still there: %v", err)
 	}
 }
