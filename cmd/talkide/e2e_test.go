@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/kubetest"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sse"
 )
@@ -381,7 +382,8 @@ func TestMain(m *testing.M) {
 	for _, k := range []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"} {
 		os.Unsetenv(k)
 	}
-	os.Exit(m.Run())
+	// The --builds kubernetes tests share one test API server.
+	kubetest.Main(m)
 }
 
 // A control-plane shutting down ends its browser streams instead of waiting

@@ -26,6 +26,7 @@ type agentFlags struct {
 	sandbox                                         string
 	sandboxReadOnly                                 []string
 	egressAllow                                     string
+	builds                                          buildFlags
 }
 
 // apply copies the flags into o, checking the sandbox mode (empty:
@@ -40,6 +41,10 @@ func (a *agentFlags) apply(o *workerOptions) error {
 	}
 	o.model, o.harness, o.claudeCodeBin, o.toolPolicy, o.mcpAllow = a.model, a.harness, a.claudeBin, a.toolPolicy, a.mcpAllow
 	o.sandbox, o.egressAllow = mode, a.egressAllow
+	if err := a.builds.check(); err != nil {
+		return err
+	}
+	o.builds = a.builds
 	if len(a.sandboxReadOnly) > 0 {
 		o.sandboxReadOnly = append(slices.Clone(sandbox.DefaultReadOnly), a.sandboxReadOnly...)
 	}
@@ -56,6 +61,7 @@ func registerAgentFlags(fs *pflag.FlagSet, a *agentFlags) {
 	fs.StringSliceVar(&a.sandboxReadOnly, "sandbox-read-only", nil, "more paths agent commands may read and execute, beyond "+strings.Join(sandbox.DefaultReadOnly, ",")+" (a toolchain outside /usr or /opt); repeat or separate with commas")
 	fs.StringVar(&a.egressAllow, "egress-allow", "", "JSON file of the destinations agent commands may reach through the egress proxy (docs/egress.md); default none")
 	bindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow", "sandbox", "sandbox-read-only", "egress-allow")
+	registerBuildFlags(fs, &a.builds)
 }
 
 // controlPlaneGrace is how long the control-plane lets requests finish

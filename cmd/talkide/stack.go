@@ -292,6 +292,7 @@ type workerOptions struct {
 	sandbox         sandbox.Mode // default auto
 	sandboxReadOnly []string     // nil: sandbox.DefaultReadOnly
 	egressAllow     string       // the egress allow-list file; empty allows no destination
+	builds          buildFlags   // the Build tool's runner (builds.go)
 	// pretendNoLandlock makes the sandbox find no Landlock (tests of a
 	// machine without it).
 	pretendNoLandlock bool
@@ -382,9 +383,13 @@ func startWorker(o workerOptions) (_ *workerProc, err error) {
 	// allow-list permits; Close (in shutdown) stops them.
 	mcpSource := mcpservers.New(&mcpservers.Options{AllowList: mcpAllow, Logger: o.logger.With("component", "mcp-servers")})
 	undo = append(undo, func() { mcpSource.Close() })
+	builds, err := newBuildRunner(o.builds, o, o.logger.With("component", "builds"))
+	if err != nil {
+		return nil, err
+	}
 	h := native.New(client, &native.Options{
 		Model:       o.model,
-		Tools:       tools.Default(&tools.Options{}),
+		Tools:       tools.Default(&tools.Options{Builds: builds}),
 		Policy:      policy,
 		ToolSources: append([]native.ToolSource{issues}, mcpSource),
 		Logger:      o.logger.With("component", "harness"),

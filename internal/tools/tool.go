@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/talkide/platform/internal/build"
 	"github.com/talkide/platform/internal/sandbox"
 )
 
@@ -56,6 +57,9 @@ type Call struct {
 	// Jail is the sandbox the call's processes start in; a tool that
 	// starts processes (Bash) refuses to run without one.
 	Jail *sandbox.Jail
+	// Conversation is the conversation's id: Build names its Kubernetes
+	// Job by it and the call's ID.
+	Conversation string
 }
 
 // Result is what the model sees of a call.
@@ -79,6 +83,9 @@ type Options struct {
 	// HOME=<workspace root>, LANG=C.UTF-8, TERM=dumb. The process's own
 	// environment is never inherited.
 	Env []string
+	// Builds, when set, runs the Build tool's builds (a local or a
+	// Kubernetes runner); nil leaves Build out of the toolset.
+	Builds build.Runner
 }
 
 // Defaults and limits.
@@ -112,10 +119,11 @@ func (o *Options) withDefaults() Options {
 }
 
 // Default returns the default toolset, in this order: Bash, Read, Write,
-// Edit, Glob, Grep, LS, TodoWrite. opts may be nil.
+// Edit, Glob, Grep, LS, TodoWrite, and Build when Options.Builds is set.
+// opts may be nil.
 func Default(opts *Options) []Tool {
 	o := opts.withDefaults()
-	return []Tool{
+	ts := []Tool{
 		&Bash{Timeout: o.BashTimeout, MaxOutputBytes: o.MaxOutputBytes, Env: o.Env},
 		&Read{MaxOutputBytes: o.MaxOutputBytes},
 		&Write{},
@@ -125,6 +133,10 @@ func Default(opts *Options) []Tool {
 		&LS{MaxOutputBytes: o.MaxOutputBytes},
 		&TodoWrite{},
 	}
+	if o.Builds != nil {
+		ts = append(ts, &Build{Runner: o.Builds, MaxOutputBytes: o.MaxOutputBytes})
+	}
+	return ts
 }
 
 // Find returns the tool called name, or nil.
