@@ -443,13 +443,21 @@ func TestCloseKillsProcessGroupsAndGoroutines(t *testing.T) {
 }
 
 func TestIdleConversationIsClosed(t *testing.T) {
-	f := newFixture(t, &Options{IdleTimeout: 200 * time.Millisecond})
+	// The janitor's own sweep never fires within the test; the test runs a
+	// sweep at a time past the idle timeout, so a slow machine cannot idle
+	// the server between a turn's Tools and its call.
+	f := newFixture(t, &Options{IdleTimeout: time.Hour})
 	f.declare(map[string]any{"echo": echo()})
 	ts, err := f.tools()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pid, _ := f.pids(ts, "mcp__echo__pid")
+	f.src.closeIdle(time.Now().Add(30 * time.Minute))
+	if !alive(pid) {
+		t.Fatal("a server idle for less than the timeout was stopped")
+	}
+	f.src.closeIdle(time.Now().Add(2 * time.Hour))
 	eventually(t, "the idle server is stopped", func() bool { return !alive(pid) })
 	f.src.mu.Lock()
 	n := len(f.src.convs)
