@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -37,7 +38,7 @@ type attackStack struct {
 
 func startAttackStack(t *testing.T, cfg devConfig) *attackStack {
 	t.Helper()
-	allowed := greeter(t, "allowed host\n")
+	allowed := httpGreeter(t, "allowed host\n")
 	other := greeter(t, "other service\n")
 	dir := t.TempDir()
 	allowFile := filepath.Join(dir, "egress.json")
@@ -76,6 +77,37 @@ func greeter(t *testing.T, greeting string) net.Listener {
 	return ln
 }
 
+// httpGreeter is a greeter that answers after the request has arrived: a
+// reply written before it is, to a proxy's pooled connection, an
+// unsolicited response (502).
+func httpGreeter(t *testing.T, greeting string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(greeting), greeting)
+			}()
+		}
+	}()
+	return ln
+}
+
+// acceptGreet greets every connection at once, so that a connection the
+// sandbox should have refused shows itself even when it sends nothing.
 func acceptGreet(ln net.Listener, greeting string) {
 	for {
 		c, err := ln.Accept()
