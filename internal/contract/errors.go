@@ -31,4 +31,7 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
 	CodeMethodNotAllowed = "method_not_allowed"
+	// CodeRateLimited: too many logins or requests from one source or with
+	// one token; retry after Retry-After.
+	CodeRateLimited = "rate_limited"
 )

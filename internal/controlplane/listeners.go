@@ -1,0 +1,75 @@
+package controlplane
+
+import (
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/httpapi"
+)
+
+// The control-plane's endpoints fall in three groups, which a deployment
+// serves on three listeners (docs/accounts.md): the public one (browser
+// API, login, UI), the internal one (what workers call: the gateway, the
+// mint, reports and issues; and the operator API) and the metrics one.
+// Handler serves all three together (talkide dev, one loopback listener);
+// PublicHandler, InternalHandler and MetricsHandler each serve one group
+// and answer 404 for the others' paths, as if they did not exist.
+
+// internalPath reports whether p (an escaped request path) is an internal
+// endpoint's, as sent or once cleaned: a path that cleans into the internal
+// prefix is internal too, whatever the mux would make of it.
+func internalPath(p string) bool {
+	for _, q := range []string{p, path.Clean("/" + p)} {
+		if q == MintPath || q == AdminPrefix || strings.HasPrefix(q, AdminPrefix+"/") ||
+			q == "/api/internal" || strings.HasPrefix(q, "/api/internal/") {
+			return true
+		}
+	}
+	return false
+}
+
+func metricsPath(p string) bool { return p == "/metrics" || path.Clean("/"+p) == "/metrics" }
+
+// only serves h to the requests keep accepts and answers the others 404.
+func (s *Server) only(h http.Handler, keep func(p string) bool) http.Handler {
+	notFound := httpapi.Handle(s.log, func(http.ResponseWriter, *http.Request) error {
+		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no such endpoint")
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !keep(r.URL.EscapedPath()) {
+			notFound.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// PublicHandler serves the browser API, /auth/ and /healthz; internal and
+// metrics paths are 404.
+func (s *Server) PublicHandler() http.Handler {
+	return s.only(s.Handler(), func(p string) bool { return !internalPath(p) && !metricsPath(p) })
+}
+
+// InternalHandler serves what workers and operators call, and /healthz.
+func (s *Server) InternalHandler() http.Handler {
+	return s.only(s.Handler(), func(p string) bool { return internalPath(p) || p == "/healthz" })
+}
+
+// MetricsHandler serves /metrics and /healthz.
+func (s *Server) MetricsHandler() http.Handler {
+	return s.only(s.Handler(), func(p string) bool { return metricsPath(p) || p == "/healthz" })
+}
+
+// crossOrigin refuses a state-changing request a browser sends from
+// another origin (by Sec-Fetch-Site, else Origin against Host), on every
+// endpoint: no path is exempt. Clients that are not browsers (the CLI,
+// workers) send neither header and pass.
+func (s *Server) crossOrigin(next http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(httpapi.Handle(s.log, func(http.ResponseWriter, *http.Request) error {
+		return httpapi.Errorf(http.StatusForbidden, contract.CodeForbidden, "cross-origin requests are refused")
+	}))
+	return cop.Handler(next)
+}
