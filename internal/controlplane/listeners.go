@@ -46,21 +46,46 @@ func (s *Server) only(h http.Handler, keep func(p string) bool) http.Handler {
 	})
 }
 
-// PublicHandler serves the browser API, /auth/ and /healthz; internal and
-// metrics paths are 404.
-func (s *Server) PublicHandler() http.Handler {
-	return s.only(s.Handler(), func(p string) bool { return !internalPath(p) && !metricsPath(p) })
+// Group is a set of the endpoint groups.
+type Group int
+
+const (
+	// Public: the browser API, /auth/, the UI and everything else that is
+	// neither Internal nor Metrics.
+	Public Group = 1 << iota
+	// Internal: the gateway, the mint, worker reports and issues, the
+	// operator API.
+	Internal
+	// Metrics: /metrics.
+	Metrics
+)
+
+// HandlerFor serves the groups in g, and /healthz; any other path is 404.
+func (s *Server) HandlerFor(g Group) http.Handler {
+	if g == Public|Internal|Metrics {
+		return s.Handler()
+	}
+	return s.only(s.Handler(), func(p string) bool {
+		switch {
+		case p == "/healthz":
+			return true
+		case internalPath(p):
+			return g&Internal != 0
+		case metricsPath(p):
+			return g&Metrics != 0
+		}
+		return g&Public != 0
+	})
 }
 
-// InternalHandler serves what workers and operators call, and /healthz.
-func (s *Server) InternalHandler() http.Handler {
-	return s.only(s.Handler(), func(p string) bool { return internalPath(p) || p == "/healthz" })
-}
+// PublicHandler is HandlerFor(Public).
+func (s *Server) PublicHandler() http.Handler { return s.HandlerFor(Public) }
 
-// MetricsHandler serves /metrics and /healthz.
-func (s *Server) MetricsHandler() http.Handler {
-	return s.only(s.Handler(), func(p string) bool { return metricsPath(p) || p == "/healthz" })
-}
+// InternalHandler is HandlerFor(Internal).
+func (s *Server) InternalHandler() http.Handler { return s.HandlerFor(Internal) }
+
+// MetricsHandler is HandlerFor(Metrics).
+func (s *Server) MetricsHandler() http.Handler { return s.HandlerFor(Metrics) }
 
 // crossOrigin refuses a state-changing request a browser sends from
 // another origin (by Sec-Fetch-Site, else Origin against Host), on every

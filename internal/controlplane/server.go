@@ -44,10 +44,6 @@ type Options struct {
 	// LocalUser, when set, makes the browser API act as that one user with
 	// no credentials (talkide dev, loopback only).
 	LocalUser string
-	// Auth authenticates the browser API's callers when there is no local
-	// user, and serves /auth/ (login, callback, logout); nil with no local
-	// user: the browser API refuses every request.
-	Auth *auth.Authenticator
 	Logger    *slog.Logger // nil: don't log
 	Now       func() time.Time
 	// Heartbeat is the interval of SSE comments to browsers; default 15 s.
@@ -67,6 +63,10 @@ type Options struct {
 	// body, from the request's start (httpapi.BodyDeadline); 0:
 	// httpapi.DefaultBodyTimeout.
 	BodyTimeout time.Duration
+	// Auth authenticates the browser API's callers when there is no local
+	// user, and serves /auth/ (login, callback, logout); nil with no local
+	// user: the browser API refuses every request.
+	Auth *auth.Authenticator
 }
 
 // config is everything the server runs with: what New requires and the
