@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,6 +116,39 @@ func TestAdminUsersAndAPITokens(t *testing.T) {
 		t.Errorf("metrics listener: %d", got)
 	}
 
+	// talkide login checks the token and stores it 0600; talkide chat --url
+	// finds it. (acme/prod's worker does not exist: getting that far is
+	// what shows the token worked.)
+	creds := filepath.Join(t.TempDir(), "cfg", "tokens.json")
+	talk := func(stdin string, args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		err := run(context.Background(), args, stdio{in: strings.NewReader(stdin), out: &out, err: &errb})
+		return out.String() + errb.String(), err
+	}
+	if out, err := talk("tka_bad.0123456789abcdef0123\n", "login", "--url", pub, "--credentials", creds); err == nil {
+		t.Errorf("login with a bad token: %s", out)
+	}
+	if _, err := os.Stat(creds); err == nil {
+		t.Error("a refused token was stored")
+	}
+	if out, err := talk(tok+"\n", "login", "--url", pub+"/", "--credentials", creds); err != nil {
+		t.Fatalf("login: %v: %s", err, out)
+	}
+	fi, err := os.Stat(creds)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("tokens file: %v, %v; want mode 0600", fi, err)
+	}
+	out, err = talk("", "chat", "--url", pub, "--credentials", creds, "-m", "hi")
+	if err == nil || !strings.Contains(out+err.Error(), "unreachable") {
+		t.Errorf("chat with the stored token: %v: %s (want the worker unreachable)", err, out)
+	}
+	tokFile := filepath.Join(t.TempDir(), "token")
+	must(t, os.WriteFile(tokFile, []byte("tka_nope.0123456789abcdef0123\n"), 0o600))
+	out, err = talk("", "chat", "--url", pub, "--token-file", tokFile, "-m", "hi")
+	if err == nil || !strings.Contains(strings.ToLower(out+err.Error()), "unauthorized") {
+		t.Errorf("chat with a bad token file: %v: %s (want 401)", err, out)
+	}
+
 	// Revoked, the token opens nothing; removed, the user sees nothing.
 	id := strings.TrimPrefix(tok[:strings.Index(tok, ".")], "tka_")
 	out, _ = mustAdmin(t, "api-token", "revoke", d, "--id", id)
@@ -129,5 +164,12 @@ func TestAdminUsersAndAPITokens(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), tok) {
 		t.Error("the control-plane logged the token")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
