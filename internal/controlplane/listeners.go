@@ -88,13 +88,24 @@ func (s *Server) InternalHandler() http.Handler { return s.HandlerFor(Internal) 
 func (s *Server) MetricsHandler() http.Handler { return s.HandlerFor(Metrics) }
 
 // crossOrigin refuses a state-changing request a browser sends from
-// another origin (by Sec-Fetch-Site, else Origin against Host), on every
-// endpoint: no path is exempt. Clients that are not browsers (the CLI,
-// workers) send neither header and pass.
+// another origin (by Sec-Fetch-Site, else Origin against Host) on every
+// endpoint of the public group: the browser API, /auth/, the UI, with no
+// bypass pattern. Clients that are not browsers (the CLI, scripts) send
+// neither header and pass. The internal endpoints are left to their own
+// credentials (signatures, WorkerTokens, operator tokens; never a cookie):
+// their callers are programs whose HTTP stacks may send an Origin of
+// their own, and a split deployment does not serve them publicly at all.
 func (s *Server) crossOrigin(next http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(httpapi.Handle(s.log, func(http.ResponseWriter, *http.Request) error {
 		return httpapi.Errorf(http.StatusForbidden, contract.CodeForbidden, "cross-origin requests are refused")
 	}))
-	return cop.Handler(next)
+	public := cop.Handler(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if internalPath(r.URL.EscapedPath()) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		public.ServeHTTP(w, r)
+	})
 }
