@@ -125,6 +125,17 @@ func TestAPITokens(t *testing.T) {
 	if _, err := RevokeAPIToken(ctx, st, tok2, clk.Now()); !errors.Is(err, store.ErrNotFound) || strings.Contains(err.Error(), tok2) {
 		t.Errorf("revoking by the whole token: %v", err)
 	}
+	// Ids are random base64url: one may begin with '-' or '_', and still
+	// revokes.
+	for _, id := range []string{"-WJkO3hGzRdC", "_abc"} {
+		must := store.APIToken{ID: id, UserID: "alice", Hash: rec.Hash, CreatedAt: t0}
+		if err := st.AddAPIToken(ctx, must); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := RevokeAPIToken(ctx, st, id, clk.Now()); err != nil {
+			t.Errorf("revoking %s: %v", id, err)
+		}
+	}
 }
 
 func TestTokenRateLimit(t *testing.T) {
