@@ -170,7 +170,16 @@ func returnPath(s string) string {
 // others answer 404.
 func (a *Authenticator) Handler() http.Handler {
 	mux := http.NewServeMux()
-	h := func(f httpapi.HandlerFunc) http.Handler { return httpapi.Handle(a.log, f) }
+	h := func(f httpapi.HandlerFunc) http.Handler {
+		return httpapi.Handle(a.log, func(w http.ResponseWriter, r *http.Request) error {
+			// The callback's URL holds the code and state: no Referer may
+			// carry them on, and no cache may keep an answer.
+			w.Header().Set("Referrer-Policy", "no-referrer")
+			w.Header().Set("Cache-Control", "no-store")
+			w.Header().Set("X-Frame-Options", "DENY")
+			return f(w, r)
+		})
+	}
 	if a.oidc != nil {
 		mux.Handle("GET /auth/login", h(a.oidc.handleLogin))
 		mux.Handle("GET /auth/callback", h(a.oidc.handleCallback))

@@ -21,6 +21,12 @@ const maxBrowserBody = 1 << 20
 // proxy's header).
 func (s *Server) browser(h httpapi.HandlerFunc) httpapi.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		// What the API answers is one user's and for scripts, never for a
+		// frame, a shared cache or another site's Referer.
+		hdr := w.Header()
+		hdr.Set("Cache-Control", "no-store")
+		hdr.Set("Referrer-Policy", "no-referrer")
+		hdr.Set("X-Frame-Options", "DENY")
 		var caller *auth.Caller
 		switch {
 		case s.cfg.LocalUser != "":

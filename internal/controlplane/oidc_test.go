@@ -43,8 +43,9 @@ type oidcLogin struct {
 	store  *sqlite.Store
 	client *http.Client // with a cookie jar; follows redirects
 	// setCookies are the Set-Cookie headers of the callback's answers.
-	mu         sync.Mutex
-	setCookies []*http.Cookie
+	mu             sync.Mutex
+	setCookies     []*http.Cookie
+	callbackHeader http.Header
 }
 
 func newOIDCLogin(t *testing.T) *oidcLogin {
@@ -104,6 +105,7 @@ func newOIDCLogin(t *testing.T) *oidcLogin {
 			if resp := req.Response; resp != nil && resp.Request.URL.Path == "/auth/callback" {
 				l.mu.Lock()
 				l.setCookies = append(l.setCookies, resp.Cookies()...)
+				l.callbackHeader = resp.Header.Clone()
 				l.mu.Unlock()
 			}
 			if len(via) > 10 {
@@ -179,6 +181,14 @@ func TestOIDCLogin(t *testing.T) {
 	}
 	if !session.Secure || !session.HttpOnly || session.SameSite != http.SameSiteLaxMode || session.Path != "/" || session.Domain != "" {
 		t.Errorf("session cookie flags: %+v, want Secure, HttpOnly, SameSite=Lax, Path=/, no Domain", session)
+	}
+	for k, want := range map[string]string{"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"} {
+		if got := l.callbackHeader.Get(k); got != want {
+			t.Errorf("callback's %s = %q, want %q (its URL holds the code)", k, got, want)
+		}
+	}
+	if got := resp.Header.Get("Cache-Control"); got != "no-store" {
+		t.Errorf("conversation list's Cache-Control = %q, want no-store", got)
 	}
 	if session.MaxAge <= 0 {
 		t.Errorf("session cookie Max-Age %d", session.MaxAge)
