@@ -18,6 +18,7 @@ import (
 // chatFlags are talkide chat's flags.
 type chatFlags struct {
 	addr, dataDir, conv, title, message, recent string
+	url, tokenFile, credentials                 string
 	verbose, color, history                     bool
 }
 
@@ -40,6 +41,9 @@ the client's commands.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.addr, "addr", "", "control-plane URL or HOST:PORT (default: read from DATA-DIR/dev.json, else http://127.0.0.1:7878)")
+	fs.StringVar(&f.url, "url", "", "a shared control-plane's URL (as --addr), with the API token of --token-file or of talkide login")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding an API token (talkide admin api-token issue) sent as Authorization: Bearer")
+	fs.StringVar(&f.credentials, "credentials", "", "talkide login's tokens file (default CONFIG-DIR/talkide/tokens.json)")
 	fs.StringVar(&f.dataDir, "data-dir", "./.talkide", "talkide dev's data directory, to find the control-plane")
 	fs.StringVar(&f.conv, "conversation", "", "conversation id to open (created if missing); empty starts a new one")
 	fs.StringVar(&f.title, "title", "", "title of a new conversation")
@@ -48,7 +52,7 @@ the client's commands.`,
 	fs.BoolVar(&f.color, "color", false, "use ANSI colours")
 	fs.BoolVar(&f.history, "history", false, "replay all of the conversation's earlier events first (--recent all)")
 	fs.StringVar(&f.recent, "recent", "", "earlier turns to show on reopening a conversation: a number, all or none (default 3, with -m none)")
-	bindEnv(fs, "addr", "data-dir", "color", "verbose", "recent")
+	bindEnv(fs, "addr", "data-dir", "color", "verbose", "recent", "url", "token-file", "credentials")
 	return cmd
 }
 
@@ -93,7 +97,13 @@ func runChat(cmd *cobra.Command, f chatFlags, std stdio) error {
 		}
 	}()
 
+	if f.url != "" && f.addr != "" && f.url != f.addr {
+		return usageErrorf(cmd, "--url and --addr name the control-plane; give one of them")
+	}
 	addr := f.addr
+	if f.url != "" {
+		addr = f.url
+	}
 	if addr == "" {
 		addr = "http://127.0.0.1:7878"
 		if b, err := os.ReadFile(filepath.Join(f.dataDir, "dev.json")); err == nil {
@@ -106,7 +116,11 @@ func runChat(cmd *cobra.Command, f chatFlags, std stdio) error {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr // HOST:PORT, as talkide dev's --addr takes it
 	}
-	client, err := chatclient.New(addr, nil)
+	token, err := chatToken(addr, f.tokenFile, f.credentials)
+	if err != nil {
+		return err
+	}
+	client, err := chatclient.New(addr, &chatclient.Options{Token: token})
 	if err != nil {
 		return err
 	}

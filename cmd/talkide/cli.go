@@ -141,9 +141,10 @@ func newRoot(std stdio) *cobra.Command {
 
   talkide dev            run everything on this machine (control-plane, worker, model simulator)
   talkide chat           talk to Mara from the terminal
+  talkide login          store an API token for a shared control-plane's URL
   talkide controlplane   run the control-plane (browser API, gateway-proxy, mint, reports)
   talkide worker         run a tenant-env's agent worker
-  talkide admin          operate tenant-envs, identity tokens, budgets, usage, operator tokens
+  talkide admin          operate tenant-envs, identity tokens, users, API tokens, budgets, usage, operator tokens
   talkide sessions       list, archive or delete sessions on a session volume
   talkide sandbox        see and try the sandbox the agent's commands run in
 
@@ -165,6 +166,7 @@ the flag's help names it ([$TALKIDE_…]). See docs/cli.md.`,
 	root.AddCommand(
 		newDevCmd(std),
 		newChatCmd(std),
+		newLoginCmd(std),
 		newControlPlaneCmd(std),
 		newWorkerCmd(std),
 		newAdminCmd(std),

@@ -79,8 +79,12 @@ func newControlPlaneCmd(std stdio) *cobra.Command {
 		Short: "Run the control-plane: browser API, gateway-proxy, mint endpoint, worker reports, operator API",
 		Long: `Run the control-plane: the browser API, the gateway-proxy (the only holder of
 ANTHROPIC_API_KEY), the WorkerToken mint endpoint, the worker report endpoints
-and the operator API, on one listener. Without ANTHROPIC_API_KEY the gateway
-answers 503. See docs/operations.md.`,
+and the operator API: on one listener, or on --listen (public),
+--internal-listen (what workers and operators call) and --metrics-listen.
+Without --local-user the browser API authenticates with API tokens (talkide
+admin api-token), an OpenID Connect login (--oidc-*) or a trusted proxy's
+header (--trusted-proxies). Without ANTHROPIC_API_KEY the gateway answers 503.
+See docs/operations.md and docs/accounts.md.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := logs.logger(cmd, std.err)
@@ -111,6 +115,12 @@ answers 503. See docs/operations.md.`,
 				return err
 			}
 			logger.Info("control-plane serving", "url", cp.http.url())
+			if cp.internal != nil {
+				logger.Info("control-plane internal endpoints serving", "url", cp.internal.url())
+			}
+			if cp.metricsL != nil {
+				logger.Info("control-plane metrics serving", "url", cp.metricsL.url())
+			}
 			return serveUntil(ctx, logger, controlPlaneGrace, cp.shutdown)
 		},
 	}
@@ -124,7 +134,10 @@ answers 503. See docs/operations.md.`,
 	fs.StringVar(&o.env, "default-env", "dev", "env of new conversations")
 	fs.StringVar(&o.prices, "prices", "", "JSON file of model prices overriding the built-in list, same shape (docs/budgets.md)")
 	fs.StringVar(&o.operatorTokens, "operator-tokens", "", "file of the operator tokens' hashes that the operator API /api/admin accepts, re-read when it changes (default DATA-DIR/operator-tokens; kept by talkide admin operator-token)")
-	bindEnv(fs, "listen", "data-dir", "database", "anthropic-url", "local-user", "default-tenant", "default-env", "prices", "operator-tokens")
+	fs.StringVar(&o.internalListen, "internal-listen", "", "HOST:PORT for what workers and operators call (gateway, mint, reports, issues, operator API); default: on --listen. Set it, and --listen answers 404 there (docs/accounts.md)")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "", "HOST:PORT for /metrics; default: on --listen")
+	bindEnv(fs, "listen", "data-dir", "database", "anthropic-url", "local-user", "default-tenant", "default-env", "prices", "operator-tokens", "internal-listen", "metrics-listen")
+	o.auth.add(fs)
 	registerStreamFlags(fs, &o.streams)
 	logs.add(fs)
 	return cmd

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/fdlimit"
@@ -92,15 +93,24 @@ type cpOptions struct {
 	tenant, env    string
 	streams        streamFlags
 	logger         *slog.Logger
+	// internalListen and metricsListen, when set, serve the internal
+	// endpoints (gateway, mint, worker reports and issues, operator API)
+	// and /metrics on listeners of their own; listen then answers 404 for
+	// them (docs/accounts.md).
+	internalListen, metricsListen string
+	auth                          authFlags
 }
 
 type cpProc struct {
-	http    *server
-	store   store.Store
-	secrets *cpSecrets
-	budget  *budget.Service
-	gateway *gateway.Gateway // nil without an API key
-	metrics *metrics.Metrics
+	http     *server            // the public listener (everything, when not split)
+	internal *server            // nil unless --internal-listen
+	metricsL *server            // nil unless --metrics-listen
+	stop     context.CancelFunc // ends the session sweeper
+	store    store.Store
+	secrets  *cpSecrets
+	budget   *budget.Service
+	gateway  *gateway.Gateway // nil without an API key
+	metrics  *metrics.Metrics
 }
 
 func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
@@ -150,10 +160,18 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 		gw = gateway.New(up, o.apiKey, keyring, st, &gateway.Options{Logger: o.logger.With("component", "gateway"), Budget: bud, Metrics: m})
 		gwHandler = gw
 	}
+	var authn *auth.Authenticator
+	if o.localUser == "" {
+		if authn, err = o.auth.authenticator(st, secrets, o.logger.With("component", "auth")); err != nil {
+			closeBudget(bud)
+			st.Close()
+			return nil, err
+		}
+	}
 	cp, err := controlplane.New(st,
 		controlplane.Keys{Tokens: keyring, CommandSecret: secrets.CommandSecret, CommandKeyID: secrets.CommandKeyID},
 		controlplane.TenantEnv{Tenant: o.tenant, Env: o.env}, &controlplane.Options{
-			Gateway: gwHandler, LocalUser: o.localUser,
+			Gateway: gwHandler, LocalUser: o.localUser, Auth: authn,
 			Logger:            o.logger.With("component", "controlplane"),
 			Budget:            bud,
 			Operators:         operators,
@@ -166,20 +184,57 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 		st.Close()
 		return nil, err
 	}
-	srv, err := listen(o.listen, cp.Handler())
-	if err != nil {
+	p := &cpProc{store: st, secrets: secrets, budget: bud, gateway: gw, metrics: m}
+	if err := p.listen(cp, o); err != nil {
 		closeBudget(bud)
 		st.Close()
 		return nil, err
 	}
-	srv.srv.RegisterOnShutdown(cp.CloseStreams)
 	m.CountStreams(cp.StreamsOpen, cp.StreamUpstreams)
-	if fl, ok := srv.ln.(*fdlimit.Listener); ok {
-		m.CountShedConnections(fl.Shed)
-	}
 	lim := cp.StreamLimits()
 	o.logger.Info("browser stream caps", "per_user", lim.PerUser, "per_conversation", lim.PerConversation, "total", lim.Total)
-	return &cpProc{http: srv, store: st, secrets: secrets, budget: bud, gateway: gw, metrics: m}, nil
+	sweepCtx, stop := context.WithCancel(context.Background())
+	p.stop = stop
+	if authn != nil {
+		go sweepSessions(sweepCtx, authn, time.Hour, o.logger.With("component", "auth"))
+	}
+	return p, nil
+}
+
+// listen starts the control-plane's listeners: one for everything, or the
+// public one apart from the internal and metrics ones that are set.
+func (p *cpProc) listen(cp *controlplane.Server, o cpOptions) error {
+	public := controlplane.Public
+	if o.internalListen == "" {
+		public |= controlplane.Internal
+	}
+	if o.metricsListen == "" {
+		public |= controlplane.Metrics
+	}
+	var err error
+	if p.http, err = listen(o.listen, cp.HandlerFor(public)); err != nil {
+		return err
+	}
+	p.http.srv.RegisterOnShutdown(cp.CloseStreams)
+	if fl, ok := p.http.ln.(*fdlimit.Listener); ok {
+		p.metrics.CountShedConnections(fl.Shed)
+	}
+	if o.internalListen != "" {
+		if p.internal, err = listen(o.internalListen, cp.HandlerFor(controlplane.Internal)); err != nil {
+			p.http.srv.Close()
+			return fmt.Errorf("--internal-listen: %w", err)
+		}
+	}
+	if o.metricsListen != "" {
+		if p.metricsL, err = listen(o.metricsListen, cp.HandlerFor(controlplane.Metrics)); err != nil {
+			p.http.srv.Close()
+			if p.internal != nil {
+				p.internal.srv.Close()
+			}
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+	}
+	return nil
 }
 
 // loadPrices returns the built-in prices with the operator's overrides from
@@ -256,9 +311,19 @@ func openStore(ctx context.Context, spec, defaultPath string, logger *slog.Logge
 }
 
 func (p *cpProc) shutdown(ctx context.Context) error {
-	err := p.http.srv.Shutdown(ctx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = p.http.srv.Close() // SSE streams never end on their own
+	if p.stop != nil {
+		p.stop()
+	}
+	var err error
+	for _, srv := range []*server{p.http, p.internal, p.metricsL} {
+		if srv == nil {
+			continue
+		}
+		e := srv.srv.Shutdown(ctx)
+		if errors.Is(e, context.DeadlineExceeded) {
+			e = srv.srv.Close() // SSE streams never end on their own
+		}
+		err = errors.Join(err, e)
 	}
 	// The last usage records and settlements, before the store closes,
 	// even when the HTTP shutdown used up ctx.

@@ -60,6 +60,18 @@ func (c *Client) GetConversation(ctx context.Context, id string) (Conversation, 
 	return conv, nil
 }
 
+// ListConversations returns the conversations the caller may see, newest
+// first. A missing or refused credential is an *APIError with status 401.
+func (c *Client) ListConversations(ctx context.Context) ([]Conversation, error) {
+	var out struct {
+		Conversations []Conversation `json:"conversations"`
+	}
+	if _, err := c.doJSON(ctx, http.MethodGet, c.base+"/api/conversations", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Conversations, nil
+}
+
 // Send posts text as a user message, which starts a turn. It generates a
 // client message id and retries transient failures (connection errors,
 // 502, 503, 504) with that same id, so the control-plane starts the turn at

@@ -35,4 +35,7 @@ const (
 	// control-plane (per user, per conversation: 429; in total: 503);
 	// retry after Retry-After.
 	CodeTooManyStreams = "too_many_streams"
+	// CodeRateLimited: too many logins or requests from one source or with
+	// one token; retry after Retry-After.
+	CodeRateLimited = "rate_limited"
 )

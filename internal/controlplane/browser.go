@@ -1,12 +1,13 @@
 package controlplane
 
 import (
-	"context"
 	"errors"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
@@ -15,44 +16,86 @@ import (
 // maxBrowserBody bounds a browser API request body.
 const maxBrowserBody = 1 << 20
 
-type userKey struct{}
-
-// browser resolves the calling user before h runs.
+// browser resolves the caller before h runs: talkide dev's local user, or
+// whoever the authenticator finds (a session, an API token, a trusted
+// proxy's header).
 func (s *Server) browser(h httpapi.HandlerFunc) httpapi.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if s.cfg.LocalUser == "" {
+		// What the API answers is one user's and for scripts, never for a
+		// frame, a shared cache or another site's Referer.
+		hdr := w.Header()
+		hdr.Set("Cache-Control", "no-store")
+		hdr.Set("Referrer-Policy", "no-referrer")
+		hdr.Set("X-Frame-Options", "DENY")
+		var caller *auth.Caller
+		switch {
+		case s.cfg.LocalUser != "":
+			if err := httpapi.LocalOnly(r); err != nil {
+				return err
+			}
+			caller = &auth.Caller{UserID: s.cfg.LocalUser, Via: auth.ViaLocal}
+		case s.cfg.Auth == nil:
 			return httpapi.Errorf(http.StatusUnauthorized, contract.CodeUnauthorized,
-				"browser authentication is not configured on this control-plane; run it with a local user (talkide dev)")
-		}
-		if err := httpapi.LocalOnly(r); err != nil {
-			return err
+				"browser authentication is not configured on this control-plane; run it with a local user (talkide dev) or an authentication mode (docs/accounts.md)")
+		default:
+			if err := jsonBody(r); err != nil {
+				return err
+			}
+			var err error
+			if caller, err = s.cfg.Auth.Authenticate(r); err != nil {
+				return err
+			}
 		}
 		if id := r.PathValue("id"); r.Pattern != "" && strings.Contains(r.Pattern, "{id}") {
 			if err := httpapi.ID("conversation id", id); err != nil {
 				return err
 			}
 		}
-		return h(w, r.WithContext(context.WithValue(r.Context(), userKey{}, s.cfg.LocalUser)))
+		return h(w, r.WithContext(auth.WithCaller(r.Context(), caller)))
 	}
 }
 
-func userOf(r *http.Request) string { return r.Context().Value(userKey{}).(string) }
+// jsonBody refuses a POST body that is not JSON: a form or text/plain body
+// is what a cross-site page can send without a preflight.
+func jsonBody(r *http.Request) error {
+	if r.Method != http.MethodPost || r.ContentLength == 0 {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return httpapi.Errorf(http.StatusUnsupportedMediaType, contract.CodeBadRequest, "the request body must be sent as Content-Type: application/json")
+	}
+	return nil
+}
+
+// userOf is the calling user's id.
+func userOf(r *http.Request) string { return auth.CallerOf(r).UserID }
 
 // ConversationView is the browser API's view of a conversation.
 type ConversationView struct {
-	ID        string                 `json:"id"`
-	Title     string                 `json:"title"`
+	ID     string `json:"id"`
+	Title  string `json:"title"`
+	Tenant string `json:"tenant,omitempty"`
+	Env    string `json:"env,omitempty"`
+	// User owns the conversation: the caller, unless a tenant-admin lists
+	// the tenant's.
+	User      string                 `json:"user,omitempty"`
 	CreatedAt time.Time              `json:"created_at"`
 	State     *contract.SessionState `json:"state,omitempty"`
 	// WorkerError says why State is missing.
 	WorkerError string `json:"worker_error,omitempty"`
 }
 
-// CreateConversationRequest is the body of POST /api/conversations; both
-// fields are optional. With an id the call is idempotent.
+// CreateConversationRequest is the body of POST /api/conversations; every
+// field is optional. With an id the call is idempotent. Tenant and Env
+// choose among the caller's tenant-envs; without them the control-plane's
+// default is used when the caller belongs to it, else the caller's only
+// one.
 type CreateConversationRequest struct {
-	ID    string `json:"id,omitempty"`
-	Title string `json:"title,omitempty"`
+	ID     string `json:"id,omitempty"`
+	Title  string `json:"title,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
+	Env    string `json:"env,omitempty"`
 }
 
 // SendRequest is the body of POST /api/conversations/{id}/messages.
@@ -72,12 +115,12 @@ func (s *Server) conversationWorker(r *http.Request) (store.Conversation, *worke
 	return c, wc, err
 }
 
-// conversation loads a conversation the calling user owns; another user's
-// conversation is as unknown as a missing one.
+// conversation loads a conversation the caller may see (auth.Caller.CanSee);
+// one they may not is as unknown as a missing one.
 func (s *Server) conversation(r *http.Request) (store.Conversation, error) {
 	id := r.PathValue("id")
 	c, err := s.cfg.Store.GetConversation(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && c.UserID != userOf(r)) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !auth.CallerOf(r).CanSee(c)) {
 		return c, httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no conversation %s", id)
 	}
 	return c, err
@@ -104,12 +147,21 @@ func (s *Server) handleCreateConversation(w http.ResponseWriter, r *http.Request
 			return err
 		}
 	}
-	user := userOf(r)
-	if err := s.cfg.Store.PutUser(r.Context(), store.User{ID: user, Name: user, CreatedAt: s.cfg.Now().UTC()}); err != nil {
+	caller := auth.CallerOf(r)
+	user := caller.UserID
+	te, err := s.chooseEnv(r, caller, req.Tenant, req.Env)
+	if err != nil {
 		return err
 	}
+	if caller.Local() {
+		// The local user exists once it creates a conversation; any other
+		// was added by an administrator.
+		if err := s.cfg.Store.PutUser(r.Context(), store.User{ID: user, Name: user, CreatedAt: s.cfg.Now().UTC()}); err != nil {
+			return err
+		}
+	}
 	c, created, err := s.cfg.Store.CreateConversation(r.Context(), store.Conversation{
-		ID: req.ID, Tenant: s.cfg.DefaultTenant, Env: s.cfg.DefaultEnv, UserID: user, Title: req.Title, CreatedAt: s.cfg.Now().UTC(),
+		ID: req.ID, Tenant: te.Tenant, Env: te.Env, UserID: user, Title: req.Title, CreatedAt: s.cfg.Now().UTC(),
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return httpapi.Errorf(http.StatusConflict, contract.CodeConflict, "conversation id %s is taken", req.ID)
@@ -121,7 +173,7 @@ func (s *Server) handleCreateConversation(w http.ResponseWriter, r *http.Request
 	if err != nil {
 		return err
 	}
-	view := ConversationView{ID: c.ID, Title: c.Title, CreatedAt: c.CreatedAt}
+	view := viewOf(c)
 	var st contract.SessionState
 	if _, err := wc.do(r.Context(), http.MethodPost, contract.SessionsPath, "", contract.CreateSessionRequest{ConversationID: c.ID, UserID: user}, &st); err != nil {
 		// The conversation is stored; creating it again with its id retries
@@ -139,13 +191,13 @@ func (s *Server) handleCreateConversation(w http.ResponseWriter, r *http.Request
 }
 
 func (s *Server) handleListConversations(w http.ResponseWriter, r *http.Request) error {
-	cs, err := s.cfg.Store.ListConversations(r.Context(), userOf(r))
+	cs, err := s.visibleConversations(r)
 	if err != nil {
 		return err
 	}
 	out := make([]ConversationView, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, ConversationView{ID: c.ID, Title: c.Title, CreatedAt: c.CreatedAt})
+		out = append(out, viewOf(c))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"conversations": out})
 	return nil
@@ -156,7 +208,7 @@ func (s *Server) handleGetConversation(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
-	view := ConversationView{ID: c.ID, Title: c.Title, CreatedAt: c.CreatedAt}
+	view := viewOf(c)
 	wc, err := s.workerFor(r.Context(), c.Tenant, c.Env)
 	if err != nil {
 		return err
@@ -192,6 +244,9 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) error {
 	c, wc, err := s.conversationWorker(r)
 	if err != nil {
 		return err
+	}
+	if !auth.CallerOf(r).CanSend(c) {
+		return httpapi.Errorf(http.StatusForbidden, contract.CodeForbidden, "only the conversation's owner sends messages in it")
 	}
 	var resp contract.SendMessageResponse
 	status, err := wc.do(r.Context(), http.MethodPost, contract.MessagesPath, c.ID,

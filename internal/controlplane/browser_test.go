@@ -68,7 +68,7 @@ func TestCreateConversation(t *testing.T) {
 				t.Errorf("id = %q, want %q", got.ID, tt.wantID)
 			}
 			want := controlplane.ConversationView{
-				ID: got.ID, Title: tt.wantTitle, CreatedAt: start,
+				ID: got.ID, Title: tt.wantTitle, Tenant: "acme", Env: "prod", User: user, CreatedAt: start,
 				State: &contract.SessionState{ConversationID: got.ID, Created: true, Status: contract.StatusIdle, LastSeq: 2, CreatedAt: start, Harness: "fake"},
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
@@ -155,6 +155,9 @@ func TestListConversations(t *testing.T) {
 	type item struct {
 		ID        string    `json:"id"`
 		Title     string    `json:"title"`
+		Tenant    string    `json:"tenant"`
+		Env       string    `json:"env"`
+		User      string    `json:"user"`
 		CreatedAt time.Time `json:"created_at"`
 	}
 	list := func() []item {
@@ -185,7 +188,7 @@ func TestListConversations(t *testing.T) {
 		if resp.StatusCode != http.StatusCreated {
 			t.Fatalf("create %s: %d %s", id, resp.StatusCode, body)
 		}
-		want = append([]item{{ID: id, Title: "t-" + id, CreatedAt: h.clock.Now()}}, want...)
+		want = append([]item{{ID: id, Title: "t-" + id, Tenant: tenant, Env: env, User: user, CreatedAt: h.clock.Now()}}, want...)
 	}
 	h.clock.Advance(time.Second)
 	h.insertConversation("bobs", otherUser, env) // newest, but not alice's

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/fdlimit"
@@ -43,8 +44,7 @@ type Options struct {
 	// Gateway serves GatewayPrefix; nil answers 503 there.
 	Gateway http.Handler
 	// LocalUser, when set, makes the browser API act as that one user with
-	// no credentials (talkide dev, loopback only). When empty the browser
-	// API refuses every request: it has no user authentication yet.
+	// no credentials (talkide dev, loopback only).
 	LocalUser string
 	Logger    *slog.Logger // nil: don't log
 	Now       func() time.Time
@@ -65,6 +65,11 @@ type Options struct {
 	// body, from the request's start (httpapi.BodyDeadline); 0:
 	// httpapi.DefaultBodyTimeout.
 	BodyTimeout time.Duration
+
+	// Auth authenticates the browser API's callers when there is no local
+	// user, and serves /auth/ (login, callback, logout); nil with no local
+	// user: the browser API refuses every request.
+	Auth *auth.Authenticator
 
 	// MaxStreamsPerUser, MaxStreamsPerConversation and MaxStreams cap the
 	// browser event streams open at once on this replica: a stream beyond
@@ -216,6 +221,10 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /api/conversations/{id}/interrupt", h(s.browser(s.handleInterrupt)))
 	mux.Handle("GET /api/conversations/{id}/stream", h(s.browser(s.handleStream)))
 	mux.Handle("GET /api/conversations/{id}/issues", h(s.browser(s.handleListIssues)))
+	mux.Handle("GET /api/conversations/{id}/usage", h(s.browser(s.handleConversationUsage)))
+	if s.cfg.Auth != nil {
+		mux.Handle("/auth/", s.cfg.Auth.Handler())
+	}
 
 	mux.Handle("POST "+MintPath, h(s.handleMint))
 	mux.Handle("POST "+contract.ReportsPath, h(s.handleReports))
@@ -255,6 +264,7 @@ func (s *Server) Handler() http.Handler {
 		"/api/conversations/{id}/interrupt": {http.MethodPost},
 		"/api/conversations/{id}/stream":    {http.MethodGet},
 		"/api/conversations/{id}/issues":    {http.MethodGet},
+		"/api/conversations/{id}/usage":     {http.MethodGet},
 		MintPath:                            {http.MethodPost},
 		contract.ReportsPath:                {http.MethodPost},
 		contract.IssuesPath:                 {http.MethodGet, http.MethodPost},
@@ -269,8 +279,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/", h(func(http.ResponseWriter, *http.Request) error {
 		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no such endpoint")
 	}))
-	return httpapi.BodyDeadline(s.cfg.BodyTimeout,
-		s.canonicalPaths(mux, gw, h(func(http.ResponseWriter, *http.Request) error { return httpapi.NonCanonicalPath() })))
+	return httpapi.BodyDeadline(s.cfg.BodyTimeout, s.crossOrigin(
+		s.canonicalPaths(mux, gw, h(func(http.ResponseWriter, *http.Request) error { return httpapi.NonCanonicalPath() }))))
 }
 
 // canonicalPaths answers a request whose path is not canonical before the

@@ -57,6 +57,61 @@ type Conversation struct {
 	CreatedAt time.Time
 }
 
+// Role is what a membership lets a user do in a tenant.
+type Role string
+
+const (
+	// RoleMember sees and uses the user's own conversations.
+	RoleMember Role = "member"
+	// RoleTenantAdmin also sees every conversation of the tenant (or of the
+	// membership's env).
+	RoleTenantAdmin Role = "tenant-admin"
+)
+
+// Valid reports whether r is a role the store keeps.
+func (r Role) Valid() bool { return r == RoleMember || r == RoleTenantAdmin }
+
+// Membership puts a user in a tenant, or in one env of it, with a role.
+type Membership struct {
+	UserID string
+	Tenant string
+	Env    string // "": every env of the tenant
+	Role   Role
+	// CreatedAt is when the membership was first set; a later PutMembership
+	// that changes the role keeps it.
+	CreatedAt time.Time
+}
+
+// OIDCIdentity maps an OpenID Connect subject of an issuer to a user.
+type OIDCIdentity struct {
+	Issuer    string
+	Subject   string
+	UserID    string
+	CreatedAt time.Time
+}
+
+// BrowserSession is a logged-in browser as the store keeps it: found by the
+// SHA-256 of the cookie's id, never the id.
+type BrowserSession struct {
+	Hash       [32]byte
+	UserID     string
+	CreatedAt  time.Time
+	LastSeenAt time.Time // the idle lifetime runs from here
+	ExpiresAt  time.Time // the absolute end
+}
+
+// APIToken is the stored half of a user's API token: never the token.
+type APIToken struct {
+	ID         string
+	UserID     string
+	Name       string
+	Hash       [32]byte // SHA-256 of the token's secret
+	CreatedAt  time.Time
+	ExpiresAt  time.Time // zero: never
+	LastUsedAt time.Time // zero: never used
+	RevokedAt  time.Time // zero while valid
+}
+
 // UsageRecord is one model call that passed the gateway.
 type UsageRecord struct {
 	ID                       string // unique per gateway request
@@ -150,6 +205,55 @@ type Store interface {
 	// ListConversations returns the user's conversations newest first
 	// (CreatedAt descending, then ID descending).
 	ListConversations(ctx context.Context, userID string) ([]Conversation, error)
+
+	// ListTenantConversations returns the conversations of a tenant (of
+	// one env of it when env is not ""), ordered as ListConversations.
+	ListTenantConversations(ctx context.Context, tenant, env string) ([]Conversation, error)
+
+	// PutMembership sets m's role, creating the membership when it does not
+	// exist. ErrNotFound when m's user, tenant or (non-empty) env does not
+	// exist.
+	PutMembership(ctx context.Context, m Membership) (Membership, error)
+	// DeleteMembership removes one membership; ErrNotFound when there is
+	// none.
+	DeleteMembership(ctx context.Context, userID, tenant, env string) error
+	// ListMemberships returns the memberships of a user (userID set) or of
+	// a tenant (tenant set) or of the user in the tenant (both), ordered by
+	// tenant, env, then user.
+	ListMemberships(ctx context.Context, userID, tenant string) ([]Membership, error)
+
+	// PutOIDCIdentity links (Issuer, Subject) to a user, or returns the
+	// stored link unchanged when there is one (created false), to whatever
+	// user. ErrNotFound when the user does not exist.
+	PutOIDCIdentity(ctx context.Context, id OIDCIdentity) (stored OIDCIdentity, created bool, err error)
+	GetOIDCIdentity(ctx context.Context, issuer, subject string) (OIDCIdentity, error)
+
+	// CreateBrowserSession stores s: ErrConflict when its hash is taken,
+	// ErrNotFound when its user does not exist.
+	CreateBrowserSession(ctx context.Context, s BrowserSession) error
+	GetBrowserSession(ctx context.Context, hash [32]byte) (BrowserSession, error)
+	// TouchBrowserSession moves the session's LastSeenAt to at if that is
+	// later. ErrNotFound when there is no such session.
+	TouchBrowserSession(ctx context.Context, hash [32]byte, at time.Time) error
+	// DeleteBrowserSession ends a session; ending one that does not exist
+	// is not an error.
+	DeleteBrowserSession(ctx context.Context, hash [32]byte) error
+	// DeleteBrowserSessions removes the sessions that expire by before, or
+	// whose LastSeenAt is before idleBefore, and returns how many.
+	DeleteBrowserSessions(ctx context.Context, before, idleBefore time.Time) (int64, error)
+
+	// AddAPIToken stores t: ErrConflict when t.ID is taken, ErrNotFound
+	// when its user does not exist.
+	AddAPIToken(ctx context.Context, t APIToken) error
+	GetAPIToken(ctx context.Context, id string) (APIToken, error)
+	// ListAPITokens returns a user's tokens (every user's when userID is
+	// ""), revoked ones too, ordered by CreatedAt then ID.
+	ListAPITokens(ctx context.Context, userID string) ([]APIToken, error)
+	// RevokeAPIToken sets the token's RevokedAt; a token already revoked
+	// keeps its first.
+	RevokeAPIToken(ctx context.Context, id string, at time.Time) error
+	// TouchAPIToken moves the token's LastUsedAt to at if that is later.
+	TouchAPIToken(ctx context.Context, id string, at time.Time) error
 
 	// RecordUsage appends a usage record; a second record with the same ID is
 	// ignored. The record's tenant-env and conversation need not be stored:

@@ -30,27 +30,42 @@ type IdentityToken struct {
 }
 
 // NewIdentityToken issues a random identity token.
-func NewIdentityToken() IdentityToken {
+func NewIdentityToken() IdentityToken { return NewPrefixedToken(identityPrefix) }
+
+// ParseIdentityToken splits a token into its id and the hash of its secret.
+func ParseIdentityToken(token string) (id string, hash [32]byte, err error) {
+	return ParsePrefixedToken(identityPrefix, "an identity token", token)
+}
+
+// NewPrefixedToken issues a random token of the identity tokens' shape,
+// "<prefix><id>.<secret>", for another kind of credential (a user's API
+// token is "tka_…"): the prefix tells the kinds apart.
+func NewPrefixedToken(prefix string) IdentityToken {
 	id := randomString(9)
 	secret := randomString(32)
 	return IdentityToken{
 		ID:    id,
-		Token: identityPrefix + id + "." + secret,
+		Token: prefix + id + "." + secret,
 		Hash:  sha256.Sum256([]byte(secret)),
 	}
 }
 
-// ParseIdentityToken splits a token into its id and the hash of its secret.
-func ParseIdentityToken(token string) (id string, hash [32]byte, err error) {
-	if len(token) > MaxIdentityTokenLen || !strings.HasPrefix(token, identityPrefix) {
-		return "", hash, fmt.Errorf("%w: not an identity token", ErrMalformed)
+// ParsePrefixedToken is ParseIdentityToken for a token of NewPrefixedToken;
+// what names the kind in the error.
+func ParsePrefixedToken(prefix, what, token string) (id string, hash [32]byte, err error) {
+	if len(token) > MaxIdentityTokenLen || !strings.HasPrefix(token, prefix) {
+		return "", hash, fmt.Errorf("%w: not %s", ErrMalformed, what)
 	}
-	id, secret, ok := strings.Cut(token[len(identityPrefix):], ".")
+	id, secret, ok := strings.Cut(token[len(prefix):], ".")
 	if !ok || !isB64URL(id) || !isB64URL(secret) || len(secret) < 16 {
-		return "", hash, fmt.Errorf("%w: not an identity token", ErrMalformed)
+		return "", hash, fmt.Errorf("%w: not %s", ErrMalformed, what)
 	}
 	return id, sha256.Sum256([]byte(secret)), nil
 }
+
+// RandomID returns a random base64url string of nbytes random bytes: a
+// browser session's id, a login's state and nonce.
+func RandomID(nbytes int) string { return randomString(nbytes) }
 
 // HashesEqual compares two hashes in constant time.
 func HashesEqual(a, b [32]byte) bool { return subtle.ConstantTimeCompare(a[:], b[:]) == 1 }

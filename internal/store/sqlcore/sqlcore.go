@@ -161,6 +161,14 @@ type Tables struct {
 	listReports       string
 	listIssues        string
 	lockIssue         string
+
+	listMembershipsOfUser   string
+	listMembershipsOfTenant string
+	listMembershipsOfUserIn string
+	listTenantConversations string
+	listEnvConversations    string
+	listAllAPITokens        string
+	listUserAPITokens       string
 }
 
 // New returns the CRUD tables on db, written for d. Every field of d but
@@ -179,6 +187,14 @@ func New(db DB, d Dialect) *Tables {
 		listReports:       listReports(d),
 		listIssues:        listIssues(d),
 		lockIssue:         lockIssue(d),
+
+		listMembershipsOfUser:   listMemberships(d, `user_id = $1`),
+		listMembershipsOfTenant: listMemberships(d, `tenant = $1`),
+		listMembershipsOfUserIn: listMemberships(d, `user_id = $1 AND tenant = $2`),
+		listTenantConversations: listTenantConversations(d, `tenant = $1`),
+		listEnvConversations:    listTenantConversations(d, `tenant = $1 AND env = $2`),
+		listAllAPITokens:        listAPITokens(d, ``),
+		listUserAPITokens:       listAPITokens(d, ` WHERE user_id = $1`),
 	}
 }
 

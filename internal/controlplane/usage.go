@@ -1,0 +1,42 @@
+package controlplane
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/talkide/platform/internal/httpapi"
+)
+
+// UsageView is one model call of a conversation as the browser API shows
+// it.
+type UsageView struct {
+	Model                    string    `json:"model"`
+	Status                   int       `json:"status"`
+	InputTokens              int64     `json:"input_tokens"`
+	OutputTokens             int64     `json:"output_tokens"`
+	CacheCreationInputTokens int64     `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64     `json:"cache_read_input_tokens"`
+	StartedAt                time.Time `json:"started_at"`
+	DurationMS               int64     `json:"duration_ms"`
+}
+
+// handleConversationUsage is GET /api/conversations/{id}/usage: the
+// conversation's model calls, oldest first, to whoever may see it.
+func (s *Server) handleConversationUsage(w http.ResponseWriter, r *http.Request) error {
+	c, err := s.conversation(r)
+	if err != nil {
+		return err
+	}
+	us, err := s.cfg.Store.ListUsage(r.Context(), c.ID)
+	if err != nil {
+		return err
+	}
+	out := make([]UsageView, 0, len(us))
+	for _, u := range us {
+		out = append(out, UsageView{Model: u.Model, Status: u.Status, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+			CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens,
+			StartedAt: u.StartedAt, DurationMS: u.Duration.Milliseconds()})
+	}
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"usage": out})
+	return nil
+}
