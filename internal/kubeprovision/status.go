@@ -105,4 +105,3 @@ func (p *Provisioner) Status(ctx context.Context, tenant, env string) (Status, e
 	}
 	return st, nil
 }
-
