@@ -18,6 +18,7 @@ import (
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/sandbox"
+	"github.com/talkide/platform/internal/secretfile"
 )
 
 // agentFlags shape the agent; talkide dev and talkide worker share them.
@@ -203,7 +204,14 @@ func workerEnv(o *workerOptions, tokenFile, keyFile string) error {
 	}
 	switch {
 	case tokenFile != "":
-		o.identity = identityFromFile(tokenFile)
+		// Watched for the process's life: a rotation's new Secret reaches
+		// the file by the kubelet's ..data swap, and a read during the swap
+		// falls back to the last good token.
+		f, err := secretfile.Watch(context.Background(), tokenFile, &secretfile.Options{Logger: o.logger})
+		if err != nil {
+			return err
+		}
+		o.identity, o.identityReadable = f.Get, f.Healthy
 	case secret("TALKIDE_WORKER_IDENTITY_TOKEN") != "":
 		tok := secret("TALKIDE_WORKER_IDENTITY_TOKEN")
 		o.identity = func() (string, error) { return tok, nil }
