@@ -21,9 +21,10 @@ import (
 func newAdminCmd(std stdio) *cobra.Command {
 	admin := newGroup("admin", "Operate the control-plane: tenant-envs, identity tokens, budgets, usage, operator tokens",
 		newGroup("env", "Tenant-envs: the environments whose workers the control-plane serves",
-			newAdminEnvAddCmd(std), newAdminEnvListCmd(std)),
+			newAdminEnvAddCmd(std), newAdminEnvListCmd(std),
+			newAdminEnvSyncCmd(std), newAdminEnvStatusCmd(std), newAdminEnvDeleteCmd(std)),
 		newGroup("token", "Identity tokens: a worker's long-lived credential for minting WorkerTokens",
-			newAdminTokenIssueCmd(std), newAdminTokenRevokeCmd(std)),
+			newAdminTokenIssueCmd(std), newAdminTokenRevokeCmd(std), newAdminTokenRotateCmd(std)),
 		newGroup("budget", "Spending, token, request and concurrency limits of users, tenants and tenant-envs",
 			newAdminBudgetSetCmd(std), newAdminBudgetGetCmd(std), newAdminBudgetDeleteCmd(std), newAdminBudgetStatusCmd(std)),
 		newAdminUsageReportCmd(std),

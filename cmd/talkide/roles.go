@@ -65,9 +65,11 @@ const controlPlaneGrace = 15 * time.Second
 
 func newControlPlaneCmd(std stdio) *cobra.Command {
 	var (
-		o       cpOptions
-		dataDir string
-		logs    logFlags
+		o          cpOptions
+		dataDir    string
+		logs       logFlags
+		kubernetes bool
+		kf         kubeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "controlplane",
@@ -102,6 +104,13 @@ answers 503. See docs/operations.md.`,
 				return err
 			}
 			logger.Info("control-plane serving", "url", cp.http.url())
+			if kubernetes {
+				stopProvisioner, err := runProvisioner(ctx, &kf, cp, o)
+				if err != nil {
+					return errors.Join(err, cp.shutdown(context.WithoutCancel(ctx)))
+				}
+				defer stopProvisioner()
+			}
 			return serveUntil(ctx, logger, controlPlaneGrace, cp.shutdown)
 		},
 	}
@@ -116,6 +125,9 @@ answers 503. See docs/operations.md.`,
 	fs.StringVar(&o.prices, "prices", "", "JSON file of model prices overriding the built-in list, same shape (docs/budgets.md)")
 	fs.StringVar(&o.operatorTokens, "operator-tokens", "", "file of the operator tokens' hashes that the operator API /api/admin accepts, re-read when it changes (default DATA-DIR/operator-tokens; kept by talkide admin operator-token)")
 	bindEnv(fs, "listen", "data-dir", "database", "anthropic-url", "local-user", "default-tenant", "default-env", "prices", "operator-tokens")
+	fs.BoolVar(&kubernetes, "kubernetes", false, "provision each tenant-env's worker on Kubernetes: reconcile the store's tenant-envs into namespaces (docs/kubernetes.md)")
+	bindEnv(fs, "kubernetes")
+	kf.add(fs)
 	logs.add(fs)
 	return cmd
 }

@@ -259,26 +259,26 @@ func (p *cpProc) shutdown(ctx context.Context) error {
 
 // workerOptions configure a worker process.
 type workerOptions struct {
-	listen          string
-	tenant, env     string
-	cpURL           string // TALKIDE_GATEWAY_BASE_URL
-	identity        func() (string, error)
+	listen      string
+	tenant, env string
+	cpURL       string // TALKIDE_GATEWAY_BASE_URL
+	identity    func() (string, error)
 	// identityReadable, when set, says whether the token's file is still
 	// readable (the readiness probe's "token readable").
 	identityReadable func() error
-	commandKeyID    string
-	commandKey      []byte
-	claudeConfigDir string
-	workspaceRoot   string
-	model           string
-	toolPolicy      string // path of a tool policy JSON file (docs/tools.md); empty allows every call
-	harness         string // native (default) or claude-code (docs/harnesses.md)
-	claudeCodeBin   string // the claude executable, for --harness claude-code
-	mcpAllow        string // path of the MCP server allow-list (docs/mcp.md); empty allows no .mcp.json server
-	notices         []string
-	sandbox         sandbox.Mode // default auto
-	sandboxReadOnly []string     // nil: sandbox.DefaultReadOnly
-	egressAllow     string       // the egress allow-list file; empty allows no destination
+	commandKeyID     string
+	commandKey       []byte
+	claudeConfigDir  string
+	workspaceRoot    string
+	model            string
+	toolPolicy       string // path of a tool policy JSON file (docs/tools.md); empty allows every call
+	harness          string // native (default) or claude-code (docs/harnesses.md)
+	claudeCodeBin    string // the claude executable, for --harness claude-code
+	mcpAllow         string // path of the MCP server allow-list (docs/mcp.md); empty allows no .mcp.json server
+	notices          []string
+	sandbox          sandbox.Mode // default auto
+	sandboxReadOnly  []string     // nil: sandbox.DefaultReadOnly
+	egressAllow      string       // the egress allow-list file; empty allows no destination
 	// pretendNoLandlock makes the sandbox find no Landlock (tests of a
 	// machine without it).
 	pretendNoLandlock bool

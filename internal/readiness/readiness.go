@@ -99,4 +99,3 @@ func Reachable(client *http.Client, base string) Check {
 		return resp.Body.Close()
 	}
 }
-
