@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/talkide/platform/internal/kubetest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -381,7 +382,8 @@ func TestMain(m *testing.M) {
 	for _, k := range []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"} {
 		os.Unsetenv(k)
 	}
-	os.Exit(m.Run())
+	// The Kubernetes tests share one API server, started on first use.
+	kubetest.Main(m)
 }
 
 // A control-plane shutting down ends its browser streams instead of waiting
