@@ -21,9 +21,10 @@ import (
 func newAdminCmd(std stdio) *cobra.Command {
 	admin := newGroup("admin", "Operate the control-plane: tenant-envs, identity tokens, users, API tokens, budgets, usage, operator tokens",
 		newGroup("env", "Tenant-envs: the environments whose workers the control-plane serves",
-			newAdminEnvAddCmd(std), newAdminEnvListCmd(std)),
+			newAdminEnvAddCmd(std), newAdminEnvListCmd(std),
+			newAdminEnvSyncCmd(std), newAdminEnvStatusCmd(std), newAdminEnvDeleteCmd(std)),
 		newGroup("token", "Identity tokens: a worker's long-lived credential for minting WorkerTokens",
-			newAdminTokenIssueCmd(std), newAdminTokenRevokeCmd(std)),
+			newAdminTokenIssueCmd(std), newAdminTokenRevokeCmd(std), newAdminTokenRotateCmd(std)),
 		newAdminUserCmd(std), newAdminAPITokenCmd(std),
 		newGroup("budget", "Spending, token, request and concurrency limits of users, tenants and tenant-envs",
 			newAdminBudgetSetCmd(std), newAdminBudgetGetCmd(std), newAdminBudgetDeleteCmd(std), newAdminBudgetStatusCmd(std)),
@@ -269,13 +270,11 @@ func newAdminTokenRevokeCmd(std stdio) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		switch {
-		case rec.RevokedAt.Before(now):
+		// The store keeps the earliest revocation time: one set in the
+		// future (a rotation's grace period) is brought forward to now.
+		if rec.RevokedAt.Before(now) {
 			fmt.Fprintf(stdout, "identity token %s of %s/%s was already revoked at %s\n", rec.ID, rec.Tenant, rec.Env, formatTime(rec.RevokedAt))
 			return nil
-		case rec.RevokedAt.After(now):
-			// The store keeps a token's first revocation time.
-			return fmt.Errorf("identity token %s of %s/%s is already set to be revoked at %s, which the store does not bring forward", rec.ID, rec.Tenant, rec.Env, formatTime(rec.RevokedAt))
 		}
 		fmt.Fprintf(stdout, "revoked identity token %s of %s/%s at %s\n", rec.ID, rec.Tenant, rec.Env, formatTime(rec.RevokedAt))
 		return nil

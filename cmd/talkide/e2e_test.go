@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/talkide/platform/internal/kubetest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,7 +18,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/contract"
-	"github.com/talkide/platform/internal/kubetest"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sse"
 )
@@ -382,7 +382,7 @@ func TestMain(m *testing.M) {
 	for _, k := range []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"} {
 		os.Unsetenv(k)
 	}
-	// The --builds kubernetes tests share one test API server.
+	// The Kubernetes tests share one API server, started on first use.
 	kubetest.Main(m)
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/sandbox"
+	"github.com/talkide/platform/internal/secretfile"
 )
 
 // agentFlags shape the agent; talkide dev and talkide worker share them.
@@ -70,9 +71,11 @@ const controlPlaneGrace = 15 * time.Second
 
 func newControlPlaneCmd(std stdio) *cobra.Command {
 	var (
-		o       cpOptions
-		dataDir string
-		logs    logFlags
+		o          cpOptions
+		dataDir    string
+		logs       logFlags
+		kubernetes bool
+		kf         kubeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "controlplane",
@@ -121,6 +124,13 @@ See docs/operations.md and docs/accounts.md.`,
 			if cp.metricsL != nil {
 				logger.Info("control-plane metrics serving", "url", cp.metricsL.url())
 			}
+			if kubernetes {
+				stopProvisioner, err := runProvisioner(ctx, &kf, cp, o)
+				if err != nil {
+					return errors.Join(err, cp.shutdown(context.WithoutCancel(ctx)))
+				}
+				defer stopProvisioner()
+			}
 			return serveUntil(ctx, logger, controlPlaneGrace, cp.shutdown)
 		},
 	}
@@ -139,6 +149,9 @@ See docs/operations.md and docs/accounts.md.`,
 	bindEnv(fs, "listen", "data-dir", "database", "anthropic-url", "local-user", "default-tenant", "default-env", "prices", "operator-tokens", "internal-listen", "metrics-listen")
 	o.auth.add(fs)
 	registerStreamFlags(fs, &o.streams)
+	fs.BoolVar(&kubernetes, "kubernetes", false, "provision each tenant-env's worker on Kubernetes: reconcile the store's tenant-envs into namespaces (docs/kubernetes.md)")
+	bindEnv(fs, "kubernetes")
+	kf.add(fs)
 	logs.add(fs)
 	return cmd
 }
@@ -228,7 +241,14 @@ func workerEnv(o *workerOptions, tokenFile, keyFile string) error {
 	}
 	switch {
 	case tokenFile != "":
-		o.identity = identityFromFile(tokenFile)
+		// Watched for the process's life: a rotation's new Secret reaches
+		// the file by the kubelet's ..data swap, and a read during the swap
+		// falls back to the last good token.
+		f, err := secretfile.Watch(context.Background(), tokenFile, &secretfile.Options{Logger: o.logger})
+		if err != nil {
+			return err
+		}
+		o.identity, o.identityReadable = f.Get, f.Healthy
 	case secret("TALKIDE_WORKER_IDENTITY_TOKEN") != "":
 		tok := secret("TALKIDE_WORKER_IDENTITY_TOKEN")
 		o.identity = func() (string, error) { return tok, nil }

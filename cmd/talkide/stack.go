@@ -36,6 +36,7 @@ import (
 	mcpservers "github.com/talkide/platform/internal/mcp/servers"
 	"github.com/talkide/platform/internal/metrics"
 	"github.com/talkide/platform/internal/minting"
+	"github.com/talkide/platform/internal/readiness"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/store"
@@ -340,24 +341,27 @@ func (p *cpProc) shutdown(ctx context.Context) error {
 
 // workerOptions configure a worker process.
 type workerOptions struct {
-	listen          string
-	tenant, env     string
-	cpURL           string // TALKIDE_GATEWAY_BASE_URL
-	identity        func() (string, error)
-	commandKeyID    string
-	commandKey      []byte
-	claudeConfigDir string
-	workspaceRoot   string
-	model           string
-	toolPolicy      string // path of a tool policy JSON file (docs/tools.md); empty allows every call
-	harness         string // native (default) or claude-code (docs/harnesses.md)
-	claudeCodeBin   string // the claude executable, for --harness claude-code
-	mcpAllow        string // path of the MCP server allow-list (docs/mcp.md); empty allows no .mcp.json server
-	notices         []string
-	sandbox         sandbox.Mode // default auto
-	sandboxReadOnly []string     // nil: sandbox.DefaultReadOnly
-	egressAllow     string       // the egress allow-list file; empty allows no destination
-	builds          buildFlags   // the Build tool's runner (builds.go)
+	listen      string
+	tenant, env string
+	cpURL       string // TALKIDE_GATEWAY_BASE_URL
+	identity    func() (string, error)
+	// identityReadable, when set, says whether the token's file is still
+	// readable (the readiness probe's "token readable").
+	identityReadable func() error
+	commandKeyID     string
+	commandKey       []byte
+	claudeConfigDir  string
+	workspaceRoot    string
+	model            string
+	toolPolicy       string // path of a tool policy JSON file (docs/tools.md); empty allows every call
+	harness          string // native (default) or claude-code (docs/harnesses.md)
+	claudeCodeBin    string // the claude executable, for --harness claude-code
+	mcpAllow         string // path of the MCP server allow-list (docs/mcp.md); empty allows no .mcp.json server
+	notices          []string
+	sandbox          sandbox.Mode // default auto
+	sandboxReadOnly  []string     // nil: sandbox.DefaultReadOnly
+	egressAllow      string       // the egress allow-list file; empty allows no destination
+	builds           buildFlags   // the Build tool's runner (builds.go)
 	// pretendNoLandlock makes the sandbox find no Landlock (tests of a
 	// machine without it).
 	pretendNoLandlock bool
@@ -481,7 +485,7 @@ func startWorker(o workerOptions) (_ *workerProc, err error) {
 	if err != nil {
 		return nil, err
 	}
-	wh := httpapi.BodyDeadline(0, w.Handler())
+	wh := readiness.Handler(workerReadiness(o), httpapi.BodyDeadline(0, w.Handler()))
 	if httpapi.LoopbackHost(o.listen) {
 		// On loopback (talkide dev) the unsigned /healthz would answer a
 		// page that rebinds a name of its own to 127.0.0.1; the control-plane
@@ -526,6 +530,20 @@ func (p *workerProc) shutdown(ctx context.Context) error {
 
 // identityFromFile re-reads the token file on every call, so a rotated
 // Secret takes effect without a restart.
+// workerReadiness are the worker's /readyz checks: the session volume
+// takes writes, the identity token is readable, the control-plane answers.
+func workerReadiness(o workerOptions) map[string]readiness.Check {
+	tokenReadable := o.identityReadable
+	if tokenReadable == nil {
+		tokenReadable = func() error { _, err := o.identity(); return err }
+	}
+	return map[string]readiness.Check{
+		"session volume writable": readiness.Writable(o.claudeConfigDir),
+		"token readable":          func(context.Context) error { return tokenReadable() },
+		"control-plane reachable": readiness.Reachable(&http.Client{Timeout: 2 * time.Second}, o.cpURL),
+	}
+}
+
 func identityFromFile(path string) func() (string, error) {
 	return func() (string, error) {
 		b, err := os.ReadFile(path)

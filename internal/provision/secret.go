@@ -24,13 +24,15 @@ const (
 	KeyCommandKeyID  = "command-key-id"
 )
 
-// Labels and annotations on the Secret; none carries a secret. The token id
-// annotation tells an operator which token a rotation replaces.
+// Labels and annotations on the Secret (and, for the labels, on every
+// object of a tenant-env); none carries a secret. The token id annotation
+// tells an operator, and the Kubernetes provisioner, which token the
+// Secret holds.
 const (
-	labelTenant           = "talkide/tenant"
-	labelEnv              = "talkide/env"
-	annotationTokenID     = "talkide/identity-token-id"
-	annotationTokenExpiry = "talkide/identity-token-expires-at"
+	LabelTenant           = "talkide/tenant"
+	LabelEnv              = "talkide/env"
+	AnnotationTokenID     = "talkide/identity-token-id"
+	AnnotationTokenExpiry = "talkide/identity-token-expires-at"
 )
 
 // WorkerSecret is what the worker of one tenant-env needs: its identity
@@ -97,18 +99,18 @@ func (w WorkerSecret) manifest() k8sSecret {
 			Labels: map[string]string{
 				"app.kubernetes.io/name":    "talkide-worker",
 				"app.kubernetes.io/part-of": "talkide",
-				labelTenant:                 w.Tenant,
-				labelEnv:                    w.Env,
+				LabelTenant:                 w.Tenant,
+				LabelEnv:                    w.Env,
 			},
 			Annotations: map[string]string{},
 		},
 		Data: map[string]string{},
 	}
 	if w.IdentityTokenID != "" {
-		s.Metadata.Annotations[annotationTokenID] = w.IdentityTokenID
+		s.Metadata.Annotations[AnnotationTokenID] = w.IdentityTokenID
 	}
 	if !w.ExpiresAt.IsZero() {
-		s.Metadata.Annotations[annotationTokenExpiry] = w.ExpiresAt.UTC().Format(time.RFC3339)
+		s.Metadata.Annotations[AnnotationTokenExpiry] = w.ExpiresAt.UTC().Format(time.RFC3339)
 	}
 	for k, v := range w.Data() {
 		s.Data[k] = base64.StdEncoding.EncodeToString([]byte(v))

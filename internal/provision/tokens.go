@@ -117,3 +117,28 @@ func isTokenID(id string) bool {
 	}
 	return true
 }
+
+// RetireEnv marks tenant/env retired in st and revokes every identity token
+// of it at now (ending any grace period early), returning the ids it
+// revoked. The Kubernetes provisioner calls it before it deletes anything;
+// without Kubernetes it is the whole of retiring an env.
+func RetireEnv(ctx context.Context, st store.Store, tenant, env string, now time.Time) ([]string, error) {
+	if err := st.RetireEnv(ctx, tenant, env, now.UTC()); err != nil {
+		return nil, fmt.Errorf("provision: retire %s/%s: %w", tenant, env, err)
+	}
+	toks, err := st.ListIdentityTokens(ctx, tenant, env)
+	if err != nil {
+		return nil, fmt.Errorf("provision: %w", err)
+	}
+	var revoked []string
+	for _, t := range toks {
+		if !t.RevokedAt.IsZero() && !t.RevokedAt.After(now) {
+			continue // revoked already
+		}
+		if _, err := RevokeIdentityToken(ctx, st, t.ID, now); err != nil {
+			return revoked, fmt.Errorf("provision: %w", err)
+		}
+		revoked = append(revoked, t.ID)
+	}
+	return revoked, nil
+}

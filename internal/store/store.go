@@ -27,6 +27,9 @@ type Env struct {
 	Name      string
 	WorkerURL string // base URL of the tenant-env's worker, e.g. http://talkide-worker.t-e.svc:8080
 	CreatedAt time.Time
+	// RetiredAt is when the env was retired (talkide admin env delete):
+	// its rows stay, but no worker is provisioned for it. Zero while live.
+	RetiredAt time.Time
 }
 
 // IdentityToken is the stored half of an identity token: never the token.
@@ -178,8 +181,12 @@ type IssueComment struct {
 // the millisecond and returned in UTC, durations to the microsecond.
 type Store interface {
 	// PutEnv creates the tenant (if needed) and the env, or updates the
-	// env's WorkerURL; an existing env keeps its CreatedAt.
+	// env's WorkerURL; an existing env keeps its CreatedAt, and a retired
+	// one becomes live again (e.RetiredAt is ignored).
 	PutEnv(ctx context.Context, e Env) error
+	// RetireEnv marks the env retired at at; an env already retired keeps
+	// its first RetiredAt.
+	RetireEnv(ctx context.Context, tenant, env string, at time.Time) error
 	GetEnv(ctx context.Context, tenant, env string) (Env, error)
 	// ListEnvs returns every env ordered by tenant, then name.
 	ListEnvs(ctx context.Context) ([]Env, error)
@@ -188,9 +195,13 @@ type Store interface {
 	// exist, ErrConflict when a token with t.ID does.
 	AddIdentityToken(ctx context.Context, t IdentityToken) error
 	GetIdentityToken(ctx context.Context, id string) (IdentityToken, error)
-	// RevokeIdentityToken sets the token's RevokedAt; a token already
-	// revoked keeps its first RevokedAt.
+	// RevokeIdentityToken sets the token's RevokedAt (which may lie in the
+	// future: the end of a rotation's grace period); a token keeps the
+	// earliest RevokedAt it was given.
 	RevokeIdentityToken(ctx context.Context, id string, at time.Time) error
+	// ListIdentityTokens returns the tokens of one tenant-env, oldest
+	// first (CreatedAt, then ID).
+	ListIdentityTokens(ctx context.Context, tenant, env string) ([]IdentityToken, error)
 
 	// PutUser creates the user or leaves an existing one unchanged.
 	PutUser(ctx context.Context, u User) error

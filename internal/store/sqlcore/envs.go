@@ -3,6 +3,7 @@ package sqlcore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/talkide/platform/internal/store"
 )
@@ -10,16 +11,19 @@ import (
 // Tenants and envs. A tenant is stored with its first env and only ever
 // referred to.
 
-const envColumns = `tenant, name, worker_url, created_at`
+const envColumns = `tenant, name, worker_url, created_at, retired_at`
 
 const (
 	insertTenant = `INSERT INTO tenants (id, created_at) VALUES ($1, $2)
 	ON CONFLICT (id) DO NOTHING`
 
 	// putEnv inserts an env or changes its worker URL, never its
-	// created_at.
-	putEnv = `INSERT INTO envs (` + envColumns + `) VALUES ($1, $2, $3, $4)
-	ON CONFLICT (tenant, name) DO UPDATE SET worker_url = excluded.worker_url`
+	// created_at; putting a retired env back makes it live again.
+	putEnv = `INSERT INTO envs (tenant, name, worker_url, created_at) VALUES ($1, $2, $3, $4)
+	ON CONFLICT (tenant, name) DO UPDATE SET worker_url = excluded.worker_url, retired_at = NULL`
+
+	// retireEnv keeps the first retirement's time.
+	retireEnv = `UPDATE envs SET retired_at = COALESCE(retired_at, $1) WHERE tenant = $2 AND name = $3`
 
 	getEnv = `SELECT ` + envColumns + ` FROM envs WHERE tenant = $1 AND name = $2`
 )
@@ -36,11 +40,13 @@ func scanEnv(r Row) (store.Env, error) {
 	var (
 		e       store.Env
 		created int64
+		retired *int64
 	)
-	if err := r.Scan(&e.Tenant, &e.Name, &e.WorkerURL, &created); err != nil {
+	if err := r.Scan(&e.Tenant, &e.Name, &e.WorkerURL, &created, &retired); err != nil {
 		return store.Env{}, err
 	}
 	e.CreatedAt = FromMillis(created)
+	e.RetiredAt = fromNullMillis(retired)
 	return e, nil
 }
 
@@ -75,4 +81,19 @@ func (t *Tables) ListEnvs(ctx context.Context) ([]store.Env, error) {
 		return nil, fmt.Errorf("%s: list envs: %w", t.name, err)
 	}
 	return es, nil
+}
+
+// RetireEnv implements store.Store.
+func (t *Tables) RetireEnv(ctx context.Context, tenant, env string, at time.Time) error {
+	if at.IsZero() {
+		return fmt.Errorf("%s: retire env %s/%s: zero time", t.name, tenant, env)
+	}
+	n, err := t.db.Exec(ctx, retireEnv, Millis(at), tenant, env)
+	if err == nil && n == 0 {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("%s: retire env %s/%s: %w", t.name, tenant, env, err)
+	}
+	return nil
 }

@@ -83,9 +83,15 @@ func TestArgsScanRoundTrip(t *testing.T) {
 		want any
 	}{
 		"env": {
-			row:  envArgs(store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: t0}),
+			// the insert's columns and a NULL retired_at
+			row:  append(envArgs(store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: t0}), nullMillis(time.Time{})),
 			scan: scanAs(scanEnv),
 			want: store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: ms(t0)},
+		},
+		"retired env": {
+			row:  append(envArgs(store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: t0}), nullMillis(t0)),
+			scan: scanAs(scanEnv),
+			want: store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: ms(t0), RetiredAt: ms(t0)},
 		},
 		"user": {
 			row:  userArgs(store.User{ID: "ada", Name: "Ada", CreatedAt: t0}),

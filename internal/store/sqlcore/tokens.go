@@ -18,8 +18,12 @@ const (
 
 	getToken = `SELECT ` + tokenColumns + ` FROM identity_tokens WHERE id = $1`
 
-	// revokeToken keeps the first revocation's time.
-	revokeToken = `UPDATE identity_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2`
+	// revokeToken keeps the earliest revocation time: revoking now ends a
+	// grace period set earlier, and a later time never revives a token.
+	revokeToken = `UPDATE identity_tokens SET revoked_at = CASE
+	WHEN revoked_at IS NULL OR revoked_at > $1 THEN $1 ELSE revoked_at END WHERE id = $2`
+
+	listTokens = `SELECT ` + tokenColumns + ` FROM identity_tokens WHERE tenant = $1 AND env = $2 ORDER BY created_at, id`
 )
 
 func tokenArgs(t store.IdentityToken) []any {
@@ -79,4 +83,13 @@ func (t *Tables) RevokeIdentityToken(ctx context.Context, id string, at time.Tim
 		return fmt.Errorf("%s: revoke identity token %s: %w", t.name, id, err)
 	}
 	return nil
+}
+
+// ListIdentityTokens implements store.Store.
+func (t *Tables) ListIdentityTokens(ctx context.Context, tenant, env string) ([]store.IdentityToken, error) {
+	ts, err := collect(ctx, t.db, scanToken, listTokens, tenant, env)
+	if err != nil {
+		return nil, fmt.Errorf("%s: list identity tokens of %s/%s: %w", t.name, tenant, env, err)
+	}
+	return ts, nil
 }

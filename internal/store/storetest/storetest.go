@@ -163,6 +163,28 @@ func testEnvs(t *testing.T, s store.Store) {
 
 	_, err = s.GetEnv(ctx, "acme", "dev")
 	wantErr(t, "GetEnv of an env of another tenant", err, store.ErrNotFound)
+
+	// Retiring keeps the first time; putting the env again revives it.
+	must(t, s.RetireEnv(ctx, "beta", "dev", at(time.Hour)))
+	must(t, s.RetireEnv(ctx, "beta", "dev", at(2*time.Hour)))
+	got1, err = s.GetEnv(ctx, "beta", "dev")
+	must(t, err)
+	if want := ms(at(time.Hour)); !got1.RetiredAt.Equal(want) {
+		t.Errorf("RetiredAt = %v, want %v", got1.RetiredAt, want)
+	}
+	checkUTC(t, "GetEnv", got1.RetiredAt)
+	got, err = s.ListEnvs(ctx)
+	must(t, err)
+	if !got[2].RetiredAt.Equal(ms(at(time.Hour))) || !got[3].RetiredAt.IsZero() {
+		t.Errorf("ListEnvs after retiring beta/dev = %+v", got)
+	}
+	must(t, s.PutEnv(ctx, store.Env{Tenant: "beta", Name: "dev", WorkerURL: "http://b-dev:8080", CreatedAt: at(5 * time.Hour)}))
+	got1, err = s.GetEnv(ctx, "beta", "dev")
+	must(t, err)
+	if !got1.RetiredAt.IsZero() || !got1.CreatedAt.Equal(ms(at(0))) {
+		t.Errorf("GetEnv after putting a retired env again = %+v", got1)
+	}
+	wantErr(t, "RetireEnv of an unknown env", s.RetireEnv(ctx, "acme", "dev", at(0)), store.ErrNotFound)
 }
 
 func testIdentityTokens(t *testing.T, s store.Store) {
@@ -211,9 +233,11 @@ func testIdentityTokens(t *testing.T, s store.Store) {
 		t.Errorf("GetIdentityToken after a refused add (-want +got):\n%s", diff)
 	}
 
-	// Revoking sets RevokedAt once; a second revocation keeps the first.
-	must(t, s.RevokeIdentityToken(ctx, "tok1", at(time.Hour)))
+	// Revoking keeps the earliest time: a later revocation changes
+	// nothing, an earlier one (ending a grace period early) wins.
 	must(t, s.RevokeIdentityToken(ctx, "tok1", at(2*time.Hour)))
+	must(t, s.RevokeIdentityToken(ctx, "tok1", at(3*time.Hour)))
+	must(t, s.RevokeIdentityToken(ctx, "tok1", at(time.Hour)))
 	got, err = s.GetIdentityToken(ctx, "tok1")
 	must(t, err)
 	want.RevokedAt = ms(at(time.Hour))
@@ -229,6 +253,28 @@ func testIdentityTokens(t *testing.T, s store.Store) {
 	must(t, err)
 	if want := ms(at(time.Minute)); !got.RevokedAt.Equal(want) {
 		t.Errorf("RevokedAt of a token added revoked = %v, want %v", got.RevokedAt, want)
+	}
+
+	// The env's tokens, oldest first; another env's are not among them.
+	seed(t, s, "acme", "staging", "u1")
+	must(t, s.AddIdentityToken(ctx, store.IdentityToken{ID: "tok0", Tenant: "acme", Env: "prod", CreatedAt: at(-time.Hour), ExpiresAt: at(time.Hour)}))
+	must(t, s.AddIdentityToken(ctx, store.IdentityToken{ID: "tok9", Tenant: "acme", Env: "staging", CreatedAt: at(0), ExpiresAt: at(time.Hour)}))
+	list, err := s.ListIdentityTokens(ctx, "acme", "prod")
+	must(t, err)
+	var ids []string
+	for _, it := range list {
+		ids = append(ids, it.ID)
+	}
+	if diff := cmp.Diff([]string{"tok0", "tok1", "tok4"}, ids); diff != "" {
+		t.Errorf("ListIdentityTokens ids (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, list[1], opts); diff != "" {
+		t.Errorf("ListIdentityTokens[1] (-want +got):\n%s", diff)
+	}
+	list, err = s.ListIdentityTokens(ctx, "acme", "nope")
+	must(t, err)
+	if len(list) != 0 {
+		t.Errorf("ListIdentityTokens of an unknown env = %v, want none", list)
 	}
 }
 

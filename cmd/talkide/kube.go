@@ -1,0 +1,319 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/talkide/platform/internal/kubeprovision"
+	"github.com/talkide/platform/internal/provision"
+)
+
+// kubeFlags say which cluster to reach and how to provision workers in
+// it; talkide controlplane --kubernetes and talkide admin env/token share
+// them, so a sync by hand builds exactly what the reconciler builds.
+type kubeFlags struct {
+	kubeconfig   string
+	image        string
+	cpURL        string
+	cpNamespace  string
+	storageClass string
+	sessionsSize string
+	egressAllow  []string
+	workerArgs   []string
+	tokenTTL     time.Duration
+	rotateBefore time.Duration
+	grace        time.Duration
+	resync       time.Duration
+}
+
+func (k *kubeFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster ServiceAccount)")
+	fs.StringVar(&k.image, "worker-image", "talkide:latest", "container image of the tenant-env workers")
+	fs.StringVar(&k.cpURL, "worker-controlplane-url", "", "the control-plane as workers reach it (default http://talkide-controlplane.NAMESPACE.svc.cluster.local:7878)")
+	fs.StringVar(&k.cpNamespace, "controlplane-namespace", "talkide", "namespace of the control-plane: the only one workers take commands from and send to, and the leader election's")
+	fs.StringVar(&k.storageClass, "sessions-storage-class", "", "storage class of each env's claude-sessions claim (ReadWriteMany; default the cluster's default class)")
+	fs.StringVar(&k.sessionsSize, "sessions-size", "10Gi", "size of each env's claude-sessions claim")
+	fs.StringSliceVar(&k.egressAllow, "worker-egress-allow", nil, "CIDR[:PORT[:PORT...]] the workers may reach besides the control-plane and DNS (the Kubernetes API for builds, mirrors); repeat")
+	fs.StringSliceVar(&k.workerArgs, "worker-arg", nil, "extra argument for talkide worker in the worker pods (e.g. --harness=claude-code); repeat")
+	fs.DurationVar(&k.tokenTTL, "token-ttl", provision.DefaultTokenTTL, "lifetime of the identity tokens the provisioner issues")
+	fs.DurationVar(&k.rotateBefore, "rotate-before", 7*24*time.Hour, "rotate an identity token automatically this long before it expires")
+	fs.DurationVar(&k.grace, "rotation-grace", 10*time.Minute, "how long a rotated-out identity token stays valid (longer than the kubelet takes to update a mounted Secret)")
+	fs.DurationVar(&k.resync, "resync", 5*time.Minute, "how often the reconciler syncs every tenant-env without an event")
+	bindEnv(fs, "kubeconfig", "worker-image", "worker-controlplane-url", "controlplane-namespace", "sessions-storage-class",
+		"sessions-size", "worker-egress-allow", "worker-arg", "token-ttl", "rotate-before", "rotation-grace", "resync")
+}
+
+func (k *kubeFlags) client() (kubernetes.Interface, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = k.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w (pass --kubeconfig FILE, or run in a pod)", err)
+	}
+	cfg.UserAgent = "talkide-control-plane"
+	return kubernetes.NewForConfig(cfg)
+}
+
+func (k *kubeFlags) options() (*kubeprovision.Options, error) {
+	size, err := resource.ParseQuantity(k.sessionsSize)
+	if err != nil || size.Sign() <= 0 {
+		return nil, fmt.Errorf("--sessions-size %q: want a positive quantity such as 10Gi", k.sessionsSize)
+	}
+	var egress []kubeprovision.EgressPeer
+	for _, e := range k.egressAllow {
+		parts := strings.Split(e, ":")
+		peer := kubeprovision.EgressPeer{CIDR: parts[0]}
+		if !strings.Contains(parts[0], "/") {
+			return nil, fmt.Errorf("--worker-egress-allow %q: want CIDR[:PORT...], e.g. 10.96.0.1/32:443", e)
+		}
+		for _, p := range parts[1:] {
+			n, err := strconv.ParseUint(p, 10, 16)
+			if err != nil || n == 0 {
+				return nil, fmt.Errorf("--worker-egress-allow %q: port %q", e, p)
+			}
+			peer.Ports = append(peer.Ports, int32(n))
+		}
+		egress = append(egress, peer)
+	}
+	for name, d := range map[string]time.Duration{"--token-ttl": k.tokenTTL, "--rotate-before": k.rotateBefore, "--rotation-grace": k.grace, "--resync": k.resync} {
+		if d <= 0 {
+			return nil, fmt.Errorf("%s %s: want a positive duration", name, d)
+		}
+	}
+	if k.rotateBefore >= k.tokenTTL {
+		return nil, fmt.Errorf("--rotate-before %s must be shorter than --token-ttl %s", k.rotateBefore, k.tokenTTL)
+	}
+	return &kubeprovision.Options{
+		Image: k.image, ControlPlaneURL: k.cpURL, ControlPlaneNamespace: k.cpNamespace,
+		StorageClass: k.storageClass, SessionsSize: size, EgressAllow: egress, WorkerArgs: k.workerArgs,
+		TokenTTL: k.tokenTTL, RotateBefore: k.rotateBefore, Grace: k.grace, Resync: k.resync,
+	}, nil
+}
+
+// provisioner opens the store and the cluster for an admin command.
+func (k *kubeFlags) provisioner(ctx context.Context, loc *cpLocation, stderr io.Writer) (*kubeprovision.Provisioner, func(), error) {
+	opts, err := k.options()
+	if err != nil {
+		return nil, nil, err
+	}
+	secrets, err := loc.secrets()
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := k.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := loc.open(ctx, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kubeprovision.New(cs, st, secrets.CommandSecret, secrets.CommandKeyID, opts), func() { st.Close() }, nil
+}
+
+func requireEnv(tenant, env string) error {
+	if tenant == "" || env == "" {
+		return errors.New("--tenant and --env are required")
+	}
+	return provision.ValidateNames(tenant, env)
+}
+
+func printChanges(w io.Writer, changes []kubeprovision.Change) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tNAME\tACTION")
+	for _, c := range changes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Kind, c.Name, c.Action)
+	}
+	return tw.Flush()
+}
+
+func printRotation(w io.Writer, r *kubeprovision.Rotation) {
+	if r == nil {
+		return
+	}
+	fmt.Fprintf(w, "identity token %s issued (%s), valid until %s\n", r.NewID, r.Reason, formatTime(r.ExpiresAt))
+	if r.OldID != "" {
+		fmt.Fprintf(w, "identity token %s stays valid until %s, then is refused\n", r.OldID, formatTime(r.OldUntil))
+	}
+}
+
+func newAdminEnvSyncCmd(std stdio) *cobra.Command {
+	var loc cpLocation
+	var kf kubeFlags
+	var tenant, env string
+	cmd := adminLeaf(std, "sync", "Reconcile one tenant-env's Kubernetes objects once and print what changed", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+		if err := requireEnv(tenant, env); err != nil {
+			return err
+		}
+		p, done, err := kf.provisioner(ctx, &loc, stderr)
+		if err != nil {
+			return err
+		}
+		defer done()
+		res, err := p.Sync(ctx, tenant, env, nil)
+		if len(res.Changes) > 0 {
+			printChanges(stdout, res.Changes)
+		}
+		if err != nil {
+			return err
+		}
+		printRotation(stdout, res.Rotation)
+		if !res.Changed() {
+			fmt.Fprintf(stdout, "%s/%s: nothing changed\n", tenant, env)
+		}
+		return nil
+	})
+	fs := cmd.Flags()
+	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
+	fs.StringVar(&env, "env", "", "env (required)")
+	kf.add(fs)
+	return cmd
+}
+
+func newAdminEnvStatusCmd(std stdio) *cobra.Command {
+	var loc cpLocation
+	var kf kubeFlags
+	var tenant, env string
+	cmd := adminLeaf(std, "status", "Show a tenant-env's Kubernetes objects and whether its worker is ready", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+		if err := requireEnv(tenant, env); err != nil {
+			return err
+		}
+		p, done, err := kf.provisioner(ctx, &loc, stderr)
+		if err != nil {
+			return err
+		}
+		defer done()
+		st, err := p.Status(ctx, tenant, env)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "KIND\tNAME\tEXISTS\tDETAIL")
+		for _, o := range st.Objects {
+			d := o.Detail
+			if d == "" {
+				d = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", o.Kind, o.Name, o.Exists, d)
+		}
+		tw.Flush()
+		state := "live"
+		if st.Retired {
+			state = "retired"
+		}
+		fmt.Fprintf(stdout, "%s/%s (%s): worker ready: %v\n", tenant, env, state, st.Ready)
+		return nil
+	})
+	fs := cmd.Flags()
+	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
+	fs.StringVar(&env, "env", "", "env (required)")
+	kf.add(fs)
+	return cmd
+}
+
+func newAdminEnvDeleteCmd(std stdio) *cobra.Command {
+	var loc cpLocation
+	var kf kubeFlags
+	var tenant, env string
+	var keep bool
+	cmd := adminLeaf(std, "delete", "Retire a tenant-env: revoke its identity tokens, then delete its namespace (or, with --keep-sessions, all but the namespace and its session claim)", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+		if err := requireEnv(tenant, env); err != nil {
+			return err
+		}
+		p, done, err := kf.provisioner(ctx, &loc, stderr)
+		if err != nil {
+			return err
+		}
+		defer done()
+		res, err := p.Delete(ctx, tenant, env, &kubeprovision.DeleteOptions{KeepSessions: keep})
+		fmt.Fprintf(stdout, "revoked %d identity token(s) of %s/%s\n", len(res.Revoked), tenant, env)
+		if len(res.Changes) > 0 {
+			printChanges(stdout, res.Changes)
+		}
+		if err != nil {
+			return err
+		}
+		if keep {
+			fmt.Fprintf(stdout, "kept namespace %s and its claim %s; talkide admin env add --tenant %s --env %s --worker-url URL and a sync re-attach them\n",
+				res.Namespace, kubeprovision.SessionsClaim, tenant, env)
+		}
+		return nil
+	})
+	fs := cmd.Flags()
+	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
+	fs.StringVar(&env, "env", "", "env (required)")
+	fs.BoolVar(&keep, "keep-sessions", false, "keep the namespace and its claude-sessions claim, deleting everything else")
+	kf.add(fs)
+	return cmd
+}
+
+func newAdminTokenRotateCmd(std stdio) *cobra.Command {
+	var loc cpLocation
+	var kf kubeFlags
+	var tenant, env string
+	var grace time.Duration
+	cmd := adminLeaf(std, "rotate", "Issue a new identity token into the tenant-env's Secret; the old one stays valid for --grace, then is refused", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+		if err := requireEnv(tenant, env); err != nil {
+			return err
+		}
+		if grace <= 0 {
+			return fmt.Errorf("--grace %s: want a positive duration", grace)
+		}
+		p, done, err := kf.provisioner(ctx, &loc, stderr)
+		if err != nil {
+			return err
+		}
+		defer done()
+		res, err := p.Sync(ctx, tenant, env, &kubeprovision.SyncOptions{Rotate: true, Grace: grace})
+		if err != nil {
+			return err
+		}
+		printRotation(stdout, res.Rotation)
+		return nil
+	})
+	fs := cmd.Flags()
+	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
+	fs.StringVar(&env, "env", "", "env (required)")
+	fs.DurationVar(&grace, "grace", 10*time.Minute, "how long the old token stays valid")
+	kf.add(fs)
+	return cmd
+}
+
+// runProvisioner runs the reconciler beside the control-plane until ctx
+// ends, as the leader among the replicas.
+func runProvisioner(ctx context.Context, kf *kubeFlags, cp *cpProc, o cpOptions) (func(), error) {
+	opts, err := kf.options()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kf.client()
+	if err != nil {
+		return nil, err
+	}
+	opts.Logger = o.logger.With("component", "provisioner")
+	p := kubeprovision.New(cs, cp.store, cp.secrets.CommandSecret, cp.secrets.CommandKeyID, opts)
+	id, _ := os.Hostname()
+	id += "-" + strconv.Itoa(os.Getpid())
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := p.RunWithLeaderElection(ctx, kf.cpNamespace, id); err != nil {
+			opts.Logger.Error("provisioner stopped", "err", err)
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}
