@@ -1,5 +1,5 @@
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
-import { memo } from "preact/compat";
+import { Component } from "preact";
 import { diffLines } from "diff";
 import type { Session } from "./session";
 import type { Item, ToolItem, TextItem, FooterItem, UserItem, NoticeItem } from "./transcript";
@@ -84,31 +84,44 @@ export function TranscriptView({ s }: { s: Session }) {
   );
 }
 
-/** useVersion re-renders the calling component whenever v changes. */
-function useVersion(v: { subscribe(fn: (x: number) => void): () => void }) {
-  const [, set] = useState(0);
-  useEffect(() => v.subscribe((x) => set(x)), [v]);
+// An item re-renders on its own version (forceUpdate passes the check
+// below); appending to the list re-renders the list, not every item.
+class ItemView extends Component<{ it: Item }> {
+  private off?: () => void;
+  componentDidMount() {
+    let first = true;
+    this.off = this.props.it.v.subscribe(() => {
+      if (first) first = false;
+      else this.forceUpdate();
+    });
+  }
+  componentWillUnmount() {
+    this.off?.();
+  }
+  shouldComponentUpdate(next: { it: Item }) {
+    return next.it !== this.props.it;
+  }
+  render() {
+    // The version goes down as a prop: @preact/signals skips a child whose
+    // props did not change, and the item object itself is the same.
+    const it = this.props.it;
+    const v = it.v.peek();
+    switch (it.type) {
+      case "notice":
+        return <Notice it={it} v={v} />;
+      case "user":
+        return <User it={it} v={v} />;
+      case "text":
+        return <Text it={it} v={v} />;
+      case "tool":
+        return <Tool it={it} v={v} />;
+      case "footer":
+        return <Footer it={it} v={v} />;
+    }
+  }
 }
 
-// memo: appending an item re-renders the list, not every item; an item
-// re-renders on its own version.
-const ItemView = memo(function ItemView({ it }: { it: Item }) {
-  useVersion(it.v);
-  switch (it.type) {
-    case "notice":
-      return <Notice it={it} />;
-    case "user":
-      return <User it={it} />;
-    case "text":
-      return <Text it={it} />;
-    case "tool":
-      return <Tool it={it} />;
-    case "footer":
-      return <Footer it={it} />;
-  }
-});
-
-function Notice({ it }: { it: NoticeItem }) {
+function Notice({ it }: { it: NoticeItem; v: number }) {
   return (
     <div class="notice" data-seq={it.seq} data-kind="notice">
       {it.text}
@@ -116,7 +129,7 @@ function Notice({ it }: { it: NoticeItem }) {
   );
 }
 
-function User({ it }: { it: UserItem }) {
+function User({ it }: { it: UserItem; v: number }) {
   return (
     <div class="msg user" data-seq={it.seq} data-kind="user.message" data-cmid={it.clientMessageId}>
       <div class="body">{it.text}</div>
@@ -124,7 +137,7 @@ function User({ it }: { it: UserItem }) {
   );
 }
 
-function Text({ it }: { it: TextItem }) {
+function Text({ it }: { it: TextItem; v: number }) {
   const text = it.text;
   // Streaming re-renders at most once a frame, however fast deltas come.
   const [shown, setShown] = useState(text);
@@ -155,7 +168,7 @@ function fmtMs(ms: number): string {
   return Math.floor(ms / 60000) + " min " + Math.round((ms % 60000) / 1000) + " s";
 }
 
-function Tool({ it }: { it: ToolItem }) {
+function Tool({ it }: { it: ToolItem; v: number }) {
   const [all, setAll] = useState(false);
   const isEdit = it.name === "Edit" || it.name === "Write";
   const out = it.output;
@@ -194,7 +207,7 @@ function Tool({ it }: { it: ToolItem }) {
   );
 }
 
-function EditDiff({ it }: { it: ToolItem }) {
+function EditDiff({ it }: { it: ToolItem; v?: number }) {
   const i = it.input ?? {};
   const before = it.name === "Edit" ? String(i.old_string ?? "") : "";
   const after = it.name === "Edit" ? String(i.new_string ?? "") : String(i.content ?? "");
@@ -230,7 +243,7 @@ const hints: Record<string, string> = {
   internal: "Something broke on our side. Send again; if it keeps failing, tell the operator.",
 };
 
-function Footer({ it }: { it: FooterItem }) {
+function Footer({ it }: { it: FooterItem; v: number }) {
   const f = it.failure;
   const tokens = `${it.inputTokens.toLocaleString()} in · ${it.outputTokens.toLocaleString()} out` + (it.cacheTokens ? ` · ${it.cacheTokens.toLocaleString()} cache` : "");
   return (

@@ -11,8 +11,11 @@ function check(cond, msg) {
 
 async function newConversation(h) {
   await h.page.goto(h.base + "/");
+  await h.page.waitForLoadState("networkidle").catch(() => {});
+  const before = h.page.url();
   await h.page.getByTestId("new-conversation").click();
-  await h.page.waitForURL(/\/c\/[A-Za-z0-9_-]+$/, { timeout: T });
+  await h.page.waitForURL((u) => /\/c\/[A-Za-z0-9_-]+$/.test(u.pathname) && u.href !== before, { timeout: T });
+  await h.page.locator("[data-kind=notice]").first().waitFor({ timeout: T });
   await h.page.locator('[data-testid=conn][data-state=live]').waitFor({ timeout: T });
   return h.page.url().split("/c/")[1];
 }
