@@ -11,13 +11,13 @@ function check(cond, msg) {
 
 async function newConversation(h) {
   await h.page.goto(h.base + "/");
-  await h.page.waitForLoadState("networkidle").catch(() => {});
-  const before = h.page.url();
+  const created = h.page.waitForResponse((r) => r.url().endsWith("/api/conversations") && r.request().method() === "POST");
   await h.page.getByTestId("new-conversation").click();
-  await h.page.waitForURL((u) => /\/c\/[A-Za-z0-9_-]+$/.test(u.pathname) && u.href !== before, { timeout: T });
+  const { id } = await (await created).json();
+  await h.page.waitForURL((u) => u.pathname === "/c/" + id, { timeout: T });
   await h.page.locator("[data-kind=notice]").first().waitFor({ timeout: T });
   await h.page.locator('[data-testid=conn][data-state=live]').waitFor({ timeout: T });
-  return h.page.url().split("/c/")[1];
+  return id;
 }
 
 async function sendMessage(h, text) {
@@ -195,7 +195,9 @@ export const scenarios = {
     const reply = h.page.locator("[data-kind=text]").first();
     await reply.waitFor({ timeout: T });
     // Click what looks like links.
-    for (const a of await reply.locator("a").all()) await a.click({ timeout: 2000 }).catch(() => {});
+    // Click what would run script if it were a link; links to web sites
+    // are the user's to follow and not clicked here.
+    for (const a of await reply.locator("a:not([href^='http'])").all()) await a.click({ timeout: 2000 }).catch(() => {});
     await h.page.waitForTimeout(500);
     const pwned = await h.page.evaluate(() => window.__pwned);
     check(pwned === undefined, `model output ran script: ${pwned}`);
@@ -217,7 +219,7 @@ export const scenarios = {
   },
 
   // An Edit shows as a diff, the Changes view lists the file, an issue
-  // Mara files appears, and the operator's budget shows used and remaining.
+  // Mara files appears.
   async edit(h) {
     const id = await newConversation(h);
     await sendMessage(h, '[[tool:Write {"file_path":"notes.txt","content":"alpha\\nbeta\\n"}]]');
@@ -238,9 +240,6 @@ export const scenarios = {
     await h.page.getByTestId("issues").filter({ hasText: "Flaky browser test" }).waitFor({ timeout: T });
     await h.screenshot("issue");
 
-    const budget = h.page.getByTestId("budget");
-    await budget.filter({ hasText: "remaining" }).waitFor({ timeout: T });
-    const btext = await budget.textContent();
-    h.result({ conversation: id, budget: btext });
+    h.result({ conversation: id });
   },
 };
