@@ -527,4 +527,3 @@ func TestHistoryBadQuery(t *testing.T) {
 		t.Errorf("bad requests reached the worker %d times", n-before)
 	}
 }
-
