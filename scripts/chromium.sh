@@ -29,7 +29,7 @@ if [ ! -x "$bin" ]; then
   fi
 fi
 
-if ! got=$("$bin" --version 2>&1); then
+if ! got=$("$bin" --version 2>/dev/null | tail -1); then
   log "$bin --version failed: $got"
   exit 1
 fi
