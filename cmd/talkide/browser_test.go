@@ -4,12 +4,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/contract"
 )
 
 // browserReady returns the Chromium to drive, or fails (on CI, or with
@@ -140,4 +144,72 @@ func TestBrowserEditDiffAndIssue(t *testing.T) {
 	browserReady(t)
 	st, _ := startTestStack(t)
 	runScenario(t, st, "edit", noSteps(t))
+}
+
+// TestHistoryEndpoint: against a real worker, a finished turn's page holds
+// no deltas or output chunks, and walking back page by page with ?before=
+// gives every compacted event once, in order. The UI is served beside the
+// API, whose unknown paths stay JSON.
+func TestHistoryEndpoint(t *testing.T) {
+	st, _ := startTestStack(t)
+	base := st.info.ControlPlane
+	c := createConversation(t, base)
+	r := send(t, base, c.ID, `list [[tool:Bash {"command":"echo one; echo two"}]]`)
+	readStream(t, base, c.ID, 0, turnEnded(r.TurnID))
+
+	type page struct {
+		Events   []contract.Event `json:"events"`
+		FirstSeq int64            `json:"first_seq"`
+		LastSeq  int64            `json:"last_seq"`
+		HasMore  bool             `json:"has_more"`
+	}
+	var all page
+	if code := api(t, "GET", base+"/api/conversations/"+c.ID+"/events", nil, &all); code != 200 || all.HasMore {
+		t.Fatalf("history: %d has_more=%v", code, all.HasMore)
+	}
+	kinds := map[string]int{}
+	for _, ev := range all.Events {
+		kinds[ev.Kind]++
+	}
+	if kinds[contract.KindTextDelta] != 0 || kinds[contract.KindToolOutput] != 0 || kinds[contract.KindMessage] == 0 || kinds[contract.KindToolFinished] != 1 || kinds[contract.KindTurnFinished] != 1 {
+		t.Fatalf("the compacted page holds %v", kinds)
+	}
+	if last := all.Events[len(all.Events)-1].Seq; last != all.LastSeq {
+		t.Fatalf("the page ends at %d, last_seq is %d", last, all.LastSeq)
+	}
+	var walked []int64
+	before := ""
+	for range 100 {
+		var p page
+		api(t, "GET", base+"/api/conversations/"+c.ID+"/events?limit=3"+before, nil, &p)
+		var seqs []int64
+		for _, ev := range p.Events {
+			seqs = append(seqs, ev.Seq)
+		}
+		walked = append(seqs, walked...)
+		if !p.HasMore {
+			break
+		}
+		before = fmt.Sprintf("&before=%d", p.FirstSeq)
+	}
+	if len(walked) != len(all.Events) {
+		t.Fatalf("paging gave %v, want the %d events of the whole page", walked, len(all.Events))
+	}
+	for i, ev := range all.Events {
+		if walked[i] != ev.Seq {
+			t.Fatalf("paging gave %v", walked)
+		}
+	}
+
+	resp, err := http.Get(base + "/c/" + c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || resp.Header.Get("Content-Security-Policy") == "" {
+		t.Fatalf("GET /c/…: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if code := api(t, "GET", base+"/api/nope", nil, nil); code != 404 {
+		t.Fatalf("GET /api/nope: %d", code)
+	}
 }
