@@ -56,6 +56,16 @@ elif [ "$TALKIDE_KUBE_ASSETS" = skip ]; then
 fi
 export TALKIDE_KUBE_ASSETS
 
+# The web UI: its built assets are committed; rebuild them from the
+# lockfile and fail when they differ (scripts/web.sh also installs the node
+# modules the browser tests use). The browser tests drive Debian's Chromium
+# (scripts/chromium.sh installs it) and fail, not skip, on CI without it.
+echo "== web UI (scripts/web.sh --check)"
+./scripts/web.sh --check
+echo "== Chromium (scripts/chromium.sh)"
+TALKIDE_CHROMIUM=$(./scripts/chromium.sh)
+export TALKIDE_CHROMIUM TALKIDE_REQUIRE_BROWSER=1
+
 echo "== go test"
 # -race needs cgo and gcc, which these machines have. Fuzz targets run their
 # seed corpora here; longer fuzzing is a separate command (docs/testing.md).

@@ -44,6 +44,7 @@ import (
 	"github.com/talkide/platform/internal/store/sqlite"
 	"github.com/talkide/platform/internal/tools"
 	"github.com/talkide/platform/internal/trust"
+	"github.com/talkide/platform/internal/webui"
 	"github.com/talkide/platform/internal/worker"
 )
 
@@ -172,7 +173,7 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 	cp, err := controlplane.New(st,
 		controlplane.Keys{Tokens: keyring, CommandSecret: secrets.CommandSecret, CommandKeyID: secrets.CommandKeyID},
 		controlplane.TenantEnv{Tenant: o.tenant, Env: o.env}, &controlplane.Options{
-			Gateway: gwHandler, LocalUser: o.localUser, Auth: authn,
+			Gateway: gwHandler, LocalUser: o.localUser, Auth: authn, UI: webui.Handler(),
 			Logger:            o.logger.With("component", "controlplane"),
 			Budget:            bud,
 			Operators:         operators,

@@ -507,3 +507,26 @@ func TestBrowserAPIWithoutLocalUser(t *testing.T) {
 		t.Error("a refused create stored a conversation")
 	}
 }
+
+// TestHistoryBadQuery: the history endpoint refuses a bad page request with
+// a JSON 400 before it asks the worker anything.
+func TestHistoryBadQuery(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	before := h.worker.Requests()
+	for _, q := range []string{
+		"?limit=0", "?limit=1001", "?limit=-1", "?limit=x", "?limit=", "?before=0", "?before=-5", "?before=1e3",
+		"?before=", "?after=3", "?limit=10&limit=20", "?before=9223372036854775808",
+	} {
+		resp, body := h.do(http.MethodGet, "/api/conversations/c1/events"+q, "", nil)
+		wantError(t, resp, body, http.StatusBadRequest, contract.CodeBadRequest)
+	}
+	resp, body := h.do(http.MethodGet, "/api/conversations/-bad/events", "", nil)
+	wantError(t, resp, body, http.StatusBadRequest, contract.CodeInvalidID)
+	resp, body = h.do(http.MethodGet, "/api/conversations/nosuch/events", "", nil)
+	wantError(t, resp, body, http.StatusNotFound, contract.CodeNotFound)
+	resp, body = h.do(http.MethodPost, "/api/conversations/c1/events", "{}", nil)
+	wantError(t, resp, body, http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed)
+	if n := h.worker.Requests(); n != before {
+		t.Errorf("bad requests reached the worker %d times", n-before)
+	}
+}

@@ -61,6 +61,10 @@ type Options struct {
 	// Metrics, when set, is served at GET /metrics, without authentication
 	// (it must reveal no secret and no user).
 	Metrics http.Handler
+	// UI, when set, serves every path outside /api/ that no endpoint
+	// claims: the browser UI (internal/webui), held to the browser API's
+	// loopback Host rule in local-user mode. nil: those paths are 404.
+	UI http.Handler
 	// BodyTimeout bounds how long a client may take to send a request's
 	// body, from the request's start (httpapi.BodyDeadline); 0:
 	// httpapi.DefaultBodyTimeout.
@@ -225,6 +229,7 @@ func (s *Server) Handler() http.Handler {
 	if s.cfg.Auth != nil {
 		mux.Handle("/auth/", s.cfg.Auth.Handler())
 	}
+	mux.Handle("GET /api/conversations/{id}/events", h(s.browser(s.handleHistory)))
 
 	mux.Handle("POST "+MintPath, h(s.handleMint))
 	mux.Handle("POST "+contract.ReportsPath, h(s.handleReports))
@@ -265,6 +270,7 @@ func (s *Server) Handler() http.Handler {
 		"/api/conversations/{id}/stream":    {http.MethodGet},
 		"/api/conversations/{id}/issues":    {http.MethodGet},
 		"/api/conversations/{id}/usage":     {http.MethodGet},
+		"/api/conversations/{id}/events":    {http.MethodGet},
 		MintPath:                            {http.MethodPost},
 		contract.ReportsPath:                {http.MethodPost},
 		contract.IssuesPath:                 {http.MethodGet, http.MethodPost},
@@ -276,9 +282,23 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /healthz", loopback(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})))
-	mux.Handle("/", h(func(http.ResponseWriter, *http.Request) error {
+	notFound := h(func(http.ResponseWriter, *http.Request) error {
 		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no such endpoint")
-	}))
+	})
+	if s.cfg.UI == nil {
+		mux.Handle("/", notFound)
+	} else {
+		ui := loopback(s.cfg.UI)
+		mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// An unknown API path stays a JSON 404: a client must never
+			// get the app's HTML where it expects the contract's shape.
+			if p := r.URL.Path; p == "/api" || strings.HasPrefix(p, "/api/") {
+				notFound.ServeHTTP(w, r)
+				return
+			}
+			ui.ServeHTTP(w, r)
+		}))
+	}
 	return httpapi.BodyDeadline(s.cfg.BodyTimeout, s.crossOrigin(
 		s.canonicalPaths(mux, gw, h(func(http.ResponseWriter, *http.Request) error { return httpapi.NonCanonicalPath() }))))
 }

