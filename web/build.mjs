@@ -16,6 +16,10 @@ mkdirSync(join(out, "assets"), { recursive: true });
 
 const result = await esbuild.build({
   absWorkingDir: here,
+  // node_modules is a symlink into a cache outside the checkout; esbuild's
+  // content hashes include the inputs' paths, so resolving the link would
+  // make the asset names depend on where the checkout lives.
+  preserveSymlinks: true,
   entryPoints: ["src/main.tsx", "src/style.css"],
   bundle: true,
   minify: true,
