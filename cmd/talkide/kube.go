@@ -150,19 +150,39 @@ func printRotation(w io.Writer, r *kubeprovision.Rotation) {
 	}
 }
 
-func newAdminEnvSyncCmd(std stdio) *cobra.Command {
+// kubeEnvLeaf is an admin command about one tenant-env's Kubernetes
+// objects: it takes --tenant, --env and the cluster flags, checks them (and
+// what check adds) before reaching the cluster, and hands run a
+// provisioner. The caller adds its own flags to the returned command.
+func kubeEnvLeaf(std stdio, use, short string, check func() error, run func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error) *cobra.Command {
 	var loc cpLocation
 	var kf kubeFlags
 	var tenant, env string
-	cmd := adminLeaf(std, "sync", "Reconcile one tenant-env's Kubernetes objects once and print what changed", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+	cmd := adminLeaf(std, use, short, &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
 		if err := requireEnv(tenant, env); err != nil {
 			return err
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
 		}
 		p, done, err := kf.provisioner(ctx, &loc, stderr)
 		if err != nil {
 			return err
 		}
 		defer done()
+		return run(ctx, p, tenant, env, stdout)
+	})
+	fs := cmd.Flags()
+	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
+	fs.StringVar(&env, "env", "", "env (required)")
+	kf.add(fs)
+	return cmd
+}
+
+func newAdminEnvSyncCmd(std stdio) *cobra.Command {
+	return kubeEnvLeaf(std, "sync", "Reconcile one tenant-env's Kubernetes objects once and print what changed", nil, func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error {
 		res, err := p.Sync(ctx, tenant, env, nil)
 		if len(res.Changes) > 0 {
 			printChanges(stdout, res.Changes)
@@ -176,26 +196,10 @@ func newAdminEnvSyncCmd(std stdio) *cobra.Command {
 		}
 		return nil
 	})
-	fs := cmd.Flags()
-	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
-	fs.StringVar(&env, "env", "", "env (required)")
-	kf.add(fs)
-	return cmd
 }
 
 func newAdminEnvStatusCmd(std stdio) *cobra.Command {
-	var loc cpLocation
-	var kf kubeFlags
-	var tenant, env string
-	cmd := adminLeaf(std, "status", "Show a tenant-env's Kubernetes objects and whether its worker is ready", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		if err := requireEnv(tenant, env); err != nil {
-			return err
-		}
-		p, done, err := kf.provisioner(ctx, &loc, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+	return kubeEnvLeaf(std, "status", "Show a tenant-env's Kubernetes objects and whether its worker is ready", nil, func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error {
 		st, err := p.Status(ctx, tenant, env)
 		if err != nil {
 			return err
@@ -217,27 +221,11 @@ func newAdminEnvStatusCmd(std stdio) *cobra.Command {
 		fmt.Fprintf(stdout, "%s/%s (%s): worker ready: %v\n", tenant, env, state, st.Ready)
 		return nil
 	})
-	fs := cmd.Flags()
-	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
-	fs.StringVar(&env, "env", "", "env (required)")
-	kf.add(fs)
-	return cmd
 }
 
 func newAdminEnvDeleteCmd(std stdio) *cobra.Command {
-	var loc cpLocation
-	var kf kubeFlags
-	var tenant, env string
 	var keep bool
-	cmd := adminLeaf(std, "delete", "Retire a tenant-env: revoke its identity tokens, then delete its namespace (or, with --keep-sessions, all but the namespace and its session claim)", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		if err := requireEnv(tenant, env); err != nil {
-			return err
-		}
-		p, done, err := kf.provisioner(ctx, &loc, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+	cmd := kubeEnvLeaf(std, "delete", "Retire a tenant-env: revoke its identity tokens, then delete its namespace (or, with --keep-sessions, all but the namespace and its session claim)", nil, func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error {
 		res, err := p.Delete(ctx, tenant, env, &kubeprovision.DeleteOptions{KeepSessions: keep})
 		fmt.Fprintf(stdout, "revoked %d identity token(s) of %s/%s\n", len(res.Revoked), tenant, env)
 		if len(res.Changes) > 0 {
@@ -252,31 +240,19 @@ func newAdminEnvDeleteCmd(std stdio) *cobra.Command {
 		}
 		return nil
 	})
-	fs := cmd.Flags()
-	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
-	fs.StringVar(&env, "env", "", "env (required)")
-	fs.BoolVar(&keep, "keep-sessions", false, "keep the namespace and its claude-sessions claim, deleting everything else")
-	kf.add(fs)
+	cmd.Flags().BoolVar(&keep, "keep-sessions", false, "keep the namespace and its claude-sessions claim, deleting everything else")
 	return cmd
 }
 
 func newAdminTokenRotateCmd(std stdio) *cobra.Command {
-	var loc cpLocation
-	var kf kubeFlags
-	var tenant, env string
 	var grace time.Duration
-	cmd := adminLeaf(std, "rotate", "Issue a new identity token into the tenant-env's Secret; the old one stays valid for --grace, then is refused", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		if err := requireEnv(tenant, env); err != nil {
-			return err
-		}
+	check := func() error {
 		if grace <= 0 {
 			return fmt.Errorf("--grace %s: want a positive duration", grace)
 		}
-		p, done, err := kf.provisioner(ctx, &loc, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+		return nil
+	}
+	cmd := kubeEnvLeaf(std, "rotate", "Issue a new identity token into the tenant-env's Secret; the old one stays valid for --grace, then is refused", check, func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error {
 		res, err := p.Sync(ctx, tenant, env, &kubeprovision.SyncOptions{Rotate: true, Grace: grace})
 		if err != nil {
 			return err
@@ -284,11 +260,7 @@ func newAdminTokenRotateCmd(std stdio) *cobra.Command {
 		printRotation(stdout, res.Rotation)
 		return nil
 	})
-	fs := cmd.Flags()
-	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
-	fs.StringVar(&env, "env", "", "env (required)")
-	fs.DurationVar(&grace, "grace", 10*time.Minute, "how long the old token stays valid")
-	kf.add(fs)
+	cmd.Flags().DurationVar(&grace, "grace", 10*time.Minute, "how long the old token stays valid")
 	return cmd
 }
 
