@@ -125,6 +125,7 @@ type Server struct {
 	closeStreams context.CancelFunc
 	caps         *streamCaps
 	hubs         *hubs
+	activity     *activity
 }
 
 // StreamLimits returns the caps on browser streams in force.
@@ -209,6 +210,7 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 	// A browser joins with up to a ring's worth of events queued; it may
 	// then fall StreamQueue more behind.
 	s.hubs = newHubs(s, cfg.StreamQueue, 2*cfg.StreamQueue)
+	s.activity = newActivity(cfg.Now)
 	s.reports = trust.NewVerifier(trust.ToControlPlane, s.reportKey, cfg.Now)
 	return s, nil
 }
@@ -221,6 +223,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /api/conversations", h(s.browser(s.handleCreateConversation)))
 	mux.Handle("GET /api/conversations", h(s.browser(s.handleListConversations)))
 	mux.Handle("GET /api/conversations/{id}", h(s.browser(s.handleGetConversation)))
+	mux.Handle("PATCH /api/conversations/{id}", h(s.browser(s.handleUpdateConversation)))
+	mux.Handle("GET /api/conversations/{id}/turns/{turn}/usage", h(s.browser(s.handleTurnUsage)))
+	mux.Handle("GET /api/me/budget", h(s.browser(s.handleMyBudget)))
 	mux.Handle("POST /api/conversations/{id}/messages", h(s.browser(s.handleSend)))
 	mux.Handle("POST /api/conversations/{id}/interrupt", h(s.browser(s.handleInterrupt)))
 	mux.Handle("GET /api/conversations/{id}/stream", h(s.browser(s.handleStream)))
@@ -263,19 +268,21 @@ func (s *Server) Handler() http.Handler {
 	}
 
 	for path, allow := range map[string][]string{
-		"/api/conversations":                {http.MethodGet, http.MethodPost},
-		"/api/conversations/{id}":           {http.MethodGet},
-		"/api/conversations/{id}/messages":  {http.MethodPost},
-		"/api/conversations/{id}/interrupt": {http.MethodPost},
-		"/api/conversations/{id}/stream":    {http.MethodGet},
-		"/api/conversations/{id}/issues":    {http.MethodGet},
-		"/api/conversations/{id}/usage":     {http.MethodGet},
-		"/api/conversations/{id}/events":    {http.MethodGet},
-		MintPath:                            {http.MethodPost},
-		contract.ReportsPath:                {http.MethodPost},
-		contract.IssuesPath:                 {http.MethodGet, http.MethodPost},
-		contract.IssueCommentsPath:          {http.MethodPost},
-		"/healthz":                          {http.MethodGet},
+		"/api/conversations":                         {http.MethodGet, http.MethodPost},
+		"/api/conversations/{id}":                    {http.MethodGet, http.MethodPatch},
+		"/api/conversations/{id}/turns/{turn}/usage": {http.MethodGet},
+		"/api/me/budget":                             {http.MethodGet},
+		"/api/conversations/{id}/messages":           {http.MethodPost},
+		"/api/conversations/{id}/interrupt":          {http.MethodPost},
+		"/api/conversations/{id}/stream":             {http.MethodGet},
+		"/api/conversations/{id}/issues":             {http.MethodGet},
+		"/api/conversations/{id}/usage":              {http.MethodGet},
+		"/api/conversations/{id}/events":             {http.MethodGet},
+		MintPath:                                     {http.MethodPost},
+		contract.ReportsPath:                         {http.MethodPost},
+		contract.IssuesPath:                          {http.MethodGet, http.MethodPost},
+		contract.IssueCommentsPath:                   {http.MethodPost},
+		"/healthz":                                   {http.MethodGet},
 	} {
 		mux.Handle(path, httpapi.MethodNotAllowed(s.log, allow...))
 	}
