@@ -47,7 +47,12 @@ function scheduleList() {
 }
 window.addEventListener("talkide:turn", (e) => {
   loadList();
-  if ((e as CustomEvent).detail?.kind !== "turn.started") loadBudget();
+  if ((e as CustomEvent).detail?.kind !== "turn.started") {
+    // The turn's last call settles a moment after the turn ends: read
+    // again shortly, so that the header does not stay one call behind.
+    loadBudget();
+    setTimeout(loadBudget, 1500);
+  }
 });
 
 async function updateConversation(c: Conversation, change: { title?: string; archived?: boolean }) {
