@@ -481,6 +481,8 @@ func TestTurnUsage(t *testing.T) {
 		resp, body := h.do(http.MethodGet, path, "", nil)
 		wantError(t, resp, body, w.status, w.code)
 	}
+	resp, body = h.do(http.MethodPost, "/api/conversations/c1/turns/t_a/usage", "{}", nil)
+	wantError(t, resp, body, http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed)
 	noBudget := newHarness(t, harnessOptions{})
 	noBudget.insertConversation("c1", user, env)
 	resp, body = noBudget.do(http.MethodGet, "/api/conversations/c1/turns/t_a/usage", "", nil)

@@ -268,24 +268,25 @@ func (s *Server) Handler() http.Handler {
 	}
 
 	for path, allow := range map[string][]string{
-		"/api/conversations":                         {http.MethodGet, http.MethodPost},
-		"/api/conversations/{id}":                    {http.MethodGet, http.MethodPatch},
-		"/api/conversations/{id}/turns/{turn}/usage": {http.MethodGet},
-		"/api/me/budget":                             {http.MethodGet},
-		"/api/conversations/{id}/messages":           {http.MethodPost},
-		"/api/conversations/{id}/interrupt":          {http.MethodPost},
-		"/api/conversations/{id}/stream":             {http.MethodGet},
-		"/api/conversations/{id}/issues":             {http.MethodGet},
-		"/api/conversations/{id}/usage":              {http.MethodGet},
-		"/api/conversations/{id}/events":             {http.MethodGet},
-		MintPath:                                     {http.MethodPost},
-		contract.ReportsPath:                         {http.MethodPost},
-		contract.IssuesPath:                          {http.MethodGet, http.MethodPost},
-		contract.IssueCommentsPath:                   {http.MethodPost},
-		"/healthz":                                   {http.MethodGet},
+		"/api/conversations":                {http.MethodGet, http.MethodPost},
+		"/api/conversations/{id}":           {http.MethodGet, http.MethodPatch},
+		"/api/me/budget":                    {http.MethodGet},
+		"/api/conversations/{id}/messages":  {http.MethodPost},
+		"/api/conversations/{id}/interrupt": {http.MethodPost},
+		"/api/conversations/{id}/stream":    {http.MethodGet},
+		"/api/conversations/{id}/issues":    {http.MethodGet},
+		"/api/conversations/{id}/usage":     {http.MethodGet},
+		"/api/conversations/{id}/events":    {http.MethodGet},
+		MintPath:                            {http.MethodPost},
+		contract.ReportsPath:                {http.MethodPost},
+		contract.IssuesPath:                 {http.MethodGet, http.MethodPost},
+		contract.IssueCommentsPath:          {http.MethodPost},
+		"/healthz":                          {http.MethodGet},
 	} {
 		mux.Handle(path, httpapi.MethodNotAllowed(s.log, allow...))
 	}
+	// Beside the map, whose alignment its long path would change.
+	mux.Handle("/api/conversations/{id}/turns/{turn}/usage", httpapi.MethodNotAllowed(s.log, http.MethodGet))
 	mux.Handle("GET /healthz", loopback(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})))
