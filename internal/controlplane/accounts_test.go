@@ -323,6 +323,18 @@ func TestIsolation(t *testing.T) {
 		t.Errorf("refused requests reached the worker: %v", got[before:])
 	}
 
+	// A rename sent as a form, which a page of another site could send
+	// without a preflight, is refused before it is read.
+	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded"} {
+		resp, body := tn.as("alice", http.MethodPatch, "/api/conversations/a1", `{"title":"by a form"}`, http.Header{"Content-Type": {ct}})
+		if resp.StatusCode != http.StatusUnsupportedMediaType {
+			t.Errorf("a %s rename: %d %s", ct, resp.StatusCode, body)
+		}
+	}
+	if c, err := tn.store.GetConversation(ctx, "a1"); err != nil || c.Title == "by a form" {
+		t.Errorf("a1 after the form renames: %+v, %v", c, err)
+	}
+
 	// A member removed from the tenant no longer sees their own
 	// conversations.
 	must(t, tn.store.DeleteMembership(ctx, "alice", "acme", ""))

@@ -303,7 +303,15 @@ func TestListStatus(t *testing.T) {
 		t.Errorf("a followed turn was checked with the worker")
 	}
 	cancel()
-	// The stream ended; the next events come on a new one.
+	// The stream ended; the next events come on a new one, once the hub
+	// of the first has stopped (a browser joining it would be given its
+	// worker stream, which the fake never adds to).
+	for deadline := time.Now().Add(10 * time.Second); h.cp.StreamUpstreams() != 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the first stream's hub did not stop")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	streamMu.Lock()
 	events["watched"] = append(events["watched"], contract.Event{Seq: 4, Kind: contract.KindTurnFinished, ConversationID: "watched", TurnID: "t_w", Time: at,
 		Finish: &contract.TurnFinish{StopReason: "end_turn", ModelCalls: 1}})
