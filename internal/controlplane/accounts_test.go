@@ -255,6 +255,7 @@ func TestIsolation(t *testing.T) {
 		"usage":     {http.MethodGet, "/api/conversations/%s/usage", ""},
 		"interrupt": {http.MethodPost, "/api/conversations/%s/interrupt", ""},
 		"messages":  {http.MethodPost, "/api/conversations/%s/messages", `{"text":"hi"}`},
+		"rename":    {http.MethodPatch, "/api/conversations/%s", `{"title":"mine now"}`},
 	}
 	// want[user][conversation] is the status of every endpoint but
 	// messages, and wantSend that of messages.
@@ -275,7 +276,12 @@ func TestIsolation(t *testing.T) {
 				t.Run(user+"/"+conv+"/"+name, func(t *testing.T) {
 					resp, body := tn.as(user, ep.method, strings.Replace(ep.path, "%s", conv, 1), ep.body, nil)
 					w := acc.read
-					if name == "messages" {
+					switch {
+					case name == "messages":
+						w = acc.send
+					case name == "rename" && acc.send == http.StatusAccepted:
+						w = http.StatusOK // the owner's rename
+					case name == "rename":
 						w = acc.send
 					}
 					if resp.StatusCode != w {
@@ -315,6 +321,18 @@ func TestIsolation(t *testing.T) {
 	}
 	if got := tn.workers["acme/prod"].Requests(); len(got) != before {
 		t.Errorf("refused requests reached the worker: %v", got[before:])
+	}
+
+	// A rename sent as a form, which a page of another site could send
+	// without a preflight, is refused before it is read.
+	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded"} {
+		resp, body := tn.as("alice", http.MethodPatch, "/api/conversations/a1", `{"title":"by a form"}`, http.Header{"Content-Type": {ct}})
+		if resp.StatusCode != http.StatusUnsupportedMediaType {
+			t.Errorf("a %s rename: %d %s", ct, resp.StatusCode, body)
+		}
+	}
+	if c, err := tn.store.GetConversation(ctx, "a1"); err != nil || c.Title == "by a form" {
+		t.Errorf("a1 after the form renames: %+v, %v", c, err)
 	}
 
 	// A member removed from the tenant no longer sees their own

@@ -358,7 +358,14 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request, _ Operator
 	if err != nil {
 		return err
 	}
-	out := StatusJSON{Scope: sub.Scope, Subject: sub.ID, At: s.cfg.Now().UTC(), Limits: make([]LimitStatusJSON, 0, len(sts))}
+	httpapi.WriteJSON(w, http.StatusOK, statusJSON(sub, sts, s.cfg.Now().UTC()))
+	return nil
+}
+
+// statusJSON is where sub stands at at: the operator API's answer, and the
+// browser's for the caller's own budget.
+func statusJSON(sub budget.Subject, sts []budget.LimitStatus, at time.Time) StatusJSON {
+	out := StatusJSON{Scope: sub.Scope, Subject: sub.ID, At: at, Limits: make([]LimitStatusJSON, 0, len(sts))}
 	for _, st := range sts {
 		j := LimitStatusJSON{LimitJSON: limitJSON(st.Limit), Window: window(st.Kind)}
 		used, held, rem := st.Used, st.Held, st.Remaining()
@@ -374,8 +381,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request, _ Operator
 		}
 		out.Limits = append(out.Limits, j)
 	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
-	return nil
+	return out
 }
 
 // TotalsJSON is budget.Totals in the operator API.

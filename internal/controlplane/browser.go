@@ -55,10 +55,11 @@ func (s *Server) browser(h httpapi.HandlerFunc) httpapi.HandlerFunc {
 	}
 }
 
-// jsonBody refuses a POST body that is not JSON: a form or text/plain body
-// is what a cross-site page can send without a preflight.
+// jsonBody refuses a POST or PATCH body that is not JSON: a form or
+// text/plain body is what a cross-site page can send without a preflight
+// (a PATCH always needs one, but the rule is kept for every body).
 func jsonBody(r *http.Request) error {
-	if r.Method != http.MethodPost || r.ContentLength == 0 {
+	if (r.Method != http.MethodPost && r.Method != http.MethodPatch) || r.ContentLength == 0 {
 		return nil
 	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -79,11 +80,25 @@ type ConversationView struct {
 	Env    string `json:"env,omitempty"`
 	// User owns the conversation: the caller, unless a tenant-admin lists
 	// the tenant's.
-	User      string                 `json:"user,omitempty"`
-	CreatedAt time.Time              `json:"created_at"`
-	State     *contract.SessionState `json:"state,omitempty"`
+	User      string    `json:"user,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	// ArchivedAt is when the owner archived it; absent while it is not.
+	ArchivedAt *time.Time `json:"archived_at,omitempty"`
+	// Status is "running" while a turn runs and "idle" otherwise, in the
+	// list as this replica knows it (activity.go); RunningTurnID names the
+	// running turn. State, when present, is the worker's own answer.
+	Status        string                 `json:"status,omitempty"`
+	RunningTurnID string                 `json:"running_turn_id,omitempty"`
+	State         *contract.SessionState `json:"state,omitempty"`
 	// WorkerError says why State is missing.
 	WorkerError string `json:"worker_error,omitempty"`
+}
+
+// UpdateConversationRequest is the body of PATCH /api/conversations/{id}:
+// a new title, archived true or false, or both.
+type UpdateConversationRequest struct {
+	Title    *string `json:"title,omitempty"`
+	Archived *bool   `json:"archived,omitempty"`
 }
 
 // CreateConversationRequest is the body of POST /api/conversations; every
@@ -181,6 +196,7 @@ func (s *Server) handleCreateConversation(w http.ResponseWriter, r *http.Request
 		return workerFailure(err)
 	}
 	view.State = &st
+	s.activity.state(st)
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
@@ -190,16 +206,93 @@ func (s *Server) handleCreateConversation(w http.ResponseWriter, r *http.Request
 	return nil
 }
 
+// handleListConversations lists what the caller may see, newest first,
+// each with whether a turn runs in it; archived conversations only with
+// ?archived=1.
 func (s *Server) handleListConversations(w http.ResponseWriter, r *http.Request) error {
-	cs, err := s.visibleConversations(r)
+	archived, err := archivedQuery(r)
 	if err != nil {
 		return err
+	}
+	all, err := s.visibleConversations(r)
+	if err != nil {
+		return err
+	}
+	cs := all[:0:0]
+	for _, c := range all {
+		if archived || c.ArchivedAt.IsZero() {
+			cs = append(cs, c)
+		}
 	}
 	out := make([]ConversationView, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, viewOf(c))
 	}
+	s.conversationStatus(r.Context(), cs, out)
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"conversations": out})
+	return nil
+}
+
+// archivedQuery reads the list's one parameter, ?archived=0|1 (absent:
+// 0); any other parameter is refused, as a misspelt field is in a body.
+func archivedQuery(r *http.Request) (bool, error) {
+	q := r.URL.Query()
+	for k, vs := range q {
+		if k != "archived" {
+			return false, httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "unknown query parameter %q (want archived)", k)
+		}
+		if len(vs) > 1 {
+			return false, httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "query parameter %q is given %d times", k, len(vs))
+		}
+	}
+	switch v := q.Get("archived"); {
+	case !q.Has("archived") || v == "0":
+		return false, nil
+	case v == "1":
+		return true, nil
+	}
+	return false, httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "archived must be 0 or 1")
+}
+
+// handleUpdateConversation renames, archives or unarchives a conversation
+// of the caller's. One they may not see is a 404 as everywhere; one they
+// see but do not own (a tenant-admin's view) is theirs to read, not to
+// change: 403, as for sending.
+func (s *Server) handleUpdateConversation(w http.ResponseWriter, r *http.Request) error {
+	body, err := httpapi.ReadBody(w, r, maxBrowserBody)
+	if err != nil {
+		return err
+	}
+	var req UpdateConversationRequest
+	if err := httpapi.DecodeJSON(body, &req); err != nil {
+		return err
+	}
+	if req.Title == nil && req.Archived == nil {
+		return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "nothing to change: give title, archived, or both")
+	}
+	if req.Title != nil {
+		t, err := contract.ValidateLine("title", *req.Title, contract.MaxConversationTitle)
+		if err != nil {
+			return err
+		}
+		req.Title = &t
+	}
+	c, err := s.conversation(r)
+	if err != nil {
+		return err
+	}
+	if !auth.CallerOf(r).CanSend(c) {
+		return httpapi.Errorf(http.StatusForbidden, contract.CodeForbidden, "only the conversation's owner renames or archives it")
+	}
+	c, err = s.cfg.Store.UpdateConversation(r.Context(), c.ID, store.ConversationChange{Title: req.Title, Archived: req.Archived, At: s.cfg.Now().UTC()})
+	if errors.Is(err, store.ErrNotFound) {
+		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no conversation %s", c.ID)
+	}
+	if err != nil {
+		return err
+	}
+	s.log.Info("conversation updated", "conversation", c.ID, "user", userOf(r), "renamed", req.Title != nil, "archived", !c.ArchivedAt.IsZero())
+	httpapi.WriteJSON(w, http.StatusOK, viewOf(c))
 	return nil
 }
 
@@ -218,6 +311,7 @@ func (s *Server) handleGetConversation(w http.ResponseWriter, r *http.Request) e
 		view.WorkerError = workerFailure(err).(*httpapi.Error).Msg
 	} else {
 		view.State = &st
+		s.activity.state(st)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, view)
 	return nil
@@ -253,6 +347,9 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) error {
 		msg, &resp)
 	if err != nil {
 		return workerFailure(err)
+	}
+	if !resp.Duplicate {
+		s.activity.learn(c.ID, resp.Seq, true, resp.TurnID)
 	}
 	httpapi.WriteJSON(w, status, resp)
 	return nil

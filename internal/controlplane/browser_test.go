@@ -159,6 +159,7 @@ func TestListConversations(t *testing.T) {
 		Env       string    `json:"env"`
 		User      string    `json:"user"`
 		CreatedAt time.Time `json:"created_at"`
+		Status    string    `json:"status"`
 	}
 	list := func() []item {
 		t.Helper()
@@ -188,7 +189,7 @@ func TestListConversations(t *testing.T) {
 		if resp.StatusCode != http.StatusCreated {
 			t.Fatalf("create %s: %d %s", id, resp.StatusCode, body)
 		}
-		want = append([]item{{ID: id, Title: "t-" + id, Tenant: tenant, Env: env, User: user, CreatedAt: h.clock.Now()}}, want...)
+		want = append([]item{{ID: id, Title: "t-" + id, Tenant: tenant, Env: env, User: user, CreatedAt: h.clock.Now(), Status: contract.StatusIdle}}, want...)
 	}
 	h.clock.Advance(time.Second)
 	h.insertConversation("bobs", otherUser, env) // newest, but not alice's

@@ -2,6 +2,7 @@ package controlplane_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/httpapi"
@@ -268,6 +270,8 @@ type harnessOptions struct {
 	// listener, when set, is what the control-plane serves on (with an
 	// http.Server as talkide's), instead of an httptest server's.
 	listener net.Listener
+	// budget gives the control-plane a budget service on its store.
+	budget bool
 }
 
 func newHarness(t testing.TB, opts harnessOptions) *harness {
@@ -295,6 +299,11 @@ func newHarness(t testing.TB, opts harnessOptions) *harness {
 	if opts.noLocalUser {
 		localUser = ""
 	}
+	var bud *budget.Service
+	if opts.budget {
+		bud = budget.New(st, budget.DefaultPrices(), &budget.Options{Now: clk.Now})
+		t.Cleanup(func() { bud.Close(context.Background()) })
+	}
 	cp, err := controlplane.New(st, controlplane.Keys{Tokens: kr, CommandSecret: commandSecret, CommandKeyID: commandKID},
 		controlplane.TenantEnv{Tenant: tenant, Env: env}, &controlplane.Options{
 			Gateway:     opts.gateway,
@@ -303,6 +312,7 @@ func newHarness(t testing.TB, opts harnessOptions) *harness {
 			LocalUser:   localUser,
 			Now:         clk.Now,
 			Heartbeat:   opts.heartbeat,
+			Budget:      bud,
 
 			MaxStreamsPerUser:         opts.streams.MaxStreamsPerUser,
 			MaxStreamsPerConversation: opts.streams.MaxStreamsPerConversation,

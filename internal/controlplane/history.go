@@ -37,6 +37,9 @@ type HistoryPage struct {
 	LastSeq int64 `json:"last_seq"`
 	// HasMore says whether older events than the page exist.
 	HasMore bool `json:"has_more"`
+	// TurnUsage holds, by turn id, what each turn that ends on the page
+	// used and cost (turns.go); absent without a budget service.
+	TurnUsage map[string]*TurnUsage `json:"turn_usage,omitempty"`
 }
 
 // handleHistory answers a page of a conversation's log, compacted: in a
@@ -60,6 +63,7 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) error {
 	if _, err := wc.do(ctx, http.MethodGet, contract.SessionPath, c.ID, nil, &st); err != nil {
 		return workerFailure(err)
 	}
+	s.activity.state(st)
 	page := HistoryPage{Events: []json.RawMessage{}, LastSeq: st.LastSeq}
 	if st.LastSeq == 0 {
 		httpapi.WriteJSON(w, http.StatusOK, page)
@@ -85,6 +89,17 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) error {
 		page.FirstSeq = compact[start].seq
 	}
 	page.HasMore = start > 0
+	ending := map[string]bool{}
+	for _, ev := range compact[start:end] {
+		if contract.Terminal(ev.kind) && ev.turnID != "" {
+			ending[ev.turnID] = true
+		}
+	}
+	if len(ending) > 0 {
+		if page.TurnUsage, err = s.turnUsage(ctx, c.ID, turnSpans(evs), ending); err != nil {
+			return err
+		}
+	}
 	httpapi.WriteJSON(w, http.StatusOK, page)
 	return nil
 }
@@ -126,6 +141,7 @@ type logEvent struct {
 	kind   string
 	turnID string
 	toolID string
+	time   time.Time
 	raw    json.RawMessage
 }
 
@@ -139,9 +155,10 @@ func (s *Server) readLog(ctx context.Context, wc *workerClient, id string, last 
 			return nil // not an event of the log, or a repeat
 		}
 		var head struct {
-			Seq    int64  `json:"seq"`
-			Kind   string `json:"kind"`
-			TurnID string `json:"turn_id"`
+			Seq    int64     `json:"seq"`
+			Kind   string    `json:"kind"`
+			TurnID string    `json:"turn_id"`
+			Time   time.Time `json:"time"`
 			Tool   *struct {
 				ID string `json:"id"`
 			} `json:"tool"`
@@ -149,7 +166,7 @@ func (s *Server) readLog(ctx context.Context, wc *workerClient, id string, last 
 		if err := json.Unmarshal(ev.Data, &head); err != nil || head.Seq != seq {
 			return fmt.Errorf("the worker sent event %d malformed", seq)
 		}
-		le := logEvent{seq: seq, kind: head.Kind, turnID: head.TurnID, raw: json.RawMessage(ev.Data)}
+		le := logEvent{seq: seq, kind: head.Kind, turnID: head.TurnID, time: head.Time, raw: json.RawMessage(ev.Data)}
 		if head.Tool != nil {
 			le.toolID = head.Tool.ID
 		}

@@ -154,6 +154,20 @@ func (hs *hubs) leave(sub *subscriber) {
 	}
 }
 
+// following reports whether a hub follows conversation id's stream now,
+// so that this replica sees its turns start and end as they do.
+func (hs *hubs) following(id string) bool {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	h := hs.m[id]
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.done
+}
+
 // count returns the hubs open now.
 func (hs *hubs) count() int {
 	hs.mu.Lock()
@@ -316,6 +330,7 @@ func (hs *hubs) follow(ctx context.Context, c store.Conversation, after int64, f
 			if err != nil || seq <= last {
 				return nil // not an event of the log, or one already passed on
 			}
+			s.activity.observe(c.ID, seq, ev)
 			frame.Reset()
 			if err := sse.Write(&frame, ev.ID, ev.Event, ev.Data); err != nil {
 				return nil // an id or name no browser could parse; the worker never sends one

@@ -125,6 +125,7 @@ type Server struct {
 	closeStreams context.CancelFunc
 	caps         *streamCaps
 	hubs         *hubs
+	activity     *activity
 }
 
 // StreamLimits returns the caps on browser streams in force.
@@ -209,6 +210,7 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 	// A browser joins with up to a ring's worth of events queued; it may
 	// then fall StreamQueue more behind.
 	s.hubs = newHubs(s, cfg.StreamQueue, 2*cfg.StreamQueue)
+	s.activity = newActivity(cfg.Now)
 	s.reports = trust.NewVerifier(trust.ToControlPlane, s.reportKey, cfg.Now)
 	return s, nil
 }
@@ -221,6 +223,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /api/conversations", h(s.browser(s.handleCreateConversation)))
 	mux.Handle("GET /api/conversations", h(s.browser(s.handleListConversations)))
 	mux.Handle("GET /api/conversations/{id}", h(s.browser(s.handleGetConversation)))
+	mux.Handle("PATCH /api/conversations/{id}", h(s.browser(s.handleUpdateConversation)))
+	mux.Handle("GET /api/conversations/{id}/turns/{turn}/usage", h(s.browser(s.handleTurnUsage)))
+	mux.Handle("GET /api/me/budget", h(s.browser(s.handleMyBudget)))
 	mux.Handle("POST /api/conversations/{id}/messages", h(s.browser(s.handleSend)))
 	mux.Handle("POST /api/conversations/{id}/interrupt", h(s.browser(s.handleInterrupt)))
 	mux.Handle("GET /api/conversations/{id}/stream", h(s.browser(s.handleStream)))
@@ -264,7 +269,8 @@ func (s *Server) Handler() http.Handler {
 
 	for path, allow := range map[string][]string{
 		"/api/conversations":                {http.MethodGet, http.MethodPost},
-		"/api/conversations/{id}":           {http.MethodGet},
+		"/api/conversations/{id}":           {http.MethodGet, http.MethodPatch},
+		"/api/me/budget":                    {http.MethodGet},
 		"/api/conversations/{id}/messages":  {http.MethodPost},
 		"/api/conversations/{id}/interrupt": {http.MethodPost},
 		"/api/conversations/{id}/stream":    {http.MethodGet},
@@ -279,6 +285,8 @@ func (s *Server) Handler() http.Handler {
 	} {
 		mux.Handle(path, httpapi.MethodNotAllowed(s.log, allow...))
 	}
+	// Beside the map, whose alignment its long path would change.
+	mux.Handle("/api/conversations/{id}/turns/{turn}/usage", httpapi.MethodNotAllowed(s.log, http.MethodGet))
 	mux.Handle("GET /healthz", loopback(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})))

@@ -17,7 +17,12 @@ import (
 // the request.
 
 func viewOf(c store.Conversation) ConversationView {
-	return ConversationView{ID: c.ID, Title: c.Title, Tenant: c.Tenant, Env: c.Env, User: c.UserID, CreatedAt: c.CreatedAt}
+	v := ConversationView{ID: c.ID, Title: c.Title, Tenant: c.Tenant, Env: c.Env, User: c.UserID, CreatedAt: c.CreatedAt}
+	if !c.ArchivedAt.IsZero() {
+		at := c.ArchivedAt
+		v.ArchivedAt = &at
+	}
+	return v
 }
 
 // callerEnvs returns the tenant-envs the caller may create conversations

@@ -58,6 +58,19 @@ type Conversation struct {
 	UserID    string
 	Title     string
 	CreatedAt time.Time
+	// ArchivedAt is when the user archived the conversation; zero while
+	// it is not archived.
+	ArchivedAt time.Time
+}
+
+// ConversationChange is what UpdateConversation changes: each field that
+// is set, the others stay.
+type ConversationChange struct {
+	Title *string
+	// Archived archives the conversation at At (one already archived
+	// keeps its first ArchivedAt) or, false, unarchives it.
+	Archived *bool
+	At       time.Time
 }
 
 // Role is what a membership lets a user do in a tenant.
@@ -214,8 +227,11 @@ type Store interface {
 	CreateConversation(ctx context.Context, c Conversation) (stored Conversation, created bool, err error)
 	GetConversation(ctx context.Context, id string) (Conversation, error)
 	// ListConversations returns the user's conversations newest first
-	// (CreatedAt descending, then ID descending).
+	// (CreatedAt descending, then ID descending), archived ones too.
 	ListConversations(ctx context.Context, userID string) ([]Conversation, error)
+	// UpdateConversation applies ch to the conversation and returns it as
+	// stored after. ErrNotFound when there is no such conversation.
+	UpdateConversation(ctx context.Context, id string, ch ConversationChange) (Conversation, error)
 
 	// ListTenantConversations returns the conversations of a tenant (of
 	// one env of it when env is not ""), ordered as ListConversations.

@@ -67,8 +67,22 @@ export interface Conversation {
   id: string;
   title: string;
   created_at: string;
+  archived_at?: string;
+  /** In the list: "running" or "idle", as the control-plane knows it. */
+  status?: string;
+  running_turn_id?: string;
   state?: SessionState;
   worker_error?: string;
+}
+
+/** What one turn's model calls used and cost, by the control-plane's ledger. */
+export interface TurnUsage {
+  turn_id: string;
+  calls: number;
+  input_tokens: number;
+  output_tokens: number;
+  cost_usd: string;
+  estimated?: boolean;
 }
 
 export interface HistoryPage {
@@ -76,6 +90,22 @@ export interface HistoryPage {
   first_seq: number;
   last_seq: number;
   has_more: boolean;
+  turn_usage?: Record<string, TurnUsage>;
+}
+
+/** One of the caller's limits and where they stand (money as exact decimal dollars). */
+export interface LimitStatus {
+  kind: string;
+  max_usd?: string;
+  used_usd?: string;
+  held_usd?: string;
+  remaining_usd?: string;
+  max?: number;
+  used?: number;
+  held?: number;
+  remaining?: number;
+  window: string;
+  resets_at?: string;
 }
 
 export interface Issue {
@@ -124,7 +154,10 @@ async function call<T>(method: string, path: string, body?: unknown): Promise<T>
 const conv = (id: string) => "/api/conversations/" + encodeURIComponent(id);
 
 export const api = {
-  list: () => call<{ conversations: Conversation[] }>("GET", "/api/conversations"),
+  list: (archived = false) => call<{ conversations: Conversation[] }>("GET", "/api/conversations" + (archived ? "?archived=1" : "")),
+  update: (id: string, change: { title?: string; archived?: boolean }) => call<Conversation>("PATCH", conv(id), change),
+  budget: () => call<{ limits: LimitStatus[] }>("GET", "/api/me/budget"),
+  turnUsage: (id: string, turn: string) => call<TurnUsage>("GET", conv(id) + "/turns/" + encodeURIComponent(turn) + "/usage"),
   create: (title?: string) => call<Conversation>("POST", "/api/conversations", title ? { title } : {}),
   get: (id: string) => call<Conversation>("GET", conv(id)),
   send: (id: string, text: string, clientMessageId: string) =>

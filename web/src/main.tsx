@@ -5,6 +5,7 @@ import { api, ApiError, type Conversation } from "./api";
 import { Session } from "./session";
 import { TranscriptView } from "./view";
 import { SidePanel } from "./panel";
+import { BudgetBadge, loadBudget } from "./budget";
 
 // Routing: /c/<id> opens a conversation; anything else the newest one.
 const route = signal(location.pathname);
@@ -20,13 +21,48 @@ const currentId = computed(() => {
 
 const conversations = signal<Conversation[]>([]);
 const listError = signal<string | null>(null);
+/** showArchived lists archived conversations too, to unarchive them. */
+const showArchived = signal(false);
 async function loadList() {
   try {
-    conversations.value = (await api.list()).conversations;
+    conversations.value = (await api.list(showArchived.value)).conversations;
     listError.value = null;
   } catch (e) {
     listError.value = (e as ApiError).message;
   }
+  scheduleList();
+}
+
+// The list's running marks follow turns in other conversations too: it is
+// read again while any turn runs, more slowly while none does, and at once
+// when a turn of the open conversation starts or ends.
+let listTimer: number | undefined;
+function scheduleList() {
+  clearTimeout(listTimer);
+  const busy = conversations.value.some((c) => c.status === "running");
+  listTimer = window.setTimeout(() => {
+    if (document.visibilityState === "visible") loadList();
+    else scheduleList();
+  }, busy ? 2000 : 15000);
+}
+window.addEventListener("talkide:turn", (e) => {
+  loadList();
+  if ((e as CustomEvent).detail?.kind !== "turn.started") {
+    // The turn's last call settles a moment after the turn ends: read
+    // again shortly, so that the header does not stay one call behind.
+    loadBudget();
+    setTimeout(loadBudget, 1500);
+  }
+});
+
+async function updateConversation(c: Conversation, change: { title?: string; archived?: boolean }) {
+  try {
+    await api.update(c.id, change);
+    listError.value = null;
+  } catch (e) {
+    listError.value = (e as ApiError).message;
+  }
+  await loadList();
 }
 
 const session = signal<Session | null>(null);
@@ -66,32 +102,104 @@ function ConnBadge({ s }: { s: Session | null }) {
   );
 }
 
+/** Rename is the inline title editor: Enter saves, Escape gives up. */
+function Rename({ c, done }: { c: Conversation; done: () => void }) {
+  const [v, setV] = useState(c.title);
+  const input = useRef<HTMLInputElement>(null);
+  useEffect(() => {
+    input.current?.focus();
+    input.current?.select();
+  }, []);
+  const save = async () => {
+    const t = v.trim();
+    if (t && t !== c.title) await updateConversation(c, { title: t });
+    done();
+  };
+  return (
+    <input
+      ref={input}
+      class="rename"
+      data-testid="rename-input"
+      aria-label={"New title for " + (c.title || c.id)}
+      value={v}
+      maxLength={200}
+      onInput={(e) => setV((e.target as HTMLInputElement).value)}
+      onKeyDown={(e) => {
+        if (e.key === "Enter") {
+          e.preventDefault();
+          save();
+        } else if (e.key === "Escape") {
+          e.preventDefault();
+          e.stopPropagation();
+          done();
+        }
+      }}
+      onBlur={done}
+    />
+  );
+}
+
 function Sidebar() {
   const cur = currentId.value;
+  const [editing, setEditing] = useState<string | null>(null);
   return (
     <nav class="sidebar" aria-label="Conversations">
       <button class="new" onClick={newConversation} data-testid="new-conversation">
         + New conversation
       </button>
       <p class="hint">Ctrl+K: switch</p>
+      <label class="show-archived">
+        <input
+          type="checkbox"
+          data-testid="show-archived"
+          checked={showArchived.value}
+          onChange={(e) => {
+            showArchived.value = (e.target as HTMLInputElement).checked;
+            loadList();
+          }}
+        />{" "}
+        Show archived
+      </label>
       {listError.value && <p class="error" role="alert">{listError.value}</p>}
       <ul>
-        {conversations.value.map((c) => (
-          <li key={c.id}>
-            <a
-              href={"/c/" + c.id}
-              aria-current={c.id === cur ? "page" : undefined}
-              onClick={(e) => {
-                e.preventDefault();
-                navigate("/c/" + c.id);
-              }}
-            >
-              <span class="title">{c.title || c.id}</span>
-              {c.id === cur && session.value?.t.value.running.value && <span class="running" aria-label="running">●</span>}
-              <time>{new Date(c.created_at).toLocaleString()}</time>
-            </a>
-          </li>
-        ))}
+        {conversations.value.map((c) => {
+          const name = c.title || c.id;
+          const running = c.id === cur ? !!session.value?.t.value.running.value : c.status === "running";
+          const archived = !!c.archived_at;
+          return (
+            <li key={c.id} data-conversation={c.id} data-status={running ? "running" : "idle"} data-archived={archived ? "1" : "0"} class={archived ? "archived" : undefined}>
+              {editing === c.id ? (
+                <Rename c={c} done={() => setEditing(null)} />
+              ) : (
+                <a
+                  href={"/c/" + c.id}
+                  aria-current={c.id === cur ? "page" : undefined}
+                  onClick={(e) => {
+                    e.preventDefault();
+                    navigate("/c/" + c.id);
+                  }}
+                >
+                  <span class="title" data-testid="conversation-title">{name}</span>
+                  {running && <span class="running" role="img" aria-label="running" data-testid="running">●</span>}
+                  {archived && <span class="badge">archived</span>}
+                  <time>{new Date(c.created_at).toLocaleString()}</time>
+                </a>
+              )}
+              <div class="conv-actions">
+                <button aria-label={"Rename " + name} data-testid="rename" onClick={() => setEditing(c.id)}>
+                  Rename
+                </button>
+                <button
+                  aria-label={(archived ? "Unarchive " : "Archive ") + name}
+                  data-testid={archived ? "unarchive" : "archive"}
+                  onClick={() => updateConversation(c, { archived: !archived })}
+                >
+                  {archived ? "Unarchive" : "Archive"}
+                </button>
+              </div>
+            </li>
+          );
+        })}
       </ul>
     </nav>
   );
@@ -211,6 +319,7 @@ function Composer({ s }: { s: Session }) {
 function App() {
   useEffect(() => {
     loadList();
+    loadBudget();
     const onKey = (e: KeyboardEvent) => {
       if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === "k") {
         e.preventDefault();
@@ -233,6 +342,7 @@ function App() {
       <header>
         <h1>Mara</h1>
         <span class="conv-title">{title}</span>
+        <BudgetBadge />
         <ConnBadge s={s} />
       </header>
       <Sidebar />

@@ -5,6 +5,12 @@ import { api, ApiError, type Event, type Issue } from "./api";
 import { Transcript, rebuild } from "./transcript";
 import { Outbox } from "./outbox";
 import { openStream, type ConnState } from "./stream";
+import { addCosts, fetchTurnCost } from "./costs";
+
+/** turnEdge tells the rest of the page (the list's running marks, the budget) that a turn started or ended here. */
+function turnEdge(id: string, kind: string) {
+  window.dispatchEvent(new CustomEvent("talkide:turn", { detail: { id, kind } }));
+}
 
 /** How many (compacted) events a history page holds. */
 export const PAGE = 200;
@@ -37,6 +43,7 @@ export class Session {
       if (this.closed) return;
       const t = this.t.value;
       t.apply(page.events);
+      addCosts(page.turn_usage);
       this.firstSeq = page.first_seq;
       this.hasMore.value = page.has_more;
       if (conv.state?.status === "running" && conv.state.running_turn_id) {
@@ -76,7 +83,9 @@ export class Session {
     if (ev.kind === "turn.finished" || ev.kind === "turn.failed") {
       this.stopping.value = false;
       this.pump();
+      if (ev.turn_id) fetchTurnCost(this.id, ev.turn_id, ev.finish?.model_calls);
     }
+    if (ev.kind === "turn.started" || ev.kind === "turn.finished" || ev.kind === "turn.failed") turnEdge(this.id, ev.kind);
     if (ev.kind === "tool.finished" && ev.tool?.name.startsWith("mcp__talkide-issue-tracking__")) this.loadIssues();
   }
 
@@ -97,6 +106,7 @@ export class Session {
       batch(() => {
         this.firstSeq = page.first_seq || this.firstSeq;
         this.hasMore.value = page.has_more;
+        addCosts(page.turn_usage);
         this.t.value = rebuild(page.events, this.t.value);
       });
       return true;

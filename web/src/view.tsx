@@ -4,6 +4,7 @@ import { diffLines } from "diff";
 import type { Session } from "./session";
 import type { Item, ToolItem, TextItem, FooterItem, UserItem, NoticeItem } from "./transcript";
 import { render as renderMarkdown } from "./markdown";
+import { turnCosts, fmtUSD } from "./costs";
 
 /** Live output shown before "show all". */
 const OUTPUT_CAP = 4000;
@@ -243,6 +244,17 @@ const hints: Record<string, string> = {
   internal: "Something broke on our side. Send again; if it keeps failing, tell the operator.",
 };
 
+/** TurnCost is the turn's cost as the control-plane's ledger has it, once known. */
+function TurnCost({ turnId }: { turnId?: string }) {
+  const u = turnId ? turnCosts.value.get(turnId) : undefined;
+  if (!u) return null;
+  return (
+    <span class="cost" data-testid="cost" data-usd={u.cost_usd} title={`${u.calls} model call${u.calls === 1 ? "" : "s"} charged${u.estimated ? " (partly estimated)" : ""}`}>
+      {fmtUSD(u.cost_usd)}
+    </span>
+  );
+}
+
 function Footer({ it }: { it: FooterItem; v: number }) {
   const f = it.failure;
   const tokens = `${it.inputTokens.toLocaleString()} in · ${it.outputTokens.toLocaleString()} out` + (it.cacheTokens ? ` · ${it.cacheTokens.toLocaleString()} cache` : "");
@@ -259,6 +271,7 @@ function Footer({ it }: { it: FooterItem; v: number }) {
         </span>
       )}
       <span class="tokens" data-testid="tokens">{tokens} tokens</span>
+      <TurnCost turnId={it.turnId} />
     </div>
   );
 }

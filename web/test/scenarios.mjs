@@ -242,4 +242,87 @@ export const scenarios = {
 
     h.result({ conversation: id });
   },
+
+  // Rename and archive round trip, by keyboard; a turn running in a
+  // conversation that is not open shows in the list, and its end too.
+  async organize(h) {
+    const a = await newConversation(h);
+    await sendMessage(h, "Work in the background. " + slowBash(8, 0.5));
+    await h.page.locator('[data-kind=tool][data-tool=Bash][data-state=running]').waitFor({ timeout: T });
+    const created = h.page.waitForResponse((r) => r.url().endsWith("/api/conversations") && r.request().method() === "POST");
+    await h.page.getByTestId("new-conversation").click();
+    const b = (await (await created).json()).id;
+    await h.page.waitForURL((u) => u.pathname === "/c/" + b, { timeout: T });
+    const rowA = h.page.locator(`li[data-conversation="${a}"]`);
+    await h.page.locator(`li[data-conversation="${a}"][data-status=running]`).waitFor({ timeout: T });
+    check(await rowA.getByTestId("running").isVisible(), "no running mark on the conversation that is not open");
+    check((await h.page.locator(`li[data-conversation="${b}"]`).getAttribute("data-status")) === "idle", "the new conversation shows as running");
+    await h.screenshot("running-elsewhere");
+    await h.page.locator(`li[data-conversation="${a}"][data-status=idle]`).waitFor({ timeout: T });
+    check((await rowA.getByTestId("running").count()) === 0, "the running mark stayed after the turn ended");
+
+    // Rename by keyboard: the button, then the field, Enter saves.
+    await rowA.getByTestId("rename").focus();
+    await h.page.keyboard.press("Enter");
+    const field = rowA.getByTestId("rename-input");
+    await field.waitFor({ timeout: T });
+    check(await field.evaluate((e) => e === document.activeElement), "the title field did not take the focus");
+    const saved = h.page.waitForResponse((r) => r.url().endsWith("/api/conversations/" + a) && r.request().method() === "PATCH");
+    await h.page.keyboard.type("Renamed by keyboard");
+    await h.page.keyboard.press("Enter");
+    check((await saved).status() === 200, "the rename was refused");
+    await rowA.getByTestId("conversation-title").filter({ hasText: "Renamed by keyboard" }).waitFor({ timeout: T });
+    // Escape gives up without saving.
+    await rowA.getByTestId("rename").click();
+    await field.fill("Not this");
+    await field.press("Escape");
+    await rowA.getByTestId("conversation-title").filter({ hasText: "Renamed by keyboard" }).waitFor({ timeout: T });
+    await h.page.reload();
+    await rowA.getByTestId("conversation-title").filter({ hasText: "Renamed by keyboard" }).waitFor({ timeout: T });
+
+    // Archive: gone from the list; "show archived" brings it back, marked;
+    // unarchive, and it stays when archived ones are hidden again.
+    await rowA.getByTestId("archive").focus();
+    await h.page.keyboard.press("Enter");
+    await rowA.waitFor({ state: "detached", timeout: T });
+    await h.page.getByTestId("show-archived").check();
+    await h.page.locator(`li[data-conversation="${a}"][data-archived="1"]`).waitFor({ timeout: T });
+    await h.screenshot("archived");
+    await rowA.getByTestId("unarchive").click();
+    await h.page.locator(`li[data-conversation="${a}"][data-archived="0"]`).waitFor({ timeout: T });
+    await h.page.getByTestId("show-archived").uncheck();
+    await h.page.locator(`li[data-conversation="${a}"][data-archived="0"]`).waitFor({ timeout: T });
+    h.result({ conversation: a, other: b });
+  },
+
+  // A budget the operator set shows in the header as used and remaining,
+  // and moves after a turn; the turn's footer shows what it cost.
+  async budget(h) {
+    const id = await newConversation(h);
+    const badge = h.page.getByTestId("budget").locator("[data-kind=spend_per_day]");
+    await badge.waitFor({ timeout: T });
+    const before = { used: await badge.getAttribute("data-used"), remaining: await badge.getAttribute("data-remaining") };
+    await sendMessage(h, "What does this cost?");
+    await turnEnds(h, 1);
+    const cost = h.page.locator(".turn-footer").first().getByTestId("cost");
+    await cost.waitFor({ timeout: T });
+    const usd = await cost.getAttribute("data-usd");
+    check(Number(usd) > 0, `the footer's cost is ${usd}`);
+    check(/^(\$\d|<\$0\.0001)/.test((await cost.textContent()).trim()), `the footer shows "${await cost.textContent()}"`);
+    // The header is read again after the turn; the last call may settle a
+    // moment later, so wait for it to move.
+    await h.page.waitForFunction(
+      (b) => {
+        const e = document.querySelector("[data-testid=budget] [data-kind=spend_per_day]");
+        return e && e.getAttribute("data-used") !== b;
+      },
+      before.used,
+      { timeout: T },
+    );
+    const after = { used: await badge.getAttribute("data-used"), remaining: await badge.getAttribute("data-remaining") };
+    const text = await badge.textContent();
+    check(text.includes("used") && text.includes("left"), `the header says "${text}"`);
+    await h.screenshot("budget");
+    h.result({ conversation: id, before, after, cost: usd, text });
+  },
 };

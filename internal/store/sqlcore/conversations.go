@@ -3,20 +3,32 @@ package sqlcore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/talkide/platform/internal/store"
 )
 
-const conversationColumns = `id, tenant, env, user_id, title, created_at`
+// conversationColumns are read; a new conversation is inserted with the
+// first six (insertColumns) and is not archived.
+const (
+	conversationColumns = insertColumns + `, archived_at`
+	insertColumns       = `id, tenant, env, user_id, title, created_at`
+)
 
 const (
 	// insertConversation stores a conversation unless its ID is taken.
-	insertConversation = `INSERT INTO conversations (` + conversationColumns + `) VALUES ($1, $2, $3, $4, $5, $6)
+	insertConversation = `INSERT INTO conversations (` + insertColumns + `) VALUES ($1, $2, $3, $4, $5, $6)
 	ON CONFLICT (id) DO NOTHING`
 
 	// getConversation is on the gateway's path (its first model call of a
 	// conversation) and the control plane's (most requests about one).
 	getConversation = `SELECT ` + conversationColumns + ` FROM conversations WHERE id = $1`
+
+	// setTitle and the archive statements change one field each;
+	// archiving keeps the first time.
+	setTitle  = `UPDATE conversations SET title = $2 WHERE id = $1`
+	archive   = `UPDATE conversations SET archived_at = COALESCE(archived_at, $2) WHERE id = $1`
+	unarchive = `UPDATE conversations SET archived_at = NULL WHERE id = $1`
 )
 
 // listConversations: newest first, then by ID descending.
@@ -31,13 +43,15 @@ func conversationArgs(c store.Conversation) []any {
 
 func scanConversation(r Row) (store.Conversation, error) {
 	var (
-		c       store.Conversation
-		created int64
+		c        store.Conversation
+		created  int64
+		archived *int64
 	)
-	if err := r.Scan(&c.ID, &c.Tenant, &c.Env, &c.UserID, &c.Title, &created); err != nil {
+	if err := r.Scan(&c.ID, &c.Tenant, &c.Env, &c.UserID, &c.Title, &created, &archived); err != nil {
 		return store.Conversation{}, err
 	}
 	c.CreatedAt = FromMillis(created)
+	c.ArchivedAt = fromNullMillis(archived)
 	return c, nil
 }
 
@@ -57,6 +71,7 @@ func (t *Tables) CreateConversation(ctx context.Context, c store.Conversation) (
 		if n == 1 {
 			stored, created = c, true
 			stored.CreatedAt = ms(c.CreatedAt)
+			stored.ArchivedAt = time.Time{}
 			return nil
 		}
 		stored, err = scanConversation(tx.QueryRow(ctx, getConversation, c.ID))
@@ -90,4 +105,36 @@ func (t *Tables) ListConversations(ctx context.Context, userID string) ([]store.
 		return nil, fmt.Errorf("%s: list conversations of %s: %w", t.name, userID, err)
 	}
 	return cs, nil
+}
+
+// UpdateConversation implements store.Store: the changes and the read of
+// the result in one transaction, so that what it returns is what it left.
+func (t *Tables) UpdateConversation(ctx context.Context, id string, ch store.ConversationChange) (store.Conversation, error) {
+	var c store.Conversation
+	err := t.db.InTx(ctx, func(tx Tx) error {
+		var err error
+		if c, err = scanConversation(tx.QueryRow(ctx, getConversation+t.d.LockRow, id)); err != nil {
+			return t.notFound(err)
+		}
+		if ch.Title != nil {
+			if _, err := tx.Exec(ctx, setTitle, id, *ch.Title); err != nil {
+				return err
+			}
+		}
+		if ch.Archived != nil {
+			q, args := unarchive, []any{id}
+			if *ch.Archived {
+				q, args = archive, []any{id, Millis(ch.At)}
+			}
+			if _, err := tx.Exec(ctx, q, args...); err != nil {
+				return err
+			}
+		}
+		c, err = scanConversation(tx.QueryRow(ctx, getConversation, id))
+		return err
+	})
+	if err != nil {
+		return store.Conversation{}, fmt.Errorf("%s: update conversation %s: %w", t.name, id, err)
+	}
+	return c, nil
 }

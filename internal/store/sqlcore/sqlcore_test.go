@@ -109,9 +109,15 @@ func TestArgsScanRoundTrip(t *testing.T) {
 			want: store.IdentityToken{ID: "tok", Hash: hash, CreatedAt: ms(time.Time{}), ExpiresAt: ms(time.Time{}), RevokedAt: ms(t0)},
 		},
 		"conversation": {
-			row:  conversationArgs(conv),
+			// the insert's columns and a NULL archived_at
+			row:  append(conversationArgs(conv), nullMillis(time.Time{})),
 			scan: scanAs(scanConversation),
 			want: store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "ada", Title: "T", CreatedAt: ms(t0)},
+		},
+		"archived conversation": {
+			row:  append(conversationArgs(conv), nullMillis(t0.Add(time.Hour))),
+			scan: scanAs(scanConversation),
+			want: store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "ada", Title: "T", CreatedAt: ms(t0), ArchivedAt: ms(t0.Add(time.Hour))},
 		},
 		"usage": {
 			row: usageArgs(store.UsageRecord{ID: "u1", Tenant: "acme", Env: "prod", ConversationID: "c1", UserID: "ada",

@@ -24,21 +24,22 @@ import (
 // arranges with t.Cleanup to close it; Run calls it once per subtest.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests := map[string]func(*testing.T, store.Store){
-		"Envs":              testEnvs,
-		"IdentityTokens":    testIdentityTokens,
-		"Users":             testUsers,
-		"Conversations":     testConversations,
-		"ConversationList":  testConversationList,
-		"Usage":             testUsage,
-		"UsageBatch":        testUsageBatch,
-		"UsageBatchOrders":  testUsageBatchOrders,
-		"Reports":           testReports,
-		"ReportsTenantEnvs": testReportsTenantEnvs,
-		"ReportsRoundTrip":  testReportsRoundTrip,
-		"NotFound":          testNotFound,
-		"Concurrent":        testConcurrent,
-		"ConcurrentOrders":  testConcurrentOrders,
-		"ByteOrder":         testByteOrder,
+		"Envs":               testEnvs,
+		"IdentityTokens":     testIdentityTokens,
+		"Users":              testUsers,
+		"Conversations":      testConversations,
+		"ConversationList":   testConversationList,
+		"ConversationUpdate": testConversationUpdate,
+		"Usage":              testUsage,
+		"UsageBatch":         testUsageBatch,
+		"UsageBatchOrders":   testUsageBatchOrders,
+		"Reports":            testReports,
+		"ReportsTenantEnvs":  testReportsTenantEnvs,
+		"ReportsRoundTrip":   testReportsRoundTrip,
+		"NotFound":           testNotFound,
+		"Concurrent":         testConcurrent,
+		"ConcurrentOrders":   testConcurrentOrders,
+		"ByteOrder":          testByteOrder,
 	}
 	for name, test := range issueTests {
 		tests[name] = test
@@ -414,6 +415,64 @@ func testConversationList(t *testing.T, s store.Store) {
 			}
 		})
 	}
+}
+
+func testConversationUpdate(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	seed(t, s, "acme", "prod", "u1")
+	_, _, err := s.CreateConversation(ctx, store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "u1", Title: "First", CreatedAt: at(0)})
+	must(t, err)
+	_, _, err = s.CreateConversation(ctx, store.Conversation{ID: "c2", Tenant: "acme", Env: "prod", UserID: "u1", Title: "Other", CreatedAt: at(time.Minute)})
+	must(t, err)
+	want := store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "u1", Title: "First", CreatedAt: ms(at(0))}
+	yes, no := true, false
+	title := func(s string) *string { return &s }
+
+	steps := []struct {
+		name string
+		ch   store.ConversationChange
+		edit func(*store.Conversation)
+	}{
+		{"nothing", store.ConversationChange{}, func(*store.Conversation) {}},
+		{"rename", store.ConversationChange{Title: title("Renamed")}, func(c *store.Conversation) { c.Title = "Renamed" }},
+		{"archive", store.ConversationChange{Archived: &yes, At: at(time.Hour)}, func(c *store.Conversation) { c.ArchivedAt = ms(at(time.Hour)) }},
+		{"archive again keeps the first time", store.ConversationChange{Archived: &yes, At: at(2 * time.Hour)}, func(*store.Conversation) {}},
+		{"rename while archived", store.ConversationChange{Title: title("")}, func(c *store.Conversation) { c.Title = "" }},
+		{"unarchive and rename at once", store.ConversationChange{Archived: &no, Title: title("Back")}, func(c *store.Conversation) {
+			c.ArchivedAt = time.Time{}
+			c.Title = "Back"
+		}},
+		{"unarchive what is not archived", store.ConversationChange{Archived: &no}, func(*store.Conversation) {}},
+	}
+	for _, st := range steps {
+		st.edit(&want)
+		got, err := s.UpdateConversation(ctx, "c1", st.ch)
+		must(t, err)
+		if diff := cmp.Diff(want, got, opts); diff != "" {
+			t.Errorf("UpdateConversation %s (-want +got):\n%s", st.name, diff)
+		}
+		stored, err := s.GetConversation(ctx, "c1")
+		must(t, err)
+		if diff := cmp.Diff(want, stored, opts); diff != "" {
+			t.Errorf("GetConversation after %s (-want +got):\n%s", st.name, diff)
+		}
+		if !got.ArchivedAt.IsZero() {
+			checkUTC(t, "UpdateConversation", got.ArchivedAt)
+		}
+	}
+
+	// Archived conversations are still listed by the store; the other
+	// conversation was never touched.
+	_, err = s.UpdateConversation(ctx, "c1", store.ConversationChange{Archived: &yes, At: at(3 * time.Hour)})
+	must(t, err)
+	list, err := s.ListConversations(ctx, "u1")
+	must(t, err)
+	if len(list) != 2 || list[0].ID != "c2" || !list[0].ArchivedAt.IsZero() || list[0].Title != "Other" || list[1].ArchivedAt.IsZero() {
+		t.Errorf("ListConversations after archiving c1: %+v", list)
+	}
+
+	_, err = s.UpdateConversation(ctx, "nope", store.ConversationChange{Title: title("x")})
+	wantErr(t, "UpdateConversation of an unknown conversation", err, store.ErrNotFound)
 }
 
 func usage(id, conv string, d time.Duration) store.UsageRecord {
