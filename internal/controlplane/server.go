@@ -218,6 +218,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	h := func(f httpapi.HandlerFunc) http.Handler { return httpapi.Handle(s.log, f) }
 
+	mux.Handle("GET /api/me", h(s.browser(s.handleMe)))
 	mux.Handle("POST /api/conversations", h(s.browser(s.handleCreateConversation)))
 	mux.Handle("GET /api/conversations", h(s.browser(s.handleListConversations)))
 	mux.Handle("GET /api/conversations/{id}", h(s.browser(s.handleGetConversation)))
@@ -263,6 +264,7 @@ func (s *Server) Handler() http.Handler {
 	}
 
 	for path, allow := range map[string][]string{
+		"/api/me":                           {http.MethodGet},
 		"/api/conversations":                {http.MethodGet, http.MethodPost},
 		"/api/conversations/{id}":           {http.MethodGet},
 		"/api/conversations/{id}/messages":  {http.MethodPost},
