@@ -62,11 +62,11 @@ func testReportPages(t *testing.T, s store.Store) {
 		q    store.PageQuery
 		want []string
 	}{
-		"env":          {store.PageQuery{Tenant: "acme", Env: "dev", Limit: 2}, []string{"acme/dev/a"}},
-		"conversation": {store.PageQuery{Tenant: "acme", ConversationID: "c1", Limit: 2}, []string{"acme/prod/c", "acme/prod/a", "acme/prod/B"}},
-		"kind":         {store.PageQuery{Tenant: "acme", Kind: contract.ReportToolUse, Limit: 2}, []string{"acme/prod/c"}},
-		"activity":     {store.PageQuery{Tenant: "acme", Env: "prod", Kind: contract.ReportActivity, Limit: 2}, []string{"acme/prod/b", "acme/prod/a", "acme/prod/B"}},
-		"other tenant": {store.PageQuery{Tenant: "globex", Limit: 2}, []string{"globex/prod/z"}},
+		"env":                            {store.PageQuery{Tenant: "acme", Env: "dev", Limit: 2}, []string{"acme/dev/a"}},
+		"conversation":                   {store.PageQuery{Tenant: "acme", ConversationID: "c1", Limit: 2}, []string{"acme/prod/c", "acme/prod/a", "acme/prod/B"}},
+		"kind":                           {store.PageQuery{Tenant: "acme", Kind: contract.ReportToolUse, Limit: 2}, []string{"acme/prod/c"}},
+		"activity":                       {store.PageQuery{Tenant: "acme", Env: "prod", Kind: contract.ReportActivity, Limit: 2}, []string{"acme/prod/b", "acme/prod/a", "acme/prod/B"}},
+		"other tenant":                   {store.PageQuery{Tenant: "globex", Limit: 2}, []string{"globex/prod/z"}},
 		"conversation of another tenant": {store.PageQuery{Tenant: "acme", ConversationID: "c9", Limit: 2}, nil},
 		"unknown tenant":                 {store.PageQuery{Tenant: "nope", Limit: 2}, nil},
 	} {
