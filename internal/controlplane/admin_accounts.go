@@ -30,6 +30,11 @@ func (s *Server) registerAdminAccounts(mux *http.ServeMux, h func(httpapi.Handle
 		mux.Handle("DELETE "+p, h(s.operatorOnly(s.handleAdminDeleteMembership)))
 		allow[p] = []string{http.MethodPut, http.MethodDelete}
 	}
+	for name, f := range map[string]operatorHandler{"reports": s.handleAdminTenantReports, "usage": s.handleAdminTenantUsage} {
+		p := AdminPrefix + "/tenants/{tenant}/" + name
+		mux.Handle("GET "+p, h(s.operatorOnly(f)))
+		allow[p] = []string{http.MethodGet}
+	}
 	mux.Handle("GET "+AdminPrefix+"/api-tokens", h(s.operatorOnly(s.handleAdminListTokens)))
 	allow[AdminPrefix+"/api-tokens"] = []string{http.MethodGet}
 	mux.Handle("POST "+AdminPrefix+"/users/{user}/api-tokens", h(s.operatorOnly(s.handleAdminIssueToken)))

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/store"
 )
@@ -126,5 +127,44 @@ func TestAdminAccounts(t *testing.T) {
 	h.ok("DELETE", "/api/admin/tenants/acme/envs/staging/members/bob", "", http.StatusNoContent, nil)
 	if ms, _ := st.ListMemberships(ctx, "bob", ""); len(ms) != 0 {
 		t.Errorf("bob's memberships after removal: %+v", ms)
+	}
+
+	// An operator browses any tenant's reports and model calls.
+	_, _, err = st.AddReports(ctx, "acme", "prod", []contract.Report{
+		{IdempotencyKey: "k1", Kind: contract.ReportActivity, ConversationID: "c1", Time: start, Activity: "ran the build"},
+		{IdempotencyKey: "k2", Kind: contract.ReportToolUse, ConversationID: "c1", Time: start, Tool: &contract.ToolReport{ID: "toolu_1", Name: "Bash"}},
+	}, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecordUsage(ctx, store.UsageRecord{ID: "u1", Tenant: "acme", Env: "prod", ConversationID: "c1", UserID: "alice", Model: "m", StartedAt: start}); err != nil {
+		t.Fatal(err)
+	}
+	var reps struct {
+		Reports []controlplane.ReportView `json:"reports"`
+		Next    string                    `json:"next"`
+	}
+	h.ok("GET", "/api/admin/tenants/acme/reports?kind=activity&limit=1", "", http.StatusOK, &reps)
+	if len(reps.Reports) != 1 || reps.Reports[0].Activity != "ran the build" || reps.Next != "" {
+		t.Errorf("acme's activity: %+v", reps)
+	}
+	h.ok("GET", "/api/admin/tenants/acme/reports?limit=1", "", http.StatusOK, &reps)
+	if len(reps.Reports) != 1 || reps.Next == "" {
+		t.Errorf("acme's first page of one: %+v", reps)
+	}
+	var use struct {
+		Usage []controlplane.UsageRecordView `json:"usage"`
+	}
+	h.ok("GET", "/api/admin/tenants/acme/usage?env=prod", "", http.StatusOK, &use)
+	if len(use.Usage) != 1 || use.Usage[0].User != "alice" {
+		t.Errorf("acme's usage: %+v", use)
+	}
+	for p, status := range map[string]int{"/api/admin/tenants/acme/reports?limit=-1": 400, "/api/admin/tenants/acme/usage?kind=usage": 400} {
+		if resp, body := h.do("GET", p, "", ""); resp.StatusCode != status {
+			t.Errorf("%s: %d %s", p, resp.StatusCode, body)
+		}
+	}
+	if resp, _ := h.do("GET", "/api/admin/tenants/acme/reports", "", "-"); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("reports without an operator token: %d", resp.StatusCode)
 	}
 }

@@ -227,6 +227,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /api/conversations/{id}/stream", h(s.browser(s.handleStream)))
 	mux.Handle("GET /api/conversations/{id}/issues", h(s.browser(s.handleListIssues)))
 	mux.Handle("GET /api/conversations/{id}/usage", h(s.browser(s.handleConversationUsage)))
+	mux.Handle("GET /api/conversations/{id}/reports", h(s.browser(s.handleConversationReports)))
+	mux.Handle("GET /api/tenants/{tenant}/reports", h(s.browser(s.handleTenantReports)))
+	mux.Handle("GET /api/tenants/{tenant}/usage", h(s.browser(s.handleTenantUsage)))
 	if s.cfg.Auth != nil {
 		mux.Handle("/auth/", s.cfg.Auth.Handler())
 	}
@@ -273,6 +276,9 @@ func (s *Server) Handler() http.Handler {
 		"/api/conversations/{id}/issues":    {http.MethodGet},
 		"/api/conversations/{id}/usage":     {http.MethodGet},
 		"/api/conversations/{id}/events":    {http.MethodGet},
+		"/api/conversations/{id}/reports":   {http.MethodGet},
+		"/api/tenants/{tenant}/reports":     {http.MethodGet},
+		"/api/tenants/{tenant}/usage":       {http.MethodGet},
 		MintPath:                            {http.MethodPost},
 		contract.ReportsPath:                {http.MethodPost},
 		contract.IssuesPath:                 {http.MethodGet, http.MethodPost},
