@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/talkide/platform/internal/auth"
+	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 )
 
@@ -24,6 +26,7 @@ import (
 // local user they always work.
 type authFlags struct {
 	oidcIssuer, oidcClientID, oidcSecretFile, oidcRedirect, oidcUserClaim string
+	oidcTenantsClaim, oidcTenantsPrefix                                   string
 	trustedProxies                                                        []string
 	trustedHeader                                                         string
 	sessionIdle, sessionAbsolute                                          time.Duration
@@ -35,11 +38,14 @@ func (f *authFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.oidcSecretFile, "oidc-client-secret-file", "", "file holding the client secret (none: a public client, PKCE alone)")
 	fs.StringVar(&f.oidcRedirect, "oidc-redirect-url", "", "the callback URL registered at the provider: https://HOST/auth/callback")
 	fs.StringVar(&f.oidcUserClaim, "oidc-user-claim", auth.DefaultUserClaim, "the ID token or UserInfo claim that names the user at their first login (talkide admin user add --user)")
+	fs.StringVar(&f.oidcTenantsClaim, "oidc-tenants-claim", "", "a claim (e.g. groups) whose values TENANT[/ENV][:ROLE] set the user's memberships at each login, replacing the stored ones; default none (talkide admin user add only)")
+	fs.StringVar(&f.oidcTenantsPrefix, "oidc-tenants-prefix", "", "with --oidc-tenants-claim: only the values starting with this (e.g. talkide:), which is removed before they are read")
 	fs.StringSliceVar(&f.trustedProxies, "trusted-proxies", nil, "CIDRs of authenticating proxies whose --trusted-header names the user (e.g. 10.0.0.5/32); repeat or separate with commas; default none (header refused)")
 	fs.StringVar(&f.trustedHeader, "trusted-header", auth.DefaultTrustedHeader, "the header a trusted proxy names the user in")
 	fs.DurationVar(&f.sessionIdle, "session-idle", auth.DefaultSessionIdle, "a browser session unused this long ends")
 	fs.DurationVar(&f.sessionAbsolute, "session-absolute", auth.DefaultSessionAbsolute, "a browser session ends this long after its login, however active")
 	bindEnv(fs, "oidc-issuer", "oidc-client-id", "oidc-client-secret-file", "oidc-redirect-url", "oidc-user-claim",
+		"oidc-tenants-claim", "oidc-tenants-prefix",
 		"trusted-proxies", "trusted-header", "session-idle", "session-absolute")
 }
 
@@ -59,8 +65,8 @@ func (f *authFlags) authenticator(st store.Store, secrets *cpSecrets, logger *sl
 		if f.oidcClientID == "" || f.oidcRedirect == "" {
 			return nil, errors.New("--oidc-issuer needs --oidc-client-id and --oidc-redirect-url")
 		}
-		if !strings.HasPrefix(f.oidcRedirect, "https://") {
-			return nil, fmt.Errorf("--oidc-redirect-url %q: want an https:// URL (the session cookie is Secure)", f.oidcRedirect)
+		if !secureRedirect(f.oidcRedirect) {
+			return nil, fmt.Errorf("--oidc-redirect-url %q: want an https:// URL, or http:// on a loopback address (the session cookie is Secure)", f.oidcRedirect)
 		}
 		var secret string
 		if f.oidcSecretFile != "" {
@@ -73,9 +79,31 @@ func (f *authFlags) authenticator(st store.Store, secrets *cpSecrets, logger *sl
 		m := hmac.New(sha256.New, secrets.CommandSecret)
 		m.Write([]byte("talkide oidc login key"))
 		o.OIDC = &auth.OIDCOptions{Issuer: f.oidcIssuer, ClientID: f.oidcClientID, ClientSecret: secret,
-			RedirectURL: f.oidcRedirect, UserClaim: f.oidcUserClaim, LoginKey: m.Sum(nil)}
+			RedirectURL: f.oidcRedirect, UserClaim: f.oidcUserClaim, LoginKey: m.Sum(nil),
+			TenantsClaim: f.oidcTenantsClaim, TenantsPrefix: f.oidcTenantsPrefix}
+	}
+	if f.oidcTenantsPrefix != "" && f.oidcTenantsClaim == "" {
+		return nil, errors.New("--oidc-tenants-prefix needs --oidc-tenants-claim")
 	}
 	return auth.New(st, o)
+}
+
+// secureRedirect reports whether a callback URL is one a browser sends the
+// Secure session cookie to: https, or http on a loopback address, which
+// browsers count as a secure context (a control-plane reached through a
+// port forward, and the browser tests).
+func secureRedirect(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	switch u.Scheme {
+	case "https":
+		return true
+	case "http":
+		return httpapi.LoopbackHost(u.Host)
+	}
+	return false
 }
 
 // sweepSessions deletes abandoned browser sessions every interval until ctx

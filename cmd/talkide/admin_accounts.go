@@ -69,25 +69,15 @@ func newAdminUserAddCmd(std stdio) *cobra.Command {
 		if err := f.check(true); err != nil {
 			return err
 		}
-		r := store.Role(role)
-		if !r.Valid() {
-			return fmt.Errorf("--role %q: want %s or %s", role, store.RoleMember, store.RoleTenantAdmin)
-		}
-		if name == "" {
-			name = f.user
-		} else if _, err := contract.ValidateLine("name", name, 128); err != nil {
-			return err
-		}
 		st, err := loc.open(ctx, stderr)
 		if err != nil {
 			return err
 		}
 		defer st.Close()
-		now := time.Now().UTC()
-		if err := st.PutUser(ctx, store.User{ID: f.user, Name: name, CreatedAt: now}); err != nil {
-			return err
+		m, err := auth.AddMember(ctx, st, store.Membership{UserID: f.user, Tenant: f.tenant, Env: f.env, Role: store.Role(role)}, name, time.Now())
+		if errors.Is(err, auth.ErrBadRole) {
+			return fmt.Errorf("--role %q: want %s or %s", role, store.RoleMember, store.RoleTenantAdmin)
 		}
-		m, err := st.PutMembership(ctx, store.Membership{UserID: f.user, Tenant: f.tenant, Env: f.env, Role: r, CreatedAt: now})
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("%s does not exist (talkide admin env list): %w", f.where(), err)
 		}

@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zitadel/oidc/v3/example/server/exampleop"
+	opstorage "github.com/zitadel/oidc/v3/example/server/storage"
+
+	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/store"
 )
 
 // browserReady returns the Chromium to drive, or fails (on CI, or with
@@ -47,6 +55,12 @@ func browserReady(t *testing.T) string {
 // side. Screenshots stay in the printed directory when the test fails.
 func runScenario(t *testing.T, st *devStack, name string, onStep func(string)) map[string]any {
 	t.Helper()
+	return runScenarioEnv(t, st, name, nil, onStep)
+}
+
+// runScenarioEnv is runScenario with more of the scenario's environment.
+func runScenarioEnv(t *testing.T, st *devStack, name string, env []string, onStep func(string)) map[string]any {
+	t.Helper()
 	exe := browserReady(t)
 	shots := os.Getenv("TALKIDE_ARTIFACTS")
 	if shots != "" {
@@ -67,7 +81,7 @@ func runScenario(t *testing.T, st *devStack, name string, onStep func(string)) m
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "../../web/test/driver.mjs", name)
-	cmd.Env = append(os.Environ(), "TALKIDE_URL="+st.info.ControlPlane, "TALKIDE_CHROMIUM="+exe, "TALKIDE_ARTIFACTS="+shots)
+	cmd.Env = append(append(os.Environ(), "TALKIDE_URL="+st.info.ControlPlane, "TALKIDE_CHROMIUM="+exe, "TALKIDE_ARTIFACTS="+shots), env...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	var stderr strings.Builder
@@ -98,6 +112,87 @@ func runScenario(t *testing.T, st *devStack, name string, onStep func(string)) m
 
 func noSteps(t *testing.T) func(string) {
 	return func(s string) { t.Errorf("unexpected step %q", s) }
+}
+
+// TestBrowserLogin: a control-plane without the local user, logging in
+// with OpenID Connect at zitadel/oidc's example provider (a real one: its
+// login form, the authorization code flow with PKCE, signed ID tokens).
+// Chromium opens the UI, follows its Log in link to the provider's form,
+// lands back on the app, streams a turn, and logs out, after which the
+// API answers 401. The session cookie's flags are checked as Chromium
+// kept them. The control-plane is plain http on 127.0.0.1, which Chromium
+// counts as a secure context, so it keeps and sends the Secure
+// __Host-talkide_session cookie there as it would over https.
+func TestBrowserLogin(t *testing.T) {
+	browserReady(t)
+	opLn, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	// The control-plane's address is in the client's redirect URL, which
+	// the provider needs before either starts: take a free port.
+	cpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	cpAddr := cpLn.Addr().String()
+	cpLn.Close()
+	issuer := "http://" + opLn.Addr().String()
+	clientID := "talkide-browser-" + cpAddr
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "oidc-secret")
+	must(t, os.WriteFile(secretFile, []byte("client-secret\n"), 0o600))
+	opstorage.RegisterClients(opstorage.WebClient(clientID, "client-secret", "http://"+cpAddr+"/auth/callback"))
+	op := httptest.NewUnstartedServer(exampleop.SetupServer(issuer, opstorage.NewStorage(opstorage.NewUserStore(issuer)), nil, false))
+	op.Listener.Close()
+	op.Listener = opLn
+	op.Start()
+	t.Cleanup(op.Close)
+
+	logs := &syncBuffer{}
+	st, err := startDev(context.Background(), devConfig{
+		dataDir: filepath.Join(dir, "data"), addr: cpAddr,
+		login: &authFlags{
+			oidcIssuer: issuer, oidcClientID: clientID, oidcSecretFile: secretFile,
+			oidcRedirect: "http://" + cpAddr + "/auth/callback", oidcUserClaim: auth.DefaultUserClaim,
+			sessionIdle: time.Hour, sessionAbsolute: 2 * time.Hour,
+		},
+		logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	if err != nil {
+		t.Fatalf("startDev: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := st.shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	ctx := t.Context()
+	must(t, st.cp.store.PutUser(ctx, store.User{ID: "test-user2", Name: "test-user2", CreatedAt: time.Now().UTC()}))
+	_, err = st.cp.store.PutMembership(ctx, store.Membership{UserID: "test-user2", Tenant: devTenant, Role: store.RoleMember, CreatedAt: time.Now().UTC()})
+	must(t, err)
+	// Without a login the API refuses, as the page will find.
+	if code := api(t, "GET", st.info.ControlPlane+"/api/conversations", nil, nil); code != http.StatusUnauthorized {
+		t.Fatalf("the API without a login: %d, want 401", code)
+	}
+
+	res := runScenarioEnv(t, st, "login", []string{
+		"TALKIDE_ALLOW_ORIGINS=" + issuer, "TALKIDE_OP=" + issuer,
+		"TALKIDE_OP_USER=test-user2", "TALKIDE_OP_PASSWORD=verysecure",
+	}, noSteps(t))
+	ck, _ := res["cookie"].(map[string]any)
+	if ck["secure"] != true || ck["httpOnly"] != true || ck["sameSite"] != "Lax" || ck["path"] != "/" || ck["domain"] != "127.0.0.1" {
+		t.Errorf("the session cookie as Chromium kept it: %v; want Secure, HttpOnly, SameSite=Lax, Path=/, host-only", ck)
+	}
+	if exp, _ := ck["expires"].(float64); exp <= float64(time.Now().Unix()) || exp > float64(time.Now().Add(2*time.Hour+time.Minute).Unix()) {
+		t.Errorf("the session cookie expires at %v, want within --session-absolute", ck["expires"])
+	}
+	conv, _ := res["conversation"].(string)
+	c, err := st.cp.store.GetConversation(ctx, conv)
+	if err != nil || c.UserID != "test-user2" {
+		t.Errorf("the conversation the browser started: %+v, %v", c, err)
+	}
+	if strings.Contains(logs.String(), "client-secret") {
+		t.Error("the log holds the client secret")
+	}
 }
 
 func TestBrowserStream(t *testing.T) {

@@ -43,7 +43,11 @@ type devConfig struct {
 	streams      streamFlags
 	// pretendNoLandlock: the worker's sandbox finds no Landlock (tests).
 	pretendNoLandlock bool
-	logger            *slog.Logger
+	// login, when set, runs the control-plane without the local user,
+	// authenticating as a shared deployment does with these flags (the
+	// browser login test).
+	login  *authFlags
+	logger *slog.Logger
 }
 
 // devStack is everything talkide dev runs.
@@ -217,12 +221,16 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 }
 
 func (s *devStack) startControlPlane(ctx context.Context, upstream, key string) error {
+	user, login := devUser, authFlags{}
+	if s.cfg.login != nil {
+		user, login = "", *s.cfg.login
+	}
 	cp, err := startControlPlane(ctx, cpOptions{
 		listen:      s.cfg.addr,
 		dbPath:      filepath.Join(s.cfg.dataDir, "controlplane.db"),
 		secretsPath: filepath.Join(s.cfg.dataDir, "controlplane-secrets.json"),
 		upstream:    upstream, apiKey: key,
-		localUser: devUser, tenant: devTenant, env: devEnv,
+		localUser: user, auth: login, tenant: devTenant, env: devEnv,
 		streams: s.cfg.streams,
 		logger:  s.cfg.logger,
 	})

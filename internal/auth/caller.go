@@ -55,6 +55,16 @@ func (c *Caller) Admin(tenant, env string) bool {
 	return false
 }
 
+// TenantAdmin reports whether c is a tenant-admin of every env of tenant.
+func (c *Caller) TenantAdmin(tenant string) bool {
+	for _, m := range c.Memberships {
+		if m.Role == store.RoleTenantAdmin && m.Tenant == tenant && m.Env == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // CanSee reports whether c may read conv (its state, stream, issues and
 // usage) and interrupt its turn: its owner while still a member of its
 // tenant-env, or a tenant-admin over that tenant-env. The local user sees

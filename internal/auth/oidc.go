@@ -54,6 +54,17 @@ type OIDCOptions struct {
 	// add) under that id. From then on the provider's (issuer, subject)
 	// finds the user, whatever the claim says later.
 	UserClaim string
+	// TenantsClaim, when set, names a claim (from the ID token, else from
+	// UserInfo; a string or an array of strings) whose values give the
+	// user's memberships at each login, as ParseTenantClaim reads them:
+	// the login sets the stored memberships to exactly those, so that a
+	// user the provider takes out of a group loses the tenant at their
+	// next login. A first login that the claim gives a membership creates
+	// the user. TenantsPrefix, when set, keeps only the values that start
+	// with it (removed before parsing), so that the provider's other
+	// groups are left alone.
+	TenantsClaim  string
+	TenantsPrefix string
 	// LoginKey signs the login-in-progress cookie: at least 32 bytes, the
 	// same on every replica.
 	LoginKey []byte
@@ -238,6 +249,10 @@ func (l *oidcLogin) handleCallback(w http.ResponseWriter, r *http.Request) error
 	}
 	// The login cookie serves one callback, whatever its outcome.
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: "/", MaxAge: -1, Secure: true, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+	// So does the session the browser came with: a login that fails (the
+	// provider no longer puts the user in any tenant, say) leaves none.
+	l.a.endSession(ctx, r)
+	http.SetCookie(w, sessionCookie("", -1))
 	pend, err := l.open(ck.Value, now)
 	if err != nil {
 		return loginFailed(err)
@@ -273,12 +288,25 @@ func (l *oidcLogin) handleCallback(w http.ResponseWriter, r *http.Request) error
 	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(pend.Nonce)) != 1 {
 		return loginFailed(errors.New("ID token nonce does not match"))
 	}
-	userID, err := l.user(octx, p, tok, idt)
+	claims, err := newLoginClaims(octx, p, tok, idt)
+	if err != nil {
+		return loginFailed(err)
+	}
+	userID, err := l.user(octx, idt, claims)
 	if err != nil {
 		return err
 	}
-	ms, err := l.a.st.ListMemberships(ctx, userID, "")
-	if err != nil {
+	var ms []store.Membership
+	if l.o.TenantsClaim != "" {
+		want, ignored := claimMemberships(userID, l.o.TenantsPrefix, claimStrings(claims.get(l.o.TenantsClaim)))
+		var more []string
+		if ms, more, err = syncMemberships(ctx, l.a.st, userID, want, now.UTC()); err != nil {
+			return err
+		}
+		if ignored = append(ignored, more...); len(ignored) > 0 {
+			l.a.log.Info("values of the tenants claim ignored", "user", userID, "claim", l.o.TenantsClaim, "ignored", ignored)
+		}
+	} else if ms, err = l.a.st.ListMemberships(ctx, userID, ""); err != nil {
 		return err
 	}
 	if len(ms) == 0 {
@@ -294,10 +322,42 @@ func (l *oidcLogin) handleCallback(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
+// loginClaims are a login's claims: the ID token's and, for a claim it
+// lacks, the UserInfo endpoint's, fetched at most once.
+type loginClaims struct {
+	id, info map[string]any
+	fetch    func() map[string]any
+}
+
+func newLoginClaims(ctx context.Context, p *oidc.Provider, tok *oauth2.Token, idt *oidc.IDToken) (*loginClaims, error) {
+	c := &loginClaims{}
+	if err := idt.Claims(&c.id); err != nil {
+		return nil, err
+	}
+	c.fetch = func() map[string]any {
+		var more map[string]any
+		if info, err := p.UserInfo(ctx, oauth2.StaticTokenSource(tok)); err == nil {
+			info.Claims(&more)
+		}
+		return more
+	}
+	return c, nil
+}
+
+func (c *loginClaims) get(name string) any {
+	if v, ok := c.id[name]; ok {
+		return v
+	}
+	if c.fetch != nil {
+		c.info, c.fetch = c.fetch(), nil
+	}
+	return c.info[name]
+}
+
 // user maps the ID token's (issuer, subject) to a user; at the first login
-// it links them to the user the UserClaim names (from the ID token, else
-// from the UserInfo endpoint), who must exist.
-func (l *oidcLogin) user(ctx context.Context, p *oidc.Provider, tok *oauth2.Token, idt *oidc.IDToken) (string, error) {
+// it links them to the user the UserClaim names, who must exist, or whom
+// the tenants claim gives a membership (then the user is created).
+func (l *oidcLogin) user(ctx context.Context, idt *oidc.IDToken, claims *loginClaims) (string, error) {
 	id, err := l.a.st.GetOIDCIdentity(ctx, idt.Issuer, idt.Subject)
 	if err == nil {
 		return id.UserID, nil
@@ -305,19 +365,7 @@ func (l *oidcLogin) user(ctx context.Context, p *oidc.Provider, tok *oauth2.Toke
 	if !errors.Is(err, store.ErrNotFound) {
 		return "", err
 	}
-	var claims map[string]any
-	if err := idt.Claims(&claims); err != nil {
-		return "", loginFailed(err)
-	}
-	name, _ := claims[l.o.UserClaim].(string)
-	if name == "" {
-		if info, err := p.UserInfo(ctx, oauth2.StaticTokenSource(tok)); err == nil {
-			var more map[string]any
-			if info.Claims(&more) == nil {
-				name, _ = more[l.o.UserClaim].(string)
-			}
-		}
-	}
+	name, _ := claims.get(l.o.UserClaim).(string)
 	forbidden := func(why error) error {
 		return &httpapi.Error{Status: http.StatusForbidden, Code: contract.CodeForbidden,
 			Msg: "this account is not known here; ask a tenant's administrator to add you", Err: why}
@@ -326,10 +374,22 @@ func (l *oidcLogin) user(ctx context.Context, p *oidc.Provider, tok *oauth2.Toke
 		return "", forbidden(fmt.Errorf("claim %s of subject %s is not a user id", l.o.UserClaim, idt.Subject))
 	}
 	if _, err := l.a.st.GetUser(ctx, name); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
+		if !errors.Is(err, store.ErrNotFound) {
+			return "", err
+		}
+		if l.o.TenantsClaim == "" {
 			return "", forbidden(fmt.Errorf("no user %s", name))
 		}
-		return "", err
+		ms, _ := claimMemberships(name, l.o.TenantsPrefix, claimStrings(claims.get(l.o.TenantsClaim)))
+		if ok, err := anyExists(ctx, l.a.st, ms); err != nil {
+			return "", err
+		} else if !ok {
+			return "", forbidden(fmt.Errorf("no user %s, and claim %s gives no membership of a tenant-env here", name, l.o.TenantsClaim))
+		}
+		if err := l.a.st.PutUser(ctx, store.User{ID: name, Name: name, CreatedAt: l.a.o.Now().UTC()}); err != nil {
+			return "", err
+		}
+		l.a.log.Info("user created at their first login", "user", name, "claim", l.o.TenantsClaim)
 	}
 	stored, _, err := l.a.st.PutOIDCIdentity(ctx, store.OIDCIdentity{Issuer: idt.Issuer, Subject: idt.Subject, UserID: name, CreatedAt: l.a.o.Now().UTC()})
 	if err != nil {

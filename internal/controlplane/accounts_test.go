@@ -233,7 +233,7 @@ func (tn *tenancy) list(user string) []string {
 }
 
 // TestIsolation: who may reach which conversation's state, stream, issues,
-// usage, interrupt and messages. A refusal is 404, as for a conversation
+// usage, reports, interrupt and messages. A refusal is 404, as for a conversation
 // that does not exist, except that a tenant-admin who may see a
 // conversation is told (403) that only its owner sends messages in it.
 func TestIsolation(t *testing.T) {
@@ -253,6 +253,7 @@ func TestIsolation(t *testing.T) {
 		"stream":    {http.MethodGet, "/api/conversations/%s/stream", ""},
 		"issues":    {http.MethodGet, "/api/conversations/%s/issues", ""},
 		"usage":     {http.MethodGet, "/api/conversations/%s/usage", ""},
+		"reports":   {http.MethodGet, "/api/conversations/%s/reports?kind=tool_use&limit=5", ""},
 		"interrupt": {http.MethodPost, "/api/conversations/%s/interrupt", ""},
 		"messages":  {http.MethodPost, "/api/conversations/%s/messages", `{"text":"hi"}`},
 		"rename":    {http.MethodPatch, "/api/conversations/%s", `{"title":"mine now"}`},

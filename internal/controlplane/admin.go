@@ -36,6 +36,17 @@ type operatorHandler func(w http.ResponseWriter, r *http.Request, op OperatorTok
 // operator authenticates a request of the operator API. Every failure is
 // the same 401, and neither the answer nor the log holds the credential.
 func (s *Server) operator(f operatorHandler) httpapi.HandlerFunc {
+	return s.operatorOnly(func(w http.ResponseWriter, r *http.Request, op OperatorToken) error {
+		if s.cfg.Budget == nil {
+			return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeUnavailable, "budgets are not configured on this control-plane")
+		}
+		return f(w, r, op)
+	})
+}
+
+// operatorOnly authenticates a request of the operator API that does not
+// need budgets (the accounts endpoints).
+func (s *Server) operatorOnly(f operatorHandler) httpapi.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if s.cfg.Operators == nil {
 			return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeUnavailable, "the operator API is not configured")
@@ -52,9 +63,6 @@ func (s *Server) operator(f operatorHandler) httpapi.HandlerFunc {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="talkide-operator"`)
 			return &httpapi.Error{Status: http.StatusUnauthorized, Code: contract.CodeUnauthorized,
 				Msg: "a valid operator token is required (Authorization: Bearer tko_…)", Err: err}
-		}
-		if s.cfg.Budget == nil {
-			return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeUnavailable, "budgets are not configured on this control-plane")
 		}
 		return f(w, r, op)
 	}
@@ -82,6 +90,7 @@ func (s *Server) registerAdmin(mux *http.ServeMux, h func(httpapi.HandlerFunc) h
 		allow[p+"/limits/{kind}"] = []string{http.MethodPut, http.MethodDelete}
 		allow[p+"/budget"] = []string{http.MethodGet}
 	}
+	s.registerAdminAccounts(mux, h, allow)
 	for path, methods := range allow {
 		mux.Handle(path, httpapi.MethodNotAllowed(s.log, methods...))
 	}

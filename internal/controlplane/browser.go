@@ -69,6 +69,38 @@ func jsonBody(r *http.Request) error {
 	return nil
 }
 
+// MeView is GET /api/me: who the caller is and how they proved it (the UI
+// offers a logout to a session's user only).
+type MeView struct {
+	User        string           `json:"user"`
+	Via         string           `json:"via"`
+	Memberships []MembershipView `json:"memberships"`
+}
+
+// MembershipView is a membership as the browser API and the operator API
+// show it.
+type MembershipView struct {
+	User      string    `json:"user"`
+	Tenant    string    `json:"tenant"`
+	Env       string    `json:"env,omitempty"` // "": every env of the tenant
+	Role      string    `json:"role"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func membershipView(m store.Membership) MembershipView {
+	return MembershipView{User: m.UserID, Tenant: m.Tenant, Env: m.Env, Role: string(m.Role), CreatedAt: m.CreatedAt}
+}
+
+func (s *Server) handleMe(w http.ResponseWriter, r *http.Request) error {
+	c := auth.CallerOf(r)
+	out := MeView{User: c.UserID, Via: c.Via, Memberships: []MembershipView{}}
+	for _, m := range c.Memberships {
+		out.Memberships = append(out.Memberships, membershipView(m))
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
 // userOf is the calling user's id.
 func userOf(r *http.Request) string { return auth.CallerOf(r).UserID }
 

@@ -2,6 +2,7 @@ package controlplane_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/zitadel/oidc/v3/example/server/exampleop"
 	opstorage "github.com/zitadel/oidc/v3/example/server/storage"
+	"github.com/zitadel/oidc/v3/pkg/oidc"
+	"github.com/zitadel/oidc/v3/pkg/op"
 
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/controlplane"
@@ -48,7 +51,50 @@ type oidcLogin struct {
 	callbackHeader http.Header
 }
 
-func newOIDCLogin(t *testing.T) *oidcLogin {
+func newOIDCLogin(t *testing.T) *oidcLogin { return newOIDCLoginWith(t, nil, nil) }
+
+// groupsStorage is the example provider's storage with a "groups" claim,
+// as a deployment's provider would be configured to issue, in the ID
+// token and at UserInfo.
+type groupsStorage struct {
+	*opstorage.Storage
+	mu     sync.Mutex
+	groups map[string][]any // by subject
+}
+
+func (g *groupsStorage) set(subject string, groups ...any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.groups[subject] = groups
+}
+
+func (g *groupsStorage) add(info *oidc.UserInfo, subject string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gs, ok := g.groups[subject]; ok {
+		info.AppendClaims("groups", gs)
+	}
+}
+
+func (g *groupsStorage) SetUserinfoFromRequest(ctx context.Context, info *oidc.UserInfo, token op.IDTokenRequest, scopes []string) error {
+	if err := g.Storage.SetUserinfoFromRequest(ctx, info, token, scopes); err != nil {
+		return err
+	}
+	g.add(info, token.GetSubject())
+	return nil
+}
+
+func (g *groupsStorage) SetUserinfoFromToken(ctx context.Context, info *oidc.UserInfo, tokenID, subject, origin string) error {
+	if err := g.Storage.SetUserinfoFromToken(ctx, info, tokenID, subject, origin); err != nil {
+		return err
+	}
+	g.add(info, subject)
+	return nil
+}
+
+// newOIDCLoginWith is newOIDCLogin whose OIDC options configure changes
+// and whose provider issues groups' claims (when groups is set).
+func newOIDCLoginWith(t *testing.T, configure func(*auth.OIDCOptions), groups *groupsStorage) *oidcLogin {
 	t.Helper()
 	ctx := t.Context()
 	// The provider needs its issuer before it starts, and the client's
@@ -62,7 +108,12 @@ func newOIDCLogin(t *testing.T) *oidcLogin {
 
 	// One redirect URL per test: the registered client carries all of them.
 	opstorage.RegisterClients(opstorage.WebClient("talkide-"+cpLn.Addr().String(), "client-secret", cpURL+"/auth/callback"))
-	op := httptest.NewUnstartedServer(exampleop.SetupServer(issuer, opstorage.NewStorage(opstorage.NewUserStore(issuer)), nil, false))
+	var ops exampleop.Storage = opstorage.NewStorage(opstorage.NewUserStore(issuer))
+	if groups != nil {
+		groups.Storage = ops.(*opstorage.Storage)
+		ops = groups
+	}
+	op := httptest.NewUnstartedServer(exampleop.SetupServer(issuer, ops, nil, false))
 	op.Listener.Close()
 	op.Listener = opLn
 	op.Start()
@@ -78,13 +129,14 @@ func newOIDCLogin(t *testing.T) *oidcLogin {
 	_, err = st.PutMembership(ctx, store.Membership{UserID: "test-user2", Tenant: "acme", Role: store.RoleMember, CreatedAt: start})
 	must(t, err)
 
-	a, err := auth.New(st, &auth.Options{
-		Logger: slog.New(slog.DiscardHandler),
-		OIDC: &auth.OIDCOptions{
-			Issuer: issuer, ClientID: "talkide-" + cpLn.Addr().String(), ClientSecret: "client-secret",
-			RedirectURL: cpURL + "/auth/callback", LoginKey: bytes.Repeat([]byte("l"), 32),
-		},
-	})
+	oo := &auth.OIDCOptions{
+		Issuer: issuer, ClientID: "talkide-" + cpLn.Addr().String(), ClientSecret: "client-secret",
+		RedirectURL: cpURL + "/auth/callback", LoginKey: bytes.Repeat([]byte("l"), 32),
+	}
+	if configure != nil {
+		configure(oo)
+	}
+	a, err := auth.New(st, &auth.Options{Logger: slog.New(slog.DiscardHandler), OIDC: oo})
 	must(t, err)
 	kr, err := trust.NewKeyring(tokenKID, map[string][]byte{tokenKID: tokenKey})
 	must(t, err)
@@ -281,5 +333,91 @@ func TestOIDCLoginRefusals(t *testing.T) {
 	}
 	if !limited {
 		t.Error("30 logins in a row from one address were never limited (429 with Retry-After)")
+	}
+}
+
+// TestOIDCTenantsClaim: the provider's groups claim sets the user's
+// memberships at each login: a first login the claim gives a tenant
+// creates the user; a later login with other groups replaces the
+// memberships (a stored one the claim no longer names is removed, one
+// added by hand too); values without the prefix, or that do not parse,
+// or that name no tenant-env, are ignored; no membership left is 403.
+func TestOIDCTenantsClaim(t *testing.T) {
+	groups := &groupsStorage{groups: map[string][]any{}}
+	l := newOIDCLoginWith(t, func(o *auth.OIDCOptions) {
+		o.TenantsClaim, o.TenantsPrefix = "groups", "talkide:"
+	}, groups)
+	ctx := t.Context()
+	must(t, l.store.PutEnv(ctx, store.Env{Tenant: "globex", Name: "dev", WorkerURL: "http://127.0.0.1:1", CreatedAt: start}))
+	memberships := func(user string) string {
+		ms, err := l.store.ListMemberships(ctx, user, "")
+		must(t, err)
+		var parts []string
+		for _, m := range ms {
+			parts = append(parts, m.Tenant+"/"+m.Env+":"+string(m.Role))
+		}
+		return strings.Join(parts, " ")
+	}
+
+	// test-user2 was added as a member of every env of acme.
+	groups.set("id2", "talkide:acme/prod:tenant-admin", "engineering", "talkide:globex", "talkide:nope/none", "talkide:bad value")
+	resp, body := l.login("test-user2")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("login with groups: %d %s", resp.StatusCode, body)
+	}
+	if got, want := memberships("test-user2"), "acme/prod:tenant-admin globex/:member"; got != want {
+		t.Errorf("after the first login: %q, want %q (the tenant-wide one set by hand replaced)", got, want)
+	}
+
+	// A membership added by hand between logins lasts until the next one.
+	_, err := l.store.PutMembership(ctx, store.Membership{UserID: "test-user2", Tenant: "globex", Env: "dev", Role: store.RoleTenantAdmin, CreatedAt: start})
+	must(t, err)
+	groups.set("id2", "talkide:globex:tenant-admin", "talkide:globex")
+	if resp, body := l.login("test-user2"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("second login: %d %s", resp.StatusCode, body)
+	}
+	if got, want := memberships("test-user2"), "globex/:tenant-admin"; got != want {
+		t.Errorf("after the second login: %q, want %q", got, want)
+	}
+
+	// The provider takes the user out of every group: no session.
+	groups.set("id2", "engineering")
+	if resp, body := l.login("test-user2"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("login with no tenant left: %d %s, want 403", resp.StatusCode, body)
+	}
+	if got := memberships("test-user2"); got != "" {
+		t.Errorf("memberships after the groups went: %q", got)
+	}
+	if resp, _ := l.get(l.cpURL + "/api/conversations"); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the refused login left a session: %d", resp.StatusCode)
+	}
+}
+
+// TestOIDCTenantsClaimCreatesUser: a first login whose claim gives a
+// tenant creates the user the user claim names; one that gives none
+// creates nobody.
+func TestOIDCTenantsClaimCreatesUser(t *testing.T) {
+	groups := &groupsStorage{groups: map[string][]any{}}
+	l := newOIDCLoginWith(t, func(o *auth.OIDCOptions) {
+		o.TenantsClaim = "groups"
+		o.UserClaim = "given_name" // "Test" for both of the provider's users
+	}, groups)
+	ctx := t.Context()
+	groups.set("id1", "engineering")
+	if resp, body := l.login("test-user@127.0.0.1"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("first login with no tenant in the claim: %d %s, want 403", resp.StatusCode, body)
+	}
+	if _, err := l.store.GetUser(ctx, "Test"); err == nil {
+		t.Error("a login the claim gave no tenant created the user")
+	}
+	groups.set("id1", "acme")
+	if resp, body := l.login("test-user@127.0.0.1"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first login with a tenant in the claim: %d %s", resp.StatusCode, body)
+	}
+	if _, err := l.store.GetUser(ctx, "Test"); err != nil {
+		t.Errorf("the user was not created: %v", err)
+	}
+	if id, err := l.store.GetOIDCIdentity(ctx, l.opURL, "id1"); err != nil || id.UserID != "Test" {
+		t.Errorf("identity: %+v %v", id, err)
 	}
 }

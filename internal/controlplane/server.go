@@ -220,6 +220,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	h := func(f httpapi.HandlerFunc) http.Handler { return httpapi.Handle(s.log, f) }
 
+	mux.Handle("GET /api/me", h(s.browser(s.handleMe)))
 	mux.Handle("POST /api/conversations", h(s.browser(s.handleCreateConversation)))
 	mux.Handle("GET /api/conversations", h(s.browser(s.handleListConversations)))
 	mux.Handle("GET /api/conversations/{id}", h(s.browser(s.handleGetConversation)))
@@ -231,6 +232,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /api/conversations/{id}/stream", h(s.browser(s.handleStream)))
 	mux.Handle("GET /api/conversations/{id}/issues", h(s.browser(s.handleListIssues)))
 	mux.Handle("GET /api/conversations/{id}/usage", h(s.browser(s.handleConversationUsage)))
+	mux.Handle("GET /api/conversations/{id}/reports", h(s.browser(s.handleConversationReports)))
+	mux.Handle("GET /api/tenants/{tenant}/reports", h(s.browser(s.handleTenantReports)))
+	mux.Handle("GET /api/tenants/{tenant}/usage", h(s.browser(s.handleTenantUsage)))
 	if s.cfg.Auth != nil {
 		mux.Handle("/auth/", s.cfg.Auth.Handler())
 	}
@@ -268,6 +272,7 @@ func (s *Server) Handler() http.Handler {
 	}
 
 	for path, allow := range map[string][]string{
+		"/api/me":                           {http.MethodGet},
 		"/api/conversations":                {http.MethodGet, http.MethodPost},
 		"/api/conversations/{id}":           {http.MethodGet, http.MethodPatch},
 		"/api/me/budget":                    {http.MethodGet},
@@ -277,6 +282,9 @@ func (s *Server) Handler() http.Handler {
 		"/api/conversations/{id}/issues":    {http.MethodGet},
 		"/api/conversations/{id}/usage":     {http.MethodGet},
 		"/api/conversations/{id}/events":    {http.MethodGet},
+		"/api/conversations/{id}/reports":   {http.MethodGet},
+		"/api/tenants/{tenant}/reports":     {http.MethodGet},
+		"/api/tenants/{tenant}/usage":       {http.MethodGet},
 		MintPath:                            {http.MethodPost},
 		contract.ReportsPath:                {http.MethodPost},
 		contract.IssuesPath:                 {http.MethodGet, http.MethodPost},

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/store"
 )
 
 // UsageView is one model call of a conversation as the browser API shows
@@ -33,10 +34,14 @@ func (s *Server) handleConversationUsage(w http.ResponseWriter, r *http.Request)
 	}
 	out := make([]UsageView, 0, len(us))
 	for _, u := range us {
-		out = append(out, UsageView{Model: u.Model, Status: u.Status, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-			CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens,
-			StartedAt: u.StartedAt, DurationMS: u.Duration.Milliseconds()})
+		out = append(out, usageView(u))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"usage": out})
 	return nil
+}
+
+func usageView(u store.UsageRecord) UsageView {
+	return UsageView{Model: u.Model, Status: u.Status, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens,
+		StartedAt: u.StartedAt, DurationMS: u.Duration.Milliseconds()}
 }

@@ -188,6 +188,43 @@ type IssueComment struct {
 	CreatedAt      time.Time
 }
 
+// PageQuery selects a page of a tenant's reports (ListReportPage) or usage
+// records (ListUsagePage), newest first.
+type PageQuery struct {
+	Tenant string // required
+	Env    string // "": every env of the tenant
+	// ConversationID, when set, keeps one conversation's.
+	ConversationID string
+	// Kind, when set, keeps reports of that kind (contract.ReportUsage,
+	// ReportToolUse, ReportActivity); usage pages ignore it.
+	Kind string
+	// Before, when set, starts the page after that position (the Next of
+	// the page before).
+	Before *PagePosition
+	Limit  int // at least 1
+}
+
+// PagePosition is where a page ends: a row's time, env and key (a report's
+// idempotency key, a usage record's ID). Rows are ordered by time, env,
+// then key, each descending and compared as bytes.
+type PagePosition struct {
+	Time time.Time
+	Env  string
+	Key  string
+}
+
+// ReportPage is a page of reports; Next is set when more may follow.
+type ReportPage struct {
+	Reports []StoredReport
+	Next    *PagePosition
+}
+
+// UsagePage is a page of usage records; Next is set when more may follow.
+type UsagePage struct {
+	Usage []UsageRecord
+	Next  *PagePosition
+}
+
 // Store is the control-plane's persistence. Every method is safe for
 // concurrent use. Methods return ErrNotFound when the thing asked for does not
 // exist; a list that finds nothing is empty, not an error. Times are kept to
@@ -305,6 +342,13 @@ type Store interface {
 	// ListReports returns a conversation's reports ordered by Report.Time,
 	// then tenant, env and idempotency key.
 	ListReports(ctx context.Context, conversationID string) ([]StoredReport, error)
+
+	// ListReportPage returns a page of the reports q selects, newest first
+	// (Report.Time, env, idempotency key, each descending).
+	ListReportPage(ctx context.Context, q PageQuery) (ReportPage, error)
+	// ListUsagePage returns a page of the usage records q selects, newest
+	// first (StartedAt, env, ID, each descending).
+	ListUsagePage(ctx context.Context, q PageQuery) (UsagePage, error)
 
 	// CreateIssue stores i (its Comments are ignored); created is false, and
 	// the stored issue is returned, when an issue with i's tenant, env and

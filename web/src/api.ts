@@ -1,3 +1,4 @@
+import { signal } from "@preact/signals";
 // The browser API's wire types (docs/contract.md) and the calls the UI makes.
 
 export interface ToolEvent {
@@ -119,6 +120,15 @@ export interface Issue {
   comments?: { id: string; body: string; status?: string; created_at: string }[];
 }
 
+/** loginNeeded is set when the browser API answers 401: the header then offers a login. */
+export const loginNeeded = signal(false);
+
+/** Me is who the browser API says the caller is. */
+export interface Me {
+  user: string;
+  via: string;
+}
+
 /** ApiError is an answer in the contract's error shape, or a network failure (status 0). */
 export class ApiError extends Error {
   constructor(public status: number, public code: string, message: string) {
@@ -144,6 +154,7 @@ async function call<T>(method: string, path: string, body?: unknown): Promise<T>
   } catch {
     /* not JSON: reported below */
   }
+  if (resp.status === 401) loginNeeded.value = true;
   if (!resp.ok) {
     const err = data?.error;
     throw new ApiError(resp.status, err?.code ?? "http_" + resp.status, err?.message ?? `HTTP ${resp.status}`);
@@ -154,6 +165,9 @@ async function call<T>(method: string, path: string, body?: unknown): Promise<T>
 const conv = (id: string) => "/api/conversations/" + encodeURIComponent(id);
 
 export const api = {
+  me: () => call<Me>("GET", "/api/me"),
+  // The session ends on the server; the cookie is deleted by its answer.
+  logout: () => call<null>("POST", "/auth/logout"),
   list: (archived = false) => call<{ conversations: Conversation[] }>("GET", "/api/conversations" + (archived ? "?archived=1" : "")),
   update: (id: string, change: { title?: string; archived?: boolean }) => call<Conversation>("PATCH", conv(id), change),
   budget: () => call<{ limits: LimitStatus[] }>("GET", "/api/me/budget"),

@@ -1,7 +1,7 @@
 import { render } from "preact";
 import { useEffect, useRef, useState, useMemo, useLayoutEffect } from "preact/hooks";
 import { signal, computed, effect } from "@preact/signals";
-import { api, ApiError, type Conversation } from "./api";
+import { api, ApiError, loginNeeded, type Conversation, type Me } from "./api";
 import { Session } from "./session";
 import { TranscriptView } from "./view";
 import { SidePanel } from "./panel";
@@ -63,6 +63,55 @@ async function updateConversation(c: Conversation, change: { title?: string; arc
     listError.value = (e as ApiError).message;
   }
   await loadList();
+}
+
+// Who is logged in; a session's user gets a Log out button. talkide dev's
+// local user has nothing to log out of.
+const me = signal<Me | null>(null);
+async function loadMe() {
+  try {
+    me.value = await api.me();
+    loginNeeded.value = false;
+  } catch {
+    me.value = null;
+  }
+}
+
+async function logout() {
+  try {
+    await api.logout();
+  } catch (e) {
+    listError.value = (e as ApiError).message;
+    return;
+  }
+  me.value = null;
+  session.value?.close();
+  session.value = null;
+  conversations.value = [];
+  loginNeeded.value = true;
+}
+
+function Account() {
+  if (loginNeeded.value) {
+    // The control-plane sends the browser back here after the login; it
+    // keeps only a path on its own host.
+    const back = location.pathname + location.search;
+    return (
+      <a class="login" data-testid="login" href={"/auth/login?return=" + encodeURIComponent(back)}>
+        Log in
+      </a>
+    );
+  }
+  const m = me.value;
+  if (!m || m.via !== "session") return null;
+  return (
+    <span class="account">
+      <span data-testid="user">{m.user}</span>
+      <button data-testid="logout" onClick={logout}>
+        Log out
+      </button>
+    </span>
+  );
 }
 
 const session = signal<Session | null>(null);
@@ -320,6 +369,7 @@ function App() {
   useEffect(() => {
     loadList();
     loadBudget();
+    loadMe();
     const onKey = (e: KeyboardEvent) => {
       if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === "k") {
         e.preventDefault();
@@ -344,6 +394,7 @@ function App() {
         <span class="conv-title">{title}</span>
         <BudgetBadge />
         <ConnBadge s={s} />
+        <Account />
       </header>
       <Sidebar />
       <main>

@@ -57,9 +57,12 @@ const page = ctx.pages()[0] ?? (await ctx.newPage());
 const foreign = [];
 const cspViolations = [];
 const consoleErrors = [];
+// TALKIDE_ALLOW_ORIGINS: other origins a scenario may visit (the OpenID
+// Provider of the login scenario), separated by commas.
+const allowed = new Set([new URL(base).origin, ...(process.env.TALKIDE_ALLOW_ORIGINS || "").split(",").filter(Boolean)]);
 await ctx.route("**/*", (route) => {
   const u = new URL(route.request().url());
-  if (u.origin !== new URL(base).origin) {
+  if (!allowed.has(u.origin)) {
     foreign.push(route.request().url());
     return route.abort();
   }
@@ -76,7 +79,7 @@ await page.addInitScript(() => {
 });
 
 const h = {
-  base, page, ctx, step, foreign, cspViolations, consoleErrors,
+  base, page, ctx, step, foreign, cspViolations, consoleErrors, env: process.env,
   async screenshot(label) {
     const file = join(artifacts, `${name}-${String(++shot).padStart(2, "0")}-${label}.png`);
     await page.screenshot({ path: file, fullPage: false });

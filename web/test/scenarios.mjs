@@ -325,4 +325,48 @@ export const scenarios = {
     await h.screenshot("budget");
     h.result({ conversation: id, before, after, cost: usd, text });
   },
+
+  // A control-plane without a local user: the page offers a login, the
+  // provider's form is filled, the browser lands back on the app with a
+  // session, a turn streams, and after Log out the API answers 401.
+  async login(h) {
+    await h.page.goto(h.base + "/");
+    const link = h.page.getByTestId("login");
+    await link.waitFor({ timeout: T });
+    const href = await link.getAttribute("href");
+    check(href === "/auth/login?return=%2F", `the login link is ${href}`);
+    await h.screenshot("logged-out");
+    await link.click();
+    await h.page.waitForURL((u) => u.origin === h.env.TALKIDE_OP && u.pathname.startsWith("/login/"), { timeout: T });
+    await h.page.locator("#username").fill(h.env.TALKIDE_OP_USER);
+    await h.page.locator("#password").fill(h.env.TALKIDE_OP_PASSWORD);
+    await h.screenshot("provider-form");
+    await h.page.locator("button[type=submit]").click();
+    await h.page.waitForURL((u) => u.origin === new URL(h.base).origin && u.pathname === "/", { timeout: T });
+    await h.page.getByTestId("logout").waitFor({ timeout: T });
+    const user = await h.page.getByTestId("user").textContent();
+    check(user === h.env.TALKIDE_OP_USER, `the header names ${user}`);
+    check((await h.page.getByTestId("login").count()) === 0, "the login link is still shown");
+    const cookies = (await h.ctx.cookies(h.base)).filter((c) => c.name === "__Host-talkide_session");
+    check(cookies.length === 1, `session cookies: ${JSON.stringify(cookies.map((c) => c.name))}`);
+
+    const id = await newConversation(h);
+    await sendMessage(h, "Hello after the login.");
+    await turnEnds(h, 1);
+    const text = await h.page.locator("[data-kind=text]").first().textContent();
+    check(text.includes("Hello after the login"), `the streamed text is ${text}`);
+    await h.screenshot("logged-in");
+
+    await h.page.getByTestId("logout").click();
+    await h.page.getByTestId("login").waitFor({ timeout: T });
+    const after = await h.page.evaluate(async () => (await fetch("/api/conversations")).status);
+    check(after === 401, `the API answered ${after} after Log out`);
+    const left = (await h.ctx.cookies(h.base)).filter((c) => c.name === "__Host-talkide_session");
+    check(left.length === 0, "the session cookie outlived Log out");
+    // The login link brings the browser back to the page it was on.
+    const back = await h.page.getByTestId("login").getAttribute("href");
+    check(back === "/auth/login?return=" + encodeURIComponent("/c/" + id), `the login link after Log out is ${back}`);
+    const c = cookies[0];
+    h.result({ conversation: id, cookie: { name: c.name, secure: c.secure, httpOnly: c.httpOnly, sameSite: c.sameSite, path: c.path, domain: c.domain, expires: c.expires } });
+  },
 };

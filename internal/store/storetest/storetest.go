@@ -40,6 +40,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		"Concurrent":         testConcurrent,
 		"ConcurrentOrders":   testConcurrentOrders,
 		"ByteOrder":          testByteOrder,
+		"ReportPages":        testReportPages,
+		"UsagePages":         testUsagePages,
 	}
 	for name, test := range issueTests {
 		tests[name] = test
