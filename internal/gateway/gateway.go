@@ -129,9 +129,9 @@ type Gateway struct {
 	maxBody  int64
 	budget   Budget // nil: budgets off
 	drain    time.Duration
-	convs    *convCache // nil: no cache
+	convs    *convCache  // nil: no cache
 	tokens   *tokenCache // WorkerTokens that verified (tokencache.go)
-	metrics  Metrics    // nil: no metrics
+	metrics  Metrics     // nil: no metrics
 	rec      *recorder
 	bodies   *bodyLimiter // nil: no bound
 	proxy    *httputil.ReverseProxy
