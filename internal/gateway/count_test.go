@@ -107,3 +107,43 @@ func FuzzCountDecodesAsPointer(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { sameUsage(t, b) })
 }
+
+// TestTypeFieldDecodesAsString checks that an event's "type" decodes as
+// typeField to the kind of the string encoding/json would have decoded,
+// and fails where that fails.
+func TestTypeFieldDecodesAsString(t *testing.T) {
+	for _, s := range []string{
+		`{"type":"message_start"}`,
+		`{"type":"message_delta"}`,
+		`{"type":"content_block_delta"}`,
+		`{"type":"message_stop"}`,
+		`{"type":""}`,
+		`{"type":null}`,
+		`{"type":"message_delta","type":null}`,
+		`{"type":"message\u005fstart"}`,
+		`{"type":"message_start\u0000"}`,
+		`{"type":"MESSAGE_START"}`,
+		`{"TYPE":"message_start"}`,
+		`{"type":"message_start","type":"ping"}`,
+		`{"type":5}`,
+		`{"type":["message_start"]}`,
+		`{"type":"\xff"}`,
+		`{}`,
+	} {
+		var str struct {
+			Type string `json:"type"`
+		}
+		var kind struct {
+			Type typeField `json:"type"`
+		}
+		serr := json.Unmarshal([]byte(s), &str)
+		kerr := json.Unmarshal([]byte(s), &kind)
+		if (serr == nil) != (kerr == nil) {
+			t.Errorf("%s: string error %v, typeField error %v", s, serr, kerr)
+			continue
+		}
+		if want := eventKindOf([]byte(str.Type)); serr == nil && eventKind(kind.Type) != want {
+			t.Errorf("%s: kind %d, want %d (%q)", s, kind.Type, want, str.Type)
+		}
+	}
+}

@@ -283,12 +283,33 @@ func eventKindOf(name []byte) eventKind {
 	return evOther
 }
 
+// typeField is an event data's "type", decoded as its eventKind: what a
+// string field would say, without the string encoding/json allocates for
+// it. A name spelt with escapes is decoded as a string first.
+type typeField eventKind
+
+func (k *typeField) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // as into a string: left as it was
+	}
+	if len(b) < 2 || b[0] != '"' || bytes.IndexByte(b, '\\') >= 0 {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*k = typeField(eventKindOf([]byte(s)))
+		return nil
+	}
+	*k = typeField(eventKindOf(b[1 : len(b)-1]))
+	return nil
+}
+
 func (p *sseUsage) dispatch() {
 	if !p.wanted() {
 		return
 	}
 	var ev struct {
-		Type    string `json:"type"`
+		Type    typeField `json:"type"`
 		Message *struct {
 			Model string     `json:"model"`
 			Usage *wireUsage `json:"usage"`
@@ -298,15 +319,15 @@ func (p *sseUsage) dispatch() {
 	if json.Unmarshal(p.data, &ev) != nil {
 		return
 	}
-	switch ev.Type {
-	case "message_start":
+	switch eventKind(ev.Type) {
+	case evMessageStart:
 		if ev.Message != nil {
 			if contract.ValidModelName(ev.Message.Model) {
 				p.u.Model = ev.Message.Model
 			}
 			p.u.set(ev.Message.Usage)
 		}
-	case "message_delta":
+	case evMessageDelta:
 		p.u.update(ev.Usage)
 		p.final = true
 	}
