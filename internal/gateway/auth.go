@@ -20,7 +20,7 @@ func (g *Gateway) authorize(r *http.Request) (*store.Conversation, *httpError) {
 		return nil, &httpError{Status: http.StatusUnauthorized, Type: errAuthentication,
 			Msg: "missing worker token: send " + TokenHeader + " or Authorization: Bearer"}
 	}
-	claims, err := g.keys.VerifyWorkerToken(token, g.now())
+	claims, err := g.tokens.verify(g.keys, token, g.now())
 	if err != nil {
 		msg := "invalid worker token"
 		if errors.Is(err, trust.ErrExpired) {

@@ -146,6 +146,12 @@ func (r *heldReader) Read(p []byte) (int, error) {
 
 func (r *heldReader) Close() error { return nil }
 
+// errBodyTooLarge is the answer to a body larger than MaxBody: made when
+// needed, not for every request.
+func errBodyTooLarge() *httpError {
+	return &httpError{Status: http.StatusRequestEntityTooLarge, Type: errTooLarge, Msg: "request body too large"}
+}
+
 // readBody reads the whole request body into memory, bounded by maxBody
 // and, in time, by BodyTimeout, within the room the limiter gives. A
 // body that declares its length takes room for all of it before a byte
@@ -153,7 +159,6 @@ func (r *heldReader) Close() error { return nil }
 // unknown length takes room as its buffer grows. Room is taken for the
 // buffer's capacity, so the limiter counts what is allocated.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *httpError) {
-	tooLarge := &httpError{Status: http.StatusRequestEntityTooLarge, Type: errTooLarge, Msg: "request body too large"}
 	noRoom := func() *httpError {
 		w.Header().Set("Retry-After", bodyRetryAfter)
 		return &httpError{Status: http.StatusServiceUnavailable, Type: errOverloaded,
@@ -165,7 +170,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 	unread := func() { w.Header().Set("Connection", "close") }
 	if r.ContentLength > g.maxBody {
 		unread()
-		return nil, tooLarge
+		return nil, errBodyTooLarge()
 	}
 	h := &heldBody{lim: g.bodies}
 	fail := func(e *httpError) (*heldBody, *httpError) {
@@ -176,7 +181,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 	body := http.MaxBytesReader(w, r.Body, g.maxBody)
 	readErr := func(err error) *httpError {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return tooLarge
+			return errBodyTooLarge()
 		}
 		return &httpError{Status: http.StatusBadRequest, Type: errInvalidRequest, Msg: "could not read request body", Err: err}
 	}
@@ -212,7 +217,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 			// once copied.
 			grown := min(max(2*int64(cap(buf)), bodyStep), g.maxBody+1)
 			if grown <= int64(cap(buf)) {
-				return fail(tooLarge)
+				return fail(errBodyTooLarge())
 			}
 			if !g.bodies.take(grown) {
 				return fail(noRoom())

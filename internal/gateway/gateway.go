@@ -129,8 +129,9 @@ type Gateway struct {
 	maxBody  int64
 	budget   Budget // nil: budgets off
 	drain    time.Duration
-	convs    *convCache // nil: no cache
-	metrics  Metrics    // nil: no metrics
+	convs    *convCache  // nil: no cache
+	tokens   *tokenCache // WorkerTokens that verified (tokencache.go)
+	metrics  Metrics     // nil: no metrics
 	rec      *recorder
 	bodies   *bodyLimiter // nil: no bound
 	proxy    *httputil.ReverseProxy
@@ -192,6 +193,7 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		budget:   o.Budget,
 		drain:    max(o.DrainTimeout, 0),
 		convs:    newConvCache(o.ConversationTTL),
+		tokens:   newTokenCache(),
 		metrics:  o.Metrics,
 		rec:      newRecorder(st, o.Logger),
 		bodies:   newBodyLimiter(o.MaxBuffered),

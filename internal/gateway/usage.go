@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/talkide/platform/internal/budget"
@@ -34,20 +35,43 @@ type usage struct {
 	WebFetchRequests  int64
 }
 
-// wireUsage is Anthropic's usage object. Pointers tell absent from zero.
+// wireUsage is Anthropic's usage object. A count tells absent from zero.
 type wireUsage struct {
-	InputTokens              *int64 `json:"input_tokens"`
-	OutputTokens             *int64 `json:"output_tokens"`
-	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
+	InputTokens              count `json:"input_tokens"`
+	OutputTokens             count `json:"output_tokens"`
+	CacheCreationInputTokens count `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     count `json:"cache_read_input_tokens"`
 	CacheCreation            *struct {
-		Ephemeral5m *int64 `json:"ephemeral_5m_input_tokens"`
-		Ephemeral1h *int64 `json:"ephemeral_1h_input_tokens"`
+		Ephemeral5m count `json:"ephemeral_5m_input_tokens"`
+		Ephemeral1h count `json:"ephemeral_1h_input_tokens"`
 	} `json:"cache_creation"`
 	ServerToolUse *struct {
-		WebSearchRequests *int64 `json:"web_search_requests"`
-		WebFetchRequests  *int64 `json:"web_fetch_requests"`
+		WebSearchRequests count `json:"web_search_requests"`
+		WebFetchRequests  count `json:"web_fetch_requests"`
 	} `json:"server_tool_use"`
+}
+
+// count is an integer of a usage object that tells absent (or null) from
+// zero, as an *int64 would, without the allocation json.Unmarshal makes
+// for every pointer it fills (five per stream). It takes what
+// encoding/json takes into an int64, and refuses the rest (a fraction, an
+// exponent, a string, an overflow) with an error, as encoding/json does.
+type count struct {
+	v   int64
+	set bool
+}
+
+func (c *count) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*c = count{} // as a pointer set to nil
+		return nil
+	}
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return err
+	}
+	*c = count{v: v, set: true}
+	return nil
 }
 
 // set copies every field present in w (message_start, a JSON body).
@@ -95,13 +119,13 @@ func (u usage) budget() budget.Usage {
 	}
 }
 
-// setIf stores *v in dst when v is present (and non-zero, if nonZero). A
+// setIf stores v in dst when v is present (and non-zero, if nonZero). A
 // negative count is stored as zero: usage is never negative.
-func setIf(dst *int64, v *int64, nonZero bool) {
-	if v == nil || nonZero && *v == 0 {
+func setIf(dst *int64, v count, nonZero bool) {
+	if !v.set || nonZero && v.v == 0 {
 		return
 	}
-	*dst = max(*v, 0)
+	*dst = max(v.v, 0)
 }
 
 // sseUsage reads usage from an Anthropic event stream, incrementally, as the
@@ -259,12 +283,33 @@ func eventKindOf(name []byte) eventKind {
 	return evOther
 }
 
+// typeField is an event data's "type", decoded as its eventKind: what a
+// string field would say, without the string encoding/json allocates for
+// it. A name spelt with escapes is decoded as a string first.
+type typeField eventKind
+
+func (k *typeField) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // as into a string: left as it was
+	}
+	if len(b) < 2 || b[0] != '"' || bytes.IndexByte(b, '\\') >= 0 {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*k = typeField(eventKindOf([]byte(s)))
+		return nil
+	}
+	*k = typeField(eventKindOf(b[1 : len(b)-1]))
+	return nil
+}
+
 func (p *sseUsage) dispatch() {
 	if !p.wanted() {
 		return
 	}
 	var ev struct {
-		Type    string `json:"type"`
+		Type    typeField `json:"type"`
 		Message *struct {
 			Model string     `json:"model"`
 			Usage *wireUsage `json:"usage"`
@@ -274,15 +319,15 @@ func (p *sseUsage) dispatch() {
 	if json.Unmarshal(p.data, &ev) != nil {
 		return
 	}
-	switch ev.Type {
-	case "message_start":
+	switch eventKind(ev.Type) {
+	case evMessageStart:
 		if ev.Message != nil {
 			if contract.ValidModelName(ev.Message.Model) {
 				p.u.Model = ev.Message.Model
 			}
 			p.u.set(ev.Message.Usage)
 		}
-	case "message_delta":
+	case evMessageDelta:
 		p.u.update(ev.Usage)
 		p.final = true
 	}
