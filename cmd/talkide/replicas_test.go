@@ -42,6 +42,10 @@ type replicaStack struct {
 	sim      *server
 	simKey   string
 	logger   *slog.Logger
+	// localUser, when set, is served without credentials on loopback (as
+	// talkide dev's one user), for the browser; else callers bring API
+	// tokens.
+	localUser string
 
 	mu       sync.Mutex // guards replicas
 	replicas []*cpProc  // nil while killed
@@ -54,10 +58,10 @@ type replicaStack struct {
 	projects         string
 }
 
-func startReplicaStack(t *testing.T, n int, logs io.Writer) *replicaStack {
+func startReplicaStack(t *testing.T, n int, logs io.Writer, localUser string) *replicaStack {
 	t.Helper()
 	rs := &replicaStack{
-		t: t, dir: t.TempDir(), database: pgtest.URL(t),
+		t: t, dir: t.TempDir(), database: pgtest.URL(t), localUser: localUser,
 		simKey: fmt.Sprintf("sk-sim-%x", trust.NewKey()),
 		logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
@@ -119,7 +123,7 @@ func (rs *replicaStack) start(i int) {
 	cp, err := startControlPlane(context.Background(), cpOptions{
 		listen: rs.addrs[i][0], internalListen: rs.addrs[i][1],
 		database: rs.database, secretsPath: filepath.Join(rs.dir, "secrets.json"),
-		upstream: rs.sim.url(), apiKey: rs.simKey, tenant: devTenant, env: devEnv,
+		upstream: rs.sim.url(), apiKey: rs.simKey, tenant: devTenant, env: devEnv, localUser: rs.localUser,
 		logger: rs.logger.With("proc", fmt.Sprintf("cp-%d", i)),
 	})
 	if err != nil {
@@ -298,7 +302,7 @@ func TestReplicaKilledMidStream(t *testing.T) {
 			t.Logf("logs:\n%s", logs.String())
 		}
 	})
-	rs := startReplicaStack(t, 2, logs)
+	rs := startReplicaStack(t, 2, logs, "")
 	token := rs.addUser("alice")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -502,4 +506,32 @@ func streamAs(ctx context.Context, t *testing.T, base, conv, token string, after
 			return got
 		}
 	}
+}
+
+// TestBrowserReplicaKilled: the web UI in headless Chromium, through the
+// balancer to two replicas; the replica relaying its stream is killed
+// mid-turn (the restart scenario's step, with no restart: the other
+// replica serves on). The page reconnects with Last-Event-ID, the turn
+// finishes, and its output is whole with no event applied twice.
+func TestBrowserReplicaKilled(t *testing.T) {
+	browserReady(t)
+	logs := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	})
+	rs := startReplicaStack(t, 2, logs, devUser)
+	runScenario(t, &devStack{info: devInfo{ControlPlane: rs.public.URL()}}, "restart", func(step string) {
+		if step != "restart-controlplane" {
+			t.Errorf("unexpected step %q", step)
+			return
+		}
+		killed := rs.streaming()
+		if killed < 0 {
+			t.Error("no replica serves the page's stream")
+			return
+		}
+		rs.kill(killed)
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/postgres"
 	"github.com/talkide/platform/internal/store/postgres/pgtest"
+	"github.com/talkide/platform/internal/store/sqlite"
 )
 
 // replicaAuths returns n authenticators, each on a PostgreSQL store of its
@@ -169,4 +170,54 @@ func retryAfter(err error) string {
 		return he.RetryAfter
 	}
 	return ""
+}
+
+// BenchmarkAuthenticateToken: one API token's request authenticated, its
+// limits counted in memory (SQLite; PostgreSQL with the in-memory limiters
+// put back, to show what sharing costs) or in PostgreSQL's shared windows
+// (the limit is set high enough never to refuse).
+func BenchmarkAuthenticateToken(b *testing.B) {
+	for _, kind := range []string{"sqlite-memory", "postgres-memory", "postgres-shared"} {
+		b.Run(kind, func(b *testing.B) {
+			var st store.Store
+			if kind != "sqlite-memory" {
+				s, err := postgres.Open(b.Context(), pgtest.URL(b), nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { s.Close() })
+				st = s
+			} else {
+				s, err := sqlite.Open(b.Context(), ":memory:", nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { s.Close() })
+				st = s
+			}
+			ctx := b.Context()
+			if err := st.PutUser(ctx, store.User{ID: "alice", Name: "alice", CreatedAt: t0}); err != nil {
+				b.Fatal(err)
+			}
+			a, err := New(st, &Options{TokenPerMinute: 1e9})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if kind == "postgres-memory" {
+				a.tokens = newLimiters(1e9, 1e6, maxLimiterKeys)
+				a.failures = newLimiters(failuresPerMinute, failuresPerMinute, maxLimiterKeys)
+			}
+			tok, _, err := IssueAPIToken(ctx, st, "alice", "", 0, time.Now())
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := http.Header{"Authorization": {"Bearer " + tok}}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := a.Authenticate(request(h, "192.0.2.1:5")); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
