@@ -101,6 +101,8 @@ func startReplicaStack(t *testing.T, n int, logs io.Writer, localUser string) *r
 		identity: identityFromFile(tokenPath), commandKeyID: secrets.CommandKeyID,
 		commandKey:      trust.DeriveEnvKey(secrets.CommandSecret, devTenant, devEnv),
 		claudeConfigDir: claudeDir, workspaceRoot: filepath.Join(rs.dir, "workspaces"),
+		// As talkide dev with the simulator: every conversation says so.
+		notices:  []string{simulatorNotice},
 		workerID: "worker-1", logger: rs.logger.With("proc", "worker"),
 	})
 	if err != nil {
