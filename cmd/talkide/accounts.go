@@ -106,15 +106,23 @@ func secureRedirect(s string) bool {
 	return false
 }
 
-// sweepSessions deletes abandoned browser sessions every interval until ctx
-// ends.
+// sweepSessions deletes abandoned browser sessions every interval, and
+// ended rate-limit windows every minute, until ctx ends.
 func sweepSessions(ctx context.Context, a *auth.Authenticator, interval time.Duration, logger *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	// The shared rate-limit counts of ended windows go every minute: a
+	// flood of distinct source addresses leaves a row each.
+	rates := time.NewTicker(time.Minute)
+	defer rates.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-rates.C:
+			if _, err := a.SweepRates(ctx); err != nil && ctx.Err() == nil {
+				logger.Warn("sweeping rate-limit counts failed", "err", err)
+			}
 		case <-t.C:
 			if n, err := a.SweepSessions(ctx); err != nil && ctx.Err() == nil {
 				logger.Warn("sweeping expired browser sessions failed", "err", err)

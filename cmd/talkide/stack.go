@@ -113,6 +113,7 @@ type cpProc struct {
 	budget   *budget.Service
 	gateway  *gateway.Gateway // nil without an API key
 	metrics  *metrics.Metrics
+	server   *controlplane.Server
 }
 
 func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
@@ -186,7 +187,7 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 		st.Close()
 		return nil, err
 	}
-	p := &cpProc{store: st, secrets: secrets, budget: bud, gateway: gw, metrics: m}
+	p := &cpProc{store: st, secrets: secrets, budget: bud, gateway: gw, metrics: m, server: cp}
 	if err := p.listen(cp, o); err != nil {
 		closeBudget(bud)
 		st.Close()

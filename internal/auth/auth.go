@@ -76,9 +76,12 @@ type Authenticator struct {
 	log  *slog.Logger
 	oidc *oidcLogin // nil without OIDC
 
-	logins   *limiters // per source address
-	failures *limiters // per source address
-	tokens   *limiters // per API token id
+	logins   limiter // per source address
+	failures limiter // per source address
+	tokens   limiter // per API token id
+	// rates is the store's shared counts when the limiters use them
+	// (SweepRates); nil when they count in memory.
+	rates store.RateWindows
 }
 
 // New returns an authenticator on st. With OIDC it needs a login key of at
@@ -113,11 +116,18 @@ func New(st store.Store, opts *Options) (*Authenticator, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	a := &Authenticator{
-		st: st, o: o, log: o.Logger,
-		logins:   newLimiters(o.LoginsPerMinute, max(int(o.LoginsPerMinute/2), 5), maxLimiterKeys),
-		failures: newLimiters(failuresPerMinute, failuresPerMinute, maxLimiterKeys),
-		tokens:   newLimiters(o.TokenPerMinute, max(int(o.TokenPerMinute/5), 10), maxLimiterKeys),
+	a := &Authenticator{st: st, o: o, log: o.Logger}
+	if rw, ok := st.(store.RateWindows); ok {
+		// Several replicas may share this store: count where all of them
+		// do (docs/accounts.md).
+		a.rates = rw
+		a.logins = newSharedLimiter(rw, "login", o.LoginsPerMinute, o.Logger)
+		a.failures = newSharedLimiter(rw, "failure", failuresPerMinute, o.Logger)
+		a.tokens = newSharedLimiter(rw, "token", o.TokenPerMinute, o.Logger)
+	} else {
+		a.logins = newLimiters(o.LoginsPerMinute, max(int(o.LoginsPerMinute/2), 5), maxLimiterKeys)
+		a.failures = newLimiters(failuresPerMinute, failuresPerMinute, maxLimiterKeys)
+		a.tokens = newLimiters(o.TokenPerMinute, max(int(o.TokenPerMinute/5), 10), maxLimiterKeys)
 	}
 	if o.OIDC != nil {
 		l, err := newOIDCLogin(a, *o.OIDC)
@@ -165,20 +175,20 @@ func (a *Authenticator) Authenticate(r *http.Request) (*Caller, error) {
 	ctx := r.Context()
 	now := a.o.Now()
 	src := sourceIP(r)
-	if blocked(a.failures, src.String(), now) {
+	if a.failures.blocked(ctx, src.String(), now) {
 		return nil, rateLimited("60")
 	}
 	c, err := a.authenticate(ctx, r, now)
 	if err != nil {
 		var he *httpapi.Error
 		if errors.As(err, &he) && he.Status == http.StatusUnauthorized {
-			a.failures.allow(src.String(), now)
+			a.failures.allow(ctx, src.String(), now)
 			a.log.Info("browser API credential refused", "source", src.String(), "reason", he.Err)
 		}
 		return nil, err
 	}
 	if c.TokenID != "" {
-		if ok, retry := a.tokens.allow(c.TokenID, now); !ok {
+		if ok, retry := a.tokens.allow(ctx, c.TokenID, now); !ok {
 			return nil, rateLimited(retry)
 		}
 	}
@@ -188,15 +198,6 @@ func (a *Authenticator) Authenticate(r *http.Request) (*Caller, error) {
 	}
 	c.Memberships = ms
 	return c, nil
-}
-
-// blocked reports whether key's bucket in ls is empty, without taking from
-// it.
-func blocked(ls *limiters, key string, now time.Time) bool {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	kl := ls.m[key]
-	return kl != nil && kl.l.TokensAt(now) < 1
 }
 
 func (a *Authenticator) authenticate(ctx context.Context, r *http.Request, now time.Time) (*Caller, error) {

@@ -206,7 +206,7 @@ func (a *Authenticator) Handler() http.Handler {
 }
 
 func (a *Authenticator) limitLogin(r *http.Request) error {
-	if ok, retry := a.logins.allow(sourceIP(r).String(), a.o.Now()); !ok {
+	if ok, retry := a.logins.allow(r.Context(), sourceIP(r).String(), a.o.Now()); !ok {
 		return rateLimited(retry)
 	}
 	return nil

@@ -86,3 +86,13 @@ func (a *Authenticator) SweepSessions(ctx context.Context) (int64, error) {
 	now := a.o.Now()
 	return a.st.DeleteBrowserSessions(ctx, now, now.Add(-a.o.SessionIdle))
 }
+
+// SweepRates deletes the shared rate-limit counts of windows that have
+// ended (run it about once a window: a flood of distinct source addresses
+// leaves a row each); with counts in memory there is nothing to do.
+func (a *Authenticator) SweepRates(ctx context.Context) (int64, error) {
+	if a.rates == nil {
+		return 0, nil
+	}
+	return a.rates.SweepRates(ctx, a.o.Now().Truncate(rateWindow).Add(-rateWindow))
+}

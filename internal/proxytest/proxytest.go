@@ -1,12 +1,15 @@
 // Package proxytest is a TCP proxy for tests that can be taken down and
 // brought back on the same address: a server's host going away and coming
-// back, as the clients see it.
+// back, as the clients see it. In front of several targets it is a load
+// balancer: each connection goes to the next target in turn, or to the one
+// after it when that one refuses (a replica that died).
 package proxytest
 
 import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -15,9 +18,10 @@ import (
 // every open one is cut, as when the control-plane's host goes away. Up
 // serves the same address again.
 type Proxy struct {
-	t      *testing.T
-	target string
-	addr   string
+	t       *testing.T
+	targets []string
+	addr    string
+	next    atomic.Uint64 // the target the next connection tries first
 
 	mu    sync.Mutex // guards ln and conns
 	ln    net.Listener
@@ -27,9 +31,19 @@ type Proxy struct {
 
 // New starts a proxy to target on a loopback port; the tests cleanup
 // takes it down.
-func New(t *testing.T, target string) *Proxy {
+func New(t *testing.T, target string) *Proxy { return NewBalancer(t, target) }
+
+// NewBalancer starts a proxy to several targets on a loopback port: each
+// connection goes to the next target in turn, and on to the following
+// ones while they refuse it; only when every target refuses is the
+// connection closed. A connection stays with its target (HTTP keep-alive
+// and event streams included) until either side ends it.
+func NewBalancer(t *testing.T, targets ...string) *Proxy {
 	t.Helper()
-	p := &Proxy{t: t, target: target, conns: make(map[net.Conn]struct{})}
+	if len(targets) == 0 {
+		t.Fatal("proxytest: no target")
+	}
+	p := &Proxy{t: t, targets: targets, conns: make(map[net.Conn]struct{})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -63,8 +77,21 @@ func (p *Proxy) serve(ln net.Listener) {
 	}()
 }
 
+// dial connects to the next target in turn that accepts.
+func (p *Proxy) dial() (net.Conn, error) {
+	first := p.next.Add(1) - 1
+	var err error
+	for i := range uint64(len(p.targets)) {
+		var up net.Conn
+		if up, err = net.Dial("tcp", p.targets[(first+i)%uint64(len(p.targets))]); err == nil {
+			return up, nil
+		}
+	}
+	return nil, err
+}
+
 func (p *Proxy) forward(c net.Conn) {
-	up, err := net.Dial("tcp", p.target)
+	up, err := p.dial()
 	if err != nil {
 		c.Close()
 		return

@@ -372,3 +372,21 @@ type Store interface {
 
 	Close() error
 }
+
+// RateWindows counts events in fixed time windows that every control-plane
+// replica on the store shares: the browser API's rate limits hold across
+// replicas only when their counts are kept where all of them look. A store
+// that only one process opens (SQLite) does not implement it; its callers
+// count in memory.
+type RateWindows interface {
+	// HitRate counts one event of key under the limit name in the window
+	// that starts at start and returns the window's count, this event
+	// included. Concurrent calls from any replica each count once.
+	HitRate(ctx context.Context, name, key string, start time.Time) (int64, error)
+	// RateHits returns the count of key's window that starts at start,
+	// without counting; 0 when nothing was counted in it.
+	RateHits(ctx context.Context, name, key string, start time.Time) (int64, error)
+	// SweepRates deletes the windows that started before before, and
+	// returns how many.
+	SweepRates(ctx context.Context, before time.Time) (int64, error)
+}
