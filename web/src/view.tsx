@@ -48,7 +48,7 @@ export function TranscriptView({ s }: { s: Session }) {
   return (
     <div class="transcript-wrap">
       <div class="transcript" ref={scroller} onScroll={onScroll} data-testid="transcript" aria-label="Transcript" role="log" tabIndex={0}>
-        <div ref={inner}>
+        <div ref={inner} data-seqs={t.loose.value.join(" ")} data-testid="transcript-items">
           {s.hasMore.value && (
             <button class="older" onClick={() => s.loadOlder()} disabled={s.loadingOlder.value}>
               {s.loadingOlder.value ? "loading…" : "Load older messages"}
@@ -123,7 +123,7 @@ class ItemView extends Component<{ it: Item }> {
 
 function Notice({ it }: { it: NoticeItem; v: number }) {
   return (
-    <div class="notice" data-seq={it.seq} data-kind="notice">
+    <div class="notice" data-seq={it.seq} data-seqs={seqs(it)} data-kind="notice">
       {it.text}
     </div>
   );
@@ -131,7 +131,7 @@ function Notice({ it }: { it: NoticeItem; v: number }) {
 
 function User({ it }: { it: UserItem; v: number }) {
   return (
-    <div class="msg user" data-seq={it.seq} data-kind="user.message" data-cmid={it.clientMessageId}>
+    <div class="msg user" data-seq={it.seq} data-seqs={seqs(it)} data-kind="user.message" data-cmid={it.clientMessageId}>
       <div class="body">{it.text}</div>
     </div>
   );
@@ -148,10 +148,16 @@ function Text({ it }: { it: TextItem; v: number }) {
   }, [text]);
   const html = useMemo(() => renderMarkdown(it.final ? text : shown), [it.final ? text : shown]);
   return (
-    <div class={"msg assistant" + (it.final ? "" : " streaming")} data-seq={it.seq} data-kind="text" data-final={it.final ? "1" : "0"}>
+    <div class={"msg assistant" + (it.final ? "" : " streaming")} data-seq={it.seq} data-seqs={seqs(it)} data-parent={it.parent} data-kind="text" data-final={it.final ? "1" : "0"}>
       <div class="md" dangerouslySetInnerHTML={{ __html: html }} />
     </div>
   );
+}
+
+/** seqs lists the events an item shows, for tests that compare the page
+ * with the server's log event by event. */
+function seqs(it: Item): string {
+  return it.seqs.join(" ");
 }
 
 function summary(it: ToolItem): string {
@@ -171,14 +177,17 @@ function fmtMs(ms: number): string {
 function Tool({ it }: { it: ToolItem; v: number }) {
   const [all, setAll] = useState(false);
   const isEdit = it.name === "Edit" || it.name === "Write";
-  const out = it.output;
+  const nested = it.children.length > 0;
+  // A Task call's output repeats its sub-agent's work as text, for clients
+  // that do not nest; with the work nested below it, only the report counts.
+  const out = nested && !it.done ? "" : it.output;
   const capped = !all && out.length > OUTPUT_CAP;
   const state = !it.done ? "running" : it.isError ? "error" : "ok";
   // Open while it runs and after, collapsed when it came finished from
   // history; after that the user decides.
   const [initOpen] = useState(!it.done || isEdit || it.isError);
   return (
-    <details class={"tool tool-" + state} open={initOpen} data-seq={it.seq} data-kind="tool" data-tool={it.name} data-state={state}>
+    <details class={"tool tool-" + state} open={initOpen} data-seq={it.seq} data-seqs={seqs(it)} data-parent={it.parent} data-kind="tool" data-tool={it.name} data-state={state}>
       <summary>
         <span class="tool-name">{it.name}</span>
         <code class="tool-summary" data-testid="tool-summary">{summary(it)}</code>
@@ -192,6 +201,7 @@ function Tool({ it }: { it: ToolItem; v: number }) {
         )}
       </summary>
       {isEdit && <EditDiff it={it} />}
+      {nested && <SubAgent it={it} />}
       {out && (
         <pre class="tool-output" data-testid="tool-output">
           {capped ? "…" + out.slice(out.length - OUTPUT_CAP) : out}
@@ -203,6 +213,26 @@ function Tool({ it }: { it: ToolItem; v: number }) {
         </button>
       )}
       {it.truncated && <p class="meta">The output was cut before it reached the model.</p>}
+    </details>
+  );
+}
+
+// SubAgent shows a Task call's sub-agent work: its text and tool cards,
+// each re-rendering on its own as the top-level ones do; open while it
+// runs, then folded to one line.
+function SubAgent({ it }: { it: ToolItem }) {
+  const [open, setOpen] = useState(!it.done);
+  const tools = it.children.filter((c) => c.type === "tool").length;
+  return (
+    <details class="subagent" data-testid="subagent" open={open} onToggle={(e) => setOpen((e.currentTarget as HTMLDetailsElement).open)}>
+      <summary>
+        sub-agent · {tools} tool call{tools === 1 ? "" : "s"}
+      </summary>
+      <div class="subagent-items">
+        {it.children.map((c) => (
+          <ItemView key={c.key} it={c} />
+        ))}
+      </div>
     </details>
   );
 }
@@ -247,7 +277,7 @@ function Footer({ it }: { it: FooterItem; v: number }) {
   const f = it.failure;
   const tokens = `${it.inputTokens.toLocaleString()} in · ${it.outputTokens.toLocaleString()} out` + (it.cacheTokens ? ` · ${it.cacheTokens.toLocaleString()} cache` : "");
   return (
-    <div class={"turn-footer" + (f ? " failed" : "")} data-seq={it.seq} data-kind={f ? "turn.failed" : "turn.finished"} data-code={f?.code}>
+    <div class={"turn-footer" + (f ? " failed" : "")} data-seq={it.seq} data-seqs={seqs(it)} data-kind={f ? "turn.failed" : "turn.finished"} data-code={f?.code}>
       {f ? (
         <>
           <strong class="code">{f.code}</strong> <span>{f.message}</span>
