@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,13 +110,78 @@ func TestBrowserStream(t *testing.T) {
 func TestBrowserReload(t *testing.T) {
 	browserReady(t)
 	st, _ := startTestStack(t)
-	runScenario(t, st, "reload", noSteps(t))
+	res := runScenario(t, st, "reload", noSteps(t))
+	domMatchesLog(t, st, res, true)
+}
+
+// domMatchesLog compares what a scenario's page showed (domSeqs: every
+// element's data-seqs, in document order) with the conversation's log as
+// the server streams it (after the history page a reloaded page opened
+// with, when the scenario reports one): every sequence number once, none
+// missing, and,
+// with inOrder, in the log's order (a page without sub-agents, whose
+// nested cards put a Task's own later events before its sub-agent's).
+func domMatchesLog(t *testing.T, st *devStack, res map[string]any, inOrder bool) []int64 {
+	t.Helper()
+	conv, _ := res["conversation"].(string)
+	raw, _ := res["domSeqs"].([]any)
+	if conv == "" || len(raw) == 0 {
+		t.Fatalf("the scenario reported no conversation or no sequence numbers: %v", res)
+	}
+	var dom []int64
+	for _, v := range raw {
+		f, _ := v.(float64)
+		dom = append(dom, int64(f))
+	}
+	var logged []int64
+	// A page that was reloaded shows its history page up to its last_seq
+	// (compacted, when the turn had ended by then) and the log after it.
+	var upTo int64
+	if h, ok := res["history"].(map[string]any); ok {
+		last, _ := h["last_seq"].(float64)
+		upTo = int64(last)
+		seqs, _ := h["seqs"].([]any)
+		for _, v := range seqs {
+			f, _ := v.(float64)
+			logged = append(logged, int64(f))
+		}
+		t.Logf("the reloaded page opened with the log up to %d", upTo)
+	}
+	for _, e := range readStream(t, st.info.ControlPlane, conv, 0, func(ev contract.Event) bool { return contract.Terminal(ev.Kind) }) {
+		if e.ev.Seq > upTo {
+			logged = append(logged, e.ev.Seq)
+		}
+	}
+	got := dom
+	if !inOrder {
+		got = slices.Clone(dom)
+		slices.Sort(got)
+	}
+	if !slices.Equal(got, logged) {
+		seen := map[int64]int{}
+		for _, s := range dom {
+			seen[s]++
+		}
+		var missing, twice []int64
+		for _, s := range logged {
+			if seen[s] == 0 {
+				missing = append(missing, s)
+			}
+		}
+		for s, n := range seen {
+			if n > 1 {
+				twice = append(twice, s)
+			}
+		}
+		t.Fatalf("the page shows events %v, the log holds %v (missing %v, shown more than once %v)", dom, logged, missing, twice)
+	}
+	return logged
 }
 
 func TestBrowserRestartControlPlane(t *testing.T) {
 	browserReady(t)
 	st, _ := startTestStack(t)
-	runScenario(t, st, "restart", func(step string) {
+	res := runScenario(t, st, "restart", func(step string) {
 		if step != "restart-controlplane" {
 			t.Errorf("unexpected step %q", step)
 			return
@@ -126,6 +192,45 @@ func TestBrowserRestartControlPlane(t *testing.T) {
 			t.Errorf("restart: %v", err)
 		}
 	})
+	domMatchesLog(t, st, res, true)
+}
+
+// TestBrowserSubAgent: the simulator scripts a Task call (a test and demo
+// tool: [[tool:Task …]] with the sub-agent's own directives in its prompt);
+// the page nests the sub-agent's cards under the Task card, live and after
+// a reload from the compacted history, and shows every event of the log.
+func TestBrowserSubAgent(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	res := runScenario(t, st, "subagent", noSteps(t))
+	logged := domMatchesLog(t, st, res, false)
+	// The sub-agent's events in the log carry the Task call's id.
+	var parents int
+	for _, e := range readStream(t, st.info.ControlPlane, res["conversation"].(string), 0, func(ev contract.Event) bool { return contract.Terminal(ev.Kind) }) {
+		if e.ev.ParentToolUseID != "" {
+			parents++
+		}
+	}
+	if parents == 0 {
+		t.Fatalf("no event of the %d in the log names a parent Task call", len(logged))
+	}
+	// After the reload the page shows the compacted history, all of it.
+	var page struct {
+		Events []contract.Event `json:"events"`
+	}
+	api(t, "GET", st.info.ControlPlane+"/api/conversations/"+res["conversation"].(string)+"/events?limit=1000", nil, &page)
+	var want []int64
+	for _, ev := range page.Events {
+		want = append(want, ev.Seq)
+	}
+	var got []int64
+	for _, v := range res["reloadedSeqs"].([]any) {
+		got = append(got, int64(v.(float64)))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("after the reload the page shows %v, the history %v", got, want)
+	}
 }
 
 func TestBrowserInterrupt(t *testing.T) {
