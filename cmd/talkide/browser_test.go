@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +22,7 @@ import (
 // browserReady returns the Chromium to drive, or fails (on CI, or with
 // TALKIDE_REQUIRE_BROWSER=1) or skips the test when it or playwright-core
 // (installed by scripts/web.sh into web/node_modules) is missing.
-func browserReady(t *testing.T) string {
+func browserReady(t testing.TB) string {
 	t.Helper()
 	exe := os.Getenv("TALKIDE_CHROMIUM")
 	if exe == "" {
@@ -46,7 +48,7 @@ func browserReady(t *testing.T) string {
 // runScenario drives one scenario of web/test/scenarios.mjs against st and
 // returns what it reported; onStep does what the scenario asks of the Go
 // side. Screenshots stay in the printed directory when the test fails.
-func runScenario(t *testing.T, st *devStack, name string, onStep func(string)) map[string]any {
+func runScenario(t testing.TB, st *devStack, name string, onStep func(string)) map[string]any {
 	t.Helper()
 	exe := browserReady(t)
 	shots := os.Getenv("TALKIDE_ARTIFACTS")
@@ -317,4 +319,61 @@ func TestHistoryEndpoint(t *testing.T) {
 	if code := api(t, "GET", base+"/api/nope", nil, nil); code != 404 {
 		t.Fatalf("GET /api/nope: %d", code)
 	}
+}
+
+// BenchmarkWebUILongConversation seeds a conversation of about 5,000
+// events through the real stack (turns whose replies stream in about 100
+// deltas each, with the simulator) and has headless Chromium open it and
+// then stream a reply at about 200 deltas/s (the "longconv" scenario). It
+// reports the time from navigation to the last message rendered, and the
+// long tasks (over 50 ms, as Chromium counts them) while opening and while
+// streaming, the longest of them too. One run is one page: use
+// -benchtime=1x (docs/benchmarks.md has the figures).
+func BenchmarkWebUILongConversation(b *testing.B) {
+	browserReady(b)
+	st, _ := startTestStack(b)
+	base := st.info.ControlPlane
+	c := createConversation(b, base)
+	// 300 words: the simulator streams three words a delta.
+	text := "Seed the conversation. " + strings.Repeat("lorem ipsum dolor ", 100)
+	var last, lastMessage int64
+	for last < 5000 {
+		r := send(b, base, c.ID, text)
+		for _, e := range readStream(b, base, c.ID, r.Seq-1, turnEnded(r.TurnID)) {
+			last = e.ev.Seq
+			if e.ev.Kind == contract.KindMessage {
+				lastMessage = e.ev.Seq
+			}
+		}
+	}
+	b.Logf("seeded %d events; the last message is event %d", last, lastMessage)
+	b.Setenv("TALKIDE_BENCH_CONVERSATION", c.ID)
+	b.Setenv("TALKIDE_BENCH_LAST_MESSAGE", strconv.FormatInt(lastMessage, 10))
+	var res map[string]any
+	for b.Loop() {
+		res = runScenario(b, st, "longconv", func(s string) { b.Errorf("unexpected step %q", s) })
+	}
+	longest := func(key string) (n, over100 float64, max float64) {
+		list, _ := res[key].([]any)
+		for _, v := range list {
+			d, _ := v.(float64)
+			n++
+			if d > 100 {
+				over100++
+			}
+			max = math.Max(max, d)
+		}
+		return n, over100, max
+	}
+	ms, _ := res["lastMessageMs"].(float64)
+	b.ReportMetric(ms, "ms-to-last-message")
+	n, over, maxMs := longest("loadLongTasks")
+	b.ReportMetric(n, "long-tasks-opening")
+	b.ReportMetric(maxMs, "longest-task-opening-ms")
+	n, over, maxMs = longest("streamLongTasks")
+	b.ReportMetric(n, "long-tasks-streaming")
+	b.ReportMetric(over, "tasks-over-100ms-streaming")
+	b.ReportMetric(maxMs, "longest-task-streaming-ms")
+	streamMs, _ := res["streamMs"].(float64)
+	b.ReportMetric(streamMs, "ms-streaming-500-deltas")
 }

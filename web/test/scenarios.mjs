@@ -63,6 +63,46 @@ const slowBash = (n, pause) =>
   `[[tool:Bash {"command":"for i in $(seq 1 ${n}); do echo line$i; sleep ${pause}; done"}]]`;
 
 export const scenarios = {
+  // The long-conversation benchmark (cmd/talkide BenchmarkWebUILongConversation,
+  // which seeds the conversation): the time from navigation to the last
+  // message rendered, then, while a reply streams at about 200 deltas/s,
+  // every long task (PerformanceObserver "longtask") the page runs.
+  async longconv(h) {
+    const id = process.env.TALKIDE_BENCH_CONVERSATION;
+    const lastSeq = Number(process.env.TALKIDE_BENCH_LAST_MESSAGE);
+    check(id && lastSeq > 0, "TALKIDE_BENCH_CONVERSATION and TALKIDE_BENCH_LAST_MESSAGE are not set");
+    await h.page.addInitScript((seq) => {
+      window.__longtasks = [];
+      new PerformanceObserver((l) => {
+        for (const e of l.getEntries()) window.__longtasks.push(e.duration);
+      }).observe({ type: "longtask", buffered: true });
+      const mo = new MutationObserver(() => {
+        if (!window.__lastAt && document.querySelector(`[data-seqs~="${seq}"]`)) {
+          window.__lastAt = performance.now();
+          mo.disconnect();
+        }
+      });
+      mo.observe(document, { childList: true, subtree: true, attributes: true, attributeFilter: ["data-seqs"] });
+    }, lastSeq);
+    await h.page.goto(h.base + "/c/" + id);
+    await h.page.waitForFunction(() => window.__lastAt, null, { timeout: T });
+    const lastMessageMs = await h.page.evaluate(() => window.__lastAt);
+    const loadLongTasks = await h.page.evaluate(() => window.__longtasks.slice());
+    await h.page.locator('[data-testid=conn][data-state=live]').waitFor({ timeout: T });
+    const turns = await h.page.locator(".turn-footer").count();
+    await h.screenshot("opened");
+    // 5 ms before each delta of three words: about 200 deltas/s.
+    const words = Array.from({ length: 1500 }, (_, i) => "word" + i).join(" ");
+    await h.page.evaluate(() => (window.__longtasks = []));
+    const t0 = Date.now();
+    await sendMessage(h, "Stream this back. " + words + " [[sleep:5]]");
+    await turnEnds(h, turns + 1, 120_000);
+    const streamMs = Date.now() - t0;
+    const streamLongTasks = await h.page.evaluate(() => window.__longtasks.slice());
+    await h.screenshot("streamed");
+    h.result({ conversation: id, lastMessageMs, loadLongTasks, streamLongTasks, streamMs, domSeqs: await domSeqs(h) });
+  },
+
   // A Task call: its sub-agent's text and tool cards show under the Task
   // card (collapsible), not as the main agent's; a reload, which reads the
   // compacted history, nests them the same way.
