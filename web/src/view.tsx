@@ -2,11 +2,16 @@ import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/ho
 import { Component } from "preact";
 import { diffLines } from "diff";
 import type { Session } from "./session";
-import type { Item, ToolItem, TextItem, FooterItem, UserItem, NoticeItem } from "./transcript";
+import type { Item, ToolItem, TextItem, FooterItem, UserItem, NoticeItem, Transcript } from "./transcript";
 import { render as renderMarkdown } from "./markdown";
 
 /** Live output shown before "show all". */
 const OUTPUT_CAP = 4000;
+/** Opening a conversation renders its newest items first, then the older
+ * ones of the page this many a frame: the last message shows without
+ * waiting for the Markdown of the whole page, and no frame is long. */
+const FIRST_ITEMS = 30;
+const ITEMS_PER_FRAME = 15;
 
 export function TranscriptView({ s }: { s: Session }) {
   const t = s.t.value;
@@ -17,6 +22,21 @@ export function TranscriptView({ s }: { s: Session }) {
   const stuckRef = useRef(true);
   stuckRef.current = stuck;
   const anchor = useRef<{ height: number; top: number } | null>(null);
+  // Items at the front not rendered yet (see FIRST_ITEMS); only the first
+  // page of a transcript is rendered this way, so an older page put in
+  // front renders at once, under the scroll anchor.
+  const [hidden, setHidden] = useState(0);
+  const firstPage = useRef<Transcript | null>(null);
+  if (firstPage.current === null && items.length > 0) {
+    firstPage.current = t;
+    if (items.length > FIRST_ITEMS) setHidden(items.length - FIRST_ITEMS);
+  }
+  useEffect(() => {
+    if (hidden <= 0) return;
+    const f = requestAnimationFrame(() => setHidden((h) => Math.max(0, h - ITEMS_PER_FRAME)));
+    return () => cancelAnimationFrame(f);
+  }, [hidden]);
+  const from = firstPage.current === t ? hidden : 0;
 
   // Auto-scroll: while the user is at the bottom, growth keeps them there;
   // once they scroll up it lets go until "jump to latest".
@@ -54,7 +74,7 @@ export function TranscriptView({ s }: { s: Session }) {
               {s.loadingOlder.value ? "loading…" : "Load older messages"}
             </button>
           )}
-          {items.map((it) => (
+          {(from > 0 ? items.slice(from) : items).map((it) => (
             <ItemView key={it.key} it={it} />
           ))}
           {s.outbox.items.value
@@ -139,14 +159,40 @@ function User({ it }: { it: UserItem; v: number }) {
 
 function Text({ it }: { it: TextItem; v: number }) {
   const text = it.text;
-  // Streaming re-renders at most once a frame, however fast deltas come.
+  // Streaming re-renders at most once a frame, however fast deltas come,
+  // and less often when rendering the Markdown takes long (a long reply):
+  // it waits four times what the last render took, so rendering never
+  // takes more than a fifth of the main thread.
   const [shown, setShown] = useState(text);
+  const cost = useRef(0);
+  const latest = useRef(text);
+  latest.current = text;
+  // One render is scheduled at a time and takes the newest text when it
+  // runs: a new delta does not push it back, so fast deltas cannot starve it.
+  const timer = useRef<{ t: number; f: number } | null>(null);
   useEffect(() => {
-    if (shown === text) return;
-    const f = requestAnimationFrame(() => setShown(text));
-    return () => cancelAnimationFrame(f);
-  }, [text]);
-  const html = useMemo(() => renderMarkdown(it.final ? text : shown), [it.final ? text : shown]);
+    if (shown === text || timer.current) return;
+    const tm = { t: 0, f: 0 };
+    timer.current = tm;
+    tm.t = window.setTimeout(() => {
+      tm.f = requestAnimationFrame(() => {
+        timer.current = null;
+        setShown(latest.current);
+      });
+    }, Math.max(0, cost.current * 4 - 16));
+  }, [text, shown]);
+  useEffect(() => () => {
+    if (timer.current) {
+      clearTimeout(timer.current.t);
+      cancelAnimationFrame(timer.current.f);
+    }
+  }, []);
+  const html = useMemo(() => {
+    const t0 = performance.now();
+    const out = renderMarkdown(it.final ? text : shown);
+    cost.current = performance.now() - t0;
+    return out;
+  }, [it.final ? text : shown]);
   return (
     <div class={"msg assistant" + (it.final ? "" : " streaming")} data-seq={it.seq} data-seqs={seqs(it)} data-parent={it.parent} data-kind="text" data-final={it.final ? "1" : "0"}>
       <div class="md" dangerouslySetInnerHTML={{ __html: html }} />
