@@ -2,8 +2,8 @@
 # Builds the web UI (web/) into internal/webui/dist, which is committed so
 # that `go run ./cmd/talkide dev` serves it with Go alone (docs/webui.md).
 #
-#   ./scripts/web.sh            # install the node modules if needed, rebuild dist
-#   ./scripts/web.sh --check    # rebuild, fail when dist differs from what is committed
+#   ./scripts/web.sh            # install the node modules if needed, type-check, rebuild dist
+#   ./scripts/web.sh --check    # type-check, rebuild, fail when dist differs from what is committed
 #   ./scripts/web.sh --modules  # install if needed, print the node_modules path only
 #
 # The node modules are installed with `npm ci` from web/package-lock.json
@@ -50,6 +50,11 @@ if [ "$mode" = modules ]; then
   echo "$cache/node_modules"
   exit 0
 fi
+
+# The type check: esbuild strips the types without looking at them, so a
+# wrong field name or a missing case would otherwise only show in a browser.
+log "type-checking web/src (tsc)"
+web/node_modules/.bin/tsc -p web/tsconfig.json >&2
 
 out=internal/webui/dist
 if [ "$mode" = check ]; then

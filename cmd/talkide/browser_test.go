@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +30,7 @@ import (
 // browserReady returns the Chromium to drive, or fails (on CI, or with
 // TALKIDE_REQUIRE_BROWSER=1) or skips the test when it or playwright-core
 // (installed by scripts/web.sh into web/node_modules) is missing.
-func browserReady(t *testing.T) string {
+func browserReady(t testing.TB) string {
 	t.Helper()
 	exe := os.Getenv("TALKIDE_CHROMIUM")
 	if exe == "" {
@@ -53,13 +56,13 @@ func browserReady(t *testing.T) string {
 // runScenario drives one scenario of web/test/scenarios.mjs against st and
 // returns what it reported; onStep does what the scenario asks of the Go
 // side. Screenshots stay in the printed directory when the test fails.
-func runScenario(t *testing.T, st *devStack, name string, onStep func(string)) map[string]any {
+func runScenario(t testing.TB, st *devStack, name string, onStep func(string)) map[string]any {
 	t.Helper()
 	return runScenarioEnv(t, st, name, nil, onStep)
 }
 
 // runScenarioEnv is runScenario with more of the scenario's environment.
-func runScenarioEnv(t *testing.T, st *devStack, name string, env []string, onStep func(string)) map[string]any {
+func runScenarioEnv(t testing.TB, st *devStack, name string, env []string, onStep func(string)) map[string]any {
 	t.Helper()
 	exe := browserReady(t)
 	shots := os.Getenv("TALKIDE_ARTIFACTS")
@@ -204,13 +207,78 @@ func TestBrowserStream(t *testing.T) {
 func TestBrowserReload(t *testing.T) {
 	browserReady(t)
 	st, _ := startTestStack(t)
-	runScenario(t, st, "reload", noSteps(t))
+	res := runScenario(t, st, "reload", noSteps(t))
+	domMatchesLog(t, st, res, true)
+}
+
+// domMatchesLog compares what a scenario's page showed (domSeqs: every
+// element's data-seqs, in document order) with the conversation's log as
+// the server streams it (after the history page a reloaded page opened
+// with, when the scenario reports one): every sequence number once, none
+// missing, and,
+// with inOrder, in the log's order (a page without sub-agents, whose
+// nested cards put a Task's own later events before its sub-agent's).
+func domMatchesLog(t *testing.T, st *devStack, res map[string]any, inOrder bool) []int64 {
+	t.Helper()
+	conv, _ := res["conversation"].(string)
+	raw, _ := res["domSeqs"].([]any)
+	if conv == "" || len(raw) == 0 {
+		t.Fatalf("the scenario reported no conversation or no sequence numbers: %v", res)
+	}
+	var dom []int64
+	for _, v := range raw {
+		f, _ := v.(float64)
+		dom = append(dom, int64(f))
+	}
+	var logged []int64
+	// A page that was reloaded shows its history page up to its last_seq
+	// (compacted, when the turn had ended by then) and the log after it.
+	var upTo int64
+	if h, ok := res["history"].(map[string]any); ok {
+		last, _ := h["last_seq"].(float64)
+		upTo = int64(last)
+		seqs, _ := h["seqs"].([]any)
+		for _, v := range seqs {
+			f, _ := v.(float64)
+			logged = append(logged, int64(f))
+		}
+		t.Logf("the reloaded page opened with the log up to %d", upTo)
+	}
+	for _, e := range readStream(t, st.info.ControlPlane, conv, 0, func(ev contract.Event) bool { return contract.Terminal(ev.Kind) }) {
+		if e.ev.Seq > upTo {
+			logged = append(logged, e.ev.Seq)
+		}
+	}
+	got := dom
+	if !inOrder {
+		got = slices.Clone(dom)
+		slices.Sort(got)
+	}
+	if !slices.Equal(got, logged) {
+		seen := map[int64]int{}
+		for _, s := range dom {
+			seen[s]++
+		}
+		var missing, twice []int64
+		for _, s := range logged {
+			if seen[s] == 0 {
+				missing = append(missing, s)
+			}
+		}
+		for s, n := range seen {
+			if n > 1 {
+				twice = append(twice, s)
+			}
+		}
+		t.Fatalf("the page shows events %v, the log holds %v (missing %v, shown more than once %v)", dom, logged, missing, twice)
+	}
+	return logged
 }
 
 func TestBrowserRestartControlPlane(t *testing.T) {
 	browserReady(t)
 	st, _ := startTestStack(t)
-	runScenario(t, st, "restart", func(step string) {
+	res := runScenario(t, st, "restart", func(step string) {
 		if step != "restart-controlplane" {
 			t.Errorf("unexpected step %q", step)
 			return
@@ -221,6 +289,45 @@ func TestBrowserRestartControlPlane(t *testing.T) {
 			t.Errorf("restart: %v", err)
 		}
 	})
+	domMatchesLog(t, st, res, true)
+}
+
+// TestBrowserSubAgent: the simulator scripts a Task call (a test and demo
+// tool: [[tool:Task …]] with the sub-agent's own directives in its prompt);
+// the page nests the sub-agent's cards under the Task card, live and after
+// a reload from the compacted history, and shows every event of the log.
+func TestBrowserSubAgent(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	res := runScenario(t, st, "subagent", noSteps(t))
+	logged := domMatchesLog(t, st, res, false)
+	// The sub-agent's events in the log carry the Task call's id.
+	var parents int
+	for _, e := range readStream(t, st.info.ControlPlane, res["conversation"].(string), 0, func(ev contract.Event) bool { return contract.Terminal(ev.Kind) }) {
+		if e.ev.ParentToolUseID != "" {
+			parents++
+		}
+	}
+	if parents == 0 {
+		t.Fatalf("no event of the %d in the log names a parent Task call", len(logged))
+	}
+	// After the reload the page shows the compacted history, all of it.
+	var page struct {
+		Events []contract.Event `json:"events"`
+	}
+	api(t, "GET", st.info.ControlPlane+"/api/conversations/"+res["conversation"].(string)+"/events?limit=1000", nil, &page)
+	var want []int64
+	for _, ev := range page.Events {
+		want = append(want, ev.Seq)
+	}
+	var got []int64
+	for _, v := range res["reloadedSeqs"].([]any) {
+		got = append(got, int64(v.(float64)))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("after the reload the page shows %v, the history %v", got, want)
+	}
 }
 
 func TestBrowserInterrupt(t *testing.T) {
@@ -307,4 +414,61 @@ func TestHistoryEndpoint(t *testing.T) {
 	if code := api(t, "GET", base+"/api/nope", nil, nil); code != 404 {
 		t.Fatalf("GET /api/nope: %d", code)
 	}
+}
+
+// BenchmarkWebUILongConversation seeds a conversation of about 5,000
+// events through the real stack (turns whose replies stream in about 100
+// deltas each, with the simulator) and has headless Chromium open it and
+// then stream a reply at about 200 deltas/s (the "longconv" scenario). It
+// reports the time from navigation to the last message rendered, and the
+// long tasks (over 50 ms, as Chromium counts them) while opening and while
+// streaming, the longest of them too. One run is one page: use
+// -benchtime=1x (docs/benchmarks.md has the figures).
+func BenchmarkWebUILongConversation(b *testing.B) {
+	browserReady(b)
+	st, _ := startTestStack(b)
+	base := st.info.ControlPlane
+	c := createConversation(b, base)
+	// 300 words: the simulator streams three words a delta.
+	text := "Seed the conversation. " + strings.Repeat("lorem ipsum dolor ", 100)
+	var last, lastMessage int64
+	for last < 5000 {
+		r := send(b, base, c.ID, text)
+		for _, e := range readStream(b, base, c.ID, r.Seq-1, turnEnded(r.TurnID)) {
+			last = e.ev.Seq
+			if e.ev.Kind == contract.KindMessage {
+				lastMessage = e.ev.Seq
+			}
+		}
+	}
+	b.Logf("seeded %d events; the last message is event %d", last, lastMessage)
+	b.Setenv("TALKIDE_BENCH_CONVERSATION", c.ID)
+	b.Setenv("TALKIDE_BENCH_LAST_MESSAGE", strconv.FormatInt(lastMessage, 10))
+	var res map[string]any
+	for b.Loop() {
+		res = runScenario(b, st, "longconv", func(s string) { b.Errorf("unexpected step %q", s) })
+	}
+	longest := func(key string) (n, over100 float64, max float64) {
+		list, _ := res[key].([]any)
+		for _, v := range list {
+			d, _ := v.(float64)
+			n++
+			if d > 100 {
+				over100++
+			}
+			max = math.Max(max, d)
+		}
+		return n, over100, max
+	}
+	ms, _ := res["lastMessageMs"].(float64)
+	b.ReportMetric(ms, "ms-to-last-message")
+	n, over, maxMs := longest("loadLongTasks")
+	b.ReportMetric(n, "long-tasks-opening")
+	b.ReportMetric(maxMs, "longest-task-opening-ms")
+	n, over, maxMs = longest("streamLongTasks")
+	b.ReportMetric(n, "long-tasks-streaming")
+	b.ReportMetric(over, "tasks-over-100ms-streaming")
+	b.ReportMetric(maxMs, "longest-task-streaming-ms")
+	streamMs, _ := res["streamMs"].(float64)
+	b.ReportMetric(streamMs, "ms-streaming-500-deltas")
 }

@@ -42,7 +42,7 @@ func (s *syncBuffer) String() string {
 
 // startTestStack runs talkide dev's stack in a temporary directory with the
 // model simulator, logging at debug level into the returned buffer.
-func startTestStack(t *testing.T) (*devStack, *syncBuffer) {
+func startTestStack(t testing.TB) (*devStack, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
 	st, err := startDev(context.Background(), devConfig{

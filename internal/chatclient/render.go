@@ -67,6 +67,11 @@ func (r *Renderer) Render(ev contract.Event) {
 }
 
 func (r *Renderer) render(b *bytes.Buffer, ev contract.Event) {
+	if ev.ParentToolUseID != "" {
+		// A sub-agent's own event: its Task call's output already shows
+		// that work as text, indented under the call.
+		return
+	}
 	switch ev.Kind {
 	case contract.KindUserMessage:
 		if r.ShowUser {

@@ -131,6 +131,10 @@ func (c *Client) streamOnce(ctx context.Context, u, id string, last *int64, fn f
 			log.Warn("chatclient: dropping malformed event", "sse_id", sev.ID, "err", err)
 			continue
 		}
+		if err := ev.ValidateParent(); err != nil {
+			log.Warn("chatclient: ignoring an event's malformed parent", "seq", ev.Seq, "err", err)
+			ev.ParentToolUseID = ""
+		}
 		if ev.ConversationID != "" && ev.ConversationID != id {
 			log.Warn("chatclient: dropping event of another conversation", "seq", ev.Seq, "other", ev.ConversationID)
 			continue

@@ -2,6 +2,7 @@ package contract
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -57,6 +58,14 @@ type Event struct {
 	// text.delta: index of the content block within the assistant message
 	Index int `json:"index,omitempty"`
 
+	// ParentToolUseID, on the text, message, tool and usage events of a
+	// sub-agent, names the Task tool call whose sub-agent produced the
+	// event, so a client can show that work under the call instead of as
+	// the main agent's. Absent on the main agent's events (and on every
+	// event of a harness that does not run sub-agents), so clients that
+	// ignore it read the log as before.
+	ParentToolUseID string `json:"parent_tool_use_id,omitempty"`
+
 	Tool    *ToolEvent    `json:"tool,omitempty"`
 	Usage   *Usage        `json:"usage,omitempty"`
 	Finish  *TurnFinish   `json:"finish,omitempty"`
@@ -111,6 +120,38 @@ type SessionEvent struct {
 	WorkerID string `json:"worker_id,omitempty"`
 	// Messages is the number of transcript messages restored on resume.
 	Messages int `json:"messages,omitempty"`
+}
+
+// MaxToolIDLength bounds a tool call's id (tool.id, parent_tool_use_id):
+// the model API's ids are a few dozen characters.
+const MaxToolIDLength = 200
+
+// ValidateParent checks the event's parent_tool_use_id: absent, or one
+// line of text of at most MaxToolIDLength characters, on an event a
+// sub-agent produces (text.delta, assistant.message, tool.*, usage) of a
+// turn, and never the event's own tool call.
+func (e *Event) ValidateParent() error {
+	if e.ParentToolUseID == "" {
+		return nil
+	}
+	if _, err := ValidateLine("parent_tool_use_id", e.ParentToolUseID, MaxToolIDLength); err != nil {
+		return err
+	}
+	if e.ParentToolUseID != strings.TrimSpace(e.ParentToolUseID) {
+		return Invalid(nil, "parent_tool_use_id", "has white space around it")
+	}
+	switch e.Kind {
+	case KindTextDelta, KindMessage, KindToolStarted, KindToolOutput, KindToolFinished, KindUsage:
+	default:
+		return Invalid(nil, "parent_tool_use_id", "is set on a %s event, which no sub-agent produces", e.Kind)
+	}
+	if e.TurnID == "" {
+		return Invalid(nil, "parent_tool_use_id", "is set on an event outside a turn")
+	}
+	if e.Tool != nil && e.Tool.ID == e.ParentToolUseID {
+		return Invalid(nil, "parent_tool_use_id", "names the event's own tool call")
+	}
+	return nil
 }
 
 // Terminal reports whether the kind ends a turn.

@@ -169,7 +169,7 @@ func (s *Server) handleTurnUsage(w http.ResponseWriter, r *http.Request) error {
 	s.activity.state(st)
 	var evs []logEvent
 	if st.LastSeq > 0 {
-		if evs, err = s.readLog(ctx, wc, c.ID, st.LastSeq); err != nil {
+		if evs, err = s.readLog(ctx, wc, c.ID, 0, func(ev logEvent) bool { return ev.seq >= st.LastSeq }); err != nil {
 			return err
 		}
 	}

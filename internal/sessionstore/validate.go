@@ -87,6 +87,9 @@ func Validate(dir string) (Validation, error) {
 			if e.ConversationID != "" && e.ConversationID != v.ConversationID {
 				return fmt.Errorf("event %d belongs to conversation %q", e.Seq, e.ConversationID)
 			}
+			if err := e.ValidateParent(); err != nil {
+				return fmt.Errorf("event %d: %w", e.Seq, err)
+			}
 			switch e.Kind {
 			case "":
 				return fmt.Errorf("event %d has no kind", e.Seq)

@@ -409,6 +409,12 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 		Jail:           s.jail(),
 		Emit: func(ev contract.Event) {
 			ev.TurnID = rt.id
+			if err := ev.ValidateParent(); err != nil {
+				// The event is kept (it is the turn's work); only the
+				// nesting a client could not trust is dropped.
+				s.log.Warn("harness event with a bad parent tool call", "kind", ev.Kind, "err", err)
+				ev.ParentToolUseID = ""
+			}
 			s.emit(ev)
 		},
 		Report: func(r contract.Report) {

@@ -47,6 +47,8 @@ export interface Event {
   conversation_id: string;
   turn_id?: string;
   time: string;
+  /** The Task call a sub-agent's event belongs to. */
+  parent_tool_use_id?: string;
   client_message_id?: string;
   text?: string;
   index?: number;

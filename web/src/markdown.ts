@@ -29,7 +29,7 @@ hljs.registerAliases(["ts", "tsx"], { languageName: "typescript" });
 hljs.registerAliases(["html"], { languageName: "xml" });
 hljs.registerAliases(["golang"], { languageName: "go" });
 
-const md: MarkdownIt = new MarkdownIt({
+const md = new MarkdownIt({
   html: false,
   linkify: true,
   breaks: false,

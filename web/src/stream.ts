@@ -75,7 +75,7 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 }
 
 /** readSSE parses a text/event-stream body and calls onMessage per event. */
-async function readSSE(body: ReadableStream<Uint8Array>, onMessage: (id: string, data: string) => void) {
+async function readSSE(body: ReadableStream<Uint8Array<ArrayBuffer>>, onMessage: (id: string, data: string) => void) {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
   let id = "";

@@ -9,6 +9,10 @@ interface Base {
   key: string;
   seq: number;
   turnId?: string;
+  /** The Task call whose sub-agent produced the item, if any. */
+  parent?: string;
+  /** Every event folded into the item, in order (data-seqs in the DOM). */
+  seqs: number[];
   v: Signal<number>;
 }
 
@@ -25,6 +29,8 @@ export interface ToolItem extends Base {
   isError: boolean;
   truncated: boolean;
   durationMs?: number;
+  /** A Task call's sub-agent work, nested under it. */
+  children: Item[];
 }
 export interface FooterItem extends Base {
   type: "footer";
@@ -51,7 +57,9 @@ export class Transcript {
   events: Event[] = [];
   private seen = new Set<number>();
   private list: Item[] = [];
-  private openText = new Map<string, TextItem>(); // turn → text block streaming
+  /** Events no item shows (session.created, …): still in the DOM. */
+  readonly loose = signal<number[]>([]);
+  private openText = new Map<string, TextItem>(); // turn and agent → text block streaming
   private tools = new Map<string, ToolItem>();
   private usage = new Map<string, { in: number; out: number; cache: number; calls: number }>();
   private batching = false;
@@ -73,9 +81,35 @@ export class Transcript {
   }
 
   private push(it: Item) {
+    const parent = it.parent ? this.tools.get(it.parent) : undefined;
+    if (parent) {
+      // A sub-agent's work goes under its Task call; the call re-renders.
+      parent.children.push(it);
+      this.touch(parent);
+      return;
+    }
     this.list.push(it);
     if (this.batching) this.changed = true;
     else this.flush();
+  }
+
+  /** fold records ev's seq on the item that shows it. */
+  private fold(it: Item, seq: number) {
+    it.seqs.push(seq);
+  }
+
+  /** attach puts an event no item shows on the last item of its agent's
+   * part of the transcript, or on the transcript itself. */
+  private attach(parent: string | undefined, seq: number) {
+    const p = parent ? this.tools.get(parent) : undefined;
+    const list = p ? p.children : this.list;
+    const last = list[list.length - 1] ?? p;
+    if (last) {
+      this.fold(last, seq);
+      this.touch(last);
+    } else {
+      this.loose.value = [...this.loose.value, seq];
+    }
   }
 
   private touch(it: Item) {
@@ -87,8 +121,12 @@ export class Transcript {
     this.seen.add(ev.seq);
     this.events.push(ev);
     if (ev.seq > this.lastSeq.value) this.lastSeq.value = ev.seq;
-    const base = (key: string) => ({ key, seq: ev.seq, turnId: ev.turn_id, v: signal(0) });
+    const parent = ev.parent_tool_use_id || undefined;
+    const base = (key: string) => ({ key, seq: ev.seq, turnId: ev.turn_id, parent, seqs: [ev.seq], v: signal(0) });
     const turn = ev.turn_id ?? "";
+    // Each agent of a turn (the main one, each sub-agent) streams its own
+    // text blocks.
+    const agent = turn + "\u0000" + (parent ?? "");
     switch (ev.kind) {
       case "notice":
         this.push({ ...base("n" + ev.seq), type: "notice", text: ev.text ?? "" });
@@ -99,14 +137,15 @@ export class Transcript {
         break;
       case "turn.started":
         this.running.value = turn;
+        this.attach(undefined, ev.seq);
         break;
       case "text.delta": {
-        let t = this.openText.get(turn);
+        let t = this.openText.get(agent);
         if (!t) {
           t = { ...base("t" + ev.seq), type: "text", text: "", final: false };
-          this.openText.set(turn, t);
+          this.openText.set(agent, t);
           this.push(t);
-        }
+        } else this.fold(t, ev.seq);
         t.text += ev.text ?? "";
         this.touch(t);
         break;
@@ -114,23 +153,24 @@ export class Transcript {
       case "assistant.message": {
         // The complete reply replaces what its deltas built up (a history
         // page folds the deltas away and sends only this).
-        const t = this.openText.get(turn);
-        this.openText.delete(turn);
+        const t = this.openText.get(agent);
+        this.openText.delete(agent);
         if (t) {
           t.text = ev.text ?? t.text;
           t.final = true;
+          this.fold(t, ev.seq);
           this.touch(t);
         } else if (ev.text) {
           this.push({ ...base("t" + ev.seq), type: "text", text: ev.text, final: true });
-        }
+        } else this.attach(parent, ev.seq);
         break;
       }
       case "tool.started": {
         const tool = ev.tool!;
-        this.openText.delete(turn);
+        this.openText.delete(agent);
         const it: ToolItem = {
           ...base("k" + ev.seq), type: "tool", id: tool.id, name: tool.name, input: tool.input ?? {},
-          output: "", done: false, isError: false, truncated: false,
+          output: "", done: false, isError: false, truncated: false, children: [],
         };
         this.tools.set(tool.id, it);
         this.push(it);
@@ -142,10 +182,11 @@ export class Transcript {
       }
       case "tool.output": {
         const it = this.tools.get(ev.tool?.id ?? "");
-        if (it && !it.done) {
-          it.output += ev.tool?.output ?? "";
+        if (it) {
+          if (!it.done) it.output += ev.tool?.output ?? "";
+          this.fold(it, ev.seq);
           this.touch(it);
-        }
+        } else this.attach(parent, ev.seq);
         break;
       }
       case "tool.finished": {
@@ -154,11 +195,11 @@ export class Transcript {
         if (!it) {
           it = {
             ...base("k" + ev.seq), type: "tool", id: tool.id, name: tool.name, input: {},
-            output: "", done: false, isError: false, truncated: false,
+            output: "", done: false, isError: false, truncated: false, children: [],
           };
           this.tools.set(tool.id, it);
           this.push(it);
-        }
+        } else this.fold(it, ev.seq);
         it.done = true;
         it.output = tool.output ?? it.output;
         it.isError = !!tool.is_error;
@@ -175,11 +216,12 @@ export class Transcript {
         u.cache += (x.cache_creation_input_tokens ?? 0) + (x.cache_read_input_tokens ?? 0);
         u.calls++;
         this.usage.set(turn, u);
+        this.attach(parent, ev.seq);
         break;
       }
       case "turn.finished":
       case "turn.failed": {
-        this.openText.delete(turn);
+        for (const k of [...this.openText.keys()]) if (k.startsWith(turn + "\u0000")) this.openText.delete(k);
         for (const it of this.tools.values()) {
           if (it.turnId === turn && !it.done) {
             it.done = true;
@@ -195,6 +237,8 @@ export class Transcript {
         if (this.running.value === turn || this.running.value === null) this.running.value = null;
         break;
       }
+      default:
+        this.attach(undefined, ev.seq);
     }
     return true;
   }

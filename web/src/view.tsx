@@ -2,12 +2,17 @@ import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/ho
 import { Component } from "preact";
 import { diffLines } from "diff";
 import type { Session } from "./session";
-import type { Item, ToolItem, TextItem, FooterItem, UserItem, NoticeItem } from "./transcript";
+import type { Item, ToolItem, TextItem, FooterItem, UserItem, NoticeItem, Transcript } from "./transcript";
 import { render as renderMarkdown } from "./markdown";
 import { turnCosts, fmtUSD } from "./costs";
 
 /** Live output shown before "show all". */
 const OUTPUT_CAP = 4000;
+/** Opening a conversation renders its newest items first, then the older
+ * ones of the page this many a frame: the last message shows without
+ * waiting for the Markdown of the whole page, and no frame is long. */
+const FIRST_ITEMS = 30;
+const ITEMS_PER_FRAME = 15;
 
 export function TranscriptView({ s }: { s: Session }) {
   const t = s.t.value;
@@ -18,6 +23,21 @@ export function TranscriptView({ s }: { s: Session }) {
   const stuckRef = useRef(true);
   stuckRef.current = stuck;
   const anchor = useRef<{ height: number; top: number } | null>(null);
+  // Items at the front not rendered yet (see FIRST_ITEMS); only the first
+  // page of a transcript is rendered this way, so an older page put in
+  // front renders at once, under the scroll anchor.
+  const [hidden, setHidden] = useState(0);
+  const firstPage = useRef<Transcript | null>(null);
+  if (firstPage.current === null && items.length > 0) {
+    firstPage.current = t;
+    if (items.length > FIRST_ITEMS) setHidden(items.length - FIRST_ITEMS);
+  }
+  useEffect(() => {
+    if (hidden <= 0) return;
+    const f = requestAnimationFrame(() => setHidden((h) => Math.max(0, h - ITEMS_PER_FRAME)));
+    return () => cancelAnimationFrame(f);
+  }, [hidden]);
+  const from = firstPage.current === t ? hidden : 0;
 
   // Auto-scroll: while the user is at the bottom, growth keeps them there;
   // once they scroll up it lets go until "jump to latest".
@@ -49,13 +69,13 @@ export function TranscriptView({ s }: { s: Session }) {
   return (
     <div class="transcript-wrap">
       <div class="transcript" ref={scroller} onScroll={onScroll} data-testid="transcript" aria-label="Transcript" role="log" tabIndex={0}>
-        <div ref={inner}>
+        <div ref={inner} data-seqs={t.loose.value.join(" ")} data-testid="transcript-items">
           {s.hasMore.value && (
             <button class="older" onClick={() => s.loadOlder()} disabled={s.loadingOlder.value}>
               {s.loadingOlder.value ? "loading…" : "Load older messages"}
             </button>
           )}
-          {items.map((it) => (
+          {(from > 0 ? items.slice(from) : items).map((it) => (
             <ItemView key={it.key} it={it} />
           ))}
           {s.outbox.items.value
@@ -124,7 +144,7 @@ class ItemView extends Component<{ it: Item }> {
 
 function Notice({ it }: { it: NoticeItem; v: number }) {
   return (
-    <div class="notice" data-seq={it.seq} data-kind="notice">
+    <div class="notice" data-seq={it.seq} data-seqs={seqs(it)} data-kind="notice">
       {it.text}
     </div>
   );
@@ -132,7 +152,7 @@ function Notice({ it }: { it: NoticeItem; v: number }) {
 
 function User({ it }: { it: UserItem; v: number }) {
   return (
-    <div class="msg user" data-seq={it.seq} data-kind="user.message" data-cmid={it.clientMessageId}>
+    <div class="msg user" data-seq={it.seq} data-seqs={seqs(it)} data-kind="user.message" data-cmid={it.clientMessageId}>
       <div class="body">{it.text}</div>
     </div>
   );
@@ -140,19 +160,51 @@ function User({ it }: { it: UserItem; v: number }) {
 
 function Text({ it }: { it: TextItem; v: number }) {
   const text = it.text;
-  // Streaming re-renders at most once a frame, however fast deltas come.
+  // Streaming re-renders at most once a frame, however fast deltas come,
+  // and less often when rendering the Markdown takes long (a long reply):
+  // it waits four times what the last render took, so rendering never
+  // takes more than a fifth of the main thread.
   const [shown, setShown] = useState(text);
+  const cost = useRef(0);
+  const latest = useRef(text);
+  latest.current = text;
+  // One render is scheduled at a time and takes the newest text when it
+  // runs: a new delta does not push it back, so fast deltas cannot starve it.
+  const timer = useRef<{ t: number; f: number } | null>(null);
   useEffect(() => {
-    if (shown === text) return;
-    const f = requestAnimationFrame(() => setShown(text));
-    return () => cancelAnimationFrame(f);
-  }, [text]);
-  const html = useMemo(() => renderMarkdown(it.final ? text : shown), [it.final ? text : shown]);
+    if (shown === text || timer.current) return;
+    const tm = { t: 0, f: 0 };
+    timer.current = tm;
+    tm.t = window.setTimeout(() => {
+      tm.f = requestAnimationFrame(() => {
+        timer.current = null;
+        setShown(latest.current);
+      });
+    }, Math.max(0, cost.current * 4 - 16));
+  }, [text, shown]);
+  useEffect(() => () => {
+    if (timer.current) {
+      clearTimeout(timer.current.t);
+      cancelAnimationFrame(timer.current.f);
+    }
+  }, []);
+  const html = useMemo(() => {
+    const t0 = performance.now();
+    const out = renderMarkdown(it.final ? text : shown);
+    cost.current = performance.now() - t0;
+    return out;
+  }, [it.final ? text : shown]);
   return (
-    <div class={"msg assistant" + (it.final ? "" : " streaming")} data-seq={it.seq} data-kind="text" data-final={it.final ? "1" : "0"}>
+    <div class={"msg assistant" + (it.final ? "" : " streaming")} data-seq={it.seq} data-seqs={seqs(it)} data-parent={it.parent} data-kind="text" data-final={it.final ? "1" : "0"}>
       <div class="md" dangerouslySetInnerHTML={{ __html: html }} />
     </div>
   );
+}
+
+/** seqs lists the events an item shows, for tests that compare the page
+ * with the server's log event by event. */
+function seqs(it: Item): string {
+  return it.seqs.join(" ");
 }
 
 function summary(it: ToolItem): string {
@@ -172,14 +224,17 @@ function fmtMs(ms: number): string {
 function Tool({ it }: { it: ToolItem; v: number }) {
   const [all, setAll] = useState(false);
   const isEdit = it.name === "Edit" || it.name === "Write";
-  const out = it.output;
+  const nested = it.children.length > 0;
+  // A Task call's output repeats its sub-agent's work as text, for clients
+  // that do not nest; with the work nested below it, only the report counts.
+  const out = nested && !it.done ? "" : it.output;
   const capped = !all && out.length > OUTPUT_CAP;
   const state = !it.done ? "running" : it.isError ? "error" : "ok";
   // Open while it runs and after, collapsed when it came finished from
   // history; after that the user decides.
   const [initOpen] = useState(!it.done || isEdit || it.isError);
   return (
-    <details class={"tool tool-" + state} open={initOpen} data-seq={it.seq} data-kind="tool" data-tool={it.name} data-state={state}>
+    <details class={"tool tool-" + state} open={initOpen} data-seq={it.seq} data-seqs={seqs(it)} data-parent={it.parent} data-kind="tool" data-tool={it.name} data-state={state}>
       <summary>
         <span class="tool-name">{it.name}</span>
         <code class="tool-summary" data-testid="tool-summary">{summary(it)}</code>
@@ -193,6 +248,7 @@ function Tool({ it }: { it: ToolItem; v: number }) {
         )}
       </summary>
       {isEdit && <EditDiff it={it} />}
+      {nested && <SubAgent it={it} />}
       {out && (
         <pre class="tool-output" data-testid="tool-output">
           {capped ? "…" + out.slice(out.length - OUTPUT_CAP) : out}
@@ -204,6 +260,26 @@ function Tool({ it }: { it: ToolItem; v: number }) {
         </button>
       )}
       {it.truncated && <p class="meta">The output was cut before it reached the model.</p>}
+    </details>
+  );
+}
+
+// SubAgent shows a Task call's sub-agent work: its text and tool cards,
+// each re-rendering on its own as the top-level ones do; open while it
+// runs, then folded to one line.
+function SubAgent({ it }: { it: ToolItem }) {
+  const [open, setOpen] = useState(!it.done);
+  const tools = it.children.filter((c) => c.type === "tool").length;
+  return (
+    <details class="subagent" data-testid="subagent" open={open} onToggle={(e) => setOpen((e.currentTarget as HTMLDetailsElement).open)}>
+      <summary>
+        sub-agent · {tools} tool call{tools === 1 ? "" : "s"}
+      </summary>
+      <div class="subagent-items">
+        {it.children.map((c) => (
+          <ItemView key={c.key} it={c} />
+        ))}
+      </div>
     </details>
   );
 }
@@ -259,7 +335,7 @@ function Footer({ it }: { it: FooterItem; v: number }) {
   const f = it.failure;
   const tokens = `${it.inputTokens.toLocaleString()} in · ${it.outputTokens.toLocaleString()} out` + (it.cacheTokens ? ` · ${it.cacheTokens.toLocaleString()} cache` : "");
   return (
-    <div class={"turn-footer" + (f ? " failed" : "")} data-seq={it.seq} data-kind={f ? "turn.failed" : "turn.finished"} data-code={f?.code}>
+    <div class={"turn-footer" + (f ? " failed" : "")} data-seq={it.seq} data-seqs={seqs(it)} data-kind={f ? "turn.failed" : "turn.finished"} data-code={f?.code}>
       {f ? (
         <>
           <strong class="code">{f.code}</strong> <span>{f.message}</span>

@@ -42,6 +42,15 @@ async function inventory(h) {
     })));
 }
 
+/** domSeqs is every event's sequence number as the page shows it, in
+ * document order: each element names the events folded into it
+ * (data-seqs), the transcript those no element shows. */
+async function domSeqs(h) {
+  return h.page.evaluate(() =>
+    [...document.querySelectorAll("[data-seqs]")].flatMap((e) =>
+      (e.getAttribute("data-seqs") || "").split(" ").filter(Boolean).map(Number)));
+}
+
 function noDuplicates(inv) {
   const seen = new Set();
   for (const e of inv) {
@@ -54,6 +63,84 @@ const slowBash = (n, pause) =>
   `[[tool:Bash {"command":"for i in $(seq 1 ${n}); do echo line$i; sleep ${pause}; done"}]]`;
 
 export const scenarios = {
+  // The long-conversation benchmark (cmd/talkide BenchmarkWebUILongConversation,
+  // which seeds the conversation): the time from navigation to the last
+  // message rendered, then, while a reply streams at about 200 deltas/s,
+  // every long task (PerformanceObserver "longtask") the page runs.
+  async longconv(h) {
+    const id = process.env.TALKIDE_BENCH_CONVERSATION;
+    const lastSeq = Number(process.env.TALKIDE_BENCH_LAST_MESSAGE);
+    check(id && lastSeq > 0, "TALKIDE_BENCH_CONVERSATION and TALKIDE_BENCH_LAST_MESSAGE are not set");
+    await h.page.addInitScript((seq) => {
+      window.__longtasks = [];
+      new PerformanceObserver((l) => {
+        for (const e of l.getEntries()) window.__longtasks.push(e.duration);
+      }).observe({ type: "longtask", buffered: true });
+      const mo = new MutationObserver(() => {
+        if (!window.__lastAt && document.querySelector(`[data-seqs~="${seq}"]`)) {
+          window.__lastAt = performance.now();
+          mo.disconnect();
+        }
+      });
+      mo.observe(document, { childList: true, subtree: true, attributes: true, attributeFilter: ["data-seqs"] });
+    }, lastSeq);
+    await h.page.goto(h.base + "/c/" + id);
+    await h.page.waitForFunction(() => window.__lastAt, null, { timeout: T });
+    const lastMessageMs = await h.page.evaluate(() => window.__lastAt);
+    const loadLongTasks = await h.page.evaluate(() => window.__longtasks.slice());
+    await h.page.locator('[data-testid=conn][data-state=live]').waitFor({ timeout: T });
+    const turns = await h.page.locator(".turn-footer").count();
+    await h.screenshot("opened");
+    // 5 ms before each delta of three words: about 200 deltas/s.
+    const words = Array.from({ length: 1500 }, (_, i) => "word" + i).join(" ");
+    await h.page.evaluate(() => (window.__longtasks = []));
+    const t0 = Date.now();
+    await sendMessage(h, "Stream this back. " + words + " [[sleep:5]]");
+    await turnEnds(h, turns + 1, 120_000);
+    const streamMs = Date.now() - t0;
+    const streamLongTasks = await h.page.evaluate(() => window.__longtasks.slice());
+    await h.screenshot("streamed");
+    h.result({ conversation: id, lastMessageMs, loadLongTasks, streamLongTasks, streamMs, domSeqs: await domSeqs(h) });
+  },
+
+  // A Task call: its sub-agent's text and tool cards show under the Task
+  // card (collapsible), not as the main agent's; a reload, which reads the
+  // compacted history, nests them the same way.
+  async subagent(h) {
+    const id = await newConversation(h);
+    await sendMessage(h, 'Delegate this. [[tool:Task {"description":"look around","prompt":"please [[tool:Bash {\\"command\\":\\"echo from-the-sub-agent\\"}]]"}]]');
+    await turnEnds(h, 1);
+    const nestedShape = async () => {
+      const task = h.page.locator("[data-kind=tool][data-tool=Task]");
+      check((await task.count()) === 1, `${await task.count()} Task cards`);
+      const sub = task.locator("[data-testid=subagent]");
+      const bash = sub.locator("[data-kind=tool][data-tool=Bash]");
+      check((await bash.count()) === 1, "the sub-agent's Bash card is not under the Task card");
+      check((await bash.locator("[data-testid=tool-output]").textContent()).includes("from-the-sub-agent"), "the sub-agent's Bash output is missing");
+      check((await sub.locator("[data-kind=text]").count()) >= 1, "the sub-agent's text is not under the Task card");
+      const all = await h.page.locator("[data-kind=tool][data-tool=Bash]").count();
+      check(all === 1, `${all} Bash cards in the page: the sub-agent's work shows outside its Task card too`);
+      const parent = await bash.getAttribute("data-parent");
+      check(parent && parent.length > 0, "the nested card names no parent");
+      // Collapsible: the sub-agent's part folds and unfolds.
+      await task.evaluate((e) => (e.open = true));
+      const summary = sub.locator("> summary");
+      const before = await sub.evaluate((e) => e.open);
+      await summary.click();
+      check((await sub.evaluate((e) => e.open)) === !before, "the sub-agent's part does not fold");
+      await summary.click();
+      check((await sub.evaluate((e) => e.open)) === before, "the sub-agent's part does not unfold");
+    };
+    await nestedShape();
+    await h.screenshot("nested");
+    const live = await domSeqs(h);
+    await h.page.reload();
+    await turnEnds(h, 1);
+    await nestedShape();
+    await h.screenshot("nested-after-reload");
+    h.result({ conversation: id, domSeqs: live, reloadedSeqs: await domSeqs(h) });
+  },
+
   // Text and tool output appear while the turn streams; the card names the
   // command and, once done, its duration; the footer counts tokens.
   async stream(h) {
@@ -94,6 +181,11 @@ export const scenarios = {
     const out = h.page.locator("[data-kind=tool] [data-testid=tool-output]");
     await out.filter({ hasText: "line2" }).waitFor({ timeout: T });
     await h.screenshot("before-reload");
+    // The history page the reloaded page opens with: what it shows of the
+    // log up to last_seq (compacted, if the turn ended meanwhile), the
+    // stream the rest.
+    const history = h.page.waitForResponse((r) => /\/api\/conversations\/[^/]+\/events/.test(r.url()), { timeout: T })
+      .then(async (r) => { const p = await r.json(); return { seqs: p.events.map((e) => e.seq), last_seq: p.last_seq }; });
     await h.page.reload();
     await h.page.locator("[data-kind=tool]").waitFor({ timeout: T });
     await h.screenshot("after-reload");
@@ -105,7 +197,7 @@ export const scenarios = {
     // The reloaded page did not send the message again.
     await h.page.waitForTimeout(500);
     check((await h.page.locator("[data-kind='user.message']").count()) === 1, "the message shows twice");
-    h.result({ conversation: id, inventory: inv });
+    h.result({ conversation: id, inventory: inv, domSeqs: await domSeqs(h), history: await history });
   },
 
   // The control-plane restarts mid-turn: the header says so, the stream
@@ -130,7 +222,7 @@ export const scenarios = {
     noDuplicates(inv);
     const text = await out.textContent();
     check(text.trim() === Array.from({ length: 10 }, (_, i) => "line" + (i + 1)).join("\n"), `the output across the restart is ${JSON.stringify(text)}`);
-    h.result({ conversation: id, inventory: inv, states });
+    h.result({ conversation: id, inventory: inv, states, domSeqs: await domSeqs(h) });
   },
 
   // Esc during a long Bash: "stopping…" until the turn really ended, then

@@ -38,19 +38,50 @@ func TestTaskRunsASubAgent(t *testing.T) {
 	}
 	var task *contract.ToolEvent
 	var streamed strings.Builder
+	taskID := ""
+	var nested []string // the sub-agent's events: kind and tool
 	for _, ev := range s.Events() {
+		if ev.Kind == contract.KindToolStarted && ev.Tool.Name == taskToolName {
+			taskID = ev.Tool.ID
+		}
 		if ev.Kind == contract.KindToolFinished && ev.Tool.Name == taskToolName {
 			task = ev.Tool
 		}
 		if ev.Kind == contract.KindToolOutput && ev.Tool.Name == taskToolName {
 			streamed.WriteString(ev.Tool.Output)
 		}
-		if ev.Kind == contract.KindToolStarted && ev.Tool.Name == "Write" {
-			t.Error("the sub-agent's tool call appeared as the main agent's event")
+		if ev.ParentToolUseID == "" {
+			if ev.Tool != nil && ev.Tool.Name == "Write" {
+				t.Errorf("the sub-agent's %s came without its Task call as parent", ev.Kind)
+			}
+			continue
 		}
+		if taskID == "" || ev.ParentToolUseID != taskID {
+			t.Errorf("%s names parent %q, want the Task call %q", ev.Kind, ev.ParentToolUseID, taskID)
+		}
+		if task != nil {
+			t.Errorf("%s of the sub-agent after its Task call finished", ev.Kind)
+		}
+		if err := ev.ValidateParent(); err != nil && !strings.Contains(err.Error(), "outside a turn") {
+			t.Errorf("%s: %v", ev.Kind, err)
+		}
+		name := ev.Kind
+		if ev.Tool != nil {
+			name += " " + ev.Tool.Name
+		}
+		nested = append(nested, name)
 	}
 	if task == nil || task.IsError || !strings.Contains(task.Output, "tool results") {
 		t.Fatalf("Task result: %+v", task)
+	}
+	// The sub-agent's two model calls: a reply with the Write call, then
+	// its report.
+	wantNested := []string{
+		"text.delta", "assistant.message", "usage", "tool.started Write", "tool.finished Write",
+		"text.delta", "assistant.message", "usage",
+	}
+	if diff := cmp.Diff(wantNested, dedupDeltas(nested)); diff != "" {
+		t.Errorf("the sub-agent's events (-want +got):\n%s", diff)
 	}
 	if !strings.Contains(streamed.String(), "⏺ Write") {
 		t.Errorf("the sub-agent's work was not streamed as the Task output: %q", streamed.String())
@@ -72,6 +103,19 @@ func TestTaskRunsASubAgent(t *testing.T) {
 			}
 		}
 	}
+}
+
+// dedupDeltas folds runs of text.delta into one, since how many deltas a
+// reply streams in is the simulator's business.
+func dedupDeltas(kinds []string) []string {
+	var out []string
+	for _, k := range kinds {
+		if k == contract.KindTextDelta && len(out) > 0 && out[len(out)-1] == k {
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // Every model call of a turn, a sub-agent's included, names the turn's

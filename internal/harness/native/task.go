@@ -40,7 +40,8 @@ type taskInput struct {
 
 // runTask runs a sub-agent to completion and returns its final text. Its
 // transcript is kept under the session directory (subagents/<call id>.jsonl);
-// what it does is streamed to the user as the Task call's output.
+// what it does is streamed to the user twice: as its own events, each with
+// parent_tool_use_id naming the call, and as text in the call's output.
 func (a *agent) runTask(ctx context.Context, id string, input json.RawMessage) tools.Result {
 	var in taskInput
 	if err := json.Unmarshal(input, &in); err != nil || strings.TrimSpace(in.Prompt) == "" {
@@ -66,8 +67,17 @@ func (a *agent) runTask(ctx context.Context, id string, input json.RawMessage) t
 		log:        a.log.With("subagent", id),
 		sub:        true,
 		emit: func(ev contract.Event) {
-			// The user follows the sub-agent through the Task call's output;
-			// its own events would read as the main agent's.
+			// The sub-agent's own events go out marked with the Task call
+			// they belong to, so that a client nests them under it; the
+			// Task call's output repeats them as text for clients that
+			// read no parent (they would take the events for the main
+			// agent's, and show them without it).
+			switch ev.Kind {
+			case contract.KindTextDelta, contract.KindMessage, contract.KindToolStarted,
+				contract.KindToolOutput, contract.KindToolFinished, contract.KindUsage:
+				ev.ParentToolUseID = id
+				a.emit(ev)
+			}
 			switch ev.Kind {
 			case contract.KindTextDelta:
 				say(ev.Text)
