@@ -36,7 +36,7 @@ func startJails(o workerOptions, lp *localproxy.Server) (_ *jails, err error) {
 	log := o.logger.With("component", "sandbox")
 	var helper string
 	if mode != sandbox.ModeNone {
-		helper = sandboxHelper(o.sandboxHelper, log)
+		helper = sandboxHelper(o.sandboxHelper, executable(), log)
 	}
 	sb, err := sandbox.New(&sandbox.Options{Mode: mode, Helper: helper, ReadOnly: o.sandboxReadOnly, Logger: log, PretendNoLandlock: o.pretendNoLandlock})
 	if err != nil {
@@ -94,18 +94,17 @@ const helperName = "talkide-sandbox"
 
 // sandboxHelper returns the helper the sandbox starts for every command,
 // and says at start-up which it is: flag when set (sandbox.New checks
-// it); else talkide-sandbox beside this executable, when it was built
-// from the same code; else "", this executable itself. The small binary
+// it); else talkide-sandbox beside exe, this executable, when it was
+// built from the same code; else "", exe itself. The small binary
 // starts a command milliseconds sooner, as it loads and initialises only
 // the sandbox; re-executing talkide keeps "go run ./cmd/talkide dev"
 // working with nothing else built.
-func sandboxHelper(flag string, log *slog.Logger) string {
+func sandboxHelper(flag, exe string, log *slog.Logger) string {
 	if flag != "" {
 		log.Info("sandbox helper: --sandbox-helper", "helper", flag)
 		return flag
 	}
-	exe, err := os.Executable()
-	if err != nil {
+	if exe == "" {
 		return ""
 	}
 	beside := filepath.Join(filepath.Dir(exe), helperName)
@@ -119,6 +118,13 @@ func sandboxHelper(flag string, log *slog.Logger) string {
 	}
 	log.Info("sandbox helper: "+helperName+" beside this executable", "helper", beside)
 	return beside
+}
+
+// executable is this process's executable, or "" when it cannot be
+// found (sandbox.New then says why).
+func executable() string {
+	exe, _ := os.Executable()
+	return exe
 }
 
 // egressPort is the egress proxy's TCP port on 127.0.0.1.

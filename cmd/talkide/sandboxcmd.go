@@ -121,7 +121,7 @@ func newCLISandbox(cmd *cobra.Command, mode, helper string) (*sandbox.Sandbox, e
 	explicit := helper != ""
 	if m != sandbox.ModeNone && !explicit {
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-		helper = sandboxHelper("", log)
+		helper = sandboxHelper("", executable(), log)
 	}
 	sb, err := sandbox.New(&sandbox.Options{Mode: m, Helper: helper})
 	if err != nil && explicit {

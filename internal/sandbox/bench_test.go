@@ -21,8 +21,9 @@ import (
 //
 // The layered rows run twice: with the talkide binary as the helper (what
 // a worker re-executes when no talkide-sandbox is beside it) and, as
-// "-small", with cmd/talkide-sandbox, both built for the run: their
-// start-up, not the test binary's, is what a worker pays. Where
+// "-small", with cmd/talkide-sandbox, both built for the run as
+// deploy/Dockerfile builds them (static, CGO_ENABLED=0): their start-up,
+// not the test binary's, is what a worker pays. Where
 // bubblewrap is installed, "bwrap" runs the same command in new
 // namespaces with the same read-only system, as a peer.
 //
@@ -31,7 +32,9 @@ func BenchmarkCommand(b *testing.B) {
 	dir := b.TempDir()
 	talkide, small := filepath.Join(dir, "talkide"), filepath.Join(dir, "talkide-sandbox")
 	for bin, pkg := range map[string]string{talkide: "../../cmd/talkide", small: "../../cmd/talkide-sandbox"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		build := exec.Command("go", "build", "-o", bin, pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
 			b.Fatalf("go build %s: %v\n%s", pkg, err, out)
 		}
 	}
