@@ -21,9 +21,10 @@ import (
 //
 // The layered rows run twice: with the talkide binary as the helper (what
 // a worker re-executes when no talkide-sandbox is beside it) and, as
-// "-small", with cmd/talkide-sandbox, both built for the run as
-// deploy/Dockerfile builds them (static, CGO_ENABLED=0): their start-up,
-// not the test binary's, is what a worker pays. Where
+// "-small", with cmd/talkide-sandbox, both built for the run: their
+// start-up, not the test binary's, is what a worker pays. talkide is
+// built as "go run" builds it, talkide-sandbox static (CGO_ENABLED=0) as
+// deploy/Dockerfile builds it. Where
 // bubblewrap is installed, "bwrap" runs the same command in new
 // namespaces with the same read-only system, as a peer.
 //
@@ -33,7 +34,9 @@ func BenchmarkCommand(b *testing.B) {
 	talkide, small := filepath.Join(dir, "talkide"), filepath.Join(dir, "talkide-sandbox")
 	for bin, pkg := range map[string]string{talkide: "../../cmd/talkide", small: "../../cmd/talkide-sandbox"} {
 		build := exec.Command("go", "build", "-o", bin, pkg)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if bin == small {
+			build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
 		if out, err := build.CombinedOutput(); err != nil {
 			b.Fatalf("go build %s: %v\n%s", pkg, err, out)
 		}
