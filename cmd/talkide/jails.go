@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -33,8 +34,15 @@ func startJails(o workerOptions, lp *localproxy.Server) (_ *jails, err error) {
 		mode = sandbox.ModeAuto
 	}
 	log := o.logger.With("component", "sandbox")
-	sb, err := sandbox.New(&sandbox.Options{Mode: mode, ReadOnly: o.sandboxReadOnly, Logger: log, PretendNoLandlock: o.pretendNoLandlock})
+	var helper string
+	if mode != sandbox.ModeNone {
+		helper = sandboxHelper(o.sandboxHelper, executable(), log)
+	}
+	sb, err := sandbox.New(&sandbox.Options{Mode: mode, Helper: helper, ReadOnly: o.sandboxReadOnly, Logger: log, PretendNoLandlock: o.pretendNoLandlock})
 	if err != nil {
+		if o.sandboxHelper != "" {
+			return nil, fmt.Errorf("--sandbox-helper: %w", err)
+		}
 		return nil, err
 	}
 	j := &jails{sb: sb, lp: lp, mode: mode}
@@ -78,6 +86,45 @@ func startJails(o workerOptions, lp *localproxy.Server) (_ *jails, err error) {
 	go j.egress.Serve(ln)
 	log.Info("egress proxy serving", "allowed_destinations", allow.Len())
 	return j, nil
+}
+
+// helperName is the helper binary (cmd/talkide-sandbox) the worker looks
+// for beside its own executable.
+const helperName = "talkide-sandbox"
+
+// sandboxHelper returns the helper the sandbox starts for every command,
+// and says at start-up which it is: flag when set (sandbox.New checks
+// it); else talkide-sandbox beside exe, this executable, when it was
+// built from the same code; else "", exe itself. The small binary
+// starts a command milliseconds sooner, as it loads and initialises only
+// the sandbox; re-executing talkide keeps "go run ./cmd/talkide dev"
+// working with nothing else built.
+func sandboxHelper(flag, exe string, log *slog.Logger) string {
+	if flag != "" {
+		log.Info("sandbox helper: --sandbox-helper", "helper", flag)
+		return flag
+	}
+	if exe == "" {
+		return ""
+	}
+	beside := filepath.Join(filepath.Dir(exe), helperName)
+	if fi, err := os.Stat(beside); err != nil || !fi.Mode().IsRegular() {
+		log.Info("sandbox helper: this executable, re-executed for every command ("+helperName+" beside it would start them faster)", "helper", exe)
+		return ""
+	}
+	if err := sandbox.CheckHelper(beside); err != nil {
+		log.Warn("sandbox helper: "+helperName+" beside this executable is not used; this executable is re-executed for every command instead", "err", err)
+		return ""
+	}
+	log.Info("sandbox helper: "+helperName+" beside this executable", "helper", beside)
+	return beside
+}
+
+// executable is this process's executable, or "" when it cannot be
+// found (sandbox.New then says why).
+func executable() string {
+	exe, _ := os.Executable()
+	return exe
 }
 
 // egressPort is the egress proxy's TCP port on 127.0.0.1.

@@ -26,6 +26,7 @@ type agentFlags struct {
 	model, harness, claudeBin, toolPolicy, mcpAllow string
 	sandbox                                         string
 	sandboxReadOnly                                 []string
+	sandboxHelper                                   string
 	egressAllow                                     string
 	builds                                          buildFlags
 }
@@ -41,7 +42,7 @@ func (a *agentFlags) apply(o *workerOptions) error {
 		}
 	}
 	o.model, o.harness, o.claudeCodeBin, o.toolPolicy, o.mcpAllow = a.model, a.harness, a.claudeBin, a.toolPolicy, a.mcpAllow
-	o.sandbox, o.egressAllow = mode, a.egressAllow
+	o.sandbox, o.sandboxHelper, o.egressAllow = mode, a.sandboxHelper, a.egressAllow
 	if err := a.builds.check(); err != nil {
 		return err
 	}
@@ -60,8 +61,9 @@ func registerAgentFlags(fs *pflag.FlagSet, a *agentFlags) {
 	fs.StringVar(&a.mcpAllow, "mcp-allow", "", "JSON file of the MCP servers a workspace's .mcp.json may start (docs/mcp.md); default none")
 	fs.StringVar(&a.sandbox, "sandbox", "auto", "how agent commands are confined (docs/sandbox.md): auto (every layer this machine supports; refuse commands when none can be applied), landlock (the first layer only), none (no sandbox: a warning at start and in every session)")
 	fs.StringSliceVar(&a.sandboxReadOnly, "sandbox-read-only", nil, "more paths agent commands may read and execute, beyond "+strings.Join(sandbox.DefaultReadOnly, ",")+" (a toolchain outside /usr or /opt); repeat or separate with commas")
+	fs.StringVar(&a.sandboxHelper, "sandbox-helper", "", "the sandbox's helper, started for every agent command: a talkide-sandbox binary built from the same source (default: talkide-sandbox beside this executable when there is one, else this executable)")
 	fs.StringVar(&a.egressAllow, "egress-allow", "", "JSON file of the destinations agent commands may reach through the egress proxy (docs/egress.md); default none")
-	bindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow", "sandbox", "sandbox-read-only", "egress-allow")
+	bindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow", "sandbox", "sandbox-read-only", "sandbox-helper", "egress-allow")
 	registerBuildFlags(fs, &a.builds)
 }
 

@@ -135,14 +135,20 @@ func (s *attackStack) bash(t *testing.T, conv, command string) contract.ToolEven
 	return contract.ToolEvent{}
 }
 
+// Each mode with the worker's own binary as the helper and, "-small",
+// with cmd/talkide-sandbox.
 func TestSandboxStopsTheAttacks(t *testing.T) {
 	for _, mode := range []string{"auto", "landlock"} {
-		t.Run(mode, func(t *testing.T) { testAttacks(t, mode) })
+		t.Run(mode, func(t *testing.T) { testAttacks(t, mode, "") })
+		t.Run(mode+"-small", func(t *testing.T) { testAttacks(t, mode, builtHelper(t)) })
 	}
 }
 
-func testAttacks(t *testing.T, mode string) {
-	s := startAttackStack(t, devConfig{agent: agentFlags{sandbox: mode}})
+func testAttacks(t *testing.T, mode, helper string) {
+	s := startAttackStack(t, devConfig{agent: agentFlags{sandbox: mode, sandboxHelper: helper}})
+	if got := s.st.worker.jails.sb.Helper(); helper != "" && got != helper {
+		t.Fatalf("the worker's helper is %s, want %s", got, helper)
+	}
 	st := s.st
 	// CI has both layers: a missing one fails here, it is never skipped
 	// (TALKIDE_TEST_SANDBOX=landlock on a machine without namespaces).

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,13 +27,13 @@ command in a workspace as a conversation's Bash would.`
 }
 
 func newSandboxCheckCmd(std stdio) *cobra.Command {
-	var mode string
+	var mode, helper string
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Say which sandbox layers this machine gives the agent's commands",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sb, err := newCLISandbox(cmd, mode)
+			sb, err := newCLISandbox(cmd, mode, helper)
 			if err != nil {
 				return err
 			}
@@ -46,17 +47,19 @@ func newSandboxCheckCmd(std stdio) *cobra.Command {
 				return nil
 			}
 			fmt.Fprintf(std.out, "mode %s: every agent command gets %s\n", sb.Mode(), strings.Join(sb.Layers(), ", "))
+			fmt.Fprintf(std.out, "helper: %s\n", sb.Helper())
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&mode, "sandbox", "auto", "the mode to check: auto, landlock or none")
+	cmd.Flags().StringVar(&helper, "sandbox-helper", "", "the helper to check (default: as a worker finds it)")
 	return cmd
 }
 
 func newSandboxRunCmd(std stdio) *cobra.Command {
 	var (
-		mode, workspace string
-		timeout         time.Duration
+		mode, workspace, helper string
+		timeout                 time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- COMMAND [ARG…]",
@@ -75,7 +78,7 @@ func newSandboxRunCmd(std stdio) *cobra.Command {
 			if err := os.MkdirAll(ws, 0o755); err != nil {
 				return err
 			}
-			sb, err := newCLISandbox(cmd, mode)
+			sb, err := newCLISandbox(cmd, mode, helper)
 			if err != nil {
 				return err
 			}
@@ -104,14 +107,25 @@ func newSandboxRunCmd(std stdio) *cobra.Command {
 	fs.StringVar(&mode, "sandbox", "auto", "auto, landlock or none")
 	fs.StringVar(&workspace, "workspace", "", "the workspace the command runs in and may change (created if missing; required)")
 	fs.DurationVar(&timeout, "timeout", 2*time.Minute, "the wall-clock limit")
+	fs.StringVar(&helper, "sandbox-helper", "", "the sandbox's helper (default: as a worker finds it)")
 	return cmd
 }
 
-// newCLISandbox is the sandbox a worker would make in mode.
-func newCLISandbox(cmd *cobra.Command, mode string) (*sandbox.Sandbox, error) {
+// newCLISandbox is the sandbox a worker would make in mode, with helper
+// or the one a worker finds (a fallback is said on stderr).
+func newCLISandbox(cmd *cobra.Command, mode, helper string) (*sandbox.Sandbox, error) {
 	m, err := sandbox.ParseMode(mode)
 	if err != nil {
 		return nil, usageErrorf(cmd, "--sandbox %q: %v", mode, err)
 	}
-	return sandbox.New(&sandbox.Options{Mode: m})
+	explicit := helper != ""
+	if m != sandbox.ModeNone && !explicit {
+		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		helper = sandboxHelper("", executable(), log)
+	}
+	sb, err := sandbox.New(&sandbox.Options{Mode: m, Helper: helper})
+	if err != nil && explicit {
+		return nil, fmt.Errorf("--sandbox-helper: %w", err)
+	}
+	return sb, err
 }

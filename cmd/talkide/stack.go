@@ -362,6 +362,7 @@ type workerOptions struct {
 	notices          []string
 	sandbox          sandbox.Mode // default auto
 	sandboxReadOnly  []string     // nil: sandbox.DefaultReadOnly
+	sandboxHelper    string       // empty: talkide-sandbox beside the executable, or the executable itself
 	egressAllow      string       // the egress allow-list file; empty allows no destination
 	builds           buildFlags   // the Build tool's runner (builds.go)
 	// pretendNoLandlock makes the sandbox find no Landlock (tests of a

@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -13,57 +14,99 @@ import (
 
 // BenchmarkCommand measures what the sandbox adds to starting a command:
 // /bin/true run bare (mode none), in the first layer, and in both, one of
-// each per iteration so that the three are measured in the same
-// conditions. It reports each one's p50 and p99, and the p50 added over
-// bare.
+// each per iteration so that all are measured in the same conditions. It
+// reports each one's p50 and p99, the p50 added over bare, and the CPU
+// time the helper and the command used (user and system, a figure that
+// other work on the machine disturbs less than the wall clock).
 //
-// The helper is the talkide binary, built for the run: its start-up, not
-// the test binary's, is what a worker pays.
+// The layered rows run twice: with the talkide binary as the helper (what
+// a worker re-executes when no talkide-sandbox is beside it) and, as
+// "-small", with cmd/talkide-sandbox, both built for the run: their
+// start-up, not the test binary's, is what a worker pays. talkide is
+// built as "go run" builds it, talkide-sandbox static (CGO_ENABLED=0) as
+// deploy/Dockerfile builds it. Where
+// bubblewrap is installed, "bwrap" runs the same command in new
+// namespaces with the same read-only system, as a peer.
 //
 //	go test -run XXX -bench Command -benchtime 300x ./internal/sandbox/
 func BenchmarkCommand(b *testing.B) {
-	helper := filepath.Join(b.TempDir(), "talkide")
-	if out, err := exec.Command("go", "build", "-o", helper, "../../cmd/talkide").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
+	dir := b.TempDir()
+	talkide, small := filepath.Join(dir, "talkide"), filepath.Join(dir, "talkide-sandbox")
+	for bin, pkg := range map[string]string{talkide: "../../cmd/talkide", small: "../../cmd/talkide-sandbox"} {
+		build := exec.Command("go", "build", "-o", bin, pkg)
+		if bin == small {
+			build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
 	}
+	ws := b.TempDir()
+	policy := sandbox.Policy{Path: "/bin/true", Workspace: ws, Env: []string{"PATH=/usr/bin:/bin"}}
 	type mode struct {
 		name string
-		s    *sandbox.Sandbox
+		run  func() (*os.ProcessState, error)
 		d    []time.Duration
+		cpu  []time.Duration
 	}
 	var modes []*mode
 	for _, o := range []struct {
-		name string
-		opts sandbox.Options
+		name   string
+		helper string
+		mode   sandbox.Mode
 	}{
-		{"bare", sandbox.Options{Mode: sandbox.ModeNone}},
-		{"landlock", sandbox.Options{Mode: sandbox.ModeLandlock}},
-		{"namespaces", sandbox.Options{Mode: sandbox.ModeAuto}},
+		{"bare", talkide, sandbox.ModeNone},
+		{"landlock", talkide, sandbox.ModeLandlock},
+		{"namespaces", talkide, sandbox.ModeAuto},
+		{"landlock-small", small, sandbox.ModeLandlock},
+		{"namespaces-small", small, sandbox.ModeAuto},
 	} {
-		o.opts.Helper = helper
-		s, err := sandbox.New(&o.opts)
+		s, err := sandbox.New(&sandbox.Options{Mode: o.mode, Helper: o.helper})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		if o.name == "namespaces" && !s.Namespaces() {
+		if o.mode == sandbox.ModeAuto && !s.Namespaces() {
 			b.Fatalf("no user namespaces here: %v", s.Layers())
 		}
-		modes = append(modes, &mode{name: o.name, s: s})
+		modes = append(modes, &mode{name: o.name, run: func() (*os.ProcessState, error) {
+			c, err := s.Command(policy)
+			if err != nil {
+				return nil, err
+			}
+			_, err = c.Run(context.Background())
+			return c.ProcessState, err
+		}})
 	}
-	ws := b.TempDir()
-	ctx := context.Background()
+	if bwrap, err := exec.LookPath("bwrap"); err == nil {
+		args := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}
+		for _, p := range sandbox.DefaultReadOnly {
+			if target, err := os.Readlink(p); err == nil {
+				args = append(args, "--symlink", target, p)
+			} else if _, err := os.Stat(p); err == nil {
+				args = append(args, "--ro-bind", p, p)
+			}
+		}
+		args = append(args, "--bind", ws, ws, "--chdir", ws, "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "/bin/true")
+		if out, err := exec.Command(bwrap, args...).CombinedOutput(); err != nil {
+			b.Logf("bwrap does not run here, left out: %v %s", err, out)
+		} else {
+			modes = append(modes, &mode{name: "bwrap", run: func() (*os.ProcessState, error) {
+				c := exec.Command(bwrap, args...)
+				err := c.Run()
+				return c.ProcessState, err
+			}})
+		}
+	}
 	for b.Loop() {
 		for _, m := range modes {
-			c, err := m.s.Command(sandbox.Policy{Path: "/bin/true", Workspace: ws, Env: []string{"PATH=/usr/bin:/bin"}})
-			if err != nil {
-				b.Fatal(err)
-			}
 			start := time.Now()
-			if _, err := c.Run(ctx); err != nil {
-				b.Fatal(err)
+			ps, err := m.run()
+			if err != nil {
+				b.Fatalf("%s: %v", m.name, err)
 			}
 			m.d = append(m.d, time.Since(start))
+			m.cpu = append(m.cpu, ps.UserTime()+ps.SystemTime())
 		}
 	}
 	pct := func(d []time.Duration, p float64) float64 {
@@ -75,8 +118,10 @@ func BenchmarkCommand(b *testing.B) {
 	for _, m := range modes {
 		b.ReportMetric(pct(m.d, 0.5), m.name+"-p50-ms")
 		b.ReportMetric(pct(m.d, 0.99), m.name+"-p99-ms")
+		b.ReportMetric(pct(m.cpu, 0.5), m.name+"-cpu-p50-ms")
 		if m.name != "bare" {
 			b.ReportMetric(pct(m.d, 0.5)-bare, m.name+"-added-p50-ms")
+			b.ReportMetric(pct(m.d, 0.5)/bare, m.name+"-x-bare")
 		}
 	}
 	b.ReportMetric(0, "ns/op") // the per-mode figures above are the result

@@ -59,6 +59,10 @@ func RunHelper() {
 	if len(os.Args) == 3 && os.Args[2] == "probe" {
 		os.Exit(probeMain())
 	}
+	if len(os.Args) == 3 && os.Args[2] == fingerprintArg {
+		fmt.Println(Fingerprint())
+		os.Exit(0)
+	}
 	// The namespaces and mounts are set up on this thread.
 	runtime.LockOSThread()
 	var cfg helperConfig

@@ -33,8 +33,11 @@ const MinLandlockABI = 6
 type Options struct {
 	// Mode is ModeAuto by default.
 	Mode Mode
-	// Helper is the executable re-run as the helper; default the running
-	// one (os.Executable).
+	// Helper is the executable started as the helper: the running one
+	// (os.Executable) by default, or a binary that links little else
+	// (cmd/talkide-sandbox), which starts faster. Another binary must
+	// have been built from the same helper code (CheckHelper); New
+	// fails otherwise.
 	Helper string
 	// ReadOnly replaces DefaultReadOnly when not nil.
 	ReadOnly []string
@@ -91,12 +94,16 @@ func New(opts *Options) (*Sandbox, error) {
 	if o.Mode == ModeNone {
 		return s, nil
 	}
+	exe, err := os.Executable()
+	if err != nil && o.Helper == "" {
+		return nil, fmt.Errorf("sandbox: the helper executable: %w", err)
+	}
 	if o.Helper == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: the helper executable: %w", err)
-		}
 		o.Helper = exe
+	} else if o.Helper != exe {
+		if err := CheckHelper(o.Helper); err != nil {
+			return nil, err
+		}
 	}
 	s.helper = o.Helper
 	s.opts = o
@@ -149,6 +156,10 @@ func (s *Sandbox) Layers() []string {
 	}
 	return l
 }
+
+// Helper returns the executable started as the helper; empty in mode
+// none.
+func (s *Sandbox) Helper() string { return s.helper }
 
 // Unavailable returns why no command can run, or nil.
 func (s *Sandbox) Unavailable() error { return s.unavailable }

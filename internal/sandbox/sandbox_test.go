@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +20,11 @@ import (
 
 func TestMain(m *testing.M) {
 	sandbox.RunHelper()
-	os.Exit(m.Run())
+	code := m.Run()
+	if smallBin != "" {
+		os.RemoveAll(filepath.Dir(smallBin))
+	}
+	os.Exit(code)
 }
 
 // wantLayers says which layers this machine must give the tests: all of
@@ -28,31 +34,60 @@ func TestMain(m *testing.M) {
 func wantNamespaces() bool { return os.Getenv("TALKIDE_TEST_SANDBOX") != "landlock" }
 
 // modes are the sandboxes the tests run under: the first layer alone, and
-// both.
+// both; each with the test binary as the helper (as a worker re-executes
+// itself) and, "-small", with cmd/talkide-sandbox.
 func modes(t *testing.T) map[string]*sandbox.Sandbox {
 	t.Helper()
 	out := map[string]*sandbox.Sandbox{}
-	ll, err := sandbox.New(&sandbox.Options{Mode: sandbox.ModeLandlock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ll.Unavailable(); err != nil {
-		t.Fatalf("the first layer is missing on this machine: %v", err)
-	}
-	t.Cleanup(ll.Close)
-	out["landlock"] = ll
-	if wantNamespaces() {
-		ns, err := sandbox.New(nil)
+	for suffix, helper := range map[string]string{"": "", "-small": smallHelper(t)} {
+		ll, err := sandbox.New(&sandbox.Options{Mode: sandbox.ModeLandlock, Helper: helper})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !ns.Namespaces() {
-			t.Fatalf("user namespaces are missing on this machine (set TALKIDE_TEST_SANDBOX=landlock where that is expected): layers %v", ns.Layers())
+		if err := ll.Unavailable(); err != nil {
+			t.Fatalf("the first layer is missing on this machine: %v", err)
 		}
-		t.Cleanup(ns.Close)
-		out["namespaces"] = ns
+		t.Cleanup(ll.Close)
+		out["landlock"+suffix] = ll
+		if wantNamespaces() {
+			ns, err := sandbox.New(&sandbox.Options{Helper: helper})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ns.Namespaces() {
+				t.Fatalf("user namespaces are missing on this machine (set TALKIDE_TEST_SANDBOX=landlock where that is expected): layers %v", ns.Layers())
+			}
+			t.Cleanup(ns.Close)
+			out["namespaces"+suffix] = ns
+		}
 	}
 	return out
+}
+
+var (
+	smallOnce sync.Once
+	smallBin  string
+	smallErr  error
+)
+
+// smallHelper builds cmd/talkide-sandbox once for the test binary.
+func smallHelper(t *testing.T) string {
+	t.Helper()
+	smallOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "talkide-sandbox-test-")
+		if err != nil {
+			smallErr = err
+			return
+		}
+		smallBin = filepath.Join(dir, "talkide-sandbox")
+		if out, err := exec.Command("go", "build", "-o", smallBin, "../../cmd/talkide-sandbox").CombinedOutput(); err != nil {
+			smallErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if smallErr != nil {
+		t.Fatal(smallErr)
+	}
+	return smallBin
 }
 
 // env is a conversation as the worker lays it out: a workspace among
@@ -144,7 +179,7 @@ func TestHidesEverythingElse(t *testing.T) {
 				"the test's binary":   "cat /proc/" + strconv.Itoa(os.Getpid()) + "/environ",
 				"worker environ":      "cat /proc/" + strconv.Itoa(os.Getppid()) + "/environ",
 			}
-			if name == "namespaces" {
+			if strings.HasPrefix(name, "namespaces") {
 				// There, the parents of the workspace are directories of a
 				// private tmpfs that vanishes with the call: a write lands
 				// nowhere on the host (checked below).
@@ -156,7 +191,7 @@ func TestHidesEverythingElse(t *testing.T) {
 					t.Errorf("%s: %q succeeded: %s", what, cmd, out)
 				}
 			}
-			if name == "namespaces" {
+			if strings.HasPrefix(name, "namespaces") {
 				// B is not even listed.
 				out, _, err := run(t, s, e, "ls "+filepath.Dir(e.workspace))
 				if err != nil || strings.TrimSpace(out) != "conv-a" {
@@ -182,7 +217,7 @@ func TestSignalsStayInside(t *testing.T) {
 			if err == nil {
 				t.Fatalf("kill -0 of the worker succeeded: %s", out)
 			}
-			if name == "landlock" && !strings.Contains(out, "not permitted") {
+			if strings.HasPrefix(name, "landlock") && !strings.Contains(out, "not permitted") {
 				t.Errorf("kill said %q, want EPERM", out)
 			}
 		})
@@ -426,4 +461,36 @@ func TestExecCommand(t *testing.T) {
 			bad.Release()
 		})
 	}
+}
+
+// A helper built apart must be built from the same helper code: one that
+// answers another fingerprint (a stale binary), or none, is refused by
+// New, and no command is started with it.
+func TestHelperMustMatch(t *testing.T) {
+	if err := sandbox.CheckHelper(smallHelper(t)); err != nil {
+		t.Fatalf("talkide-sandbox built from this tree: %v", err)
+	}
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "stale")
+	os.WriteFile(stale, []byte("#!/bin/sh\necho 0123456789abcdef\n"), 0o755)
+	broken := filepath.Join(dir, "broken")
+	os.WriteFile(broken, []byte("#!/bin/sh\nexit 3\n"), 0o755)
+	for _, helper := range []string{stale, broken, filepath.Join(dir, "missing")} {
+		for _, mode := range []sandbox.Mode{sandbox.ModeAuto, sandbox.ModeLandlock} {
+			s, err := sandbox.New(&sandbox.Options{Mode: mode, Helper: helper})
+			if err == nil {
+				s.Close()
+				t.Fatalf("New(%s, %s) accepted it", mode, filepath.Base(helper))
+			}
+			if helper == stale && !errors.Is(err, sandbox.ErrHelperMismatch) {
+				t.Errorf("stale helper: %v, want ErrHelperMismatch", err)
+			}
+		}
+	}
+	// Mode none starts no helper, so it needs none.
+	s, err := sandbox.New(&sandbox.Options{Mode: sandbox.ModeNone, Helper: stale})
+	if err != nil {
+		t.Fatalf("mode none: %v", err)
+	}
+	s.Close()
 }
