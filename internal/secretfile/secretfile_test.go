@@ -128,7 +128,7 @@ func TestMissingFile(t *testing.T) {
 	f, err := Watch(t.Context(), filepath.Join(dir, "identity-token"), &Options{Poll: time.Hour})
 	must(t, err)
 	must(t, os.Remove(filepath.Join(dir, "identity-token")))
-	if err := f.reload(); err == nil {
+	if _, err := f.reload(); err == nil {
 		t.Fatal("reload of a removed file succeeded")
 	}
 	if v, err := f.Get(); v != "token-0" || err != nil {
