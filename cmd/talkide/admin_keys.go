@@ -196,4 +196,3 @@ func keyTime(t time.Time) string {
 	}
 	return t.UTC().Format(time.RFC3339)
 }
-

@@ -137,9 +137,9 @@ func newTestWorker(t *testing.T, o workerOpts) *testWorker {
 	}
 	h := newFakeHarness()
 	w, err := New(testTenant, testEnv, CommandKey{ID: testKeyID, Key: testKey}, sessions, filepath.Join(o.dir, "workspaces"), h, &Options{
-		WorkerID:  "worker-test",
-		Notices:   notices(o.notice),
-		Heartbeat: o.heartbeat,
+		WorkerID:    "worker-test",
+		Notices:     notices(o.notice),
+		Heartbeat:   o.heartbeat,
 		SyncRetry:   o.syncRetry,
 		Logger:      o.logger,
 		CommandKeys: o.keys,
