@@ -364,7 +364,8 @@ func TestBuildLimitFlagsRefused(t *testing.T) {
 	if err != nil || l.MaxMemory != 6<<30 || l.MaxProcs != 512 || l.MaxCPU != time.Hour || l.MaxFileSize != 2<<30 {
 		t.Errorf("local limits %+v, %v", l, err)
 	}
-	if l, err := parsedBuildFlags(t).localLimits(); err != nil || l != (sandbox.Limits{}) {
+	def := parsedBuildFlags(t)
+	if l, err := def.localLimits(); err != nil || l != (sandbox.Limits{}) {
 		t.Errorf("default local limits %+v, %v: want the jail's", l, err)
 	}
 }
