@@ -58,7 +58,8 @@ func TestSwapNeverFailsAReader(t *testing.T) {
 			must(t, err)
 			if name == "poll only" {
 				// No events: the poll alone must find the change.
-				f2 := &File{path: f.path, poll: poll, log: f.log, value: f.value}
+				first, _ := f.Get() // under the lock: f's own watch runs too
+				f2 := &File{path: f.path, poll: poll, log: f.log, value: first}
 				go f2.run(ctx, nil)
 				f = f2
 			}
