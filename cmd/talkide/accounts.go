@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -76,10 +74,8 @@ func (f *authFlags) authenticator(st store.Store, secrets *cpSecrets, logger *sl
 			}
 			secret = strings.TrimSpace(string(b))
 		}
-		m := hmac.New(sha256.New, secrets.CommandSecret)
-		m.Write([]byte("talkide oidc login key"))
 		o.OIDC = &auth.OIDCOptions{Issuer: f.oidcIssuer, ClientID: f.oidcClientID, ClientSecret: secret,
-			RedirectURL: f.oidcRedirect, UserClaim: f.oidcUserClaim, LoginKey: m.Sum(nil),
+			RedirectURL: f.oidcRedirect, UserClaim: f.oidcUserClaim, LoginKey: secrets.LoginKey,
 			TenantsClaim: f.oidcTenantsClaim, TenantsPrefix: f.oidcTenantsPrefix}
 	}
 	if f.oidcTenantsPrefix != "" && f.oidcTenantsClaim == "" {

@@ -19,12 +19,13 @@ import (
 )
 
 func newAdminCmd(std stdio) *cobra.Command {
-	admin := newGroup("admin", "Operate the control-plane: tenant-envs, identity tokens, users, API tokens, budgets, usage, operator tokens",
+	admin := newGroup("admin", "Operate the control-plane: tenant-envs, identity tokens, signing keys, users, API tokens, budgets, usage, operator tokens",
 		newGroup("env", "Tenant-envs: the environments whose workers the control-plane serves",
 			newAdminEnvAddCmd(std), newAdminEnvListCmd(std),
 			newAdminEnvSyncCmd(std), newAdminEnvStatusCmd(std), newAdminEnvDeleteCmd(std)),
 		newGroup("token", "Identity tokens: a worker's long-lived credential for minting WorkerTokens",
 			newAdminTokenIssueCmd(std), newAdminTokenRevokeCmd(std), newAdminTokenRotateCmd(std)),
+		newAdminKeysCmd(std),
 		newAdminUserCmd(std), newAdminAPITokenCmd(std),
 		newGroup("budget", "Spending, token, request and concurrency limits of users, tenants and tenant-envs",
 			newAdminBudgetSetCmd(std), newAdminBudgetGetCmd(std), newAdminBudgetDeleteCmd(std), newAdminBudgetStatusCmd(std)),
@@ -225,7 +226,8 @@ func newAdminTokenIssueCmd(std stdio) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		ws := provision.NewWorkerSecret(secrets.CommandSecret, secrets.CommandKeyID, tenant, env, token)
+		ck := secrets.newestCommandKey()
+		ws := provision.NewWorkerSecret(ck.Secret, ck.ID, tenant, env, token)
 		ws.ExpiresAt = rec.ExpiresAt
 		switch output {
 		case "secret-yaml":

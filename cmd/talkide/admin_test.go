@@ -91,8 +91,9 @@ func TestAdminProvisioning(t *testing.T) {
 	if m.Metadata.Namespace != "acme-prod" || field(provision.KeyCommandKeyID) != secrets.CommandKeyID {
 		t.Errorf("secret metadata %+v, key id %q", m.Metadata, field(provision.KeyCommandKeyID))
 	}
-	key, err := base64.StdEncoding.DecodeString(field(provision.KeyCommandKey))
-	if err != nil || !bytes.Equal(key, trust.DeriveEnvKey(secrets.CommandSecret, "acme", "prod")) {
+	parsed, err := trust.ParseKey(field(provision.KeyCommandKey), "")
+	key := parsed.Secret
+	if err != nil || parsed.ID != secrets.CommandKeyID || !bytes.Equal(key, trust.DeriveEnvKey(secrets.CommandSecret, "acme", "prod")) {
 		t.Errorf("command key is not DeriveEnvKey(master, acme, prod) (err %v)", err)
 	}
 	st := openTestStore(t, dir)

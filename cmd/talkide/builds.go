@@ -6,14 +6,17 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/talkide/platform/internal/build"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/sandbox"
 )
 
 // buildFlags choose and shape the Build tool's runner (docs/builds.md);
@@ -32,6 +35,16 @@ type buildFlags struct {
 	tolerations    []string
 	maxConcurrent  int
 	runAsUser      int64
+	// timeout is a build's deadline when its call names none (both
+	// runners); the Job's activeDeadlineSeconds.
+	timeout time.Duration
+	// The build container's requests and limits (Kubernetes).
+	cpuRequest, cpuLimit, memoryRequest, memoryLimit string
+	// The local runner's limits of a build's process tree, in place of
+	// the jail's (a JVM wants more than a shell command); zero: the jail's.
+	localMemory, localFileSize string
+	localProcs                 int
+	localCPU                   time.Duration
 }
 
 func registerBuildFlags(fs *pflag.FlagSet, b *buildFlags) {
@@ -48,8 +61,82 @@ func registerBuildFlags(fs *pflag.FlagSet, b *buildFlags) {
 	fs.StringSliceVar(&b.tolerations, "build-toleration", nil, "taints build Jobs tolerate, KEY[=VALUE]:EFFECT; repeat or separate with commas")
 	fs.IntVar(&b.maxConcurrent, "build-max-concurrent", build.DefaultMaxConcurrent, "build Jobs in flight at once; more wait in a queue")
 	fs.Int64Var(&b.runAsUser, "build-run-as-user", build.DefaultRunAsUser, "uid and gid of the Gradle builders: the owner of the workspace files")
+	fs.DurationVar(&b.timeout, "build-timeout", build.DefaultTimeout, "deadline of a build whose call names none (a Job's activeDeadlineSeconds), at most "+build.MaxTimeout.String())
+	fs.StringVar(&b.cpuRequest, "build-cpu-request", build.DefaultCPURequest, "CPU request of a build Job's container")
+	fs.StringVar(&b.cpuLimit, "build-cpu-limit", build.DefaultCPULimit, "CPU limit of a build Job's container")
+	fs.StringVar(&b.memoryRequest, "build-memory-request", build.DefaultMemoryRequest, "memory request of a build Job's container")
+	fs.StringVar(&b.memoryLimit, "build-memory-limit", build.DefaultMemoryLimit, "memory limit of a build Job's container")
+	fs.StringVar(&b.localMemory, "build-local-memory", "", "memory of a local build: each process's RLIMIT_DATA and the tree's resident total, like 4Gi (default: the sandbox's, 2Gi)")
+	fs.StringVar(&b.localFileSize, "build-local-file-size", "", "largest file a local build writes, like 2Gi (default: the sandbox's, 1Gi)")
+	fs.IntVar(&b.localProcs, "build-local-procs", 0, "processes a local build may hold at once (default: the sandbox's, 256)")
+	fs.DurationVar(&b.localCPU, "build-local-cpu-time", 0, "CPU time of each process of a local build (default: the sandbox's, 20m)")
 	bindEnv(fs, "builds", "kubeconfig", "build-namespace", "build-image", "build-image-builder", "build-registry-secret", "build-claim",
-		"build-claim-mount", "build-cache-claim", "build-node-selector", "build-toleration", "build-max-concurrent", "build-run-as-user")
+		"build-claim-mount", "build-cache-claim", "build-node-selector", "build-toleration", "build-max-concurrent", "build-run-as-user",
+		"build-timeout", "build-cpu-request", "build-cpu-limit", "build-memory-request", "build-memory-limit",
+		"build-local-memory", "build-local-file-size", "build-local-procs", "build-local-cpu-time")
+}
+
+// resources returns the build container's requests and limits, checked:
+// positive quantities, no request above its limit.
+func (b *buildFlags) resources() (corev1.ResourceRequirements, error) {
+	r := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+	for _, f := range []struct {
+		flag, value, def string
+		list             corev1.ResourceList
+		name             corev1.ResourceName
+	}{
+		{"build-cpu-request", b.cpuRequest, build.DefaultCPURequest, r.Requests, corev1.ResourceCPU},
+		{"build-cpu-limit", b.cpuLimit, build.DefaultCPULimit, r.Limits, corev1.ResourceCPU},
+		{"build-memory-request", b.memoryRequest, build.DefaultMemoryRequest, r.Requests, corev1.ResourceMemory},
+		{"build-memory-limit", b.memoryLimit, build.DefaultMemoryLimit, r.Limits, corev1.ResourceMemory},
+	} {
+		if f.value == "" {
+			f.value = f.def
+		}
+		q, err := resource.ParseQuantity(f.value)
+		if err != nil || q.Sign() <= 0 {
+			return r, contract.Invalid(nil, f.flag, "%q: want a positive quantity (like 500m, 2 or 4Gi)", f.value)
+		}
+		f.list[f.name] = q
+	}
+	for _, n := range []struct {
+		name corev1.ResourceName
+		flag string
+	}{{corev1.ResourceCPU, "build-cpu-request"}, {corev1.ResourceMemory, "build-memory-request"}} {
+		req, lim := r.Requests[n.name], r.Limits[n.name]
+		if req.Cmp(lim) > 0 {
+			return r, contract.Invalid(nil, n.flag, "%s is above the limit %s", req.String(), lim.String())
+		}
+	}
+	return r, nil
+}
+
+// localLimits returns the local runner's limits, checked; zero fields
+// leave the jail's.
+func (b *buildFlags) localLimits() (sandbox.Limits, error) {
+	var l sandbox.Limits
+	for _, f := range []struct {
+		flag, value string
+		into        *int64
+	}{{"build-local-memory", b.localMemory, &l.MaxMemory}, {"build-local-file-size", b.localFileSize, &l.MaxFileSize}} {
+		if f.value == "" {
+			continue
+		}
+		q, err := resource.ParseQuantity(f.value)
+		n, ok := q.AsInt64()
+		if err != nil || !ok || n < 1<<20 {
+			return l, contract.Invalid(nil, f.flag, "%q: want a size of at least 1Mi, like 4Gi", f.value)
+		}
+		*f.into = n
+	}
+	if b.localProcs < 0 {
+		return l, contract.Invalid(nil, "build-local-procs", "%d: want a positive count", b.localProcs)
+	}
+	if b.localCPU < 0 || (b.localCPU > 0 && b.localCPU < time.Second) {
+		return l, contract.Invalid(nil, "build-local-cpu-time", "%s: want at least 1s", b.localCPU)
+	}
+	l.MaxProcs, l.MaxCPU = b.localProcs, b.localCPU
+	return l, nil
 }
 
 // check validates the flags that need nothing else.
@@ -62,6 +149,15 @@ func (b *buildFlags) check() error {
 	if _, err := parseTolerations(b.tolerations); err != nil {
 		return contract.Invalid(nil, "build-toleration", "%v", err)
 	}
+	if b.timeout < 0 || b.timeout > build.MaxTimeout {
+		return contract.Invalid(nil, "build-timeout", "%s: want more than 0 and at most %s", b.timeout, build.MaxTimeout)
+	}
+	if _, err := b.resources(); err != nil {
+		return err
+	}
+	if _, err := b.localLimits(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -71,7 +167,15 @@ func newBuildRunner(b buildFlags, o workerOptions, log *slog.Logger) (build.Runn
 	case "none":
 		return nil, nil
 	case "", "local":
-		return build.NewLocal(nil), nil
+		limits, err := b.localLimits()
+		if err != nil {
+			return nil, err
+		}
+		return build.NewLocal(&build.LocalOptions{Timeout: b.timeout, Limits: limits}), nil
+	}
+	resources, err := b.resources()
+	if err != nil {
+		return nil, err
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = b.kubeconfig
@@ -105,6 +209,7 @@ func newBuildRunner(b buildFlags, o workerOptions, log *slog.Logger) (build.Runn
 		Image: b.image, ImageBuilder: b.imageBuilder, RegistrySecret: b.registrySecret,
 		ClaimName: b.claim, VolumeRoot: mount, CacheClaim: b.cacheClaim, RunAsUser: b.runAsUser,
 		NodeSelector: b.nodeSelector, Tolerations: tols, MaxConcurrent: b.maxConcurrent,
+		Resources: resources, Timeout: b.timeout,
 		Logger: log,
 	})
 }

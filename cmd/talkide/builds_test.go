@@ -20,10 +20,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/talkide/platform/internal/build"
+	"github.com/spf13/pflag"
 
+	"github.com/talkide/platform/internal/build"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/kubetest"
+	"github.com/talkide/platform/internal/sandbox"
 )
 
 // Mara runs the workspace's build with the Build tool in talkide dev (the
@@ -113,7 +115,9 @@ func TestKubernetesBuildsFromKubeconfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := workerOptions{tenant: "acme", env: "dev", claudeConfigDir: filepath.Join(dir, "claude"), workspaceRoot: filepath.Join(dir, "workspaces")}
-	flags := buildFlags{runner: "kubernetes", kubeconfig: kubeconfig, image: "builder.example.com/jdk:21", claim: "claude-sessions"}
+	flags := parsedBuildFlags(t, "--builds", "kubernetes", "--kubeconfig", kubeconfig, "--build-image", "builder.example.com/jdk:21",
+		"--build-cpu-request", "500m", "--build-cpu-limit", "3", "--build-memory-request", "1Gi", "--build-memory-limit", "6Gi",
+		"--build-timeout", "45m", "--build-node-selector", "pool=builds", "--build-toleration", "dedicated=builds:NoSchedule")
 	r, err := newBuildRunner(flags, o, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +141,27 @@ func TestKubernetesBuildsFromKubeconfig(t *testing.T) {
 		if err == nil {
 			if got := j.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName; got != "claude-sessions" || j.Spec.Template.Spec.Containers[0].VolumeMounts[0].SubPath != "workspaces/conv1" {
 				t.Errorf("the Job mounts %s at subPath %s", got, j.Spec.Template.Spec.Containers[0].VolumeMounts[0].SubPath)
+			}
+			// The flags' resources, deadline and node pool, as the API
+			// server stored them.
+			res := j.Spec.Template.Spec.Containers[0].Resources
+			for name, want := range map[string]struct{ got, want string }{
+				"cpu request":    {res.Requests.Cpu().String(), "500m"},
+				"cpu limit":      {res.Limits.Cpu().String(), "3"},
+				"memory request": {res.Requests.Memory().String(), "1Gi"},
+				"memory limit":   {res.Limits.Memory().String(), "6Gi"},
+			} {
+				if want.got != want.want {
+					t.Errorf("the Job's %s is %s, want %s", name, want.got, want.want)
+				}
+			}
+			if d := j.Spec.ActiveDeadlineSeconds; d == nil || *d != 45*60 {
+				t.Errorf("the Job's activeDeadlineSeconds = %v, want 2700", d)
+			}
+			pod := j.Spec.Template.Spec
+			if pod.NodeSelector["pool"] != "builds" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "dedicated" ||
+				pod.Tolerations[0].Value != "builds" || pod.Tolerations[0].Effect != corev1.TaintEffectNoSchedule {
+				t.Errorf("the Job's node selector %v, tolerations %+v", pod.NodeSelector, pod.Tolerations)
 			}
 			break
 		}
@@ -287,5 +312,60 @@ func TestBuildToolInDevOnKubernetes(t *testing.T) {
 	}
 	if _, err := cs.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the finished build's Job is still there: %v", err)
+	}
+}
+
+// parsedBuildFlags parses args as talkide worker's build flags, with
+// their defaults, and checks them.
+func parsedBuildFlags(t *testing.T, args ...string) buildFlags {
+	t.Helper()
+	var b buildFlags
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	registerBuildFlags(fs, &b)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.check(); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Bad build limits are refused at start, naming the flag.
+func TestBuildLimitFlagsRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"--build-cpu-request", "lots"},
+		{"--build-cpu-limit", "0"},
+		{"--build-memory-request", "-1Gi"},
+		{"--build-cpu-request", "4", "--build-cpu-limit", "2"},
+		{"--build-memory-request", "8Gi"},
+		{"--build-timeout", "3h"},
+		{"--build-timeout", "-1s"},
+		{"--build-local-memory", "12"},
+		{"--build-local-memory", "much"},
+		{"--build-local-file-size", "1k"},
+		{"--build-local-procs", "-1"},
+		{"--build-local-cpu-time", "10ms"},
+	} {
+		var b buildFlags
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		registerBuildFlags(fs, &b)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		err := b.check()
+		var fe *contract.FieldError
+		if !errors.As(err, &fe) || !strings.HasPrefix(args[0], "--"+fe.Field) {
+			t.Errorf("%v: %v, want a field error about %s", args, err, args[0])
+		}
+	}
+	b := parsedBuildFlags(t, "--build-local-memory", "6Gi", "--build-local-procs", "512", "--build-local-cpu-time", "1h", "--build-local-file-size", "2Gi")
+	l, err := b.localLimits()
+	if err != nil || l.MaxMemory != 6<<30 || l.MaxProcs != 512 || l.MaxCPU != time.Hour || l.MaxFileSize != 2<<30 {
+		t.Errorf("local limits %+v, %v", l, err)
+	}
+	def := parsedBuildFlags(t)
+	if l, err := def.localLimits(); err != nil || l != (sandbox.Limits{}) {
+		t.Errorf("default local limits %+v, %v: want the jail's", l, err)
 	}
 }

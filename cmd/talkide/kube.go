@@ -121,7 +121,8 @@ func (k *kubeFlags) provisioner(ctx context.Context, loc *cpLocation, stderr io.
 	if err != nil {
 		return nil, nil, err
 	}
-	return kubeprovision.New(cs, st, secrets.CommandSecret, secrets.CommandKeyID, opts), func() { st.Close() }, nil
+	opts.CommandKeys = secrets.commands
+	return kubeprovision.New(cs, st, nil, "", opts), func() { st.Close() }, nil
 }
 
 func requireEnv(tenant, env string) error {
@@ -276,7 +277,10 @@ func runProvisioner(ctx context.Context, kf *kubeFlags, cp *cpProc, o cpOptions)
 		return nil, err
 	}
 	opts.Logger = o.logger.With("component", "provisioner")
-	p := kubeprovision.New(cs, cp.store, cp.secrets.CommandSecret, cp.secrets.CommandKeyID, opts)
+	opts.CommandKeys = cp.secrets.commands
+	p := kubeprovision.New(cs, cp.store, nil, "", opts)
+	// A new command key goes into every worker's Secret at once.
+	cp.secrets.onReload(p.Resync)
 	id, _ := os.Hostname()
 	id += "-" + strconv.Itoa(os.Getpid())
 	ctx, cancel := context.WithCancel(ctx)

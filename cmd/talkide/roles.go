@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -19,6 +17,7 @@ import (
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/secretfile"
+	"github.com/talkide/platform/internal/trust"
 )
 
 // agentFlags shape the agent; talkide dev and talkide worker share them.
@@ -209,10 +208,11 @@ identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
 	fs.StringVar(&o.tenant, "tenant", "", "tenant this worker serves (required)")
 	fs.StringVar(&o.env, "env", "", "env this worker serves (required)")
 	fs.StringVar(&tokenFile, "identity-token-file", "", "file holding the identity token, re-read on every mint (default: $TALKIDE_WORKER_IDENTITY_TOKEN)")
-	fs.StringVar(&keyFile, "command-key-file", "", "file holding the base64 command signing key (default: $TALKIDE_WORKER_COMMAND_KEY)")
-	fs.StringVar(&o.commandKeyID, "command-key-id", "c1", "id of the command signing key")
+	fs.StringVar(&keyFile, "command-key-file", "", "file holding the command signing key, ID:BASE64 or bare base64, watched for rotations (default: $TALKIDE_WORKER_COMMAND_KEY)")
+	fs.StringVar(&o.commandKeyID, "command-key-id", "c1", "id of a bare base64 command signing key (a key given as ID:BASE64 names its own)")
+	fs.DurationVar(&o.commandKeyGrace, "command-key-grace", 10*time.Minute, "how long the previous command key still verifies after --command-key-file changes")
 	fs.StringVar(&o.workspaceRoot, "workspaces", "", "directory of the conversations' workspaces (default: $CLAUDE_CONFIG_DIR/../workspaces)")
-	bindEnv(fs, "listen", "tenant", "env", "identity-token-file", "command-key-file", "command-key-id", "workspaces")
+	bindEnv(fs, "listen", "tenant", "env", "identity-token-file", "command-key-file", "command-key-id", "command-key-grace", "workspaces")
 	registerAgentFlags(fs, &agent)
 	logs.add(fs)
 	return cmd
@@ -257,17 +257,8 @@ func workerEnv(o *workerOptions, tokenFile, keyFile string) error {
 	default:
 		return errors.New("an identity token is required: --identity-token-file or TALKIDE_WORKER_IDENTITY_TOKEN")
 	}
-	keyText := secret("TALKIDE_WORKER_COMMAND_KEY")
-	if keyFile != "" {
-		b, err := os.ReadFile(keyFile)
-		if err != nil {
-			return err
-		}
-		keyText = string(b)
-	}
-	var err error
-	if o.commandKey, err = base64.StdEncoding.DecodeString(strings.TrimSpace(keyText)); err != nil || len(o.commandKey) < 32 {
-		return fmt.Errorf("a base64 command key of at least 32 bytes is required: --command-key-file or TALKIDE_WORKER_COMMAND_KEY")
+	if err := workerCommandKeys(o, keyFile); err != nil {
+		return err
 	}
 	os.Unsetenv("TALKIDE_WORKER_IDENTITY_TOKEN") // a process that did not re-execute (a test)
 	os.Unsetenv("TALKIDE_WORKER_COMMAND_KEY")
@@ -282,4 +273,63 @@ func serveUntil(ctx context.Context, log *slog.Logger, grace time.Duration, shut
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
 	return shutdown(sctx)
+}
+
+// errNoCommandKey names where the worker's command key comes from, and
+// never what was there.
+var errNoCommandKey = errors.New("a command key (ID:BASE64, or base64 of at least 32 bytes) is required: --command-key-file or TALKIDE_WORKER_COMMAND_KEY")
+
+// workerCommandKeys reads the command key into o.commandKeys. From a file,
+// the file is watched: when a rotation swaps in a new key, it verifies and
+// signs at once and the previous one keeps verifying for
+// --command-key-grace, since the control-plane signs with it until its
+// replacement has reached every worker.
+func workerCommandKeys(o *workerOptions, keyFile string) error {
+	if o.commandKeyGrace <= 0 {
+		return errors.New("--command-key-grace must be positive")
+	}
+	if keyFile == "" {
+		k, err := trust.ParseKey(secret("TALKIDE_WORKER_COMMAND_KEY"), o.commandKeyID)
+		if err != nil {
+			return errNoCommandKey
+		}
+		o.commandKeyID, o.commandKey = k.ID, k.Secret
+		o.commandKeys, err = trust.NewRotatingKeyring([]trust.Key{k})
+		return err
+	}
+	logger := o.logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	var ring *trust.Keyring
+	ready := make(chan struct{}) // ring is set: a change can come before
+	f, err := secretfile.Watch(context.Background(), keyFile, &secretfile.Options{Logger: logger, OnChange: func(text string) {
+		<-ready
+		k, err := trust.ParseKey(text, o.commandKeyID)
+		if err != nil {
+			logger.Warn("the command key file changed but holds no valid key; keeping the keys in use", "err", err)
+			return
+		}
+		now := time.Now()
+		if err := ring.Set(trust.Rotated(ring.Keys(), k, now.Add(o.commandKeyGrace), now)); err != nil {
+			logger.Warn("the command key file changed but its key cannot be installed; keeping the keys in use", "err", err)
+			return
+		}
+		logger.Info("command key rotated", "key_id", k.ID, "previous_verifies_for", o.commandKeyGrace)
+	}})
+	if err != nil {
+		return err
+	}
+	text, _ := f.Get()
+	k, err := trust.ParseKey(text, o.commandKeyID)
+	if err != nil {
+		return errNoCommandKey
+	}
+	o.commandKeyID, o.commandKey = k.ID, k.Secret
+	if ring, err = trust.NewRotatingKeyring([]trust.Key{k}); err != nil {
+		return err
+	}
+	o.commandKeys = ring
+	close(ready)
+	return nil
 }

@@ -172,7 +172,7 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 		}
 	}
 	cp, err := controlplane.New(st,
-		controlplane.Keys{Tokens: keyring, CommandSecret: secrets.CommandSecret, CommandKeyID: secrets.CommandKeyID},
+		controlplane.Keys{Tokens: keyring, Commands: secrets.commands},
 		controlplane.TenantEnv{Tenant: o.tenant, Env: o.env}, &controlplane.Options{
 			Gateway: gwHandler, LocalUser: o.localUser, Auth: authn, UI: webui.Handler(),
 			Logger:            o.logger.With("component", "controlplane"),
@@ -198,6 +198,10 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 	o.logger.Info("browser stream caps", "per_user", lim.PerUser, "per_conversation", lim.PerConversation, "total", lim.Total)
 	sweepCtx, stop := context.WithCancel(context.Background())
 	p.stop = stop
+	// A rotation written to the secrets file takes effect without a restart.
+	if err := secrets.watch(sweepCtx, o.secretsPath, o.logger.With("component", "keys")); err != nil {
+		o.logger.Warn("the secrets file is not watched: a key rotation needs a restart", "err", err)
+	}
 	if authn != nil {
 		go sweepSessions(sweepCtx, authn, time.Hour, o.logger.With("component", "auth"))
 	}
@@ -352,19 +356,23 @@ type workerOptions struct {
 	identityReadable func() error
 	commandKeyID     string
 	commandKey       []byte
-	claudeConfigDir  string
-	workspaceRoot    string
-	model            string
-	toolPolicy       string // path of a tool policy JSON file (docs/tools.md); empty allows every call
-	harness          string // native (default) or claude-code (docs/harnesses.md)
-	claudeCodeBin    string // the claude executable, for --harness claude-code
-	mcpAllow         string // path of the MCP server allow-list (docs/mcp.md); empty allows no .mcp.json server
-	notices          []string
-	sandbox          sandbox.Mode // default auto
-	sandboxReadOnly  []string     // nil: sandbox.DefaultReadOnly
-	sandboxHelper    string       // empty: talkide-sandbox beside the executable, or the executable itself
-	egressAllow      string       // the egress allow-list file; empty allows no destination
-	builds           buildFlags   // the Build tool's runner (builds.go)
+	// commandKeys, when set, replaces commandKeyID and commandKey: the
+	// keys of a watched key file, rotating without a restart.
+	commandKeys     *trust.Keyring
+	commandKeyGrace time.Duration
+	claudeConfigDir string
+	workspaceRoot   string
+	model           string
+	toolPolicy      string // path of a tool policy JSON file (docs/tools.md); empty allows every call
+	harness         string // native (default) or claude-code (docs/harnesses.md)
+	claudeCodeBin   string // the claude executable, for --harness claude-code
+	mcpAllow        string // path of the MCP server allow-list (docs/mcp.md); empty allows no .mcp.json server
+	notices         []string
+	sandbox         sandbox.Mode // default auto
+	sandboxReadOnly []string     // nil: sandbox.DefaultReadOnly
+	sandboxHelper   string       // empty: talkide-sandbox beside the executable, or the executable itself
+	egressAllow     string       // the egress allow-list file; empty allows no destination
+	builds          buildFlags   // the Build tool's runner (builds.go)
 	// pretendNoLandlock makes the sandbox find no Landlock (tests of a
 	// machine without it).
 	pretendNoLandlock bool
@@ -448,6 +456,7 @@ func startWorker(o workerOptions) (_ *workerProc, err error) {
 	// Reports and the issue tracker's calls travel the same signed channel.
 	reportSigner := &trust.Signer{
 		Direction: trust.ToControlPlane, Tenant: o.tenant, Env: o.env, KeyID: o.commandKeyID, Key: o.commandKey,
+		Ring: o.commandKeys,
 	}
 	issues := issuetracking.NewSource(issuetracking.NewClient(o.cpURL, reportSigner, nil),
 		&issuetracking.SourceOptions{Logger: o.logger.With("component", "issuetracking")})
@@ -482,8 +491,9 @@ func startWorker(o workerOptions) (_ *workerProc, err error) {
 	w, err := worker.New(o.tenant, o.env, worker.CommandKey{ID: o.commandKeyID, Key: o.commandKey}, sessions, o.workspaceRoot, selected, &worker.Options{
 		WorkerID: o.workerID,
 		Reporter: reporter, Logger: o.logger.With("component", "worker"),
-		Notices: append(slices.Clone(o.notices), jails.notices()...),
-		Jail:    jails.jail,
+		Notices:     append(slices.Clone(o.notices), jails.notices()...),
+		Jail:        jails.jail,
+		CommandKeys: o.commandKeys,
 	})
 	if err != nil {
 		return nil, err

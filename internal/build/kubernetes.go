@@ -70,6 +70,15 @@ const (
 	apiTimeout = 30 * time.Second
 )
 
+// Default resources of a build container: a Gradle build with a JVM of a
+// gigabyte or two, and room for its test forks.
+const (
+	DefaultCPURequest    = "1"
+	DefaultCPULimit      = "2"
+	DefaultMemoryRequest = "2Gi"
+	DefaultMemoryLimit   = "4Gi"
+)
+
 // KubernetesOptions configure a Kubernetes runner.
 type KubernetesOptions struct {
 	// Namespace is where build Jobs run: the worker's own (required).
@@ -147,8 +156,8 @@ func NewKubernetes(cs kubernetes.Interface, opts *KubernetesOptions) (*Kubernete
 	}
 	if o.Resources.Requests == nil && o.Resources.Limits == nil {
 		o.Resources = corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("2Gi")},
-			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")},
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(DefaultCPURequest), corev1.ResourceMemory: resource.MustParse(DefaultMemoryRequest)},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(DefaultCPULimit), corev1.ResourceMemory: resource.MustParse(DefaultMemoryLimit)},
 		}
 	}
 	if o.Timeout <= 0 {

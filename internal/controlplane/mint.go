@@ -76,7 +76,7 @@ func (s *Server) handleMint(w http.ResponseWriter, r *http.Request) error {
 	}
 	tok, claims := s.cfg.Keyring.MintWorkerToken(ident.Tenant, ident.Env, c.ID, s.cfg.Now())
 	httpapi.WriteJSON(w, http.StatusOK, contract.MintResponse{
-		Token: tok, ExpiresAt: unixTime(claims.ExpiresAt), KeyID: s.cfg.Keyring.CurrentKeyID(),
+		Token: tok, ExpiresAt: unixTime(claims.ExpiresAt), KeyID: trust.WorkerTokenKeyID(tok),
 	})
 	return nil
 }

@@ -12,15 +12,17 @@ import (
 	"github.com/talkide/platform/internal/trust"
 )
 
-// reportKey returns the signing key of a tenant-env. It derives the key for
-// any name without touching the store, so an unsigned request costs no
-// database read; the handler checks that the env exists once the signature
-// has proved who is asking.
+// reportKey returns the signing key of a tenant-env under the master
+// secret the signature names (kid), while that secret is not retired. It
+// derives the key for any name without touching the store, so an unsigned
+// request costs no database read; the handler checks that the env exists
+// once the signature has proved who is asking.
 func (s *Server) reportKey(tenant, env, kid string) ([]byte, bool) {
-	if kid != s.cfg.CommandKeyID {
+	master, err := s.cfg.Commands.Verifying(kid, s.cfg.Now())
+	if err != nil {
 		return nil, false
 	}
-	return trust.DeriveEnvKey(s.cfg.CommandSecret, tenant, env), true
+	return trust.DeriveEnvKey(master, tenant, env), true
 }
 
 func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) error {

@@ -33,6 +33,11 @@ type Keys struct {
 	// commands and reports are derived from; CommandKeyID names it.
 	CommandSecret []byte
 	CommandKeyID  string
+	// Commands, when set, replaces CommandSecret and CommandKeyID: the
+	// master secrets by key id, rotating without a restart. Commands are
+	// signed with the ring's signing key; reports verify with the key
+	// their signature names while it is not retired.
+	Commands *trust.Keyring
 }
 
 // TenantEnv names a tenant-env.
@@ -107,8 +112,7 @@ type config struct {
 	Options
 	Store         store.Store
 	Keyring       *trust.Keyring
-	CommandSecret []byte
-	CommandKeyID  string
+	Commands      *trust.Keyring
 	DefaultTenant string
 	DefaultEnv    string
 }
@@ -151,14 +155,21 @@ func (s *Server) CloseStreams() { s.closeStreams() }
 // error, never a default: a control-plane that made them up would sign
 // what no worker can check, or file conversations where nobody looks.
 func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Server, error) {
-	if st == nil || keys.Tokens == nil || len(keys.CommandSecret) < 32 || keys.CommandKeyID == "" {
+	if st == nil || keys.Tokens == nil || (keys.Commands == nil && (len(keys.CommandSecret) < 32 || keys.CommandKeyID == "")) {
 		return nil, errors.New("controlplane: a store, a token keyring, a command key id and a command secret of at least 32 bytes are required")
+	}
+	if keys.Commands == nil {
+		ring, err := trust.NewKeyring(keys.CommandKeyID, map[string][]byte{keys.CommandKeyID: keys.CommandSecret})
+		if err != nil {
+			return nil, fmt.Errorf("controlplane: %w", err)
+		}
+		keys.Commands = ring
 	}
 	if defaultEnv.Tenant == "" || defaultEnv.Env == "" {
 		return nil, errors.New("controlplane: the default tenant and env are required")
 	}
 	cfg := config{
-		Store: st, Keyring: keys.Tokens, CommandSecret: keys.CommandSecret, CommandKeyID: keys.CommandKeyID,
+		Store: st, Keyring: keys.Tokens, Commands: keys.Commands,
 		DefaultTenant: defaultEnv.Tenant, DefaultEnv: defaultEnv.Env,
 	}
 	if opts != nil {

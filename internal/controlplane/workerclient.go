@@ -32,11 +32,14 @@ func (s *Server) workerFor(ctx context.Context, tenant, env string) (*workerClie
 	if err != nil {
 		return nil, fmt.Errorf("worker of %s/%s: %w", tenant, env, err)
 	}
+	// The master secret that signs now; a rotation's new one signs only
+	// from its SignFrom on, once the workers have it.
+	master := s.cfg.Commands.Signing(s.cfg.Now())
 	return &workerClient{
 		env: e,
 		signer: &trust.Signer{
 			Direction: trust.ToWorker, Tenant: tenant, Env: env,
-			KeyID: s.cfg.CommandKeyID, Key: trust.DeriveEnvKey(s.cfg.CommandSecret, tenant, env), Now: s.cfg.Now,
+			KeyID: master.ID, Key: trust.DeriveEnvKey(master.Secret, tenant, env), Now: s.cfg.Now,
 		},
 		hc:     s.workerHTTP,
 		stream: s.workerStreamHTTP,

@@ -127,8 +127,9 @@ func (p *Provisioner) deployment(tenant, env, ns string, l map[string]string) *a
 		"--tenant", tenant, "--env", env,
 		"--listen", ":" + strconv.Itoa(int(p.o.WorkerPort)),
 		"--identity-token-file", SecretMount + "/" + provision.KeyIdentityToken,
+		// The file names its key id: a rotated command key reaches the
+		// worker with the Secret, with no new argument and no restart.
 		"--command-key-file", SecretMount + "/" + provision.KeyCommandKey,
-		"--command-key-id", p.key.id,
 		"--workspaces", SessionsMount + "/workspaces",
 	}
 	args = append(args, p.o.WorkerArgs...)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/trust"
 )
 
 // FieldManager is the one field manager every apply uses, so the
@@ -75,6 +76,10 @@ type EgressPeer struct {
 // Options configure a Provisioner. The zero value of each field is its
 // default.
 type Options struct {
+	// CommandKeys, when set, holds the master command secrets by key id
+	// (the control-plane's, reloaded when its secrets file changes): each
+	// sync writes the newest one's derived key into the worker's Secret.
+	CommandKeys *trust.Keyring
 	// Image is the worker's container image (required in practice: the
 	// default names an image that is only right for a cluster that pulls
 	// from a registry holding it).
@@ -181,32 +186,52 @@ func (o *Options) setDefaults() {
 // are safe for concurrent use; two syncs of the same env at once are
 // serialised by the optimistic lock on the token Secret (ErrConflict).
 type Provisioner struct {
-	cs  kubernetes.Interface
-	st  store.Store
-	key commandKey
-	o   Options
-	log *slog.Logger
+	cs   kubernetes.Interface
+	st   store.Store
+	keys *trust.Keyring // the master command secrets
+	o    Options
+	log  *slog.Logger
+	kick chan struct{} // Resync's request to Run
 }
 
-type commandKey struct {
-	master []byte
-	id     string
+// Resync asks a running reconciler to sync every env now rather than at
+// its next resync: after a command key rotation, so that the workers'
+// Secrets carry the new key well before it signs. It never blocks; with
+// no reconciler running it is remembered for the next Run, which syncs
+// everything at its start anyway.
+func (p *Provisioner) Resync() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }
 
 // New returns a Provisioner that works through cs on the tenant-envs of
 // st. commandSecret and commandKeyID are the control-plane's master command
-// secret and its id, from which each env's worker command key is derived.
+// secret and its id, from which each env's worker command key is derived;
+// Options.CommandKeys, when set, replaces them.
 func New(cs kubernetes.Interface, st store.Store, commandSecret []byte, commandKeyID string, opts *Options) *Provisioner {
-	if cs == nil || st == nil || len(commandSecret) == 0 || commandKeyID == "" {
-		panic("kubeprovision: New needs a clientset, a store and the command secret with its id")
-	}
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
+	keys := o.CommandKeys
+	if keys == nil {
+		var err error
+		if keys, err = trust.NewKeyring(commandKeyID, map[string][]byte{commandKeyID: commandSecret}); err != nil {
+			keys = nil
+		}
+	}
+	if cs == nil || st == nil || keys == nil {
+		panic("kubeprovision: New needs a clientset, a store and the command secret with its id")
+	}
 	o.setDefaults()
-	return &Provisioner{cs: cs, st: st, key: commandKey{master: commandSecret, id: commandKeyID}, o: o, log: o.Logger}
+	return &Provisioner{cs: cs, st: st, keys: keys, o: o, log: o.Logger, kick: make(chan struct{}, 1)}
 }
+
+// commandKey is the master secret workers get: the newest, from the moment
+// it is added, so that they hold it before the control-plane signs with it.
+func (p *Provisioner) commandKey() trust.Key { return p.keys.Newest() }
 
 // WorkerURL is the URL at which the control-plane reaches the worker of
 // tenant/env through its Service; Sync records it as the env's worker URL.

@@ -85,6 +85,7 @@ func (p *Provisioner) Run(ctx context.Context) error {
 			q.ShutDown()
 			return nil
 		case <-t.C:
+		case <-p.kick:
 		}
 	}
 }

@@ -265,7 +265,8 @@ func (p *Provisioner) tokenSecret(ctx context.Context, tenant, env, ns string, o
 			reason = "rotation asked"
 			keep = &rec
 		default:
-			ws := provision.NewWorkerSecret(p.key.master, p.key.id, tenant, env, token)
+			ck := p.commandKey()
+			ws := provision.NewWorkerSecret(ck.Secret, ck.ID, tenant, env, token)
 			ws.ExpiresAt = rec.ExpiresAt
 			after, err := secrets.Apply(ctx, secret(ws, ""), metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 			if err != nil {
@@ -279,7 +280,8 @@ func (p *Provisioner) tokenSecret(ctx context.Context, tenant, env, ns string, o
 	if err != nil {
 		return "", nil, fmt.Errorf("kubeprovision: %w", err)
 	}
-	ws := provision.NewWorkerSecret(p.key.master, p.key.id, tenant, env, newTok)
+	ck := p.commandKey()
+	ws := provision.NewWorkerSecret(ck.Secret, ck.ID, tenant, env, newTok)
 	ws.ExpiresAt = rec.ExpiresAt
 	// The read version guards the write: two rotations at once must not
 	// both believe their token is the one in the Secret.

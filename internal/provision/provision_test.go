@@ -254,7 +254,7 @@ func TestWorkerSecret(t *testing.T) {
 	}
 	want := map[string]string{
 		KeyIdentityToken: tok.Token,
-		KeyCommandKey:    base64.StdEncoding.EncodeToString(trust.DeriveEnvKey(master, "acme", "prod")),
+		KeyCommandKey:    "c1:" + base64.StdEncoding.EncodeToString(trust.DeriveEnvKey(master, "acme", "prod")),
 		KeyCommandKeyID:  "c1",
 	}
 	if diff := cmp.Diff(want, decoded); diff != "" {

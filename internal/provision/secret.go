@@ -14,9 +14,10 @@ import (
 
 // The Kubernetes Secret a worker reads its credentials from, and its keys.
 // Mounted as files, each key is one file: identity-token holds the token
-// (for --identity-token-file), command-key the base64 of the derived command
-// key (for --command-key-file or TALKIDE_WORKER_COMMAND_KEY), command-key-id
-// its id (for --command-key-id).
+// (for --identity-token-file), command-key the derived command key as
+// "ID:BASE64" (trust.FormatKey, for --command-key-file or
+// TALKIDE_WORKER_COMMAND_KEY: the id travels in the same file, so a rotated
+// Secret changes both in one swap), command-key-id its id again, for people.
 const (
 	SecretName       = "talkide-worker-token"
 	KeyIdentityToken = "identity-token"
@@ -70,7 +71,7 @@ func NewWorkerSecret(master []byte, keyID, tenant, env, identityToken string) Wo
 func (w WorkerSecret) Data() map[string]string {
 	return map[string]string{
 		KeyIdentityToken: w.IdentityToken,
-		KeyCommandKey:    base64.StdEncoding.EncodeToString(w.CommandKey),
+		KeyCommandKey:    trust.FormatKey(w.CommandKeyID, w.CommandKey),
 		KeyCommandKeyID:  w.CommandKeyID,
 	}
 }

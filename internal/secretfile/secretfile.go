@@ -3,7 +3,8 @@
 // periodic poll as a fallback) and caches the last good read, so a reader
 // never fails while the kubelet swaps the ..data symlink under it.
 //
-// It is worker-side: the worker's identity token file is read through it.
+// The worker reads its identity token and command key files through it;
+// the control-plane its secrets file (the keys that rotate by key id).
 package secretfile
 
 import (
@@ -27,9 +28,10 @@ const DefaultPoll = 10 * time.Second
 
 // File is one watched file. Get is safe for concurrent use.
 type File struct {
-	path string
-	poll time.Duration
-	log  *slog.Logger
+	path     string
+	poll     time.Duration
+	log      *slog.Logger
+	onChange func(string)
 
 	mu      sync.Mutex // guards value and loadErr
 	value   string
@@ -40,6 +42,12 @@ type File struct {
 type Options struct {
 	Poll   time.Duration // default DefaultPoll
 	Logger *slog.Logger  // nil does not log
+	// OnChange, when set, is called with the new contents after each read
+	// that found them changed (not for the first read, which Watch
+	// returns), from the watching goroutine, one call at a time: a
+	// reader that must act on a change (install a rotated key) does it
+	// here rather than compare on every Get.
+	OnChange func(string)
 }
 
 // Watch reads path (it must be readable and non-empty now) and keeps
@@ -55,8 +63,8 @@ func Watch(ctx context.Context, path string, opts *Options) (*File, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	f := &File{path: path, poll: o.Poll, log: o.Logger}
-	if err := f.reload(); err != nil {
+	f := &File{path: path, poll: o.Poll, log: o.Logger, onChange: o.OnChange}
+	if _, err := f.reload(); err != nil {
 		return nil, err
 	}
 	w, err := fsnotify.NewWatcher()
@@ -92,7 +100,8 @@ func (f *File) Healthy() error {
 }
 
 // reload reads the file; a failed or empty read keeps the last good value.
-func (f *File) reload() error {
+// It reports whether a good read changed the value.
+func (f *File) reload() (bool, error) {
 	b, err := os.ReadFile(f.path)
 	v := strings.TrimSpace(string(b))
 	if err == nil && v == "" {
@@ -102,13 +111,29 @@ func (f *File) reload() error {
 	defer f.mu.Unlock()
 	if err != nil {
 		f.loadErr = fmt.Errorf("secretfile: read %s: %w", f.path, err)
-		return f.loadErr
+		return false, f.loadErr
 	}
-	if f.value != "" && f.value != v {
+	changed := f.value != "" && f.value != v
+	if changed {
 		f.log.Info("secretfile: file changed, using the new contents", "path", f.path)
 	}
 	f.value, f.loadErr = v, nil
-	return nil
+	return changed, nil
+}
+
+// refresh re-reads the file and tells OnChange of a change.
+func (f *File) refresh() error {
+	changed, err := f.reload()
+	if changed && f.onChange != nil {
+		f.onChange(f.current())
+	}
+	return err
+}
+
+func (f *File) current() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.value
 }
 
 func (f *File) run(ctx context.Context, w *fsnotify.Watcher) {
@@ -133,7 +158,7 @@ func (f *File) run(ctx context.Context, w *fsnotify.Watcher) {
 			// ..data_tmp over ..data: any event in the directory may be
 			// that swap, so re-read on each.
 			_ = ev
-			if err := f.reload(); err != nil {
+			if err := f.refresh(); err != nil {
 				f.log.Debug("secretfile: read after an event failed, keeping the last contents", "err", err)
 			}
 		case err, ok := <-errs:
@@ -143,7 +168,7 @@ func (f *File) run(ctx context.Context, w *fsnotify.Watcher) {
 			}
 			f.log.Warn("secretfile: watch error, polling continues", "err", err)
 		case <-t.C:
-			if err := f.reload(); err != nil {
+			if err := f.refresh(); err != nil {
 				f.log.Warn("secretfile: read failed, keeping the last contents", "err", err)
 			}
 		}

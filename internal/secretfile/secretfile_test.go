@@ -58,7 +58,8 @@ func TestSwapNeverFailsAReader(t *testing.T) {
 			must(t, err)
 			if name == "poll only" {
 				// No events: the poll alone must find the change.
-				f2 := &File{path: f.path, poll: poll, log: f.log, value: f.value}
+				first, _ := f.Get() // under the lock: f's own watch runs too
+				f2 := &File{path: f.path, poll: poll, log: f.log, value: first}
 				go f2.run(ctx, nil)
 				f = f2
 			}
@@ -128,7 +129,7 @@ func TestMissingFile(t *testing.T) {
 	f, err := Watch(t.Context(), filepath.Join(dir, "identity-token"), &Options{Poll: time.Hour})
 	must(t, err)
 	must(t, os.Remove(filepath.Join(dir, "identity-token")))
-	if err := f.reload(); err == nil {
+	if _, err := f.reload(); err == nil {
 		t.Fatal("reload of a removed file succeeded")
 	}
 	if v, err := f.Get(); v != "token-0" || err != nil {

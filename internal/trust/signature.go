@@ -129,6 +129,10 @@ type Signer struct {
 	Env       string
 	KeyID     string
 	Key       []byte
+	// Ring, when set, replaces KeyID and Key: each request is signed with
+	// the ring's signing key at that moment, so a rotated key takes over
+	// without a new Signer.
+	Ring *Keyring
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -139,8 +143,14 @@ func (sg *Signer) Sign(r *http.Request, body []byte) {
 	if sg.Now != nil {
 		now = sg.Now
 	}
-	s := Signature{KeyID: sg.KeyID, Tenant: sg.Tenant, Env: sg.Env, Timestamp: now().Unix(), Nonce: randomString(16)}
-	s.MAC = mac(sg.Key, canonical(sg.Direction, s, r.Method, r.URL.RequestURI(), body))
+	t := now()
+	kid, key := sg.KeyID, sg.Key
+	if sg.Ring != nil {
+		k := sg.Ring.Signing(t)
+		kid, key = k.ID, k.Secret
+	}
+	s := Signature{KeyID: kid, Tenant: sg.Tenant, Env: sg.Env, Timestamp: t.Unix(), Nonce: randomString(16)}
+	s.MAC = mac(key, canonical(sg.Direction, s, r.Method, r.URL.RequestURI(), body))
 	r.Header.Set(SignatureHeader, s.String())
 }
 

@@ -48,37 +48,8 @@ type WorkerClaims struct {
 	ID             string `json:"jti"`
 }
 
-// Keyring holds the HMAC keys of WorkerTokens by key id. New tokens are signed
-// with the current key; tokens signed with any key in the ring verify, so a
-// key can be rotated in before the old one is dropped.
-type Keyring struct {
-	current string
-	keys    map[string][]byte
-}
-
-// NewKeyring returns a keyring signing with keys[current].
-func NewKeyring(current string, keys map[string][]byte) (*Keyring, error) {
-	if _, ok := keys[current]; !ok {
-		return nil, fmt.Errorf("trust: current key id %q is not in the keyring", current)
-	}
-	k := &Keyring{current: current, keys: make(map[string][]byte, len(keys))}
-	for id, key := range keys {
-		if !isB64URL(id) || len(id) > 32 {
-			return nil, fmt.Errorf("trust: key id %q must be 1-32 base64url characters", id)
-		}
-		if len(key) < 32 {
-			return nil, fmt.Errorf("trust: key %q is shorter than 32 bytes", id)
-		}
-		k.keys[id] = append([]byte(nil), key...)
-	}
-	return k, nil
-}
-
-// CurrentKeyID names the key new tokens are signed with.
-func (k *Keyring) CurrentKeyID() string { return k.current }
-
-// MintWorkerToken signs claims with the current key. IssuedAt, ExpiresAt and
-// ID are set here from now.
+// MintWorkerToken signs claims with the key that signs at now (see
+// Keyring). IssuedAt, ExpiresAt and ID are set here from now.
 func (k *Keyring) MintWorkerToken(tenant, env, conversationID string, now time.Time) (string, WorkerClaims) {
 	c := WorkerClaims{
 		Tenant:         tenant,
@@ -92,8 +63,18 @@ func (k *Keyring) MintWorkerToken(tenant, env, conversationID string, now time.T
 	if err != nil {
 		panic("trust: marshal claims: " + err.Error())
 	}
-	head := workerTokenVersion + "." + k.current + "." + base64.RawURLEncoding.EncodeToString(payload)
-	return head + "." + base64.RawURLEncoding.EncodeToString(mac(k.keys[k.current], head)), c
+	key := k.Signing(now)
+	head := workerTokenVersion + "." + key.ID + "." + base64.RawURLEncoding.EncodeToString(payload)
+	return head + "." + base64.RawURLEncoding.EncodeToString(mac(key.Secret, head)), c
+}
+
+// WorkerTokenKeyID returns the key id a well-formed token names, or "".
+func WorkerTokenKeyID(token string) string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 4 || parts[0] != workerTokenVersion {
+		return ""
+	}
+	return parts[1]
 }
 
 // VerifyWorkerToken checks a token's form, signature, lifetime and expiry,
@@ -109,9 +90,10 @@ func (k *Keyring) VerifyWorkerToken(token string, now time.Time) (WorkerClaims, 
 	if len(parts) != 4 || parts[0] != workerTokenVersion || !isB64URL(parts[1]) || !isB64URL(parts[2]) || !isB64URL(parts[3]) {
 		return c, fmt.Errorf("%w: not a worker token", ErrMalformed)
 	}
-	key, ok := k.keys[parts[1]]
-	if !ok {
-		return c, ErrUnknownKey
+	// The token names its key: no other key is ever tried.
+	key, err := k.Verifying(parts[1], now)
+	if err != nil {
+		return c, err
 	}
 	got, err := base64.RawURLEncoding.Strict().DecodeString(parts[3])
 	if err != nil {

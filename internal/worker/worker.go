@@ -55,6 +55,11 @@ type Options struct {
 	// SyncRetry paces a session's retries after a failed fsync, while its
 	// events are held back; zero fields mean 10 ms growing to 1 s.
 	SyncRetry backoff.Policy
+	// CommandKeys, when set, replaces New's key: commands verify with the
+	// key their signature's id names while the ring does not retire it,
+	// so a rotated key (and its predecessor, for the grace) is taken
+	// without a restart.
+	CommandKeys *trust.Keyring
 }
 
 // Defaults of Options.
@@ -112,12 +117,19 @@ func New(tenant, env string, key CommandKey, sessions *sessionstore.Store, works
 	if err := os.MkdirAll(workspaces, 0o755); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	secret := append([]byte(nil), key.Key...)
+	ring := o.CommandKeys
+	if ring == nil {
+		var err error
+		if ring, err = trust.NewKeyring(key.ID, map[string][]byte{key.ID: key.Key}); err != nil {
+			return nil, fmt.Errorf("worker: command key: %w", err)
+		}
+	}
 	lookup := func(t, e, kid string) ([]byte, bool) {
-		if t != tenant || e != env || kid != key.ID {
+		if t != tenant || e != env {
 			return nil, false
 		}
-		return secret, true
+		secret, err := ring.Verifying(kid, o.Now())
+		return secret, err == nil
 	}
 	w := &Worker{
 		store: sessions, opts: o,

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,6 +122,8 @@ type workerOpts struct {
 	fsync     func(*os.File) error // the session store's; nil: the real one
 	syncRetry backoff.Policy
 	logger    *slog.Logger
+	keys      *trust.Keyring   // the worker's command keys; nil: testKey alone
+	now       func() time.Time // the worker's clock; nil: time.Now
 }
 
 func newTestWorker(t *testing.T, o workerOpts) *testWorker {
@@ -134,11 +137,13 @@ func newTestWorker(t *testing.T, o workerOpts) *testWorker {
 	}
 	h := newFakeHarness()
 	w, err := New(testTenant, testEnv, CommandKey{ID: testKeyID, Key: testKey}, sessions, filepath.Join(o.dir, "workspaces"), h, &Options{
-		WorkerID:  "worker-test",
-		Notices:   notices(o.notice),
-		Heartbeat: o.heartbeat,
-		SyncRetry: o.syncRetry,
-		Logger:    o.logger,
+		WorkerID:    "worker-test",
+		Notices:     notices(o.notice),
+		Heartbeat:   o.heartbeat,
+		SyncRetry:   o.syncRetry,
+		Logger:      o.logger,
+		CommandKeys: o.keys,
+		Now:         o.now,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +155,7 @@ func newTestWorker(t *testing.T, o workerOpts) *testWorker {
 	srv := httptest.NewServer(handler)
 	tw := &testWorker{
 		w: w, h: h, srv: srv, dir: o.dir,
-		signer: &trust.Signer{Direction: trust.ToWorker, Tenant: testTenant, Env: testEnv, KeyID: testKeyID, Key: testKey},
+		signer: &trust.Signer{Direction: trust.ToWorker, Tenant: testTenant, Env: testEnv, KeyID: testKeyID, Key: testKey, Now: o.now},
 	}
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() {
@@ -1299,4 +1304,40 @@ func notices(n string) []string {
 		return nil
 	}
 	return []string{n}
+}
+
+// A command key rotated in the worker's ring: during the grace commands
+// signed with either key are taken; after it one signed with the old key
+// is refused (401), one with the new key still taken.
+func TestCommandSignedWithRetiredKeyRefused(t *testing.T) {
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	ring, err := trust.NewRotatingKeyring([]trust.Key{{ID: testKeyID, Secret: testKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := newTestWorker(t, workerOpts{keys: ring, now: now})
+	newKey := bytes.Repeat([]byte{0x5a}, 32)
+	grace := 10 * time.Minute
+	if err := ring.Set(trust.Rotated(ring.Keys(), trust.Key{ID: "c2", Secret: newKey}, now().Add(grace), now())); err != nil {
+		t.Fatal(err)
+	}
+	oldSigner := tw.signer
+	newSigner := &trust.Signer{Direction: trust.ToWorker, Tenant: testTenant, Env: testEnv, KeyID: "c2", Key: newKey, Now: now}
+	create := func(s *trust.Signer, conv string) (*http.Response, []byte) {
+		tw.signer = s
+		return tw.call(t, http.MethodPost, contract.SessionsPath, contract.CreateSessionRequest{ConversationID: conv})
+	}
+	if resp, b := create(oldSigner, "conv-old"); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("old key during the grace: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := create(newSigner, "conv-new"); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("new key during the grace: %d %s", resp.StatusCode, b)
+	}
+	offset.Store(int64(grace + time.Second))
+	resp, b := create(oldSigner, "conv-late")
+	wantError(t, resp, b, http.StatusUnauthorized, contract.CodeUnauthorized)
+	if resp, b := create(newSigner, "conv-late"); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("new key after the grace: %d %s", resp.StatusCode, b)
+	}
 }

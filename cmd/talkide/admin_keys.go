@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/trust"
+)
+
+func newAdminKeysCmd(std stdio) *cobra.Command {
+	return newGroup("keys", "The control-plane's signing keys: the command secret and the WorkerToken keys, rotated by key id",
+		newAdminKeysRotateCmd(std), newAdminKeysListCmd(std))
+}
+
+// Defaults of a key rotation. The publish delay covers the time for every
+// replica and worker to read the new files: the kubelet's Secret update
+// (about two minutes) twice over (the control-plane's file, then the
+// worker's Secret the provisioner rewrites). The grace covers what was
+// signed just before the switch: commands in flight and WorkerTokens
+// (120 s).
+const (
+	defaultKeyPublish = 5 * time.Minute
+	defaultKeyGrace   = 10 * time.Minute
+)
+
+func newAdminKeysRotateCmd(std stdio) *cobra.Command {
+	var (
+		loc            cpLocation
+		only           string
+		publish, grace time.Duration
+		secretName     string
+		cmd            *cobra.Command
+	)
+	cmd = adminLeaf(std, "rotate", "Add new signing keys that sign after --publish; the old ones verify for --grace more", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+		if publish < 0 {
+			return usageErrorf(cmd, "--publish must not be negative")
+		}
+		if grace <= 0 {
+			return usageErrorf(cmd, "--grace must be positive")
+		}
+		var rotateCommands, rotateTokens bool
+		switch only {
+		case "":
+			rotateCommands, rotateTokens = true, true
+		case "command":
+			rotateCommands = true
+		case "token":
+			rotateTokens = true
+		default:
+			return usageErrorf(cmd, "--only %q: want command or token", only)
+		}
+		var ns, name string
+		if secretName != "" {
+			var ok bool
+			if ns, name, ok = strings.Cut(secretName, "/"); !ok || contract.ValidateID("namespace", ns) != nil || contract.ValidateID("name", name) != nil {
+				return usageErrorf(cmd, "--print-secret %q: want NAMESPACE/NAME", secretName)
+			}
+		}
+		s, err := loc.secrets()
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC().Truncate(time.Second)
+		signFrom, retireAt := now.Add(publish), now.Add(publish+grace)
+		var lines []string
+		if rotateCommands {
+			next, keys := rotateRing(s.commands.Keys(), "c", signFrom, retireAt, now)
+			s.CommandKeyring = toFileKeys(keys)
+			lines = append(lines, rotationLine("command key", next, keys))
+		}
+		if rotateTokens {
+			next, keys := rotateRing(s.tokens.Keys(), "k", signFrom, retireAt, now)
+			s.TokenKeyring = toFileKeys(keys)
+			lines = append(lines, rotationLine("WorkerToken key", next, keys))
+		}
+		// The OIDC login key is written down, so that it outlives the
+		// command secret it may have been derived from.
+		path := filepath.Join(loc.dataDir, "controlplane-secrets.json")
+		if secretName != "" {
+			if err := writeSecretManifest(stdout, ns, name, secretsJSON(s)); err != nil {
+				return err
+			}
+		} else if err := s.save(path); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		for _, l := range lines {
+			fmt.Fprintln(stderr, l)
+		}
+		if secretName != "" {
+			fmt.Fprintf(stderr, "the Secret %s/%s holds the new file: apply it (kubectl apply -f -) before %s\n", ns, name, signFrom.Format(time.RFC3339))
+		}
+		return nil
+	})
+	fs := cmd.Flags()
+	fs.StringVar(&only, "only", "", "rotate only the command key (command) or the WorkerToken key (token); default both")
+	fs.DurationVar(&publish, "publish", defaultKeyPublish, "how long after now the new keys start signing: longer than it takes every replica and worker to read them")
+	fs.DurationVar(&grace, "grace", defaultKeyGrace, "how long the old keys still verify after the new ones sign")
+	fs.StringVar(&secretName, "print-secret", "", "print the new secrets file as the Kubernetes Secret NAMESPACE/NAME on stdout, instead of writing it (a mounted, read-only file)")
+	return cmd
+}
+
+// rotateRing adds a key with a new id to keys: it signs from signFrom,
+// every older key retires at retireAt, keys already retired are dropped.
+func rotateRing(keys []trust.Key, prefix string, signFrom, retireAt, now time.Time) (trust.Key, []trust.Key) {
+	next := trust.Key{ID: nextKeyID(keys, prefix), Secret: trust.NewKey(), SignFrom: signFrom}
+	return next, trust.Rotated(keys, next, retireAt, now)
+}
+
+// nextKeyID is prefix followed by one more than the highest number of an id
+// of that form in keys: c1, c2, ...
+func nextKeyID(keys []trust.Key, prefix string) string {
+	highest := 0
+	for _, k := range keys {
+		if n, err := strconv.Atoi(strings.TrimPrefix(k.ID, prefix)); err == nil && strings.HasPrefix(k.ID, prefix) && n > highest {
+			highest = n
+		}
+	}
+	return prefix + strconv.Itoa(highest+1)
+}
+
+func rotationLine(what string, next trust.Key, keys []trust.Key) string {
+	var old []string
+	for _, k := range keys {
+		if k.ID != next.ID {
+			old = append(old, fmt.Sprintf("%s until %s", k.ID, k.RetireAt.Format(time.RFC3339)))
+		}
+	}
+	l := fmt.Sprintf("new %s %s signs from %s", what, next.ID, next.SignFrom.Format(time.RFC3339))
+	if len(old) > 0 {
+		l += "; still verifying: " + strings.Join(old, ", ")
+	}
+	return l
+}
+
+// writeSecretManifest prints a Secret holding the secrets file, as JSON
+// (which kubectl apply reads as well as YAML).
+func writeSecretManifest(w io.Writer, ns, name string, file []byte) error {
+	m := map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"data":     map[string][]byte{"controlplane-secrets.json": file},
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func newAdminKeysListCmd(std stdio) *cobra.Command {
+	var loc cpLocation
+	return adminLeaf(std, "list", "List the signing keys by id: when each signs and until when it verifies", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+		s, err := loc.secrets()
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "KIND\tID\tSTATE\tSIGNS FROM\tVERIFIES UNTIL")
+		for _, ring := range []struct {
+			kind string
+			r    *trust.Keyring
+		}{{"command", s.commands}, {"token", s.tokens}} {
+			signing := ring.r.Signing(now).ID
+			for _, k := range ring.r.Keys() {
+				state := "verifies"
+				switch {
+				case k.ID == signing:
+					state = "signs"
+				case !k.RetireAt.IsZero() && !now.Before(k.RetireAt):
+					state = "retired"
+				case now.Before(k.SignFrom):
+					state = "published"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ring.kind, k.ID, state, keyTime(k.SignFrom), keyTime(k.RetireAt))
+			}
+		}
+		return tw.Flush()
+	})
+}
+
+func keyTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
