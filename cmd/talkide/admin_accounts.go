@@ -121,7 +121,7 @@ func newAdminUserListCmd(std stdio) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		t := table{head: []string{"USER", "TENANT", "ENV", "ROLE", "SINCE"}}
+		t := table{head: []string{"USER", "TENANT", "ENV", "ROLE", "SOURCE", "SINCE"}}
 		for _, m := range ms {
 			if f.env != "" && m.Env != f.env && m.Env != "" {
 				continue
@@ -130,7 +130,11 @@ func newAdminUserListCmd(std stdio) *cobra.Command {
 			if env == "" {
 				env = "*"
 			}
-			t.add(m.UserID, m.Tenant, env, string(m.Role), formatTime(m.CreatedAt))
+			source := "admin"
+			if m.FromClaim {
+				source = "claim" // the login's tenants claim manages it
+			}
+			t.add(m.UserID, m.Tenant, env, string(m.Role), source, formatTime(m.CreatedAt))
 		}
 		if len(t.rows) == 0 {
 			fmt.Fprintln(stdout, "no memberships (add one: talkide admin user add --tenant T --user U)")

@@ -98,19 +98,23 @@ func claimMemberships(userID, prefix string, values []string) (ms []store.Member
 	return ms, ignored
 }
 
-// syncMemberships makes userID's stored memberships those of want: it
-// sets each of want whose tenant-env exists (the others are returned as
-// ignored) and removes every other. A membership that keeps its role
-// keeps its CreatedAt.
+// syncMemberships makes the memberships of userID that a claim made those
+// of want: it sets each of want whose tenant-env exists (the others are
+// returned as ignored) and removes the claim's others. A membership an
+// operator put is kept as it is, whatever the claim says of its
+// tenant-env. A membership that keeps its role keeps its CreatedAt.
 func syncMemberships(ctx context.Context, st store.Store, userID string, want []store.Membership, now time.Time) (kept []store.Membership, ignored []string, err error) {
 	have, err := st.ListMemberships(ctx, userID, "")
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, m := range want {
-		m.CreatedAt = now
+		m.CreatedAt, m.FromClaim = now, true
 		i := slices.IndexFunc(have, func(h store.Membership) bool { return h.Tenant == m.Tenant && h.Env == m.Env })
-		if i >= 0 && have[i].Role == m.Role {
+		// An operator's membership of the same tenant-env stands as the
+		// operator set it: the claim neither changes its role nor takes it
+		// over.
+		if i >= 0 && (!have[i].FromClaim || have[i].Role == m.Role) {
 			kept = append(kept, have[i])
 			continue
 		}
@@ -130,6 +134,10 @@ func syncMemberships(ctx context.Context, st store.Store, userID string, want []
 	}
 	for _, h := range have {
 		if slices.ContainsFunc(want, func(m store.Membership) bool { return h.Tenant == m.Tenant && h.Env == m.Env }) {
+			continue
+		}
+		if !h.FromClaim {
+			kept = append(kept, h) // an operator's: no login removes it
 			continue
 		}
 		if err := st.DeleteMembership(ctx, userID, h.Tenant, h.Env); err != nil && !errors.Is(err, store.ErrNotFound) {

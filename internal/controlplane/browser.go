@@ -84,11 +84,16 @@ type MembershipView struct {
 	Tenant    string    `json:"tenant"`
 	Env       string    `json:"env,omitempty"` // "": every env of the tenant
 	Role      string    `json:"role"`
+	Source    string    `json:"source"` // admin, or claim: the login's tenants claim manages it
 	CreatedAt time.Time `json:"created_at"`
 }
 
 func membershipView(m store.Membership) MembershipView {
-	return MembershipView{User: m.UserID, Tenant: m.Tenant, Env: m.Env, Role: string(m.Role), CreatedAt: m.CreatedAt}
+	v := MembershipView{User: m.UserID, Tenant: m.Tenant, Env: m.Env, Role: string(m.Role), Source: "admin", CreatedAt: m.CreatedAt}
+	if m.FromClaim {
+		v.Source = "claim"
+	}
+	return v
 }
 
 func (s *Server) handleMe(w http.ResponseWriter, r *http.Request) error {

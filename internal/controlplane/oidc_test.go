@@ -354,33 +354,43 @@ func TestOIDCTenantsClaim(t *testing.T) {
 		must(t, err)
 		var parts []string
 		for _, m := range ms {
-			parts = append(parts, m.Tenant+"/"+m.Env+":"+string(m.Role))
+			src := "admin"
+			if m.FromClaim {
+				src = "claim"
+			}
+			parts = append(parts, m.Tenant+"/"+m.Env+":"+string(m.Role)+"("+src+")")
 		}
 		return strings.Join(parts, " ")
 	}
 
-	// test-user2 was added as a member of every env of acme.
+	// test-user2 was added by hand as a member of every env of acme: the
+	// claim adds to it and never removes it.
 	groups.set("id2", "talkide:acme/prod:tenant-admin", "engineering", "talkide:globex", "talkide:nope/none", "talkide:bad value")
 	resp, body := l.login("test-user2")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("login with groups: %d %s", resp.StatusCode, body)
 	}
-	if got, want := memberships("test-user2"), "acme/prod:tenant-admin globex/:member"; got != want {
-		t.Errorf("after the first login: %q, want %q (the tenant-wide one set by hand replaced)", got, want)
+	if got, want := memberships("test-user2"), "acme/:member(admin) acme/prod:tenant-admin(claim) globex/:member(claim)"; got != want {
+		t.Errorf("after the first login: %q, want %q", got, want)
 	}
 
-	// A membership added by hand between logins lasts until the next one.
+	// A membership added by hand between logins outlives the next one; one
+	// the claim made and no longer gives goes; a claim naming a tenant-env
+	// the operator set leaves the operator's role.
 	_, err := l.store.PutMembership(ctx, store.Membership{UserID: "test-user2", Tenant: "globex", Env: "dev", Role: store.RoleTenantAdmin, CreatedAt: start})
 	must(t, err)
-	groups.set("id2", "talkide:globex:tenant-admin", "talkide:globex")
+	groups.set("id2", "talkide:globex:tenant-admin", "talkide:globex", "talkide:acme:tenant-admin")
 	if resp, body := l.login("test-user2"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("second login: %d %s", resp.StatusCode, body)
 	}
-	if got, want := memberships("test-user2"), "globex/:tenant-admin"; got != want {
+	if got, want := memberships("test-user2"), "acme/:member(admin) globex/:tenant-admin(claim) globex/dev:tenant-admin(admin)"; got != want {
 		t.Errorf("after the second login: %q, want %q", got, want)
 	}
 
-	// The provider takes the user out of every group: no session.
+	// The operator removes theirs and the provider takes the user out of
+	// every group: no membership, no session.
+	must(t, l.store.DeleteMembership(ctx, "test-user2", "acme", ""))
+	must(t, l.store.DeleteMembership(ctx, "test-user2", "globex", "dev"))
 	groups.set("id2", "engineering")
 	if resp, body := l.login("test-user2"); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("login with no tenant left: %d %s, want 403", resp.StatusCode, body)

@@ -93,6 +93,10 @@ type Membership struct {
 	Tenant string
 	Env    string // "": every env of the tenant
 	Role   Role
+	// FromClaim says an OpenID Connect login's tenants claim made it: a
+	// later login whose claim lacks it removes it. A membership an
+	// operator put (FromClaim false) no login changes or removes.
+	FromClaim bool
 	// CreatedAt is when the membership was first set; a later PutMembership
 	// that changes the role keeps it.
 	CreatedAt time.Time

@@ -13,13 +13,19 @@ import (
 // Accounts: memberships, OpenID Connect identities, browser sessions and
 // API tokens. Hashes are lowercase hex, as the identity tokens'.
 
-const membershipColumns = `user_id, tenant, env, role, created_at`
+const membershipColumns = `user_id, tenant, env, role, created_at, source`
+
+// Membership sources, as the column holds them.
+const (
+	sourceAdmin = "admin"
+	sourceClaim = "claim"
+)
 
 const (
-	// putMembership changes the role of an existing membership and keeps
-	// its created_at.
-	putMembership = `INSERT INTO memberships (` + membershipColumns + `) VALUES ($1, $2, $3, $4, $5)
-	ON CONFLICT (user_id, tenant, env) DO UPDATE SET role = excluded.role`
+	// putMembership changes the role and source of an existing membership
+	// and keeps its created_at.
+	putMembership = `INSERT INTO memberships (` + membershipColumns + `) VALUES ($1, $2, $3, $4, $5, $6)
+	ON CONFLICT (user_id, tenant, env) DO UPDATE SET role = excluded.role, source = excluded.source`
 
 	getMembership = `SELECT ` + membershipColumns + ` FROM memberships WHERE user_id = $1 AND tenant = $2 AND env = $3`
 
@@ -40,11 +46,13 @@ func scanMembership(r Row) (store.Membership, error) {
 		m       store.Membership
 		role    string
 		created int64
+		source  string
 	)
-	if err := r.Scan(&m.UserID, &m.Tenant, &m.Env, &role, &created); err != nil {
+	if err := r.Scan(&m.UserID, &m.Tenant, &m.Env, &role, &created, &source); err != nil {
 		return store.Membership{}, err
 	}
 	m.Role = store.Role(role)
+	m.FromClaim = source == sourceClaim
 	m.CreatedAt = FromMillis(created)
 	return m, nil
 }
@@ -65,7 +73,11 @@ func (t *Tables) PutMembership(ctx context.Context, m store.Membership) (store.M
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, putMembership, m.UserID, m.Tenant, m.Env, string(m.Role), Millis(m.CreatedAt)); err != nil {
+		source := sourceAdmin
+		if m.FromClaim {
+			source = sourceClaim
+		}
+		if _, err := tx.Exec(ctx, putMembership, m.UserID, m.Tenant, m.Env, string(m.Role), Millis(m.CreatedAt), source); err != nil {
 			return t.constraint(err)
 		}
 		var err error

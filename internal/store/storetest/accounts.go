@@ -46,14 +46,26 @@ func testMemberships(t *testing.T, s store.Store) {
 	if m1.Role != store.RoleTenantAdmin || !m1.CreatedAt.Equal(ms(at(0))) {
 		t.Errorf("PutMembership again = %+v, want tenant-admin created at %v", m1, ms(at(0)))
 	}
-	put(store.Membership{UserID: "u2", Tenant: "acme", Env: "staging", Role: store.RoleMember, CreatedAt: at(time.Minute)})
+	// The source round-trips, and a later put sets it too.
+	m2 := put(store.Membership{UserID: "u2", Tenant: "acme", Env: "staging", Role: store.RoleMember, FromClaim: true, CreatedAt: at(time.Minute)})
+	if !m2.FromClaim {
+		t.Errorf("PutMembership from a claim = %+v, want FromClaim", m2)
+	}
+	if got := put(store.Membership{UserID: "u2", Tenant: "acme", Env: "staging", Role: store.RoleMember, CreatedAt: at(time.Hour)}); got.FromClaim {
+		t.Errorf("PutMembership by an operator over a claim's = %+v, want not FromClaim", got)
+	}
+	put(store.Membership{UserID: "u2", Tenant: "acme", Env: "staging", Role: store.RoleMember, FromClaim: true, CreatedAt: at(time.Minute)})
 	put(store.Membership{UserID: "u1", Tenant: "beta", Env: "prod", Role: store.RoleMember, CreatedAt: at(time.Minute)})
 	put(store.Membership{UserID: "u3", Tenant: "beta", Role: store.RoleMember, CreatedAt: at(time.Minute)})
 
 	key := func(ms []store.Membership) []string {
 		var out []string
 		for _, m := range ms {
-			out = append(out, m.UserID+"@"+m.Tenant+"/"+m.Env+":"+string(m.Role))
+			k := m.UserID + "@" + m.Tenant + "/" + m.Env + ":" + string(m.Role)
+			if m.FromClaim {
+				k += "(claim)"
+			}
+			out = append(out, k)
 		}
 		return out
 	}
@@ -62,7 +74,7 @@ func testMemberships(t *testing.T, s store.Store) {
 		want         []string
 	}{
 		"of u1":         {user: "u1", want: []string{"u1@acme/:tenant-admin", "u1@beta/prod:member"}},
-		"of acme":       {tenant: "acme", want: []string{"u1@acme/:tenant-admin", "u2@acme/staging:member"}},
+		"of acme":       {tenant: "acme", want: []string{"u1@acme/:tenant-admin", "u2@acme/staging:member(claim)"}},
 		"of beta":       {tenant: "beta", want: []string{"u3@beta/:member", "u1@beta/prod:member"}},
 		"of u1 in beta": {user: "u1", tenant: "beta", want: []string{"u1@beta/prod:member"}},
 		"of u2 in beta": {user: "u2", tenant: "beta"},
