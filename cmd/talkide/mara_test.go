@@ -22,10 +22,12 @@ func turn(t *testing.T, base, conv, text string) []streamed {
 	return readStream(t, base, conv, state.State.LastSeq, turnEnded(r.TurnID))
 }
 
+// finished returns the main agent's finished tool calls (not a
+// sub-agent's, which name their Task call as their parent).
 func finished(evs []streamed) []*contract.ToolEvent {
 	var out []*contract.ToolEvent
 	for _, s := range evs {
-		if s.ev.Kind == contract.KindToolFinished {
+		if s.ev.Kind == contract.KindToolFinished && s.ev.ParentToolUseID == "" {
 			out = append(out, s.ev.Tool)
 		}
 	}

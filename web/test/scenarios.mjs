@@ -115,6 +115,8 @@ export const scenarios = {
       check((await task.count()) === 1, `${await task.count()} Task cards`);
       const sub = task.locator("[data-testid=subagent]");
       const bash = sub.locator("[data-kind=tool][data-tool=Bash]");
+      // The page renders in frames: wait for the card, then count.
+      await bash.first().waitFor({ state: "attached", timeout: T }).catch(() => {});
       check((await bash.count()) === 1, "the sub-agent's Bash card is not under the Task card");
       check((await bash.locator("[data-testid=tool-output]").textContent()).includes("from-the-sub-agent"), "the sub-agent's Bash output is missing");
       check((await sub.locator("[data-kind=text]").count()) >= 1, "the sub-agent's text is not under the Task card");
