@@ -158,3 +158,15 @@ func (s *Server) conversationStatus(ctx context.Context, cs []store.Conversation
 		}
 	}
 }
+
+// sessionState reads a conversation's session state from its worker and
+// notes it for the list's running marks, which every such read keeps
+// current at no extra cost.
+func (s *Server) sessionState(ctx context.Context, wc *workerClient, id string) (contract.SessionState, error) {
+	var st contract.SessionState
+	if _, err := wc.do(ctx, http.MethodGet, contract.SessionPath, id, nil, &st); err != nil {
+		return contract.SessionState{}, err
+	}
+	s.activity.state(st)
+	return st, nil
+}

@@ -343,12 +343,10 @@ func (s *Server) handleGetConversation(w http.ResponseWriter, r *http.Request) e
 	if err != nil {
 		return err
 	}
-	var st contract.SessionState
-	if _, err := wc.do(r.Context(), http.MethodGet, contract.SessionPath, c.ID, nil, &st); err != nil {
+	if st, err := s.sessionState(r.Context(), wc, c.ID); err != nil {
 		view.WorkerError = workerFailure(err).(*httpapi.Error).Msg
 	} else {
 		view.State = &st
-		s.activity.state(st)
 	}
 	httpapi.WriteJSON(w, http.StatusOK, view)
 	return nil

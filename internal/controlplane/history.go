@@ -65,11 +65,10 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), historyTimeout)
 	defer cancel()
-	var st contract.SessionState
-	if _, err := wc.do(ctx, http.MethodGet, contract.SessionPath, c.ID, nil, &st); err != nil {
+	st, err := s.sessionState(ctx, wc, c.ID)
+	if err != nil {
 		return workerFailure(err)
 	}
-	s.activity.state(st)
 	page := HistoryPage{Events: []json.RawMessage{}, LastSeq: st.LastSeq}
 	hi := st.LastSeq
 	if before > 0 {

@@ -162,11 +162,10 @@ func (s *Server) handleTurnUsage(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), historyTimeout)
 	defer cancel()
-	var st contract.SessionState
-	if _, err := wc.do(ctx, http.MethodGet, contract.SessionPath, c.ID, nil, &st); err != nil {
+	st, err := s.sessionState(ctx, wc, c.ID)
+	if err != nil {
 		return workerFailure(err)
 	}
-	s.activity.state(st)
 	var evs []logEvent
 	if st.LastSeq > 0 {
 		if evs, err = s.readLog(ctx, wc, c.ID, 0, func(ev logEvent) bool { return ev.seq >= st.LastSeq }); err != nil {
