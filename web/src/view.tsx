@@ -221,7 +221,7 @@ function fmtMs(ms: number): string {
   return Math.floor(ms / 60000) + " min " + Math.round((ms % 60000) / 1000) + " s";
 }
 
-function Tool({ it }: { it: ToolItem; v: number }) {
+function Tool({ it, v }: { it: ToolItem; v: number }) {
   const [all, setAll] = useState(false);
   const isEdit = it.name === "Edit" || it.name === "Write";
   const nested = it.children.length > 0;
@@ -247,8 +247,8 @@ function Tool({ it }: { it: ToolItem; v: number }) {
           </span>
         )}
       </summary>
-      {isEdit && <EditDiff it={it} />}
-      {nested && <SubAgent it={it} />}
+      {isEdit && <EditDiff it={it} v={v} />}
+      {nested && <SubAgent it={it} v={v} />}
       {out && (
         <pre class="tool-output" data-testid="tool-output">
           {capped ? "…" + out.slice(out.length - OUTPUT_CAP) : out}
@@ -266,8 +266,10 @@ function Tool({ it }: { it: ToolItem; v: number }) {
 
 // SubAgent shows a Task call's sub-agent work: its text and tool cards,
 // each re-rendering on its own as the top-level ones do; open while it
-// runs, then folded to one line.
-function SubAgent({ it }: { it: ToolItem }) {
+// runs, then folded to one line. It takes the card's version: with hook
+// state and the same item, @preact/signals would skip it, and a child that
+// came after it opened would never show.
+function SubAgent({ it }: { it: ToolItem; v: number }) {
   const [open, setOpen] = useState(!it.done);
   const tools = it.children.filter((c) => c.type === "tool").length;
   return (

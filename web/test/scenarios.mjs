@@ -108,7 +108,10 @@ export const scenarios = {
   // compacted history, nests them the same way.
   async subagent(h) {
     const id = await newConversation(h);
-    await sendMessage(h, 'Delegate this. [[tool:Task {"description":"look around","prompt":"please [[tool:Bash {\\"command\\":\\"echo from-the-sub-agent\\"}]]"}]]');
+    // The sub-agent's reply waits 300 ms before each delta: its Bash card
+    // comes frames after its text, as with a real model, so the card must
+    // re-render its nested part, not only show what it had when it opened.
+    await sendMessage(h, 'Delegate this. [[tool:Task {"description":"look around","prompt":"please [[sleep:300]] [[tool:Bash {\\"command\\":\\"echo from-the-sub-agent\\"}]]"}]]');
     await turnEnds(h, 1);
     const nestedShape = async () => {
       const task = h.page.locator("[data-kind=tool][data-tool=Task]");
