@@ -462,6 +462,8 @@ func BenchmarkWebUILongConversation(b *testing.B) {
 	}
 	ms, _ := res["lastMessageMs"].(float64)
 	b.ReportMetric(ms, "ms-to-last-message")
+	rendered, _ := res["renderedMs"].(float64)
+	b.ReportMetric(rendered, "ms-to-whole-page")
 	n, over, maxMs := longest("loadLongTasks")
 	b.ReportMetric(n, "long-tasks-opening")
 	b.ReportMetric(maxMs, "longest-task-opening-ms")

@@ -69,7 +69,7 @@ export function TranscriptView({ s }: { s: Session }) {
   return (
     <div class="transcript-wrap">
       <div class="transcript" ref={scroller} onScroll={onScroll} data-testid="transcript" aria-label="Transcript" role="log" tabIndex={0}>
-        <div ref={inner} data-seqs={t.loose.value.join(" ")} data-testid="transcript-items">
+        <div ref={inner} data-seqs={t.loose.value.join(" ")} data-testid="transcript-items" data-unrendered={from > 0 ? from : undefined}>
           {s.hasMore.value && (
             <button class="older" onClick={() => s.loadOlder()} disabled={s.loadingOlder.value}>
               {s.loadingOlder.value ? "loading…" : "Load older messages"}

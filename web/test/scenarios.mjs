@@ -87,6 +87,11 @@ export const scenarios = {
     await h.page.goto(h.base + "/c/" + id);
     await h.page.waitForFunction(() => window.__lastAt, null, { timeout: T });
     const lastMessageMs = await h.page.evaluate(() => window.__lastAt);
+    // The older items of the page render a few a frame after the last
+    // message: wait for all of them, so that the footers counted below are
+    // all the page's and the streaming figures do not include that work.
+    await h.page.waitForFunction(() => !document.querySelector("[data-testid=transcript-items][data-unrendered]"), null, { timeout: T });
+    const renderedMs = await h.page.evaluate(() => performance.now());
     const loadLongTasks = await h.page.evaluate(() => window.__longtasks.slice());
     await h.page.locator('[data-testid=conn][data-state=live]').waitFor({ timeout: T });
     const turns = await h.page.locator(".turn-footer").count();
@@ -98,9 +103,11 @@ export const scenarios = {
     await sendMessage(h, "Stream this back. " + words + " [[sleep:5]]");
     await turnEnds(h, turns + 1, 120_000);
     const streamMs = Date.now() - t0;
+    const reply = h.page.locator("[data-kind=text]").last();
+    check((await reply.textContent()).includes("word1499"), "the streamed reply's last word is not on the page");
     const streamLongTasks = await h.page.evaluate(() => window.__longtasks.slice());
     await h.screenshot("streamed");
-    h.result({ conversation: id, lastMessageMs, loadLongTasks, streamLongTasks, streamMs, domSeqs: await domSeqs(h) });
+    h.result({ conversation: id, lastMessageMs, renderedMs, loadLongTasks, streamLongTasks, streamMs, domSeqs: await domSeqs(h) });
   },
 
   // A Task call: its sub-agent's text and tool cards show under the Task
