@@ -7,8 +7,10 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +43,7 @@ var scenarios = []struct {
 	{name: "two_tools", text: `Two at once. [[tool:Bash {"command":"echo one"}]] [[tool:Bash {"command":"echo two; exit 3"}]]`},
 	{name: "write", text: `[[tool:Write {"file_path":"WORKSPACE/notes.txt","content":"hello\n"}]]`},
 	{name: "resumed", text: "after the restart", restart: true},
+	{name: "task", text: `Delegate this. [[tool:Agent {"description":"look around","subagent_type":"general-purpose","run_in_background":false,"prompt":"please [[tool:Bash {\"command\":\"echo from-the-sub-agent\"}]]"}]]`},
 	{name: "max_turns", text: `loop [[tool:Bash {"command":"echo again"}]]`, restart: true, maxTurns: 1},
 	{name: "api_error", text: `fail please [[error:400]]`},
 }
@@ -51,6 +54,17 @@ var scenarios = []struct {
 func record(t *testing.T, bin string) {
 	sim := newSimulator(t)
 	s := newSession(t, "rec")
+	// The CLI runs in the sandbox, which lets it connect only to the ports
+	// of the worker's proxies: here the simulator stands for them.
+	u, err := url.Parse(sim.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.jail.Ports = append(s.jail.Ports, port)
 	var mu bytes.Buffer
 	var h *Harness
 	newHarness := func(maxTurns int) {
@@ -155,5 +169,81 @@ func TestGoldenTranscripts(t *testing.T) {
 				t.Errorf("mapping of %s.jsonl (-want +got):\n%s", sc.name, diff)
 			}
 		})
+	}
+}
+
+// TestSubAgentInterrupted: a turn stopped while a sub-agent's tool call
+// runs finishes both calls, the sub-agent's under its Agent call, and the
+// session transcript answers only the main agent's call: the sub-agent's
+// never was in it.
+func TestSubAgentInterrupted(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(transcriptDir, "task.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []contract.Event
+	tr := &memTranscript{}
+	turn := &harness.Turn{
+		ConversationID: "rec", TurnID: "t1", Transcript: tr,
+		Emit:   func(ev contract.Event) { events = append(events, ev) },
+		Report: func(contract.Report) {},
+	}
+	m := newMapper(turn, time.Now, slog.New(slog.DiscardHandler), 200)
+	var agentID, bashID string
+	for line := range bytes.Lines(data) {
+		var l cliLine
+		if err := json.Unmarshal(line, &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Type == "user" && l.ParentToolUseID != nil && bytes.Contains(line, []byte(`"tool_result"`)) {
+			break // the sub-agent's Bash call never answers
+		}
+		if done, _, err := m.handle(line); done || err != nil {
+			t.Fatalf("the turn ended early: %v", err)
+		}
+	}
+	m.interrupted()
+	for _, ev := range events {
+		if ev.Kind != contract.KindToolStarted {
+			continue
+		}
+		if ev.ParentToolUseID == "" {
+			agentID = ev.Tool.ID
+		} else {
+			bashID = ev.Tool.ID
+			if ev.Tool.Name != "Bash" {
+				t.Errorf("the sub-agent's call is %q, want Bash", ev.Tool.Name)
+			}
+		}
+	}
+	if agentID == "" || bashID == "" {
+		t.Fatalf("want an Agent call and a sub-agent Bash call, got %+v", events)
+	}
+	finished := map[string]string{}
+	for _, ev := range events {
+		if ev.Kind == contract.KindToolFinished {
+			if !ev.Tool.IsError {
+				t.Errorf("%s finished without an error after the interrupt", ev.Tool.ID)
+			}
+			finished[ev.Tool.ID] = ev.ParentToolUseID
+		}
+	}
+	if p, ok := finished[bashID]; !ok || p != agentID {
+		t.Errorf("the sub-agent's call finished %v under %q, want under %q", ok, p, agentID)
+	}
+	if p, ok := finished[agentID]; !ok || p != "" {
+		t.Errorf("the Agent call finished %v under %q, want at the top", ok, p)
+	}
+	recs, _ := tr.Records()
+	var b strings.Builder
+	for _, r := range recs {
+		b.Write(r)
+	}
+	all := b.String()
+	if strings.Contains(all, bashID) {
+		t.Errorf("the session transcript names the sub-agent's call %s: %s", bashID, all)
+	}
+	if !strings.Contains(all, `"tool_use_id":"`+agentID+`"`) {
+		t.Errorf("the session transcript does not answer the Agent call %s: %s", agentID, all)
 	}
 }

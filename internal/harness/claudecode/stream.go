@@ -117,8 +117,9 @@ type modelCall struct {
 }
 
 type openTool struct {
-	name  string
-	start time.Time
+	name   string
+	start  time.Time
+	parent string // the Agent call whose sub-agent made this call; "" for the main agent
 }
 
 // mapper turns the CLI's stream-json lines of one turn into contract events,
@@ -164,8 +165,7 @@ func (m *mapper) handle(raw []byte) (done bool, res harness.Result, err error) {
 		m.sessionID = l.SessionID
 	}
 	if l.ParentToolUseID != nil && *l.ParentToolUseID != "" {
-		// A sub-agent's own messages: the user sees the sub-agent as
-		// one tool call (its tool.started and tool.finished).
+		m.subAgent(&l, *l.ParentToolUseID)
 		return false, res, nil
 	}
 	switch l.Type {
@@ -344,15 +344,49 @@ func (m *mapper) flush() {
 		m.appendRecord("assistant", c.blocks)
 	}
 	for _, b := range uses {
-		input := b.Input
-		if len(input) == 0 || string(input) == "null" {
-			input = json.RawMessage("{}")
+		m.startTool(b, "")
+	}
+}
+
+func (m *mapper) startTool(b apiBlock, parent string) {
+	input := b.Input
+	if len(input) == 0 || string(input) == "null" {
+		input = json.RawMessage("{}")
+	}
+	m.emit(contract.Event{Kind: contract.KindToolStarted, ParentToolUseID: parent, Tool: &contract.ToolEvent{ID: b.ID, Name: b.Name, Input: input}})
+	if _, dup := m.open[b.ID]; !dup {
+		m.openOrder = append(m.openOrder, b.ID)
+	}
+	m.open[b.ID] = openTool{name: b.Name, start: m.now(), parent: parent}
+}
+
+// subAgent maps a line of a sub-agent, the work of an Agent (Task) call,
+// onto events that name the call (parent_tool_use_id), so a client shows
+// them nested under it. The CLI prints a sub-agent's messages whole, not
+// streamed, and only some of them (its tool calls and their results; not
+// always its text): what it prints is shown. None of it goes into the
+// session's transcript, where the CLI keeps no sub-agent's messages
+// either (it keeps them apart), and no usage is reported from these
+// lines: they carry a call's usage before the call ended, and the gateway
+// counts every call, a sub-agent's too, exactly.
+func (m *mapper) subAgent(l *cliLine, parent string) {
+	if l.Type != "assistant" && l.Type != "user" {
+		return
+	}
+	var msg apiMessage
+	if err := json.Unmarshal(l.Message, &msg); err != nil {
+		m.log.Warn("claude code printed a sub-agent message that could not be read", "err", err)
+		return
+	}
+	for _, b := range msg.Content {
+		switch {
+		case l.Type == "assistant" && b.Type == "text" && b.Text != "" && !l.IsAPIErrorMessage:
+			m.emit(contract.Event{Kind: contract.KindMessage, ParentToolUseID: parent, Text: b.Text})
+		case l.Type == "assistant" && b.Type == "tool_use":
+			m.startTool(b, parent)
+		case l.Type == "user" && b.Type == "tool_result":
+			m.finishTool(b.ToolUseID, resultText(b.Content), b.IsError)
 		}
-		m.emit(contract.Event{Kind: contract.KindToolStarted, Tool: &contract.ToolEvent{ID: b.ID, Name: b.Name, Input: input}})
-		if _, dup := m.open[b.ID]; !dup {
-			m.openOrder = append(m.openOrder, b.ID)
-		}
-		m.open[b.ID] = openTool{name: b.Name, start: m.now()}
 	}
 }
 
@@ -387,7 +421,7 @@ func (m *mapper) finishTool(id, output string, isError bool) {
 	}
 	out, truncated := truncate(output, m.maxToolOutput)
 	dur := m.now().Sub(t.start).Milliseconds()
-	m.emit(contract.Event{Kind: contract.KindToolFinished, Tool: &contract.ToolEvent{
+	m.emit(contract.Event{Kind: contract.KindToolFinished, ParentToolUseID: t.parent, Tool: &contract.ToolEvent{
 		ID: id, Name: t.name, Output: out, Truncated: truncated, IsError: isError, DurationMS: dur,
 	}})
 	m.report(contract.Report{Kind: contract.ReportToolUse, IdempotencyKey: "tool-" + id,
@@ -403,11 +437,16 @@ func (m *mapper) closeOpenTools(why string) {
 	}
 	var results []apiBlock
 	for _, id := range append([]string(nil), m.openOrder...) {
-		content, _ := json.Marshal(why)
-		results = append(results, apiBlock{Type: "tool_result", ToolUseID: id, Content: content, IsError: true})
+		if m.open[id].parent == "" {
+			// A sub-agent's calls are not in the transcript (see subAgent).
+			content, _ := json.Marshal(why)
+			results = append(results, apiBlock{Type: "tool_result", ToolUseID: id, Content: content, IsError: true})
+		}
 		m.finishTool(id, why, true)
 	}
-	m.appendRecord("user", results)
+	if len(results) > 0 {
+		m.appendRecord("user", results)
+	}
 }
 
 // interrupted closes the turn's state after the CLI was stopped mid-turn.
