@@ -388,6 +388,11 @@ func TestReplicaKilledMidStream(t *testing.T) {
 	// One client message id sent through each replica is one turn.
 	msg := controlplane.SendRequest{ClientMessageID: "m-twice", Text: `Again. [[tool:Bash {"command":"echo started; sleep 30"}]]`}
 	first := sendAs(t, rs.url(survivor), conv.ID, token, msg)
+	// The restarted replica neither forwarded that message nor relays the
+	// conversation: its list learns of the turn from the worker.
+	if st := listStatusAs(t, rs.url(victim), token)[conv.ID]; st != contract.StatusRunning+":"+first.TurnID {
+		t.Errorf("replica %d lists the conversation as %q while turn %s runs", victim, st, first.TurnID)
+	}
 	second := sendAs(t, rs.url(victim), conv.ID, token, msg)
 	if first.TurnID == "" || second.TurnID != first.TurnID || !second.Duplicate {
 		t.Fatalf("the same client message id through two replicas: %+v then %+v; want one turn", first, second)
@@ -448,6 +453,35 @@ func interruptAs(t *testing.T, base, conv, token string) contract.InterruptRespo
 	var r contract.InterruptResponse
 	postAs(t, base+"/api/conversations/"+conv+"/interrupt", token, nil, &r)
 	return r
+}
+
+// listStatusAs is each conversation's status in the list at base, as the
+// holder of token sees it: "idle", or "running:" and the turn.
+func listStatusAs(t *testing.T, base, token string) map[string]string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/api/conversations", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var l struct {
+		Conversations []controlplane.ConversationView `json:"conversations"`
+	}
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s/api/conversations: %d %s", base, resp.StatusCode, data)
+	}
+	must(t, json.Unmarshal(data, &l))
+	out := map[string]string{}
+	for _, c := range l.Conversations {
+		out[c.ID] = c.Status
+		if c.Status == contract.StatusRunning {
+			out[c.ID] += ":" + c.RunningTurnID
+		}
+	}
+	return out
 }
 
 func postAs(t *testing.T, url, token string, in, out any) {

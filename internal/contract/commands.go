@@ -8,7 +8,7 @@ const Version = "v1"
 // Worker command paths (control-plane → worker). All are signed with
 // X-Worker-Token except HealthPath.
 const (
-	SessionsPath  = "/v1/sessions"                // POST: create or get
+	SessionsPath  = "/v1/sessions"                // POST: create or get; GET: the sessions whose turn runs
 	SessionPath   = "/v1/sessions/{id}"           // GET: state
 	MessagesPath  = "/v1/sessions/{id}/messages"  // POST: send a user message
 	StreamPath    = "/v1/sessions/{id}/stream"    // GET: SSE events
@@ -44,6 +44,20 @@ type SessionState struct {
 	CreatedAt      time.Time `json:"created_at"`
 	Harness        string    `json:"harness"`
 }
+
+// RunningSessions is the answer to GET /v1/sessions: the worker's sessions
+// with a turn running, at most MaxRunningSessions of them (Truncated when
+// there were more). A worker holds many sessions open and runs few turns at
+// once, so the list stays short; a control-plane reads it for the
+// conversation list's running marks, one call per tenant-env instead of one
+// per conversation.
+type RunningSessions struct {
+	Sessions  []SessionState `json:"sessions"`
+	Truncated bool           `json:"truncated,omitempty"`
+}
+
+// MaxRunningSessions bounds RunningSessions.Sessions.
+const MaxRunningSessions = 1000
 
 // Session statuses.
 const (

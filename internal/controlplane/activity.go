@@ -12,21 +12,28 @@ import (
 	"github.com/talkide/platform/internal/store"
 )
 
-// Whether a conversation's turn runs, as this replica knows it, for the
-// conversation list. Asking each conversation's worker on every list would
-// cost a signed call per conversation; instead the replica keeps what it
-// sees anyway: the turn.started and terminal events of every stream it
-// relays (hubs and catch-ups), the turn a message it forwarded started,
-// and every session state it reads from a worker. Only a turn believed to
-// run that no relayed stream follows is asked about again, at most every
-// activityRecheck, so that its end shows even when nobody watches it.
+// Whether a conversation's turn runs, for the conversation list. The
+// replica keeps what it sees anyway: the turn.started and terminal events
+// of every stream it relays (hubs and catch-ups), the turn a message it
+// forwarded started, and every session state it reads from a worker. What
+// it cannot see, a turn started through another replica (or before this
+// one started) and the end of a turn no relayed stream follows, it asks
+// the workers: a list reads each of its tenant-envs' running sessions
+// (GET /v1/sessions, one signed call per tenant-env) at most every
+// activityRecheck, and learns from that which turns run and which of the
+// turns it believed running have ended. A worker that does not answer the
+// listing is asked, as before there was one, about each turn believed to
+// run that no relayed stream follows.
 //
-// What the replica never saw, it does not know: a turn started through
-// another replica, or before this one started, shows as idle here until
-// this replica relays the conversation's stream or reads its state.
+// During a worker's rolling update two replicas serve one tenant-env and
+// the listing reaches one of them: a turn on the other shows from the
+// next listing that reaches it, or as soon as this replica relays the
+// conversation.
 
-// Bounds of the checks one list makes of turns nobody follows.
+// Bounds of the checks one list makes of the workers.
 const (
+	// activityRecheck is how often a tenant-env's running sessions are
+	// read, and a turn nobody follows asked about, at most.
 	activityRecheck      = 3 * time.Second
 	activityCheckTimeout = 2 * time.Second
 	maxActivityChecks    = 16
@@ -52,12 +59,18 @@ type activity struct {
 	mu     sync.Mutex
 	m      map[string]turnMark // guarded by mu
 	writes int                 // guarded by mu; a sweep every activitySweep writes
+	// listed is when each tenant-env's running sessions were last asked
+	// for (guarded by mu); an entry is taken before the call, so lists at
+	// the same moment make one call.
+	listed map[envKey]time.Time
 }
+
+type envKey struct{ tenant, env string }
 
 const activitySweep = 256
 
 func newActivity(now func() time.Time) *activity {
-	return &activity{now: now, m: map[string]turnMark{}}
+	return &activity{now: now, m: map[string]turnMark{}, listed: map[envKey]time.Time{}}
 }
 
 // learn records that at position seq of conversation id's log a turn runs
@@ -116,11 +129,116 @@ func (a *activity) state(st contract.SessionState) {
 	a.learn(st.ConversationID, st.LastSeq, st.Status == contract.StatusRunning, st.RunningTurnID)
 }
 
+// takeListing reports whether the caller should read env's running
+// sessions now, and if so notes that it does.
+func (a *activity) takeListing(k envKey) bool {
+	now := a.now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if now.Sub(a.listed[k]) < activityRecheck {
+		return false
+	}
+	a.listed[k] = now
+	if len(a.listed) > activitySweep {
+		for e, at := range a.listed {
+			if now.Sub(at) > activityForget {
+				delete(a.listed, e)
+			}
+		}
+	}
+	return true
+}
+
+// listing learns from a tenant-env's running sessions, read after before
+// was taken of the marks of cs (that env's listed conversations): each
+// listed session runs; a conversation believed to run that is not listed
+// has ended, unless a newer mark came meanwhile (learn keeps the newest).
+func (a *activity) listing(rs contract.RunningSessions, cs []store.Conversation, before map[string]turnMark) {
+	listed := make(map[string]bool, len(rs.Sessions))
+	for _, st := range rs.Sessions {
+		if st.Status == contract.StatusRunning && st.ConversationID != "" {
+			listed[st.ConversationID] = true
+			a.state(st)
+		}
+	}
+	if rs.Truncated {
+		return
+	}
+	for _, c := range cs {
+		if mk, ok := before[c.ID]; ok && mk.running && !listed[c.ID] {
+			a.learn(c.ID, mk.seq, false, "")
+		}
+	}
+}
+
 // conversationStatus fills views' Status (and RunningTurnID) from the
-// marks, first asking the workers about turns believed to run that no
-// relayed stream follows and that were not checked in the last
-// activityRecheck (at most maxActivityChecks of them, newest first).
+// marks, first reading the running sessions of the conversations'
+// tenant-envs not read in the last activityRecheck (at most
+// maxActivityChecks of them); for a tenant-env whose worker does not
+// answer that, it asks about the turns believed to run that no relayed
+// stream follows instead, one by one.
 func (s *Server) conversationStatus(ctx context.Context, cs []store.Conversation, views []ConversationView) {
+	byEnv := map[envKey][]store.Conversation{}
+	var order []envKey
+	for _, c := range cs {
+		k := envKey{c.Tenant, c.Env}
+		if _, ok := byEnv[k]; !ok {
+			order = append(order, k)
+		}
+		byEnv[k] = append(byEnv[k], c)
+	}
+	var mu sync.Mutex
+	var unlisted []store.Conversation // of tenant-envs whose listing failed
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, activityParallel)
+	checks := 0
+	for _, k := range order {
+		if checks == maxActivityChecks || !s.activity.takeListing(k) {
+			continue
+		}
+		checks++
+		envCs := byEnv[k]
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			before := make(map[string]turnMark, len(envCs))
+			for _, c := range envCs {
+				if mk, ok := s.activity.mark(c.ID); ok {
+					before[c.ID] = mk
+				}
+			}
+			cctx, cancel := context.WithTimeout(ctx, activityCheckTimeout)
+			defer cancel()
+			wc, err := s.workerFor(cctx, k.tenant, k.env)
+			if err != nil {
+				return
+			}
+			var rs contract.RunningSessions
+			if _, err := wc.do(cctx, http.MethodGet, contract.SessionsPath, "", nil, &rs); err != nil {
+				mu.Lock()
+				unlisted = append(unlisted, envCs...)
+				mu.Unlock()
+				return
+			}
+			s.activity.listing(rs, envCs, before)
+		})
+	}
+	wg.Wait()
+	s.checkUnfollowed(ctx, unlisted)
+	for i := range views {
+		views[i].Status = contract.StatusIdle
+		if mk, ok := s.activity.mark(views[i].ID); ok && mk.running {
+			views[i].Status = contract.StatusRunning
+			views[i].RunningTurnID = mk.turn
+		}
+	}
+}
+
+// checkUnfollowed asks the workers, one conversation at a time, about the
+// turns of cs believed to run that no relayed stream follows and that were
+// not learned about in the last activityRecheck (at most
+// maxActivityChecks, in cs's order: newest first).
+func (s *Server) checkUnfollowed(ctx context.Context, cs []store.Conversation) {
 	now := s.cfg.Now()
 	var stale []store.Conversation
 	for _, c := range cs {
@@ -129,34 +247,22 @@ func (s *Server) conversationStatus(ctx context.Context, cs []store.Conversation
 			stale = append(stale, c)
 		}
 	}
-	if len(stale) > 0 {
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, activityParallel)
-		for _, c := range stale {
-			wg.Go(func() {
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				cctx, cancel := context.WithTimeout(ctx, activityCheckTimeout)
-				defer cancel()
-				wc, err := s.workerFor(cctx, c.Tenant, c.Env)
-				if err != nil {
-					return
-				}
-				var st contract.SessionState
-				if _, err := wc.do(cctx, http.MethodGet, contract.SessionPath, c.ID, nil, &st); err == nil {
-					s.activity.state(st)
-				}
-			})
-		}
-		wg.Wait()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, activityParallel)
+	for _, c := range stale {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cctx, cancel := context.WithTimeout(ctx, activityCheckTimeout)
+			defer cancel()
+			wc, err := s.workerFor(cctx, c.Tenant, c.Env)
+			if err != nil {
+				return
+			}
+			s.sessionState(cctx, wc, c.ID)
+		})
 	}
-	for i := range views {
-		views[i].Status = contract.StatusIdle
-		if mk, ok := s.activity.mark(views[i].ID); ok && mk.running {
-			views[i].Status = contract.StatusRunning
-			views[i].RunningTurnID = mk.turn
-		}
-	}
+	wg.Wait()
 }
 
 // sessionState reads a conversation's session state from its worker and

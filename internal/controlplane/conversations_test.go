@@ -49,9 +49,15 @@ func TestUpdateConversation(t *testing.T) {
 
 	patch := func(body string) controlplane.ConversationView {
 		t.Helper()
+		before := h.worker.Requests()
 		resp, b := h.do(http.MethodPatch, "/api/conversations/c1", body, nil)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("PATCH %s: %d %s", body, resp.StatusCode, b)
+		}
+		// The list reads the worker's running sessions; a rename or an
+		// archive is the store's alone.
+		if n := h.worker.Requests() - before; n != 0 {
+			t.Errorf("PATCH %s asked the worker %d times", body, n)
 		}
 		var v controlplane.ConversationView
 		decodeJSON(t, b, &v)
@@ -92,9 +98,6 @@ func TestUpdateConversation(t *testing.T) {
 	c, err := h.store.GetConversation(t.Context(), "c1")
 	if err != nil || c.Title != "Back" || !c.ArchivedAt.IsZero() {
 		t.Errorf("stored %+v, %v", c, err)
-	}
-	if n := h.worker.Requests(); n != 0 {
-		t.Errorf("renaming and archiving asked the worker %d times", n)
 	}
 }
 
@@ -160,6 +163,10 @@ type statusWorker struct {
 	mu    sync.Mutex
 	state map[string]contract.SessionState
 	gets  int
+	// listing: GET /v1/sessions answers the running ones of state (an
+	// older worker without it answers 405).
+	listing bool
+	lists   int
 }
 
 func (sw *statusWorker) set(st contract.SessionState) {
@@ -169,6 +176,23 @@ func (sw *statusWorker) set(st contract.SessionState) {
 }
 
 func (sw *statusWorker) command(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet && r.URL.Path == contract.SessionsPath {
+		sw.mu.Lock()
+		defer sw.mu.Unlock()
+		if !sw.listing {
+			httpapi.WriteError(w, http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed, "method GET is not allowed here; use POST")
+			return true
+		}
+		sw.lists++
+		out := contract.RunningSessions{Sessions: []contract.SessionState{}}
+		for _, st := range sw.state {
+			if st.Status == contract.StatusRunning {
+				out.Sessions = append(out.Sessions, st)
+			}
+		}
+		httpapi.WriteJSON(w, http.StatusOK, out)
+		return true
+	}
 	id, ok := strings.CutPrefix(r.URL.Path, "/v1/sessions/")
 	if r.Method != http.MethodGet || !ok || strings.Contains(id, "/") {
 		return false
@@ -188,6 +212,82 @@ func (sw *statusWorker) Gets() int {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	return sw.gets
+}
+
+func (sw *statusWorker) Lists() int {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return sw.lists
+}
+
+// TestListStatusFromRunningSessions: with a worker that lists its running
+// sessions, the list shows a turn this replica never saw start (another
+// replica forwarded its message) and its end, reading the listing once per
+// tenant-env at most every few seconds and asking about no conversation
+// one by one.
+func TestListStatusFromRunningSessions(t *testing.T) {
+	sw := &statusWorker{state: map[string]contract.SessionState{}, listing: true}
+	h := newHarness(t, harnessOptions{worker: fakeOptions{command: sw.command}})
+	h.insertConversation("elsewhere", user, env)
+	h.insertConversation("quiet", user, env)
+	status := func() map[string]string {
+		t.Helper()
+		out := map[string]string{}
+		for _, c := range h.list("").Conversations {
+			out[c.ID] = c.Status
+			if c.Status == contract.StatusRunning {
+				out[c.ID] += ":" + c.RunningTurnID
+			}
+		}
+		return out
+	}
+	want := func(what string, lists int, w map[string]string) {
+		t.Helper()
+		got := status()
+		for id, s := range w {
+			if got[id] != s {
+				t.Errorf("%s: %s is %q, want %q (all: %v)", what, id, got[id], s, got)
+			}
+		}
+		if sw.Lists() != lists {
+			t.Errorf("%s: the worker's running sessions were read %d times, want %d", what, sw.Lists(), lists)
+		}
+		if sw.Gets() != 0 {
+			t.Errorf("%s: the list asked about %d conversations one by one", what, sw.Gets())
+		}
+	}
+	want("nothing runs", 1, map[string]string{"elsewhere": "idle", "quiet": "idle"})
+	// Another replica forwarded a message: this one learns of the turn
+	// from the next listing, not before.
+	sw.set(contract.SessionState{ConversationID: "elsewhere", Status: contract.StatusRunning, RunningTurnID: "t_o", LastSeq: 7})
+	want("read just now", 1, map[string]string{"elsewhere": "idle"})
+	h.clock.Advance(4 * time.Second)
+	want("started elsewhere", 2, map[string]string{"elsewhere": "running:t_o", "quiet": "idle"})
+	// It ends with nobody here following it.
+	sw.set(contract.SessionState{ConversationID: "elsewhere", Status: contract.StatusIdle, LastSeq: 9})
+	h.clock.Advance(4 * time.Second)
+	want("ended elsewhere", 3, map[string]string{"elsewhere": "idle", "quiet": "idle"})
+}
+
+// TestListStatusWithoutListing: a worker that cannot list its running
+// sessions (405) still gets the turns believed to run asked about one by
+// one.
+func TestListStatusWithoutListing(t *testing.T) {
+	sw := &statusWorker{state: map[string]contract.SessionState{}}
+	h := newHarness(t, harnessOptions{worker: fakeOptions{command: sw.command}})
+	h.insertConversation("busy", user, env)
+	if resp, body := h.do(http.MethodPost, "/api/conversations/busy/messages", `{"text":"hi"}`, nil); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("send: %d %s", resp.StatusCode, body)
+	}
+	sw.set(contract.SessionState{ConversationID: "busy", Status: contract.StatusIdle, LastSeq: 9})
+	h.clock.Advance(4 * time.Second)
+	l := h.list("")
+	if len(l.Conversations) != 1 || l.Conversations[0].Status != contract.StatusIdle {
+		t.Fatalf("the ended turn still shows: %+v", l.Conversations)
+	}
+	if sw.Gets() != 1 {
+		t.Errorf("the worker was asked about %d conversations, want 1", sw.Gets())
+	}
 }
 
 // TestListStatus: a turn this replica started shows as running in the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
@@ -19,6 +20,7 @@ import (
 func (w *Worker) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST "+contract.SessionsPath, w.signed(w.handleCreate))
+	mux.Handle("GET "+contract.SessionsPath, w.signed(w.handleRunning))
 	mux.Handle("GET "+contract.SessionPath, w.signed(w.handleState))
 	mux.Handle("POST "+contract.MessagesPath, w.signed(w.handleSend))
 	mux.Handle("GET "+contract.StreamPath, w.signed(w.handleStream))
@@ -29,7 +31,7 @@ func (w *Worker) Handler() http.Handler {
 	// A known path with another method is a 405 in the contract's error
 	// shape; without these, "/" below would answer 404.
 	for path, allow := range map[string]string{
-		contract.SessionsPath:  http.MethodPost,
+		contract.SessionsPath:  http.MethodGet + ", " + http.MethodPost,
 		contract.SessionPath:   http.MethodGet,
 		contract.MessagesPath:  http.MethodPost,
 		contract.StreamPath:    http.MethodGet,
@@ -58,7 +60,7 @@ func (w *Worker) signed(h signedHandler) http.Handler {
 			return &httpapi.Error{Status: http.StatusUnauthorized, Code: contract.CodeUnauthorized,
 				Msg: "the command's X-Worker-Token signature is missing, invalid, expired or replayed", Err: err}
 		}
-		if id := r.PathValue("id"); r.Pattern != "POST "+contract.SessionsPath {
+		if id := r.PathValue("id"); strings.Contains(r.Pattern, "{id}") {
 			if err := httpapi.ID("conversation id", id); err != nil {
 				return err
 			}
@@ -111,6 +113,31 @@ func (w *Worker) handleCreate(rw http.ResponseWriter, r *http.Request, body []by
 		w.log.Info("session created", "conversation", s.id)
 	}
 	httpapi.WriteJSON(rw, status, st)
+	return nil
+}
+
+// handleRunning lists the sessions whose turn runs. A session still being
+// opened from disk runs nothing yet.
+func (w *Worker) handleRunning(rw http.ResponseWriter, r *http.Request, _ []byte) error {
+	w.mu.Lock()
+	open := make([]*session, 0, len(w.sessions))
+	for _, s := range w.sessions {
+		open = append(open, s)
+	}
+	w.mu.Unlock()
+	out := contract.RunningSessions{Sessions: []contract.SessionState{}}
+	for _, s := range open {
+		st := s.state()
+		if st.Status != contract.StatusRunning {
+			continue
+		}
+		if len(out.Sessions) == contract.MaxRunningSessions {
+			out.Truncated = true
+			break
+		}
+		out.Sessions = append(out.Sessions, st)
+	}
+	httpapi.WriteJSON(rw, http.StatusOK, out)
 	return nil
 }
 

@@ -1158,7 +1158,7 @@ func TestBadRequests(t *testing.T) {
 			status: http.StatusNotFound, code: contract.CodeNotFound,
 		},
 		"wrong method: sessions": {
-			method: http.MethodGet, path: contract.SessionsPath,
+			method: http.MethodDelete, path: contract.SessionsPath,
 			status: http.StatusMethodNotAllowed, code: contract.CodeMethodNotAllowed,
 		},
 		"wrong method: session": {
@@ -1339,5 +1339,40 @@ func TestCommandSignedWithRetiredKeyRefused(t *testing.T) {
 	wantError(t, resp, b, http.StatusUnauthorized, contract.CodeUnauthorized)
 	if resp, b := create(newSigner, "conv-late"); resp.StatusCode != http.StatusCreated {
 		t.Fatalf("new key after the grace: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestRunningSessions: GET /v1/sessions lists the sessions whose turn runs,
+// with the turn, and none once it ended; an idle session is not listed.
+func TestRunningSessions(t *testing.T) {
+	tw := newTestWorker(t, workerOpts{})
+	running := func() contract.RunningSessions {
+		t.Helper()
+		resp, b := tw.call(t, http.MethodGet, contract.SessionsPath, nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("list: %d %s", resp.StatusCode, b)
+		}
+		return decode[contract.RunningSessions](t, b)
+	}
+	if got := running(); len(got.Sessions) != 0 || got.Truncated {
+		t.Fatalf("a worker without sessions lists %+v", got)
+	}
+	tw.create(t, "conv-busy")
+	tw.create(t, "conv-idle")
+	_, sent := tw.sendMessage(t, "conv-busy", "m1", "hello")
+	ft := tw.h.next(t)
+	got := running()
+	if len(got.Sessions) != 1 || got.Sessions[0].ConversationID != "conv-busy" ||
+		got.Sessions[0].Status != contract.StatusRunning || got.Sessions[0].RunningTurnID != sent.TurnID {
+		t.Fatalf("while conv-busy's turn %s runs the list is %+v", sent.TurnID, got)
+	}
+	ft.finish("end_turn")
+	ft.waitEnded(t)
+	deadline := time.Now().Add(waitFor)
+	for len(running().Sessions) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ended turn is still listed: %+v", running())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
