@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/talkide/platform/internal/budget"
@@ -214,12 +215,12 @@ func (s *Server) countsBeyond(ctx context.Context, user, tenant, env string, sts
 	if !from.Before(now) {
 		return false, nil
 	}
-	rep, err := s.cfg.Budget.Report(ctx, budget.ReportQuery{User: user, From: from, By: []budget.Dimension{budget.ByTenant, budget.ByEnv}})
+	rep, err := s.cfg.Budget.Report(ctx, budget.ReportQuery{User: user, From: from, By: []budget.Dimension{budget.ByEnv}})
 	if err != nil {
 		return false, err
 	}
 	for _, row := range rep.Rows {
-		if !inside(row.Key[0], row.Key[1]) {
+		if t, e, _ := strings.Cut(row.Key[0], "/"); !inside(t, e) {
 			return true, nil
 		}
 	}
