@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/store"
 )
 
 // TestBrowserOrganize: rename and archive round trip in the browser, by
@@ -62,4 +66,89 @@ func TestBrowserBudget(t *testing.T) {
 		t.Errorf("the footer's cost is %s, the budget counted %s", cost, usd(used))
 	}
 	t.Logf("header: %v", res["text"])
+}
+
+// TestBrowserTenantBudget: on a shared control-plane (no local user,
+// API tokens), a member sends a message, is offered no tenant budget and
+// is refused it by the API; then the tenant's administrator opens it from
+// the header and sees the tenant's limit and the member's, with what the
+// budget service counts, and the member's spend as the ledger has it.
+func TestBrowserTenantBudget(t *testing.T) {
+	browserReady(t)
+	st, err := startDev(context.Background(), devConfig{
+		dataDir: t.TempDir(), addr: "127.0.0.1:0",
+		login:  &authFlags{trustedHeader: auth.DefaultTrustedHeader, sessionIdle: time.Hour, sessionAbsolute: 2 * time.Hour},
+		logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatalf("startDev: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := st.shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	ctx := t.Context()
+	now := time.Now().UTC()
+	tokens := map[string]string{}
+	for user, role := range map[string]store.Role{"alice": store.RoleMember, "carol": store.RoleTenantAdmin} {
+		must(t, st.cp.store.PutUser(ctx, store.User{ID: user, Name: user, CreatedAt: now}))
+		_, err := st.cp.store.PutMembership(ctx, store.Membership{UserID: user, Tenant: devTenant, Role: role, CreatedAt: now})
+		must(t, err)
+		tok, _, err := auth.IssueAPIToken(ctx, st.cp.store, user, "browser", 0, now)
+		must(t, err)
+		tokens[user] = tok
+	}
+	for _, l := range []budget.Limit{
+		{Subject: budget.Tenant(devTenant), Kind: budget.SpendPerDay, Max: int64(50 * budget.Dollar)},
+		{Subject: budget.User("alice"), Kind: budget.SpendPerDay, Max: int64(5 * budget.Dollar)},
+	} {
+		must(t, st.cp.budget.SetLimit(ctx, l))
+	}
+	env := func(user, expect string) []string {
+		return []string{"TALKIDE_AUTHORIZATION=Bearer " + tokens[user], "TALKIDE_EXPECT=" + expect, "TALKIDE_TENANT=" + devTenant}
+	}
+
+	member := runScenarioEnv(t, st, "tenantbudget", env("alice", "member"), noSteps(t))
+	if member["status"] != float64(404) {
+		t.Errorf("the member's request for the tenant's budget: %v", member["status"])
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	must(t, st.cp.budget.Flush(fctx))
+	rep, err := st.cp.budget.Report(ctx, budget.ReportQuery{Tenant: devTenant, By: []budget.Dimension{budget.ByUser}})
+	must(t, err)
+	if len(rep.Rows) != 1 || rep.Rows[0].Key[0] != "alice" || rep.Rows[0].Cost <= 0 {
+		t.Fatalf("the ledger after alice's turn: %+v", rep.Rows)
+	}
+	spent := rep.Rows[0]
+	usd := func(m budget.Money) string { return strings.TrimPrefix(m.String(), "$") }
+
+	admin := runScenarioEnv(t, st, "tenantbudget", env("carol", "admin"), noSteps(t))
+	limits, _ := admin["limits"].([]any)
+	got := map[string]map[string]any{}
+	for _, l := range limits {
+		m, _ := l.(map[string]any)
+		got[fmt.Sprint(m["subject"], " ", m["kind"])] = m
+	}
+	for _, key := range []string{devTenant + " spend_per_day", "alice spend_per_day"} {
+		l := got[key]
+		if l == nil || l["withheld"] != "0" || l["used"] != usd(spent.Cost) {
+			t.Errorf("%s in the tenant's budget: %v, want %s used (all: %v)", key, l, usd(spent.Cost), limits)
+		}
+	}
+	if l := got["carol "]; l == nil {
+		t.Errorf("carol, a member without limits of her own, is not listed: %v", limits)
+	}
+	usage, _ := admin["usage"].([]any)
+	if len(usage) != 1 {
+		t.Fatalf("the tenant's spend: %v", usage)
+	}
+	u, _ := usage[0].(map[string]any)
+	tokensUsed := spent.InputTokens + spent.CacheWrite5mTokens + spent.CacheWrite1hTokens + spent.CacheReadTokens + spent.OutputTokens
+	if u["user"] != "alice" || u["cost"] != usd(spent.Cost) || u["calls"] != fmt.Sprint(spent.Requests) || u["tokens"] != fmt.Sprint(tokensUsed) {
+		t.Errorf("alice's spend as the page shows it: %v; the ledger: %s, %d calls, %d tokens", u, usd(spent.Cost), spent.Requests, tokensUsed)
+	}
 }

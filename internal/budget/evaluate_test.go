@@ -162,6 +162,25 @@ func TestPeriodStart(t *testing.T) {
 	}
 }
 
+// TestWindowStart: the start of every kind's window, where a week begins
+// in the month before and the rolling window in the day before.
+func TestWindowStart(t *testing.T) {
+	now := time.Date(2026, 12, 1, 2, 7, 30, 0, time.UTC) // a Tuesday
+	for k, want := range map[Kind]time.Time{
+		SpendPerDay:       time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
+		TokensPerDay:      time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
+		SpendPerWeek:      time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC),
+		SpendPerMonth:     time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
+		SpendPer5h:        time.Date(2026, 11, 30, 21, 5, 0, 0, time.UTC),
+		RequestsPerMinute: time.Date(2026, 12, 1, 2, 7, 0, 0, time.UTC),
+		Concurrent:        now,
+	} {
+		if got := WindowStart(k, now); !got.Equal(want) {
+			t.Errorf("%s: %v, want %v", k, got, want)
+		}
+	}
+}
+
 // TestDenialMessage: a hard limit's cut says that the response was cut off
 // and, when known, when room frees up again: whoever reads it should learn
 // both from the one message.

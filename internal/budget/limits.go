@@ -182,3 +182,18 @@ func periodStart(k Kind, t time.Time) (start, next time.Time, ok bool) {
 	}
 	return time.Time{}, time.Time{}, false
 }
+
+// WindowStart returns the start of the window a limit of kind k counts at
+// now: its calendar period, the rolling five hours' first bucket, or now
+// itself for Concurrent, which counts only calls in flight. Whoever shows
+// a limit's figures can use it to tell which settled calls they cover.
+func WindowStart(k Kind, now time.Time) time.Time {
+	switch k {
+	case SpendPer5h:
+		return windowStart5h(now)
+	case Concurrent:
+		return now.UTC()
+	}
+	start, _, _ := periodStart(k, now)
+	return start
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/auth"
+	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/httpapi"
@@ -104,6 +105,7 @@ type tenancy struct {
 	cp      *controlplane.Server
 	workers map[string]*recordingWorker // by "tenant/env"
 	tokens  map[string]string           // API token by user
+	budget  *budget.Service             // nil without one
 }
 
 var tenancyMembers = []store.Membership{
@@ -116,6 +118,12 @@ var tenancyMembers = []store.Membership{
 }
 
 func newTenancy(t *testing.T, opts *auth.Options) *tenancy {
+	t.Helper()
+	return newTenancyBudget(t, opts, true)
+}
+
+// newTenancyBudget is newTenancy with or without a budget service.
+func newTenancyBudget(t *testing.T, opts *auth.Options, withBudget bool) *tenancy {
 	t.Helper()
 	ctx := t.Context()
 	clk := &clock{now: start}
@@ -151,8 +159,12 @@ func newTenancy(t *testing.T, opts *auth.Options) *tenancy {
 	o.Now = clk.Now
 	a, err := auth.New(st, &o)
 	must(t, err)
+	if withBudget {
+		tn.budget = budget.New(st, budget.DefaultPrices(), &budget.Options{Now: clk.Now})
+		t.Cleanup(func() { tn.budget.Close(context.Background()) })
+	}
 	tn.cp, err = controlplane.New(st, controlplane.Keys{Tokens: kr, CommandSecret: commandSecret, CommandKeyID: commandKID},
-		controlplane.TenantEnv{Tenant: "acme", Env: "prod"}, &controlplane.Options{Auth: a, Now: clk.Now})
+		controlplane.TenantEnv{Tenant: "acme", Env: "prod"}, &controlplane.Options{Auth: a, Now: clk.Now, Budget: tn.budget})
 	must(t, err)
 	srv := httptest.NewServer(tn.cp.PublicHandler())
 	t.Cleanup(srv.Close)

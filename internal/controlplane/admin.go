@@ -336,6 +336,10 @@ type StatusJSON struct {
 	Subject string            `json:"subject"`
 	At      time.Time         `json:"at"`
 	Limits  []LimitStatusJSON `json:"limits"`
+	// Withheld, in a tenant-admin's view, says why the limits are shown
+	// without their figures (used, held, remaining): they count use beyond
+	// what the caller administers.
+	Withheld string `json:"withheld,omitempty"`
 }
 
 // window names the span a limit of kind k counts.
@@ -441,9 +445,6 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ OperatorT
 		return err
 	}
 	qs := r.URL.Query()
-	bad := func(format string, args ...any) error {
-		return httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, format, args...)
-	}
 	q, err := budget.ReportRequest{
 		By: qs.Get("by"), From: qs.Get("from"), To: qs.Get("to"),
 		User: qs.Get("user"), Tenant: qs.Get("tenant"), Env: qs.Get("env"),
@@ -452,13 +453,8 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ OperatorT
 	if err != nil {
 		return err
 	}
-	q.MaxRows = defaultReportRows
-	if v := qs.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxReportRows {
-			return bad("limit must be a whole number from 1 to %d", maxReportRows)
-		}
-		q.MaxRows = n
+	if q.MaxRows, err = reportLimit(qs); err != nil {
+		return err
 	}
 	rep, err := s.cfg.Budget.Report(r.Context(), q)
 	if err != nil {

@@ -178,12 +178,19 @@ func (s *Server) tenantQuery(r *http.Request, kinds bool) (store.PageQuery, erro
 		return q, err
 	}
 	q.Tenant = tenant
+	return q, administers(r, tenant, q.Env)
+}
+
+// administers refuses a caller who is not a tenant-admin of every env of
+// tenant (env "") or of tenant/env, with the answer a tenant that does not
+// exist gets, so that nobody learns which tenants exist by asking.
+func administers(r *http.Request, tenant, env string) error {
 	c := auth.CallerOf(r)
-	ok := !c.Local() && ((q.Env == "" && c.TenantAdmin(tenant)) || (q.Env != "" && c.Admin(tenant, q.Env)))
+	ok := !c.Local() && ((env == "" && c.TenantAdmin(tenant)) || (env != "" && c.Admin(tenant, env)))
 	if !ok {
-		return q, httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no tenant %s that you administer (an env's administrator gives env=)", tenant)
+		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "no tenant %s that you administer (an env's administrator gives env=)", tenant)
 	}
-	return q, nil
+	return nil
 }
 
 // handleTenantReports is GET /api/tenants/{tenant}/reports.

@@ -246,6 +246,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /api/conversations/{id}/reports", h(s.browser(s.handleConversationReports)))
 	mux.Handle("GET /api/tenants/{tenant}/reports", h(s.browser(s.handleTenantReports)))
 	mux.Handle("GET /api/tenants/{tenant}/usage", h(s.browser(s.handleTenantUsage)))
+	mux.Handle("GET /api/tenants/{tenant}/budget", h(s.browser(s.handleTenantBudget)))
+	mux.Handle("GET /api/tenants/{tenant}/usage/report", h(s.browser(s.handleTenantUsageReport)))
 	if s.cfg.Auth != nil {
 		mux.Handle("/auth/", s.cfg.Auth.Handler())
 	}
@@ -283,24 +285,26 @@ func (s *Server) Handler() http.Handler {
 	}
 
 	for path, allow := range map[string][]string{
-		"/api/me":                           {http.MethodGet},
-		"/api/conversations":                {http.MethodGet, http.MethodPost},
-		"/api/conversations/{id}":           {http.MethodGet, http.MethodPatch},
-		"/api/me/budget":                    {http.MethodGet},
-		"/api/conversations/{id}/messages":  {http.MethodPost},
-		"/api/conversations/{id}/interrupt": {http.MethodPost},
-		"/api/conversations/{id}/stream":    {http.MethodGet},
-		"/api/conversations/{id}/issues":    {http.MethodGet},
-		"/api/conversations/{id}/usage":     {http.MethodGet},
-		"/api/conversations/{id}/events":    {http.MethodGet},
-		"/api/conversations/{id}/reports":   {http.MethodGet},
-		"/api/tenants/{tenant}/reports":     {http.MethodGet},
-		"/api/tenants/{tenant}/usage":       {http.MethodGet},
-		MintPath:                            {http.MethodPost},
-		contract.ReportsPath:                {http.MethodPost},
-		contract.IssuesPath:                 {http.MethodGet, http.MethodPost},
-		contract.IssueCommentsPath:          {http.MethodPost},
-		"/healthz":                          {http.MethodGet},
+		"/api/me":                            {http.MethodGet},
+		"/api/conversations":                 {http.MethodGet, http.MethodPost},
+		"/api/conversations/{id}":            {http.MethodGet, http.MethodPatch},
+		"/api/me/budget":                     {http.MethodGet},
+		"/api/conversations/{id}/messages":   {http.MethodPost},
+		"/api/conversations/{id}/interrupt":  {http.MethodPost},
+		"/api/conversations/{id}/stream":     {http.MethodGet},
+		"/api/conversations/{id}/issues":     {http.MethodGet},
+		"/api/conversations/{id}/usage":      {http.MethodGet},
+		"/api/conversations/{id}/events":     {http.MethodGet},
+		"/api/conversations/{id}/reports":    {http.MethodGet},
+		"/api/tenants/{tenant}/reports":      {http.MethodGet},
+		"/api/tenants/{tenant}/usage":        {http.MethodGet},
+		"/api/tenants/{tenant}/budget":       {http.MethodGet},
+		"/api/tenants/{tenant}/usage/report": {http.MethodGet},
+		MintPath:                             {http.MethodPost},
+		contract.ReportsPath:                 {http.MethodPost},
+		contract.IssuesPath:                  {http.MethodGet, http.MethodPost},
+		contract.IssueCommentsPath:           {http.MethodPost},
+		"/healthz":                           {http.MethodGet},
 	} {
 		mux.Handle(path, httpapi.MethodNotAllowed(s.log, allow...))
 	}

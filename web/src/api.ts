@@ -129,6 +129,33 @@ export const loginNeeded = signal(false);
 export interface Me {
   user: string;
   via: string;
+  memberships?: { tenant: string; env?: string; role: string }[];
+}
+
+/** SubjectBudget is a subject's limits and where it stands (figures absent when withheld). */
+export interface SubjectBudget {
+  scope: string;
+  subject: string;
+  limits: LimitStatus[];
+  withheld?: string;
+  role?: string;
+}
+
+/** TenantBudget is what a tenant-admin sees of their tenant's (or env's) budget. */
+export interface TenantBudget {
+  tenant: string;
+  env?: string;
+  tenant_budget: SubjectBudget;
+  envs: SubjectBudget[];
+  users: SubjectBudget[];
+}
+
+/** UsageReport is the ledger's calls grouped, as the control-plane adds them up. */
+export interface UsageReport {
+  by: string[];
+  from: string;
+  rows: { key: Record<string, string>; requests: number; input_tokens: number; cache_write_5m_tokens: number; cache_write_1h_tokens: number; cache_read_tokens: number; output_tokens: number; cost_usd: string }[];
+  total: { requests: number; cost_usd: string };
 }
 
 /** ApiError is an answer in the contract's error shape, or a network failure (status 0). */
@@ -173,6 +200,10 @@ export const api = {
   list: (archived = false) => call<{ conversations: Conversation[] }>("GET", "/api/conversations" + (archived ? "?archived=1" : "")),
   update: (id: string, change: { title?: string; archived?: boolean }) => call<Conversation>("PATCH", conv(id), change),
   budget: () => call<{ limits: LimitStatus[] }>("GET", "/api/me/budget"),
+  tenantBudget: (tenant: string, env?: string) =>
+    call<TenantBudget>("GET", "/api/tenants/" + encodeURIComponent(tenant) + "/budget" + (env ? "?env=" + encodeURIComponent(env) : "")),
+  tenantUsage: (tenant: string, env?: string) =>
+    call<UsageReport>("GET", "/api/tenants/" + encodeURIComponent(tenant) + "/usage/report?by=user" + (env ? "&env=" + encodeURIComponent(env) : "")),
   turnUsage: (id: string, turn: string) => call<TurnUsage>("GET", conv(id) + "/turns/" + encodeURIComponent(turn) + "/usage"),
   create: (title?: string) => call<Conversation>("POST", "/api/conversations", title ? { title } : {}),
   get: (id: string) => call<Conversation>("GET", conv(id)),

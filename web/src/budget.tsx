@@ -14,7 +14,7 @@ export async function loadBudget() {
   }
 }
 
-const names: Record<string, string> = {
+export const names: Record<string, string> = {
   spend_per_day: "today",
   spend_per_week: "this week",
   spend_per_month: "this month",
@@ -46,7 +46,7 @@ function dollars(n: bigint): string {
  * own, since it includes money the control-plane sets aside ahead of
  * calls.
  */
-function one(l: LimitStatus): { used: string; left: string; leftExact: string; max: string; held: string } {
+export function one(l: LimitStatus): { used: string; left: string; leftExact: string; max: string; held: string } {
   if (l.max_usd !== undefined) {
     const left = nanos(l.max_usd) - nanos(l.used_usd);
     const exact = dollars(left < 0n ? 0n : left);

@@ -6,6 +6,7 @@ import { Session } from "./session";
 import { TranscriptView } from "./view";
 import { SidePanel } from "./panel";
 import { BudgetBadge, loadBudget } from "./budget";
+import { TenantBudgetButton, TenantBudgetDialog } from "./tenantbudget";
 
 // Routing: /c/<id> opens a conversation; anything else the newest one.
 const route = signal(location.pathname);
@@ -393,6 +394,7 @@ function App() {
         <h1>Mara</h1>
         <span class="conv-title">{title}</span>
         <BudgetBadge />
+        <TenantBudgetButton me={me.value} />
         <ConnBadge s={s} />
         <Account />
       </header>
@@ -413,6 +415,7 @@ function App() {
       </main>
       {s && <SidePanel s={s} />}
       {switcherOpen.value && <Switcher />}
+      <TenantBudgetDialog />
     </div>
   );
 }

@@ -50,6 +50,10 @@ const ctx = await chromium.launchPersistentContext(profile, {
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
   ],
 });
+// TALKIDE_AUTHORIZATION: a credential every request of the page carries
+// (a user's API token), so a scenario can be a user of a shared
+// control-plane without a login.
+if (process.env.TALKIDE_AUTHORIZATION) await ctx.setExtraHTTPHeaders({ Authorization: process.env.TALKIDE_AUTHORIZATION });
 let shot = 0;
 const page = ctx.pages()[0] ?? (await ctx.newPage());
 // What the page asks of other origins, and what its CSP refused: a

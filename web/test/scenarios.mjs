@@ -430,6 +430,39 @@ export const scenarios = {
     h.result({ conversation: id, before, after, cost: usd, text });
   },
 
+  // A tenant-admin (TALKIDE_EXPECT=admin) opens the tenant's budget from
+  // the header: the tenant's and each member's limits, and each member's
+  // spend; a member (TALKIDE_EXPECT=member) has no such button, the API
+  // refuses them the view, and they send one message, which the admin's
+  // run then finds in the member's spend.
+  async tenantbudget(h) {
+    const tenant = h.env.TALKIDE_TENANT;
+    await h.page.goto(h.base + "/");
+    if (h.env.TALKIDE_EXPECT === "member") {
+      await h.page.getByTestId("budget").waitFor({ timeout: T });
+      const id = await newConversation(h);
+      await sendMessage(h, "What did I spend?");
+      await turnEnds(h, 1);
+      check((await h.page.getByTestId("tenant-budget-open").count()) === 0, "a member is offered the tenant's budget");
+      const status = await h.page.evaluate(async (t) => (await fetch(`/api/tenants/${t}/budget`)).status, tenant);
+      check(status === 404, `a member asking for the tenant's budget got ${status}`);
+      const own = await h.page.getByTestId("budget").locator("[data-kind=spend_per_day]").getAttribute("data-used");
+      h.result({ conversation: id, status, own });
+      return;
+    }
+    await h.page.getByTestId("tenant-budget-open").click();
+    const view = h.page.locator(`[data-testid=tenant-budget-view][data-scope="${tenant}"]`);
+    await view.waitFor({ timeout: T });
+    const limits = await view.locator("tr[data-subject]").evaluateAll((rows) =>
+      rows.map((r) => ({ subject: r.dataset.subject, kind: r.dataset.kind, withheld: r.dataset.withheld, used: r.dataset.used, remaining: r.dataset.remaining })));
+    const usage = await view.locator("[data-testid=tenant-usage] tr[data-user]").evaluateAll((rows) =>
+      rows.map((r) => ({ user: r.dataset.user, calls: r.dataset.calls, tokens: r.dataset.tokens, cost: r.dataset.cost })));
+    await h.screenshot("tenant-budget");
+    await h.page.getByTestId("tenant-budget-close").click();
+    await view.waitFor({ state: "detached", timeout: T });
+    h.result({ limits, usage });
+  },
+
   // A control-plane without a local user: the page offers a login, the
   // provider's form is filled, the browser lands back on the app with a
   // session, a turn streams, and after Log out the API answers 401.
