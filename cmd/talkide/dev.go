@@ -41,6 +41,9 @@ type devConfig struct {
 	anthropicURL string
 	agent        agentFlags
 	streams      streamFlags
+	gateway      gatewayFlags
+	// maxBody and maxBuffered are gateway's, parsed.
+	maxBody, maxBuffered int64
 	// pretendNoLandlock: the worker's sandbox finds no Landlock (tests).
 	pretendNoLandlock bool
 	// login, when set, runs the control-plane without the local user,
@@ -97,6 +100,9 @@ once instead of waiting for them.`,
 			if err := cfg.streams.check(cmd); err != nil {
 				return err
 			}
+			if cfg.maxBody, cfg.maxBuffered, err = cfg.gateway.options(cmd); err != nil {
+				return err
+			}
 			cfg.logger = logger
 			return runDev(cmd.Context(), cfg, std)
 		},
@@ -108,6 +114,7 @@ once instead of waiting for them.`,
 	bindEnv(fs, "data-dir", "addr", "anthropic-url")
 	registerAgentFlags(fs, &cfg.agent)
 	registerStreamFlags(fs, &cfg.streams)
+	registerGatewayFlags(fs, &cfg.gateway)
 	logs.add(fs)
 	return cmd
 }
@@ -232,7 +239,8 @@ func (s *devStack) startControlPlane(ctx context.Context, upstream, key string) 
 		upstream:    upstream, apiKey: key,
 		localUser: user, auth: login, tenant: devTenant, env: devEnv,
 		streams: s.cfg.streams,
-		logger:  s.cfg.logger,
+		maxBody: s.cfg.maxBody, maxBuffered: s.cfg.maxBuffered,
+		logger: s.cfg.logger,
 	})
 	if err != nil {
 		return err

@@ -76,6 +76,7 @@ func newControlPlaneCmd(std stdio) *cobra.Command {
 		dataDir    string
 		logs       logFlags
 		kubernetes bool
+		gwFlags    gatewayFlags
 		kf         kubeFlags
 	)
 	cmd := &cobra.Command{
@@ -99,6 +100,9 @@ See docs/operations.md and docs/accounts.md.`,
 				logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
 			}
 			if err := o.streams.check(cmd); err != nil {
+				return err
+			}
+			if o.maxBody, o.maxBuffered, err = gwFlags.options(cmd); err != nil {
 				return err
 			}
 			raiseFileLimit(logger)
@@ -150,6 +154,7 @@ See docs/operations.md and docs/accounts.md.`,
 	bindEnv(fs, "listen", "data-dir", "database", "anthropic-url", "local-user", "default-tenant", "default-env", "prices", "operator-tokens", "internal-listen", "metrics-listen")
 	o.auth.add(fs)
 	registerStreamFlags(fs, &o.streams)
+	registerGatewayFlags(fs, &gwFlags)
 	fs.BoolVar(&kubernetes, "kubernetes", false, "provision each tenant-env's worker on Kubernetes: reconcile the store's tenant-envs into namespaces (docs/kubernetes.md)")
 	bindEnv(fs, "kubernetes")
 	kf.add(fs)

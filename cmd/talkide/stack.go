@@ -94,7 +94,10 @@ type cpOptions struct {
 	localUser      string
 	tenant, env    string
 	streams        streamFlags
-	logger         *slog.Logger
+	// maxBody and maxBuffered bound the gateway's request bodies (0: its
+	// defaults).
+	maxBody, maxBuffered int64
+	logger               *slog.Logger
 	// internalListen and metricsListen, when set, serve the internal
 	// endpoints (gateway, mint, worker reports and issues, operator API)
 	// and /metrics on listeners of their own; listen then answers 404 for
@@ -160,7 +163,8 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 			st.Close()
 			return nil, fmt.Errorf("bad Anthropic API URL %q", o.upstream)
 		}
-		gw = gateway.New(up, o.apiKey, keyring, st, &gateway.Options{Logger: o.logger.With("component", "gateway"), Budget: bud, Metrics: m})
+		gw = gateway.New(up, o.apiKey, keyring, st, &gateway.Options{Logger: o.logger.With("component", "gateway"), Budget: bud, Metrics: m,
+			MaxBody: o.maxBody, MaxBuffered: o.maxBuffered})
 		gwHandler = gw
 	}
 	var authn *auth.Authenticator

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/talkide/platform/internal/minting"
+)
+
+// TestDevGatewayBodyFlags: the gateway's body bounds from the flags reach
+// the gateway talkide dev runs: a model call over --gateway-max-body is
+// refused (413), one under it goes through.
+func TestDevGatewayBodyFlags(t *testing.T) {
+	st, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(t.TempDir(), "data"), addr: "127.0.0.1:0",
+		maxBody: 64 << 10, maxBuffered: 1 << 20, logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.shutdown(context.Background()) })
+	conv := createConversation(t, st.info.ControlPlane).ID
+	status, tok := mint(t, st.info.ControlPlane, devIdentity(t, st), conv)
+	if status != http.StatusOK {
+		t.Fatalf("mint: %d", status)
+	}
+	call := func(text string) (int, string) {
+		body := []byte(`{"model":"claude-sonnet-5-5","max_tokens":16,"messages":[{"role":"user","content":"` + text + `"}]}`)
+		return do(t, newReq(t, http.MethodPost, st.info.Gateway+"/v1/messages", body, map[string]string{
+			minting.ConversationHeader: conv, minting.TokenHeader: tok.Token,
+		}))
+	}
+	if code, body := call("hello"); code != http.StatusOK {
+		t.Fatalf("a small call: %d %s", code, body)
+	}
+	if code, body := call(strings.Repeat("a", 100<<10)); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a call of 100 KiB over a 64 KiB bound: %d %s", code, body)
+	}
+}
+
+func TestGatewayFlagsRefuseBadSizes(t *testing.T) {
+	for _, args := range [][]string{
+		{"--gateway-max-body=0"},
+		{"--gateway-max-body=-1Mi"},
+		{"--gateway-max-buffered=lots"},
+		{"--gateway-max-body=64Mi", "--gateway-max-buffered=32Mi"},
+	} {
+		code, _, stderr := cli(t, append([]string{"dev", "--data-dir", t.TempDir()}, args...)...)
+		if code != exitUsage || !strings.Contains(stderr, "--gateway-max-") {
+			t.Errorf("talkide dev %v: exit %d, %s", args, code, stderr)
+		}
+	}
+}
