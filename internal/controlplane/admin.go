@@ -445,15 +445,21 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request, _ OperatorT
 		return err
 	}
 	qs := r.URL.Query()
-	q, err := budget.ReportRequest{
+	return s.writeUsage(w, r, budget.ReportRequest{
 		By: qs.Get("by"), From: qs.Get("from"), To: qs.Get("to"),
 		User: qs.Get("user"), Tenant: qs.Get("tenant"), Env: qs.Get("env"),
 		Conversation: qs.Get("conversation"), Model: qs.Get("model"), Order: qs.Get("order"),
-	}.Query(s.cfg.Now())
+	})
+}
+
+// writeUsage answers a usage report of the ledger for req, with the
+// request's limit= of rows.
+func (s *Server) writeUsage(w http.ResponseWriter, r *http.Request, req budget.ReportRequest) error {
+	q, err := req.Query(s.cfg.Now())
 	if err != nil {
 		return err
 	}
-	if q.MaxRows, err = reportLimit(qs); err != nil {
+	if q.MaxRows, err = reportLimit(r.URL.Query()); err != nil {
 		return err
 	}
 	rep, err := s.cfg.Budget.Report(r.Context(), q)

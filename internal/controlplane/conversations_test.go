@@ -230,20 +230,9 @@ func TestListStatusFromRunningSessions(t *testing.T) {
 	h := newHarness(t, harnessOptions{worker: fakeOptions{command: sw.command}})
 	h.insertConversation("elsewhere", user, env)
 	h.insertConversation("quiet", user, env)
-	status := func() map[string]string {
-		t.Helper()
-		out := map[string]string{}
-		for _, c := range h.list("").Conversations {
-			out[c.ID] = c.Status
-			if c.Status == contract.StatusRunning {
-				out[c.ID] += ":" + c.RunningTurnID
-			}
-		}
-		return out
-	}
 	want := func(what string, lists int, w map[string]string) {
 		t.Helper()
-		got := status()
+		got := listStatus(t, h)
 		for id, s := range w {
 			if got[id] != s {
 				t.Errorf("%s: %s is %q, want %q (all: %v)", what, id, got[id], s, got)
@@ -290,6 +279,20 @@ func TestListStatusWithoutListing(t *testing.T) {
 	}
 }
 
+// listStatus is each listed conversation's status: "idle", or "running:"
+// and the turn.
+func listStatus(t *testing.T, h *harness) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, c := range h.list("").Conversations {
+		out[c.ID] = c.Status
+		if c.Status == contract.StatusRunning {
+			out[c.ID] += ":" + c.RunningTurnID
+		}
+	}
+	return out
+}
+
 // TestListStatus: a turn this replica started shows as running in the
 // list; once nobody follows it the list asks the worker again, at most
 // every few seconds, and shows its end; a turn seen to end on a relayed
@@ -321,20 +324,9 @@ func TestListStatus(t *testing.T) {
 	h.insertConversation("busy", user, env)
 	h.insertConversation("quiet", user, env)
 	h.insertConversation("watched", user, env)
-	status := func() map[string]string {
-		t.Helper()
-		out := map[string]string{}
-		for _, c := range h.list("").Conversations {
-			out[c.ID] = c.Status
-			if c.Status == contract.StatusRunning {
-				out[c.ID] += ":" + c.RunningTurnID
-			}
-		}
-		return out
-	}
 	want := func(what string, w map[string]string) {
 		t.Helper()
-		got := status()
+		got := listStatus(t, h)
 		for id, s := range w {
 			if got[id] != s {
 				t.Errorf("%s: %s is %q, want %q (all: %v)", what, id, got[id], s, got)

@@ -247,23 +247,11 @@ func (s *Server) handleTenantUsageReport(w http.ResponseWriter, r *http.Request)
 	if by == "" {
 		by = string(budget.ByUser)
 	}
-	q, err := budget.ReportRequest{
+	return s.writeUsage(w, r, budget.ReportRequest{
 		By: by, From: qs.Get("from"), To: qs.Get("to"),
 		User: qs.Get("user"), Tenant: tenant, Env: env,
 		Conversation: qs.Get("conversation"), Model: qs.Get("model"), Order: qs.Get("order"),
-	}.Query(s.cfg.Now())
-	if err != nil {
-		return err
-	}
-	if q.MaxRows, err = reportLimit(qs); err != nil {
-		return err
-	}
-	rep, err := s.cfg.Budget.Report(r.Context(), q)
-	if err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, usageJSON(rep))
-	return nil
+	})
 }
 
 // reportLimit reads a usage report's limit= (rows), defaultReportRows
