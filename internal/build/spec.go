@@ -63,6 +63,38 @@ func invalid(format string, args ...any) error {
 }
 
 func (s *Spec) validateGradle(workspace string) error {
+	if err := s.ValidateGradleWords(); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(workspace)
+	if err != nil {
+		return fmt.Errorf("build: the workspace: %w", err)
+	}
+	defer root.Close()
+	fi, err := root.Lstat(GradleWrapper)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return invalid("the workspace has no ./%s at its root: a Gradle build runs the project's Gradle wrapper (generate it with `gradle wrapper`)", GradleWrapper)
+	case err != nil:
+		return invalid("./%s: %v", GradleWrapper, err)
+	case !fi.Mode().IsRegular():
+		return invalid("./%s is not a regular file", GradleWrapper)
+	case fi.Mode().Perm()&0o100 == 0:
+		return invalid("./%s is not executable: run chmod +x %s", GradleWrapper, GradleWrapper)
+	}
+	return nil
+}
+
+// ValidateGradleWords checks a Gradle spec's tasks and options, the part
+// of Validate that needs no workspace: for a project the caller cannot
+// see (a cache-seeding Job's, on a volume in the cluster).
+func (s *Spec) ValidateGradleWords() error {
+	if s.Kind == "" {
+		s.Kind = KindGradle
+	}
+	if s.Kind != KindGradle {
+		return invalid("kind must be %q here, got %q", KindGradle, s.Kind)
+	}
 	if s.Context != "" || s.Dockerfile != "" || s.Image != "" {
 		return invalid("context, dockerfile and image are for kind %q, not %q", KindImage, KindGradle)
 	}
@@ -88,22 +120,6 @@ func (s *Spec) validateGradle(workspace string) error {
 		if slices.Contains(refusedOptions, name) {
 			return invalid("the option %s is not allowed: the runner decides where Gradle keeps its state and that it does not outlive the build", name)
 		}
-	}
-	root, err := os.OpenRoot(workspace)
-	if err != nil {
-		return fmt.Errorf("build: the workspace: %w", err)
-	}
-	defer root.Close()
-	fi, err := root.Lstat(GradleWrapper)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return invalid("the workspace has no ./%s at its root: a Gradle build runs the project's Gradle wrapper (generate it with `gradle wrapper`)", GradleWrapper)
-	case err != nil:
-		return invalid("./%s: %v", GradleWrapper, err)
-	case !fi.Mode().IsRegular():
-		return invalid("./%s is not a regular file", GradleWrapper)
-	case fi.Mode().Perm()&0o100 == 0:
-		return invalid("./%s is not executable: run chmod +x %s", GradleWrapper, GradleWrapper)
 	}
 	return nil
 }
