@@ -63,8 +63,27 @@ func invalid(format string, args ...any) error {
 }
 
 func (s *Spec) validateGradle(workspace string) error {
-	if err := s.ValidateGradleWords(); err != nil {
-		return err
+	if s.Context != "" || s.Dockerfile != "" || s.Image != "" {
+		return invalid("context, dockerfile and image are for kind %q, not %q", KindImage, KindGradle)
+	}
+	if len(s.Tasks) == 0 {
+		return invalid("tasks must name at least one Gradle task, e.g. [\"test\"]")
+	}
+	if len(s.Tasks) > MaxTasks {
+		return invalid("at most %d tasks, got %d", MaxTasks, len(s.Tasks))
+	}
+	if len(s.Args) > MaxArgs {
+		return invalid("at most %d args, got %d", MaxArgs, len(s.Args))
+	}
+	for _, t := range s.Tasks {
+		if len(t) > MaxTokenLen || !taskPattern.MatchString(t) {
+			return invalid("task %q is not a Gradle task name (letters, digits, '_', '.', ':' and '-'; options go in args)", clip(t))
+		}
+	}
+	for _, a := range s.Args {
+		if err := checkArg(a); err != nil {
+			return err
+		}
 	}
 	root, err := os.OpenRoot(workspace)
 	if err != nil {
@@ -85,43 +104,42 @@ func (s *Spec) validateGradle(workspace string) error {
 	return nil
 }
 
-// ValidateGradleWords checks a Gradle spec's tasks and options, the part
-// of Validate that needs no workspace: for a project the caller cannot
-// see (a cache-seeding Job's, on a volume in the cluster).
-func (s *Spec) ValidateGradleWords() error {
-	if s.Kind == "" {
-		s.Kind = KindGradle
+func checkArg(a string) error {
+	if len(a) > MaxTokenLen || !argPattern.MatchString(a) {
+		return invalid("argument %q has characters a build argument may not have (spaces, quotes, shell characters; there is no shell: pass each word as its own argument)", clip(a))
 	}
-	if s.Kind != KindGradle {
-		return invalid("kind must be %q here, got %q", KindGradle, s.Kind)
-	}
-	if s.Context != "" || s.Dockerfile != "" || s.Image != "" {
-		return invalid("context, dockerfile and image are for kind %q, not %q", KindImage, KindGradle)
-	}
-	if len(s.Tasks) == 0 {
-		return invalid("tasks must name at least one Gradle task, e.g. [\"test\"]")
-	}
-	if len(s.Tasks) > MaxTasks {
-		return invalid("at most %d tasks, got %d", MaxTasks, len(s.Tasks))
-	}
-	if len(s.Args) > MaxArgs {
-		return invalid("at most %d args, got %d", MaxArgs, len(s.Args))
-	}
-	for _, t := range s.Tasks {
-		if len(t) > MaxTokenLen || !taskPattern.MatchString(t) {
-			return invalid("task %q is not a Gradle task name (letters, digits, '_', '.', ':' and '-'; options go in args)", clip(t))
-		}
-	}
-	for _, a := range s.Args {
-		if len(a) > MaxTokenLen || !argPattern.MatchString(a) {
-			return invalid("argument %q has characters a build argument may not have (spaces, quotes, shell characters; there is no shell: pass each word as its own argument)", clip(a))
-		}
-		name, _, _ := strings.Cut(a, "=")
-		if slices.Contains(refusedOptions, name) {
-			return invalid("the option %s is not allowed: the runner decides where Gradle keeps its state and that it does not outlive the build", name)
-		}
+	name, _, _ := strings.Cut(a, "=")
+	if slices.Contains(refusedOptions, name) {
+		return invalid("the option %s is not allowed: the runner decides where Gradle keeps its state and that it does not outlive the build", name)
 	}
 	return nil
+}
+
+// ValidateGradleLine checks a Gradle command line given as the words a
+// person types, options with their values and tasks in any order (a
+// cache-seeding Job's, whose project the caller cannot see): each word as
+// an argument of the Build tool, at least one task, the same bounds.
+func ValidateGradleLine(words []string) error {
+	if len(words) > MaxTasks+MaxArgs {
+		return invalid("at most %d words, got %d", MaxTasks+MaxArgs, len(words))
+	}
+	task := false
+	for _, w := range words {
+		if err := checkArg(w); err != nil {
+			return err
+		}
+		task = task || !strings.HasPrefix(w, "-")
+	}
+	if !task {
+		return invalid("name at least one Gradle task, e.g. build")
+	}
+	return nil
+}
+
+// GradleLineArgv is the command line of a validated Gradle line, as
+// GradleArgv is of a Spec.
+func GradleLineArgv(words []string) []string {
+	return append([]string{"./" + GradleWrapper, "--console=plain", "--no-daemon"}, words...)
 }
 
 func (s *Spec) validateImage(workspace string) error {

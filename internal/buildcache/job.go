@@ -72,8 +72,9 @@ type SeedOptions struct {
 	// SessionClaim holds the seed project (default build.DefaultClaimName);
 	// Project is its directory there, relative to the claim's root.
 	SessionClaim, Project string
-	// Gradle is what to run in the seed project (tasks and options).
-	Gradle build.Spec
+	// Gradle is what to run in the seed project: tasks and options, in
+	// order, one word each.
+	Gradle []string
 	// Image is the Gradle builder image, the build Jobs' (--build-image).
 	Image string
 	// PromoteImage holds /talkide, which runs the promotion; default
@@ -120,7 +121,7 @@ func (o *SeedOptions) Validate() error {
 		return fmt.Errorf("buildcache: the seed project %q must be a directory relative to the root of the session claim, inside it (like workspaces/gradle-seed)", o.Project)
 	}
 	o.Project = p
-	if err := o.Gradle.ValidateGradleWords(); err != nil {
+	if err := build.ValidateGradleLine(o.Gradle); err != nil {
 		return fmt.Errorf("buildcache: %w", err)
 	}
 	if o.Image == "" {
@@ -202,7 +203,7 @@ func Job(o *SeedOptions, id string) *batchv1.Job {
 		Name:            GradleContainer,
 		Image:           o.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
-		Command:         append([]string{"/bin/sh", "-c", seedScript, "talkide-seed"}, o.Gradle.GradleArgv()...),
+		Command:         append([]string{"/bin/sh", "-c", seedScript, "talkide-seed"}, build.GradleLineArgv(o.Gradle)...),
 		Env: []corev1.EnvVar{
 			{Name: "CI", Value: "true"}, {Name: "HOME", Value: podTmp},
 			// A fresh home: a generation holds what this seeding

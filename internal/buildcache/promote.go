@@ -111,6 +111,9 @@ type Result struct {
 	Bytes      int64    `json:"bytes"`
 	Removed    []string `json:"removed,omitempty"`
 	Kept       []string `json:"kept,omitempty"` // retired generations kept for builds that may still read them
+	// Warning says what cleaning up failed; the generation is current
+	// all the same, and the next seeding tries again.
+	Warning string `json:"warning,omitempty"`
 }
 
 // JSON is r as one line.
@@ -175,7 +178,7 @@ func Promote(root, gradleHome, id string, now time.Time) (*Result, error) {
 		}
 	}
 	if err := prune(root, id, now, res); err != nil {
-		return res, err
+		res.Warning = err.Error()
 	}
 	return res, nil
 }

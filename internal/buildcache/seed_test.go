@@ -33,7 +33,7 @@ func newSeedFixture(t *testing.T) *seedFixture {
 	f.opts = SeedOptions{
 		Namespace: f.ns, Tenant: "acme", Env: "dev",
 		CacheClaim: "gradle-cache", Project: "workspaces/gradle-seed",
-		Gradle:       build.Spec{Tasks: []string{"build"}, Args: []string{"-x", "test"}},
+		Gradle:       []string{"build", "-x", "test"},
 		Image:        "builder.example.com/jdk:21",
 		PromoteImage: "registry.example.com/talkide:1.0",
 		NodeSelector: map[string]string{"talkide.dev/pool": "builds"},
@@ -164,7 +164,7 @@ func TestSeedJobSpec(t *testing.T) {
 		"promote restricted":            restricted(p),
 		"node pool":                     ps.NodeSelector["talkide.dev/pool"] == "builds" && len(ps.Tolerations) == 1,
 		"labels":                        j.Labels[build.LabelComponent] == Component && j.Labels[build.LabelTenant] == "acme" && j.Labels[build.LabelEnv] == "dev" && j.Labels[LabelGeneration] == s.Generation && j.Spec.Template.Labels[LabelGeneration] == s.Generation,
-		"gradle image and words":        g.Image == "builder.example.com/jdk:21" && g.Command[0] == "/bin/sh" && strings.Join(g.Command[4:], " ") == "./gradlew --console=plain --no-daemon -x test build",
+		"gradle image and words":        g.Image == "builder.example.com/jdk:21" && g.Command[0] == "/bin/sh" && strings.Join(g.Command[4:], " ") == "./gradlew --console=plain --no-daemon build -x test",
 		"fresh Gradle home":             env["GRADLE_USER_HOME"] == podGradleHome && mounted(g, "gradle-home") != nil && !mounted(g, "gradle-home").ReadOnly,
 		"seed project read-only":        mounted(g, "seed") != nil && mounted(g, "seed").SubPath == "workspaces/gradle-seed" && mounted(g, "seed").ReadOnly && claimOf("seed").ClaimName == build.DefaultClaimName && claimOf("seed").ReadOnly,
 		"gradle cannot touch the cache": mounted(g, "cache") == nil,
@@ -259,14 +259,14 @@ func TestSeedRefusesBadOptions(t *testing.T) {
 		"project outside":       func(o *SeedOptions) { o.Project = "../etc" },
 		"project absolute":      func(o *SeedOptions) { o.Project = "/workspaces/x" },
 		"project root":          func(o *SeedOptions) { o.Project = "." },
-		"no tasks":              func(o *SeedOptions) { o.Gradle = build.Spec{} },
-		"gradle home option":    func(o *SeedOptions) { o.Gradle.Args = []string{"-g", "/cache"} },
-		"shell in a task":       func(o *SeedOptions) { o.Gradle.Tasks = []string{"build;rm"} },
+		"no words":              func(o *SeedOptions) { o.Gradle = nil },
+		"options only":          func(o *SeedOptions) { o.Gradle = []string{"--offline"} },
+		"gradle home option":    func(o *SeedOptions) { o.Gradle = []string{"-g", "/cache", "build"} },
+		"shell in a task":       func(o *SeedOptions) { o.Gradle = []string{"build;rm"} },
 		"no image":              func(o *SeedOptions) { o.Image = "" },
 		"deadline beyond limit": func(o *SeedOptions) { o.Timeout = build.MaxTimeout + time.Second },
 	} {
 		o := f.opts
-		o.Gradle.Args = append([]string(nil), o.Gradle.Args...)
 		change(&o)
 		if _, err := Start(context.Background(), f.admin, &o, time.Now()); err == nil {
 			t.Errorf("%s: accepted", name)
