@@ -168,6 +168,9 @@ func Promote(root, gradleHome, id string, now time.Time) (*Result, error) {
 			os.RemoveAll(work)
 			return nil, fmt.Errorf("buildcache: %w", err)
 		}
+		if err := syncDir(filepath.Join(root, generationsDir)); err != nil {
+			return nil, err
+		}
 		if err := switchPointer(root, id); err != nil {
 			return nil, err
 		}
