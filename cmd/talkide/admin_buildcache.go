@@ -141,12 +141,18 @@ func printSeeding(w io.Writer, r *buildcache.Result) {
 		prev = "none: the first"
 	}
 	fmt.Fprintf(w, "generation %s is current (previous %s): %d files, %.1f MiB\n", r.Generation, prev, r.Files, float64(r.Bytes)/(1<<20))
-	if len(r.Removed) > 0 {
-		fmt.Fprintf(w, "removed: %s\n", strings.Join(r.Removed, " "))
+	listed := func(what string, ids []string, total int) {
+		if total = max(total, len(ids)); total == 0 {
+			return
+		}
+		more := ""
+		if total > len(ids) {
+			more = fmt.Sprintf(" and %d more", total-len(ids))
+		}
+		fmt.Fprintf(w, "%s (%d): %s%s\n", what, total, strings.Join(ids, " "), more)
 	}
-	if len(r.Kept) > 0 {
-		fmt.Fprintf(w, "kept for builds that may still read them: %s\n", strings.Join(r.Kept, " "))
-	}
+	listed("removed", r.Removed, r.RemovedCount)
+	listed("kept for builds that may still read them", r.Kept, r.KeptCount)
 	if r.Warning != "" {
 		fmt.Fprintf(w, "warning: %s\n", r.Warning)
 	}
@@ -172,9 +178,11 @@ seed starts that Job. What it did goes to stdout and, as JSON, to
 			}
 			res, err := buildcache.Promote(root, home, gen, time.Now())
 			if resultFile != "" {
-				msg := res.JSON()
+				var msg []byte
 				if err != nil {
 					msg = []byte(err.Error())
+				} else {
+					msg = res.JSON()
 				}
 				if werr := os.WriteFile(resultFile, msg, 0o644); werr != nil && err == nil {
 					err = fmt.Errorf("the generation is current, but its report: %w", werr)

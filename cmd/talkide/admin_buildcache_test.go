@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -67,6 +69,17 @@ func TestAdminBuildCacheSeed(t *testing.T) {
 	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
+	cs := srv.Client(t)
+	for _, c := range []string{"gradle-cache", "claude-sessions"} {
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: c},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		}
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), pvc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	args := []string{"build-cache", "seed", "--tenant", "acme", "--env", "dev", "--namespace", ns, "--kubeconfig", kubeconfig,
 		"--project", "workspaces/gradle-seed", "--gradle", "assemble -x test testClasses", "--build-image", "builder.example.com/jdk:21",
 		"--build-cache-claim", "gradle-cache", "--build-node-selector", "pool=builds", "--build-toleration", "dedicated=builds:NoSchedule",
@@ -86,7 +99,6 @@ func TestAdminBuildCacheSeed(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	cs := srv.Client(t)
 	if jobs, _ := cs.BatchV1().Jobs(ns).List(context.Background(), metav1.ListOptions{}); len(jobs.Items) != 0 {
 		t.Fatalf("refused seedings created %d Jobs", len(jobs.Items))
 	}

@@ -55,10 +55,11 @@ const (
 // seedScript copies the seed project out of the read-only session volume
 // (Gradle writes into a project's .gradle and build directories, and a
 // seeding must not touch a workspace a conversation may be using) and
-// runs its wrapper with the words that follow.
+// runs its wrapper with the words that follow. The paths come from the
+// container's environment (seedEnv).
 const seedScript = `set -eu
-cp -R ` + podSeed + `/. ` + podTmp + `/project
-cd ` + podTmp + `/project
+cp -R "$TALKIDE_SEED_PROJECT/." "$TALKIDE_SEED_COPY"
+cd "$TALKIDE_SEED_COPY"
 exec "$@"`
 
 // SeedOptions say which cache to seed, from what, and how its Job runs.
@@ -209,6 +210,8 @@ func Job(o *SeedOptions, id string) *batchv1.Job {
 			// A fresh home: a generation holds what this seeding
 			// downloaded, whole, and nothing an earlier one left.
 			{Name: "GRADLE_USER_HOME", Value: podGradleHome},
+			{Name: "TALKIDE_SEED_PROJECT", Value: podSeed},
+			{Name: "TALKIDE_SEED_COPY", Value: podTmp + "/project"},
 		},
 		Resources: o.Resources,
 		VolumeMounts: []corev1.VolumeMount{

@@ -111,14 +111,32 @@ type Result struct {
 	Bytes      int64    `json:"bytes"`
 	Removed    []string `json:"removed,omitempty"`
 	Kept       []string `json:"kept,omitempty"` // retired generations kept for builds that may still read them
+	// RemovedCount and KeptCount are the totals when the lists are cut.
+	RemovedCount int `json:"removed_count,omitempty"`
+	KeptCount    int `json:"kept_count,omitempty"`
 	// Warning says what cleaning up failed; the generation is current
 	// all the same, and the next seeding tries again.
 	Warning string `json:"warning,omitempty"`
 }
 
-// JSON is r as one line.
+// maxListed bounds the ids a Result lists, and maxWarning its warning, so
+// that it fits a termination message (4 KiB, cut beyond).
+const (
+	maxListed  = 40
+	maxWarning = 1000
+)
+
+// JSON is r as one line, small enough for a termination message: long
+// lists are cut (RemovedCount and KeptCount keep the totals).
 func (r *Result) JSON() []byte {
-	b, _ := json.Marshal(r)
+	c := *r
+	c.RemovedCount, c.KeptCount = len(r.Removed), len(r.Kept)
+	c.Removed = r.Removed[:min(len(r.Removed), maxListed)]
+	c.Kept = r.Kept[:min(len(r.Kept), maxListed)]
+	if len(c.Warning) > maxWarning {
+		c.Warning = c.Warning[:maxWarning] + "…"
+	}
+	b, _ := json.Marshal(&c)
 	return b
 }
 

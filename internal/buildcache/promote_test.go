@@ -1,6 +1,7 @@
 package buildcache
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -280,5 +281,26 @@ func TestReadersSeeAWholeGeneration(t *testing.T) {
 	wg.Wait()
 	if bad.Load() != 0 || reads.Load() == 0 {
 		t.Errorf("%d of %d reads found a missing or partial generation", bad.Load(), reads.Load())
+	}
+}
+
+// A result always fits a termination message (4 KiB; the kubelet cuts
+// what is longer, and the seeding command could not read it).
+func TestResultFitsATerminationMessage(t *testing.T) {
+	r := &Result{Generation: id(t0, 1), Previous: id(t0, 0), Warning: strings.Repeat("x", 5000)}
+	for i := range 300 {
+		r.Removed = append(r.Removed, id(t0.Add(-time.Duration(i)*time.Hour), byte(i)))
+		r.Kept = append(r.Kept, id(t0.Add(-time.Duration(i)*time.Minute), byte(i)))
+	}
+	b := r.JSON()
+	if len(b) > 4096 {
+		t.Fatalf("%d bytes", len(b))
+	}
+	var back Result
+	if err := json.Unmarshal(b, &back); err != nil || back.RemovedCount != 300 || back.KeptCount != 300 || len(back.Removed) != maxListed || back.Generation != r.Generation {
+		t.Errorf("%+v, %v", back, err)
+	}
+	if len(r.Removed) != 300 {
+		t.Error("JSON changed the result")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,6 +52,9 @@ func Start(ctx context.Context, cs kubernetes.Interface, o *SeedOptions, now tim
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkClaims(ctx, cs, o); err != nil {
+		return nil, err
+	}
 	var r [3]byte
 	rand.Read(r[:])
 	id := NewGenerationID(now, r)
@@ -76,6 +80,30 @@ func Start(ctx context.Context, cs kubernetes.Interface, o *SeedOptions, now tim
 		return nil, fmt.Errorf("buildcache: creating the seeding Job: %w", err)
 	}
 	return s, nil
+}
+
+// checkClaims refuses a seeding whose claims are missing, or whose cache
+// claim builds on several nodes could not all mount: the Job's pod would
+// wait for them until its deadline. Not allowed to read claims, it leaves
+// that to the pod.
+func checkClaims(ctx context.Context, cs kubernetes.Interface, o *SeedOptions) error {
+	for _, c := range []struct {
+		name, what string
+		shared     bool
+	}{{o.CacheClaim, "cache claim", true}, {o.SessionClaim, "session claim (of the seed project)", false}} {
+		pvc, err := cs.CoreV1().PersistentVolumeClaims(o.Namespace).Get(ctx, c.name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsForbidden(err):
+			continue
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("buildcache: the %s %s does not exist in the namespace %s", c.what, c.name, o.Namespace)
+		case err != nil:
+			return fmt.Errorf("buildcache: the %s %s: %w", c.what, c.name, err)
+		case c.shared && !slices.Contains(pvc.Spec.AccessModes, corev1.ReadWriteMany):
+			return fmt.Errorf("buildcache: the cache claim %s is %v, not ReadWriteMany: builds on several nodes read it while the seeding writes it", c.name, pvc.Spec.AccessModes)
+		}
+	}
+	return nil
 }
 
 // removeFinished deletes a finished seeding Job and waits until it is

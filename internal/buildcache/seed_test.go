@@ -3,12 +3,16 @@ package buildcache
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -30,6 +34,9 @@ func newSeedFixture(t *testing.T) *seedFixture {
 	srv := kubetest.Start(t)
 	f := &seedFixture{admin: srv.Client(t), ns: srv.Namespace(t)}
 	f.node = srv.Node(t, nil)
+	for _, c := range []string{"gradle-cache", build.DefaultClaimName} {
+		createClaim(t, f.admin, f.ns, c, corev1.ReadWriteMany)
+	}
 	f.opts = SeedOptions{
 		Namespace: f.ns, Tenant: "acme", Env: "dev",
 		CacheClaim: "gradle-cache", Project: "workspaces/gradle-seed",
@@ -40,6 +47,18 @@ func newSeedFixture(t *testing.T) *seedFixture {
 		Tolerations:  []corev1.Toleration{{Key: "talkide.dev/builds", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 	}
 	return f
+}
+
+func createClaim(t *testing.T, cs kubernetes.Interface, ns, name string, mode corev1.PersistentVolumeAccessMode) {
+	t.Helper()
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{mode},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (f *seedFixture) job(t *testing.T, s *Seeding) *batchv1.Job {
@@ -111,6 +130,61 @@ func promoteArgs(t *testing.T, c corev1.Container, claim, home string, now time.
 		t.Fatalf("promote command %q", c.Command)
 	}
 	return Promote(claim, home, args["--generation"], now)
+}
+
+// gradleStep runs the seeding pod's Gradle container as the kubelet
+// would, on local directories standing for its mounts: the seed project
+// (read-only in the pod), the emptyDirs of Gradle's home and /tmp. It
+// returns the exit status.
+func gradleStep(t *testing.T, c corev1.Container, seed, home, tmp string) int {
+	t.Helper()
+	cmd := exec.Command(c.Command[0], c.Command[1:]...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for _, e := range c.Env {
+		v := e.Value
+		switch {
+		case v == podSeed:
+			v = seed
+		case v == podGradleHome:
+			v = home
+		case strings.HasPrefix(v, podTmp):
+			v = tmp + strings.TrimPrefix(v, podTmp)
+		}
+		cmd.Env = append(cmd.Env, e.Name+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	t.Logf("gradle container: %s", out)
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+// seedProject is a project whose ./gradlew stands for Gradle: it
+// downloads into GRADLE_USER_HOME and writes its build directory, or
+// fails.
+func seedProject(t *testing.T, version string, fail bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	script := `#!/bin/sh
+echo "gradlew $*"
+[ -w . ] || { echo "the project copy is not writable"; exit 3; }
+mkdir -p build "$GRADLE_USER_HOME/caches/modules-2/files-2.1/com.acme/lib/` + version + `/abc" "$GRADLE_USER_HOME/caches/modules-2/files-2.1/com.acme/lib/` + version + `/def"
+echo "jar ` + version + `" > "$GRADLE_USER_HOME/caches/modules-2/files-2.1/com.acme/lib/` + version + `/abc/lib-` + version + `.jar"
+echo "pom ` + version + `" > "$GRADLE_USER_HOME/caches/modules-2/files-2.1/com.acme/lib/` + version + `/def/lib-` + version + `.pom"
+: > "$GRADLE_USER_HOME/caches/modules-2/modules-2.lock"
+`
+	if fail {
+		script += "echo 'BUILD FAILED'; exit 1\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, build.GradleWrapper), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func TestSeedJobSpec(t *testing.T) {
@@ -211,11 +285,20 @@ func TestSeedSwitchesOnlyAfterSuccess(t *testing.T) {
 		t.Fatal("the pointer moved while Gradle ran")
 	}
 
-	// Gradle succeeds; the kubelet starts the promotion, which runs here.
-	home := gradleHome(t, "2.0")
+	// Gradle succeeds; only then does the kubelet start the promotion.
+	seed, home := seedProject(t, "2.0", false), t.TempDir()
+	if code := gradleStep(t, job.Spec.Template.Spec.InitContainers[0], seed, home, t.TempDir()); code != 0 {
+		t.Fatalf("the Gradle step exited %d", code)
+	}
+	if _, err := os.Stat(filepath.Join(seed, "build")); err == nil {
+		t.Error("the seeding wrote into the seed project")
+	}
 	res, err := promoteArgs(t, job.Spec.Template.Spec.Containers[0], claim, home, time.Now())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(claim, "current", "modules-2", "files-2.1", "com.acme", "lib", "2.0", "abc", "lib-2.0.jar")); err != nil || string(b) != "jar 2.0\n" {
+		t.Errorf("the new generation through the pointer: %q, %v", b, err)
 	}
 	f.setStatus(t, pod, corev1.PodSucceeded, terminated(0, "Completed", ""), terminated(0, "Completed", string(res.JSON())))
 	kubetest.CompleteJob(t, f.admin, job)
@@ -238,7 +321,11 @@ func TestSeedSwitchesOnlyAfterSuccess(t *testing.T) {
 		t.Fatal("the finished Job was not replaced")
 	}
 	pod2 := f.runPod(t, job2)
-	f.setStatus(t, pod2, corev1.PodFailed, terminated(1, "Error", ""), corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}})
+	code := gradleStep(t, job2.Spec.Template.Spec.InitContainers[0], seedProject(t, "3.0", true), t.TempDir(), t.TempDir())
+	if code != 1 {
+		t.Fatalf("the failing Gradle step exited %d", code)
+	}
+	f.setStatus(t, pod2, corev1.PodFailed, terminated(int32(code), "Error", ""), corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}})
 	kubetest.FailJob(t, f.admin, job2)
 	err = <-done
 	if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "Gradle in the seed project exited with status 1") || !strings.Contains(err.Error(), "-c gradle") {
@@ -251,6 +338,7 @@ func TestSeedSwitchesOnlyAfterSuccess(t *testing.T) {
 
 func TestSeedRefusesBadOptions(t *testing.T) {
 	f := newSeedFixture(t)
+	createClaim(t, f.admin, f.ns, "rwo-cache", corev1.ReadWriteOnce)
 	for name, change := range map[string]func(o *SeedOptions){
 		"namespace":             func(o *SeedOptions) { o.Namespace = "Bad_NS" },
 		"no cache claim":        func(o *SeedOptions) { o.CacheClaim = "" },
@@ -265,6 +353,9 @@ func TestSeedRefusesBadOptions(t *testing.T) {
 		"shell in a task":       func(o *SeedOptions) { o.Gradle = []string{"build;rm"} },
 		"no image":              func(o *SeedOptions) { o.Image = "" },
 		"deadline beyond limit": func(o *SeedOptions) { o.Timeout = build.MaxTimeout + time.Second },
+		"missing cache claim":   func(o *SeedOptions) { o.CacheClaim = "no-such-claim" },
+		"single-node claim":     func(o *SeedOptions) { o.CacheClaim = "rwo-cache" },
+		"missing session claim": func(o *SeedOptions) { o.SessionClaim = "no-such-claim" },
 	} {
 		o := f.opts
 		change(&o)
