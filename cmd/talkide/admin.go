@@ -19,7 +19,7 @@ import (
 )
 
 func newAdminCmd(std stdio) *cobra.Command {
-	admin := newGroup("admin", "Operate the control-plane: tenant-envs, identity tokens, signing keys, users, API tokens, budgets, usage, operator tokens",
+	admin := newGroup("admin", "Operate the control-plane: tenant-envs, identity tokens, signing keys, users, API tokens, budgets, usage, the build cache, operator tokens",
 		newGroup("env", "Tenant-envs: the environments whose workers the control-plane serves",
 			newAdminEnvAddCmd(std), newAdminEnvListCmd(std),
 			newAdminEnvSyncCmd(std), newAdminEnvStatusCmd(std), newAdminEnvDeleteCmd(std)),
@@ -30,6 +30,7 @@ func newAdminCmd(std stdio) *cobra.Command {
 		newGroup("budget", "Spending, token, request and concurrency limits of users, tenants and tenant-envs",
 			newAdminBudgetSetCmd(std), newAdminBudgetGetCmd(std), newAdminBudgetDeleteCmd(std), newAdminBudgetStatusCmd(std)),
 		newAdminUsageReportCmd(std),
+		newAdminBuildCacheCmd(std),
 		newGroup("operator-token", "Tokens of the operator API (/api/admin)",
 			newAdminOperatorIssueCmd(std), newAdminOperatorListCmd(std), newAdminOperatorRevokeCmd(std)),
 	)

@@ -199,8 +199,8 @@ func TestAdminFindsTheDevDataDir(t *testing.T) {
 var update = flag.Bool("update", false, "rewrite the generated parts of docs/cli.md")
 
 // envTable renders the table of every environment variable that sets a
-// flag: the variable, the flag, and the commands that take it ("admin …"
-// for every command under admin).
+// flag: the variable, the flag, and the commands that take it ("admin env
+// …" for every command under admin env).
 func envTable(root *cobra.Command) string {
 	type row struct{ env, flag string }
 	takes := map[row]map[string]bool{}
@@ -226,30 +226,34 @@ func envTable(root *cobra.Command) string {
 	var b strings.Builder
 	b.WriteString("| variable | flag | commands |\n|---|---|---|\n")
 	for _, r := range rows {
-		// A top-level group whose every leaf takes the flag is named once.
+		// The widest group whose every leaf takes the flag is named once.
 		var names []string
 		done := map[string]bool{}
 		for _, l := range leaves {
 			if !takes[r][l] || done[l] {
 				continue
 			}
-			top, _, nested := strings.Cut(l, " ")
-			all := nested
-			for _, m := range leaves {
-				if strings.HasPrefix(m, top+" ") && !takes[r][m] {
-					all = false
+			words := strings.Split(l, " ")
+			name := l
+			for depth := 1; depth < len(words); depth++ {
+				prefix := strings.Join(words[:depth], " ") + " "
+				all := true
+				for _, m := range leaves {
+					if strings.HasPrefix(m, prefix) && !takes[r][m] {
+						all = false
+					}
+				}
+				if all {
+					name = prefix + "…"
+					for _, m := range leaves {
+						if strings.HasPrefix(m, prefix) {
+							done[m] = true
+						}
+					}
+					break
 				}
 			}
-			if !all {
-				names = append(names, l)
-				continue
-			}
-			names = append(names, top+" …")
-			for _, m := range leaves {
-				if strings.HasPrefix(m, top+" ") {
-					done[m] = true
-				}
-			}
+			names = append(names, name)
 		}
 		fmt.Fprintf(&b, "| `%s` | `--%s` | %s |\n", r.env, r.flag, strings.Join(names, ", "))
 	}

@@ -52,9 +52,35 @@ const (
 	podTmp        = "/tmp"
 	// CachePointer is the entry of the cache volume that names the current
 	// generation of the read-only dependency cache (a symlink the seeding
-	// Job switches): GRADLE_RO_DEP_CACHE points through it.
+	// Job switches); a build resolves it once, as it starts.
 	CachePointer = "current"
+	// CachePointerEnv tells a build pod's start-up script where the
+	// pointer is.
+	CachePointerEnv = "TALKIDE_GRADLE_CACHE_POINTER"
 )
+
+// pinCacheScript sets GRADLE_RO_DEP_CACHE to the generation the pointer
+// names at this moment, by its real path, then runs the build. Gradle
+// looks files up under that directory for the whole build, so a build
+// that went through the pointer would start reading the next generation
+// when a seeding switched it mid-build, and could find a jar it had
+// already put on a classpath missing there. Resolved once, the build
+// reads one generation from start to end, which the seeding keeps until
+// no build can still be using it. The build's words are positional
+// parameters: the shell never parses them.
+const pinCacheScript = `if GRADLE_RO_DEP_CACHE=$(CDPATH= cd -P -- "$` + CachePointerEnv + `" 2>/dev/null && pwd -P); then
+  export GRADLE_RO_DEP_CACHE
+else
+  unset GRADLE_RO_DEP_CACHE
+  echo "[the Gradle dependency cache has no current generation yet: this build downloads every dependency]" >&2
+fi
+exec "$@"`
+
+// PinCacheCommand wraps a build's command line so that it runs with the
+// cache generation current when it starts (pinCacheScript).
+func PinCacheCommand(argv []string) []string {
+	return append([]string{"/bin/sh", "-c", pinCacheScript, "talkide-build"}, argv...)
+}
 
 // Defaults of KubernetesOptions.
 const (
@@ -103,7 +129,8 @@ type KubernetesOptions struct {
 	VolumeRoot string
 	// CacheClaim, when set, is a ReadWriteMany claim holding the read-only
 	// Gradle dependency cache (CachePointer -> a generation holding
-	// modules-2), mounted read-only as GRADLE_RO_DEP_CACHE.
+	// modules-2), mounted read-only; a build's GRADLE_RO_DEP_CACHE is the
+	// generation the pointer names when the build starts.
 	CacheClaim string
 	// RunAsUser is the builders' uid and gid: the owner of the workspace
 	// files on the volume (the worker's). Default DefaultRunAsUser.
@@ -440,7 +467,8 @@ func (k *Kubernetes) Job(req Request) (*batchv1.Job, error) {
 		if k.opts.CacheClaim != "" {
 			volumes = append(volumes, corev1.Volume{Name: "gradle-ro-cache", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: k.opts.CacheClaim, ReadOnly: true}}})
 			mounts = append(mounts, corev1.VolumeMount{Name: "gradle-ro-cache", MountPath: podROCache, ReadOnly: true})
-			env = append(env, corev1.EnvVar{Name: "GRADLE_RO_DEP_CACHE", Value: path.Join(podROCache, CachePointer)})
+			env = append(env, corev1.EnvVar{Name: CachePointerEnv, Value: path.Join(podROCache, CachePointer)})
+			c.Command = PinCacheCommand(c.Command)
 		}
 	case KindImage:
 		if k.opts.ImageBuilder == "" {

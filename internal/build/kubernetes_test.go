@@ -336,7 +336,7 @@ func checkJobSpec(t *testing.T, f *kubeFixture, job *batchv1.Job) {
 		"seccomp RuntimeDefault":     sc.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault,
 		"requests and limits":        !c.Resources.Requests.Cpu().IsZero() && !c.Resources.Limits.Memory().IsZero(),
 		"image":                      c.Image == "builder.example.com/jdk:21",
-		"command":                    strings.Join(c.Command, " ") == "./gradlew --console=plain --no-daemon test",
+		"command pinning the cache":  len(c.Command) == 8 && c.Command[0] == "/bin/sh" && strings.Join(c.Command[4:], " ") == "./gradlew --console=plain --no-daemon test",
 		"workspace subPath":          c.VolumeMounts[0].MountPath == "/workspace" && c.VolumeMounts[0].SubPath == "workspaces/conv1" && ps.Volumes[0].PersistentVolumeClaim.ClaimName == DefaultClaimName,
 		"node pool":                  ps.NodeSelector["talkide.dev/pool"] == "builds" && len(ps.Tolerations) == 1,
 		"labels": job.Labels[LabelTenant] == "acme" && job.Labels[LabelEnv] == "dev" && job.Labels[LabelConversation] == "conv1" &&
@@ -347,7 +347,7 @@ func checkJobSpec(t *testing.T, f *kubeFixture, job *batchv1.Job) {
 		env[e.Name] = e.Value
 	}
 	checks["GRADLE_USER_HOME on an emptyDir"] = env["GRADLE_USER_HOME"] == podGradleHome
-	checks["GRADLE_RO_DEP_CACHE through the pointer"] = env["GRADLE_RO_DEP_CACHE"] == "/gradle-ro-cache/current"
+	checks["the cache pointer for the start-up script"] = env[CachePointerEnv] == "/gradle-ro-cache/current" && env["GRADLE_RO_DEP_CACHE"] == ""
 	var roCache bool
 	for _, v := range ps.Volumes {
 		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "gradle-cache" && v.PersistentVolumeClaim.ReadOnly {

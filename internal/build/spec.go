@@ -81,12 +81,8 @@ func (s *Spec) validateGradle(workspace string) error {
 		}
 	}
 	for _, a := range s.Args {
-		if len(a) > MaxTokenLen || !argPattern.MatchString(a) {
-			return invalid("argument %q has characters a build argument may not have (spaces, quotes, shell characters; there is no shell: pass each word as its own argument)", clip(a))
-		}
-		name, _, _ := strings.Cut(a, "=")
-		if slices.Contains(refusedOptions, name) {
-			return invalid("the option %s is not allowed: the runner decides where Gradle keeps its state and that it does not outlive the build", name)
+		if err := checkArg(a); err != nil {
+			return err
 		}
 	}
 	root, err := os.OpenRoot(workspace)
@@ -106,6 +102,44 @@ func (s *Spec) validateGradle(workspace string) error {
 		return invalid("./%s is not executable: run chmod +x %s", GradleWrapper, GradleWrapper)
 	}
 	return nil
+}
+
+func checkArg(a string) error {
+	if len(a) > MaxTokenLen || !argPattern.MatchString(a) {
+		return invalid("argument %q has characters a build argument may not have (spaces, quotes, shell characters; there is no shell: pass each word as its own argument)", clip(a))
+	}
+	name, _, _ := strings.Cut(a, "=")
+	if slices.Contains(refusedOptions, name) {
+		return invalid("the option %s is not allowed: the runner decides where Gradle keeps its state and that it does not outlive the build", name)
+	}
+	return nil
+}
+
+// ValidateGradleLine checks a Gradle command line given as the words a
+// person types, options with their values and tasks in any order (a
+// cache-seeding Job's, whose project the caller cannot see): each word as
+// an argument of the Build tool, at least one task, the same bounds.
+func ValidateGradleLine(words []string) error {
+	if len(words) > MaxTasks+MaxArgs {
+		return invalid("at most %d words, got %d", MaxTasks+MaxArgs, len(words))
+	}
+	task := false
+	for _, w := range words {
+		if err := checkArg(w); err != nil {
+			return err
+		}
+		task = task || !strings.HasPrefix(w, "-")
+	}
+	if !task {
+		return invalid("name at least one Gradle task, e.g. build")
+	}
+	return nil
+}
+
+// GradleLineArgv is the command line of a validated Gradle line, as
+// GradleArgv is of a Spec.
+func GradleLineArgv(words []string) []string {
+	return append([]string{"./" + GradleWrapper, "--console=plain", "--no-daemon"}, words...)
 }
 
 func (s *Spec) validateImage(workspace string) error {

@@ -142,3 +142,23 @@ func FuzzValidateImageRef(f *testing.F) {
 		}
 	})
 }
+
+func TestValidateGradleLine(t *testing.T) {
+	for _, ok := range [][]string{{"build"}, {"build", "-x", "test"}, {"--tests", "com.acme.*Test", "test"}, {"--offline", ":app:assemble"}} {
+		if err := ValidateGradleLine(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	long := make([]string, MaxTasks+MaxArgs+1)
+	for i := range long {
+		long[i] = "build"
+	}
+	for _, bad := range [][]string{nil, {"--offline"}, {"-g", "/cache", "build"}, {"--gradle-user-home=/x", "build"}, {"--daemon", "build"}, {"build;rm", "-rf"}, {"build", "a b"}, {"build", "$(id)"}, long} {
+		if err := ValidateGradleLine(bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q = %v, want ErrInvalid", bad, err)
+		}
+	}
+	if got := strings.Join(GradleLineArgv([]string{"build", "-x", "test"}), " "); got != "./gradlew --console=plain --no-daemon build -x test" {
+		t.Errorf("argv = %q", got)
+	}
+}
