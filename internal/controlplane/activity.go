@@ -153,10 +153,16 @@ func (a *activity) takeListing(k envKey) bool {
 // was taken of the marks of cs (that env's listed conversations): each
 // listed session runs; a conversation believed to run that is not listed
 // has ended, unless a newer mark came meanwhile (learn keeps the newest).
+// Only sessions of cs count: marks are kept by conversation id alone, and
+// a worker speaks for its own tenant-env, never for another's.
 func (a *activity) listing(rs contract.RunningSessions, cs []store.Conversation, before map[string]turnMark) {
+	ours := make(map[string]bool, len(cs))
+	for _, c := range cs {
+		ours[c.ID] = true
+	}
 	listed := make(map[string]bool, len(rs.Sessions))
 	for _, st := range rs.Sessions {
-		if st.Status == contract.StatusRunning && st.ConversationID != "" {
+		if st.Status == contract.StatusRunning && ours[st.ConversationID] {
 			listed[st.ConversationID] = true
 			a.state(st)
 		}

@@ -258,6 +258,28 @@ func TestListStatusFromRunningSessions(t *testing.T) {
 	want("ended elsewhere", 3, map[string]string{"elsewhere": "idle", "quiet": "idle"})
 }
 
+// TestListStatusListingStaysInItsEnv: a worker's listing speaks for its
+// own tenant-env only. A session it names of a conversation that lives in
+// another env (a buggy or subverted worker) marks nothing there: one
+// tenant-env's worker must not decide what another's list shows.
+func TestListStatusListingStaysInItsEnv(t *testing.T) {
+	sw := &statusWorker{state: map[string]contract.SessionState{}, listing: true}
+	h := newHarness(t, harnessOptions{worker: fakeOptions{command: sw.command}})
+	h.insertConversation("mine", user, env)
+	h.insertConversation("elsewhere", user, otherEnv)
+	sw.set(contract.SessionState{ConversationID: "elsewhere", Status: contract.StatusRunning, RunningTurnID: "t_forged", LastSeq: 99})
+	got := listStatus(t, h)
+	if _, ok := got["elsewhere"]; !ok {
+		t.Fatalf("the list does not show the other env's conversation: %v", got)
+	}
+	if sw.Lists() != 1 {
+		t.Fatalf("the worker's running sessions were read %d times, want 1", sw.Lists())
+	}
+	if got["elsewhere"] != "idle" {
+		t.Errorf("%s's worker marked %s/elsewhere: %q", env, otherEnv, got["elsewhere"])
+	}
+}
+
 // TestListStatusWithoutListing: a worker that cannot list its running
 // sessions (405) still gets the turns believed to run asked about one by
 // one.
