@@ -165,6 +165,7 @@ func Promote(root, gradleHome, id string, now time.Time) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Generation: id, Previous: previous}
+	var warns []error
 	final := filepath.Join(root, generationsDir, id)
 	if previous != id { // not a pod re-running a promotion that had switched
 		work := filepath.Join(root, workDir, id)
@@ -192,14 +193,24 @@ func Promote(root, gradleHome, id string, now time.Time) (*Result, error) {
 		if err := switchPointer(root, id); err != nil {
 			return nil, err
 		}
+		// From here on builds see the new generation, so a failure is a
+		// warning of the result: reported as the seeding's failure, it
+		// would claim the pointer is as it was. A retirement left
+		// unrecorded is recorded by prune, or by the next seeding's.
+		if err := syncDir(root); err != nil {
+			warns = append(warns, err)
+		}
 		if previous != "" {
 			if err := writeRetired(root, previous, now); err != nil {
-				return nil, err
+				warns = append(warns, err)
 			}
 		}
 	}
 	if err := prune(root, id, now, res); err != nil {
-		res.Warning = err.Error()
+		warns = append(warns, err)
+	}
+	if len(warns) > 0 {
+		res.Warning = errors.Join(warns...).Error()
 	}
 	return res, nil
 }
@@ -238,7 +249,7 @@ func switchPointer(root, id string) error {
 		os.Remove(tmp)
 		return fmt.Errorf("buildcache: switching the pointer: %w", err)
 	}
-	return syncDir(root)
+	return nil
 }
 
 func writeRetired(root, id string, at time.Time) error {

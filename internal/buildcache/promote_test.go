@@ -148,6 +148,36 @@ func TestPromoteFailureLeavesThePointer(t *testing.T) {
 // The cleanup rule: a generation goes once it has been retired for
 // KeepRetired, never the current one, never one whose retirement is
 // unknown.
+// TestPromoteFailureAfterTheSwitchIsAWarning: once the pointer names the
+// new generation, builds use it; a step that fails after (recording the
+// previous generation's retirement) must not fail the promotion, whose
+// failure the seeding command reports as "the pointer is as it was".
+func TestPromoteFailureAfterTheSwitchIsAWarning(t *testing.T) {
+	root := t.TempDir()
+	g1, g2 := id(t0, 1), id(t0.Add(time.Hour), 2)
+	if _, err := Promote(root, gradleHome(t, "1.0"), g1, t0); err != nil {
+		t.Fatal(err)
+	}
+	// A directory where the retirement record's temporary goes makes
+	// writing it fail.
+	if err := os.MkdirAll(filepath.Join(root, retiredDir, g1+".new"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Promote(root, gradleHome(t, "2.0"), g2, t0.Add(time.Hour))
+	if err != nil {
+		t.Fatalf("the pointer was switched, yet the promotion failed: %v", err)
+	}
+	if p := pointer(t, root); p != generationsDir+"/"+g2 {
+		t.Fatalf("pointer %q, want generations/%s", p, g2)
+	}
+	if res.Warning == "" || !strings.Contains(res.Warning, g1) {
+		t.Errorf("warning %q, want one naming the unrecorded retirement of %s", res.Warning, g1)
+	}
+	if res.Generation != g2 || res.Previous != g1 {
+		t.Errorf("result %+v", res)
+	}
+}
+
 func TestExpired(t *testing.T) {
 	now := t0.Add(10 * time.Hour)
 	gens := []Generation{
