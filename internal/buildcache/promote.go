@@ -141,13 +141,14 @@ func (r *Result) JSON() []byte {
 }
 
 // Promote makes the modules Gradle downloaded into gradleHome the
-// generation id on the cache claim at root, then the current one, then
-// removes the generations and leftovers no build or seeding can still be
-// using. Until the pointer is switched nothing a build can see has
+// generation id on the cache claim at root (now is when the promotion
+// begins), then the current one, then removes the generations and
+// leftovers no build or seeding can still be using. Until the pointer is switched nothing a build can see has
 // changed: a failure before leaves the pointer as it was (and removes
 // this generation's partial copy). The switch is a rename of a new
 // symlink over the pointer, atomic on a local and an NFS file system.
 func Promote(root, gradleHome, id string, now time.Time) (*Result, error) {
+	began := time.Now()
 	if !ValidID(id) {
 		return nil, fmt.Errorf("buildcache: %q is not a generation id", id)
 	}
@@ -193,6 +194,10 @@ func Promote(root, gradleHome, id string, now time.Time) (*Result, error) {
 		if err := switchPointer(root, id); err != nil {
 			return nil, err
 		}
+		// now is when the promotion began; the previous generation is
+		// retired only now, after the copy, which may have taken minutes
+		// of the margin KeepRetired leaves.
+		now = now.Add(time.Since(began))
 		// From here on builds see the new generation, so a failure is a
 		// warning of the result: reported as the seeding's failure, it
 		// would claim the pointer is as it was. A retirement left

@@ -178,6 +178,33 @@ func TestPromoteFailureAfterTheSwitchIsAWarning(t *testing.T) {
 	}
 }
 
+// TestPromoteRecordsTheRetirementAtTheSwitch: the previous generation is
+// retired when the pointer stops naming it, which is after the copy; a
+// build that took it just before may read it for MaxTimeout from then.
+// Recorded as of the promotion's start, a long copy would eat the margin
+// of KeepRetired, and a later seeding remove a generation still read.
+func TestPromoteRecordsTheRetirementAtTheSwitch(t *testing.T) {
+	root := t.TempDir()
+	g1, g2 := id(t0, 1), id(t0.Add(time.Hour), 2)
+	if _, err := Promote(root, gradleHome(t, "1.0"), g1, t0); err != nil {
+		t.Fatal(err)
+	}
+	const copying = 1100 * time.Millisecond // one file is slow to copy
+	var once sync.Once
+	openSource = func(p string) (*os.File, error) {
+		once.Do(func() { time.Sleep(copying) })
+		return os.Open(p)
+	}
+	t.Cleanup(func() { openSource = os.Open })
+	began := t0.Add(time.Hour)
+	if _, err := Promote(root, gradleHome(t, "2.0"), g2, began); err != nil {
+		t.Fatal(err)
+	}
+	if got := readRetired(root, g1); got.Before(began.Add(time.Second)) {
+		t.Errorf("%s recorded as retired at %s, before the switch (the copy took %s from %s)", g1, got, copying, began)
+	}
+}
+
 func TestExpired(t *testing.T) {
 	now := t0.Add(10 * time.Hour)
 	gens := []Generation{
