@@ -51,6 +51,18 @@ func TestAdminBuildCachePromote(t *testing.T) {
 	if target, _ := os.Readlink(filepath.Join(claim, "current")); target != "generations/"+gen {
 		t.Errorf("the pointer moved after a refusal: %q", target)
 	}
+
+	// A report that cannot be written after the switch is a warning: the
+	// promotion succeeded, and a failed exit would say the pointer stayed.
+	next := "g20261202T130000Z-00aa02"
+	out, stderr, err := admin(t, "build-cache", "promote", "--root", claim, "--gradle-home", home, "--generation", next,
+		"--result-file", filepath.Join(t.TempDir(), "no-such-dir", "termination-log"))
+	if err != nil || !strings.Contains(out, "generation "+next+" is current") || !strings.Contains(stderr, "could not be written") {
+		t.Errorf("promote with an unwritable report: %v; stdout %q; stderr %q", err, out, stderr)
+	}
+	if target, _ := os.Readlink(filepath.Join(claim, "current")); target != "generations/"+next {
+		t.Errorf("pointer = %q after the second promotion", target)
+	}
 }
 
 // talkide admin build-cache seed against the test API server: the Job
@@ -81,7 +93,7 @@ func TestAdminBuildCacheSeed(t *testing.T) {
 		}
 	}
 	args := []string{"build-cache", "seed", "--tenant", "acme", "--env", "dev", "--namespace", ns, "--kubeconfig", kubeconfig,
-		"--project", "workspaces/gradle-seed", "--gradle", "assemble -x test testClasses", "--build-image", "builder.example.com/jdk:21",
+		"--project", "build-seed/gradle", "--gradle", "assemble -x test testClasses", "--build-image", "builder.example.com/jdk:21",
 		"--build-cache-claim", "gradle-cache", "--build-node-selector", "pool=builds", "--build-toleration", "dedicated=builds:NoSchedule",
 		"--build-memory-limit", "6Gi", "--talkide-image", "registry.example.com/talkide:1.0", "--timeout", "45m", "--no-wait"}
 

@@ -119,7 +119,10 @@ func (o *SeedOptions) Validate() error {
 	}
 	p := filepath.ToSlash(filepath.Clean(o.Project))
 	if o.Project == "" || !filepath.IsLocal(o.Project) || p == "." || strings.ContainsAny(o.Project, "\x00\n") {
-		return fmt.Errorf("buildcache: the seed project %q must be a directory relative to the root of the session claim, inside it (like workspaces/gradle-seed)", o.Project)
+		return fmt.Errorf("buildcache: the seed project %q must be a directory relative to the root of the session claim, inside it (like build-seed/gradle)", o.Project)
+	}
+	if top, _, _ := strings.Cut(p, "/"); conversationDirs[top] {
+		return fmt.Errorf("buildcache: the seed project %q is under %s/, where conversations write: its agent could choose what every build of the tenant-env reads; put it in a directory of its own on the claim (like build-seed/gradle)", o.Project, top)
 	}
 	o.Project = p
 	if err := build.ValidateGradleLine(o.Gradle); err != nil {
@@ -279,3 +282,10 @@ func Job(o *SeedOptions, id string) *batchv1.Job {
 		},
 	}
 }
+
+// conversationDirs are the session claim's top directories that
+// conversations write, as the provisioned worker lays it out: each
+// conversation's workspace, which its agent edits, and its session. A seed
+// project there would let one conversation (or a prompt injected into it)
+// choose the dependencies every build of the tenant-env is given.
+var conversationDirs = map[string]bool{"workspaces": true, "projects": true}

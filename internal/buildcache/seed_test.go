@@ -39,7 +39,7 @@ func newSeedFixture(t *testing.T) *seedFixture {
 	}
 	f.opts = SeedOptions{
 		Namespace: f.ns, Tenant: "acme", Env: "dev",
-		CacheClaim: "gradle-cache", Project: "workspaces/gradle-seed",
+		CacheClaim: "gradle-cache", Project: "build-seed/gradle",
 		Gradle:       []string{"build", "-x", "test"},
 		Image:        "builder.example.com/jdk:21",
 		PromoteImage: "registry.example.com/talkide:1.0",
@@ -240,7 +240,7 @@ func TestSeedJobSpec(t *testing.T) {
 		"labels":                        j.Labels[build.LabelComponent] == Component && j.Labels[build.LabelTenant] == "acme" && j.Labels[build.LabelEnv] == "dev" && j.Labels[LabelGeneration] == s.Generation && j.Spec.Template.Labels[LabelGeneration] == s.Generation,
 		"gradle image and words":        g.Image == "builder.example.com/jdk:21" && g.Command[0] == "/bin/sh" && strings.Join(g.Command[4:], " ") == "./gradlew --console=plain --no-daemon build -x test",
 		"fresh Gradle home":             env["GRADLE_USER_HOME"] == podGradleHome && mounted(g, "gradle-home") != nil && !mounted(g, "gradle-home").ReadOnly,
-		"seed project read-only":        mounted(g, "seed") != nil && mounted(g, "seed").SubPath == "workspaces/gradle-seed" && mounted(g, "seed").ReadOnly && claimOf("seed").ClaimName == build.DefaultClaimName && claimOf("seed").ReadOnly,
+		"seed project read-only":        mounted(g, "seed") != nil && mounted(g, "seed").SubPath == "build-seed/gradle" && mounted(g, "seed").ReadOnly && claimOf("seed").ClaimName == build.DefaultClaimName && claimOf("seed").ReadOnly,
 		"gradle cannot touch the cache": mounted(g, "cache") == nil,
 		"cache read-write in promote":   mounted(p, "cache") != nil && !mounted(p, "cache").ReadOnly && claimOf("cache").ClaimName == "gradle-cache" && !claimOf("cache").ReadOnly,
 		"promote reads Gradle's home":   mounted(p, "gradle-home") != nil && mounted(p, "gradle-home").ReadOnly,
@@ -340,22 +340,24 @@ func TestSeedRefusesBadOptions(t *testing.T) {
 	f := newSeedFixture(t)
 	createClaim(t, f.admin, f.ns, "rwo-cache", corev1.ReadWriteOnce)
 	for name, change := range map[string]func(o *SeedOptions){
-		"namespace":             func(o *SeedOptions) { o.Namespace = "Bad_NS" },
-		"no cache claim":        func(o *SeedOptions) { o.CacheClaim = "" },
-		"cache is session":      func(o *SeedOptions) { o.CacheClaim = build.DefaultClaimName },
-		"claim name":            func(o *SeedOptions) { o.CacheClaim = "Gradle Cache" },
-		"project outside":       func(o *SeedOptions) { o.Project = "../etc" },
-		"project absolute":      func(o *SeedOptions) { o.Project = "/workspaces/x" },
-		"project root":          func(o *SeedOptions) { o.Project = "." },
-		"no words":              func(o *SeedOptions) { o.Gradle = nil },
-		"options only":          func(o *SeedOptions) { o.Gradle = []string{"--offline"} },
-		"gradle home option":    func(o *SeedOptions) { o.Gradle = []string{"-g", "/cache", "build"} },
-		"shell in a task":       func(o *SeedOptions) { o.Gradle = []string{"build;rm"} },
-		"no image":              func(o *SeedOptions) { o.Image = "" },
-		"deadline beyond limit": func(o *SeedOptions) { o.Timeout = build.MaxTimeout + time.Second },
-		"missing cache claim":   func(o *SeedOptions) { o.CacheClaim = "no-such-claim" },
-		"single-node claim":     func(o *SeedOptions) { o.CacheClaim = "rwo-cache" },
-		"missing session claim": func(o *SeedOptions) { o.SessionClaim = "no-such-claim" },
+		"namespace":                  func(o *SeedOptions) { o.Namespace = "Bad_NS" },
+		"no cache claim":             func(o *SeedOptions) { o.CacheClaim = "" },
+		"cache is session":           func(o *SeedOptions) { o.CacheClaim = build.DefaultClaimName },
+		"claim name":                 func(o *SeedOptions) { o.CacheClaim = "Gradle Cache" },
+		"project outside":            func(o *SeedOptions) { o.Project = "../etc" },
+		"project absolute":           func(o *SeedOptions) { o.Project = "/workspaces/x" },
+		"project root":               func(o *SeedOptions) { o.Project = "." },
+		"a conversation's workspace": func(o *SeedOptions) { o.Project = "workspaces/gradle-seed" },
+		"a session's directory":      func(o *SeedOptions) { o.Project = "projects/x/../gradle" },
+		"no words":                   func(o *SeedOptions) { o.Gradle = nil },
+		"options only":               func(o *SeedOptions) { o.Gradle = []string{"--offline"} },
+		"gradle home option":         func(o *SeedOptions) { o.Gradle = []string{"-g", "/cache", "build"} },
+		"shell in a task":            func(o *SeedOptions) { o.Gradle = []string{"build;rm"} },
+		"no image":                   func(o *SeedOptions) { o.Image = "" },
+		"deadline beyond limit":      func(o *SeedOptions) { o.Timeout = build.MaxTimeout + time.Second },
+		"missing cache claim":        func(o *SeedOptions) { o.CacheClaim = "no-such-claim" },
+		"single-node claim":          func(o *SeedOptions) { o.CacheClaim = "rwo-cache" },
+		"missing session claim":      func(o *SeedOptions) { o.SessionClaim = "no-such-claim" },
 	} {
 		o := f.opts
 		change(&o)

@@ -20,15 +20,18 @@ import (
 // one started) and the end of a turn no relayed stream follows, it asks
 // the workers: a list reads each of its tenant-envs' running sessions
 // (GET /v1/sessions, one signed call per tenant-env) at most every
-// activityRecheck, and learns from that which turns run and which of the
-// turns it believed running have ended. A worker that does not answer the
-// listing is asked, as before there was one, about each turn believed to
-// run that no relayed stream follows.
+// activityRecheck, and learns from that which turns run; a turn it
+// believed running that the listing leaves out it asks about (a GET of the
+// session), and learns its end from that. A worker that does not answer
+// the listing is asked, as before there was one, about each turn believed
+// to run that no relayed stream follows.
 //
 // During a worker's rolling update two replicas serve one tenant-env and
-// the listing reaches one of them: a turn on the other shows from the
-// next listing that reaches it, or as soon as this replica relays the
-// conversation.
+// a call reaches one of them: a turn on the other shows from the next
+// listing that reaches it, or as soon as this replica relays the
+// conversation; and a listing from the replica that does not hold a
+// running session cannot end its mark, because only the holder of a
+// session's lease answers its state (the other says session_elsewhere).
 
 // Bounds of the checks one list makes of the workers.
 const (
@@ -151,11 +154,14 @@ func (a *activity) takeListing(k envKey) bool {
 
 // listing learns from a tenant-env's running sessions, read after before
 // was taken of the marks of cs (that env's listed conversations): each
-// listed session runs; a conversation believed to run that is not listed
-// has ended, unless a newer mark came meanwhile (learn keeps the newest).
-// Only sessions of cs count: marks are kept by conversation id alone, and
-// a worker speaks for its own tenant-env, never for another's.
-func (a *activity) listing(rs contract.RunningSessions, cs []store.Conversation, before map[string]turnMark) {
+// listed session runs. It returns the conversations believed to run that
+// are not listed: probably ended, but during a worker's rolling update the
+// listing may have come from the replica that does not hold them, so the
+// caller asks about each (a session's state is answered only by the
+// replica holding its lease). Only sessions of cs count: marks are kept by
+// conversation id alone, and a worker speaks for its own tenant-env, never
+// for another's.
+func (a *activity) listing(rs contract.RunningSessions, cs []store.Conversation, before map[string]turnMark) (gone []store.Conversation) {
 	ours := make(map[string]bool, len(cs))
 	for _, c := range cs {
 		ours[c.ID] = true
@@ -168,21 +174,23 @@ func (a *activity) listing(rs contract.RunningSessions, cs []store.Conversation,
 		}
 	}
 	if rs.Truncated {
-		return
+		return nil
 	}
 	for _, c := range cs {
 		if mk, ok := before[c.ID]; ok && mk.running && !listed[c.ID] {
-			a.learn(c.ID, mk.seq, false, "")
+			gone = append(gone, c)
 		}
 	}
+	return gone
 }
 
 // conversationStatus fills views' Status (and RunningTurnID) from the
 // marks, first reading the running sessions of the conversations'
 // tenant-envs not read in the last activityRecheck (at most
-// maxActivityChecks of them); for a tenant-env whose worker does not
-// answer that, it asks about the turns believed to run that no relayed
-// stream follows instead, one by one.
+// maxActivityChecks of them), then asking about each turn believed to run
+// that a listing left out, and, for a tenant-env whose worker does not
+// answer the listing, about the turns believed to run that no relayed
+// stream follows, one by one.
 func (s *Server) conversationStatus(ctx context.Context, cs []store.Conversation, views []ConversationView) {
 	byEnv := map[envKey][]store.Conversation{}
 	var order []envKey
@@ -195,6 +203,7 @@ func (s *Server) conversationStatus(ctx context.Context, cs []store.Conversation
 	}
 	var mu sync.Mutex
 	var unlisted []store.Conversation // of tenant-envs whose listing failed
+	var gone []store.Conversation     // believed to run, not listed
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, activityParallel)
 	checks := 0
@@ -226,11 +235,14 @@ func (s *Server) conversationStatus(ctx context.Context, cs []store.Conversation
 				mu.Unlock()
 				return
 			}
-			s.activity.listing(rs, envCs, before)
+			g := s.activity.listing(rs, envCs, before)
+			mu.Lock()
+			gone = append(gone, g...)
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	s.checkUnfollowed(ctx, unlisted)
+	s.readStates(ctx, append(gone, s.unfollowed(unlisted)...))
 	for i := range views {
 		views[i].Status = contract.StatusIdle
 		if mk, ok := s.activity.mark(views[i].ID); ok && mk.running {
@@ -240,22 +252,29 @@ func (s *Server) conversationStatus(ctx context.Context, cs []store.Conversation
 	}
 }
 
-// checkUnfollowed asks the workers, one conversation at a time, about the
-// turns of cs believed to run that no relayed stream follows and that were
-// not learned about in the last activityRecheck (at most
-// maxActivityChecks, in cs's order: newest first).
-func (s *Server) checkUnfollowed(ctx context.Context, cs []store.Conversation) {
+// unfollowed returns the conversations of cs believed to run that no
+// relayed stream follows and that were not learned about in the last
+// activityRecheck, in cs's order (newest first).
+func (s *Server) unfollowed(cs []store.Conversation) []store.Conversation {
 	now := s.cfg.Now()
 	var stale []store.Conversation
 	for _, c := range cs {
 		mk, ok := s.activity.mark(c.ID)
-		if ok && mk.running && !s.hubs.following(c.ID) && now.Sub(mk.at) >= activityRecheck && len(stale) < maxActivityChecks {
+		if ok && mk.running && !s.hubs.following(c.ID) && now.Sub(mk.at) >= activityRecheck {
 			stale = append(stale, c)
 		}
 	}
+	return stale
+}
+
+// readStates reads the session state of the first maxActivityChecks of
+// cs from their workers, which the marks learn from; a worker that does
+// not answer leaves its mark as it was.
+func (s *Server) readStates(ctx context.Context, cs []store.Conversation) {
+	cs = cs[:min(len(cs), maxActivityChecks)]
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, activityParallel)
-	for _, c := range stale {
+	for _, c := range cs {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()

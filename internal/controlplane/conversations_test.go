@@ -167,6 +167,10 @@ type statusWorker struct {
 	// older worker without it answers 405).
 	listing bool
 	lists   int
+	// elsewhere: sessions this worker replica does not hold (another
+	// replica of a rolling update does): not listed, and their state is
+	// 503 session_elsewhere.
+	elsewhere map[string]bool
 }
 
 func (sw *statusWorker) set(st contract.SessionState) {
@@ -186,7 +190,7 @@ func (sw *statusWorker) command(w http.ResponseWriter, r *http.Request) bool {
 		sw.lists++
 		out := contract.RunningSessions{Sessions: []contract.SessionState{}}
 		for _, st := range sw.state {
-			if st.Status == contract.StatusRunning {
+			if st.Status == contract.StatusRunning && !sw.elsewhere[st.ConversationID] {
 				out.Sessions = append(out.Sessions, st)
 			}
 		}
@@ -204,6 +208,11 @@ func (sw *statusWorker) command(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	sw.gets++
+	if sw.elsewhere[id] {
+		w.Header().Set("Retry-After", "1")
+		httpapi.WriteError(w, http.StatusServiceUnavailable, contract.CodeSessionElsewhere, "another worker replica owns this conversation right now; retry shortly")
+		return true
+	}
 	httpapi.WriteJSON(w, http.StatusOK, st)
 	return true
 }
@@ -223,14 +232,16 @@ func (sw *statusWorker) Lists() int {
 // TestListStatusFromRunningSessions: with a worker that lists its running
 // sessions, the list shows a turn this replica never saw start (another
 // replica forwarded its message) and its end, reading the listing once per
-// tenant-env at most every few seconds and asking about no conversation
-// one by one.
+// tenant-env at most every few seconds, and asking about a conversation
+// only when a turn it believed running is not listed; during a worker's
+// rolling update, a listing from the replica that does not hold a running
+// session does not end its turn.
 func TestListStatusFromRunningSessions(t *testing.T) {
-	sw := &statusWorker{state: map[string]contract.SessionState{}, listing: true}
+	sw := &statusWorker{state: map[string]contract.SessionState{}, listing: true, elsewhere: map[string]bool{}}
 	h := newHarness(t, harnessOptions{worker: fakeOptions{command: sw.command}})
 	h.insertConversation("elsewhere", user, env)
 	h.insertConversation("quiet", user, env)
-	want := func(what string, lists int, w map[string]string) {
+	want := func(what string, lists, gets int, w map[string]string) {
 		t.Helper()
 		got := listStatus(t, h)
 		for id, s := range w {
@@ -241,21 +252,34 @@ func TestListStatusFromRunningSessions(t *testing.T) {
 		if sw.Lists() != lists {
 			t.Errorf("%s: the worker's running sessions were read %d times, want %d", what, sw.Lists(), lists)
 		}
-		if sw.Gets() != 0 {
-			t.Errorf("%s: the list asked about %d conversations one by one", what, sw.Gets())
+		if sw.Gets() != gets {
+			t.Errorf("%s: the list asked about conversations one by one %d times, want %d", what, sw.Gets(), gets)
 		}
 	}
-	want("nothing runs", 1, map[string]string{"elsewhere": "idle", "quiet": "idle"})
+	want("nothing runs", 1, 0, map[string]string{"elsewhere": "idle", "quiet": "idle"})
 	// Another replica forwarded a message: this one learns of the turn
 	// from the next listing, not before.
 	sw.set(contract.SessionState{ConversationID: "elsewhere", Status: contract.StatusRunning, RunningTurnID: "t_o", LastSeq: 7})
-	want("read just now", 1, map[string]string{"elsewhere": "idle"})
+	want("read just now", 1, 0, map[string]string{"elsewhere": "idle"})
 	h.clock.Advance(4 * time.Second)
-	want("started elsewhere", 2, map[string]string{"elsewhere": "running:t_o", "quiet": "idle"})
-	// It ends with nobody here following it.
+	want("started elsewhere", 2, 0, map[string]string{"elsewhere": "running:t_o", "quiet": "idle"})
+	// A rolling update: the listing reaches the worker replica that does
+	// not hold the session, which cannot say it ended.
+	sw.mu.Lock()
+	sw.elsewhere["elsewhere"] = true
+	sw.mu.Unlock()
+	h.clock.Advance(4 * time.Second)
+	want("listed by the other worker replica", 3, 1, map[string]string{"elsewhere": "running:t_o"})
+	sw.mu.Lock()
+	delete(sw.elsewhere, "elsewhere")
+	sw.mu.Unlock()
+	// It ends with nobody here following it: left out of the listing,
+	// asked about, idle.
 	sw.set(contract.SessionState{ConversationID: "elsewhere", Status: contract.StatusIdle, LastSeq: 9})
 	h.clock.Advance(4 * time.Second)
-	want("ended elsewhere", 3, map[string]string{"elsewhere": "idle", "quiet": "idle"})
+	want("ended elsewhere", 4, 2, map[string]string{"elsewhere": "idle", "quiet": "idle"})
+	h.clock.Advance(4 * time.Second)
+	want("idle, nothing to ask", 5, 2, map[string]string{"elsewhere": "idle", "quiet": "idle"})
 }
 
 // TestListStatusListingStaysInItsEnv: a worker's listing speaks for its

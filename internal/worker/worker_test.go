@@ -1181,6 +1181,14 @@ func TestBadRequests(t *testing.T) {
 			method: http.MethodGet, path: "/v1/sessions/conv-1", unsigned: true,
 			status: http.StatusUnauthorized, code: contract.CodeUnauthorized,
 		},
+		"unsigned: running sessions": {
+			method: http.MethodGet, path: contract.SessionsPath, unsigned: true,
+			status: http.StatusUnauthorized, code: contract.CodeUnauthorized,
+		},
+		"running sessions signed for another tenant": {
+			method: http.MethodGet, path: contract.SessionsPath, signer: otherTenant,
+			status: http.StatusUnauthorized, code: contract.CodeUnauthorized,
+		},
 		"signed for another tenant": {
 			method: http.MethodGet, path: "/v1/sessions/conv-1", signer: otherTenant,
 			status: http.StatusUnauthorized, code: contract.CodeUnauthorized,

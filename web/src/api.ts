@@ -156,6 +156,8 @@ export interface UsageReport {
   from: string;
   rows: { key: Record<string, string>; requests: number; input_tokens: number; cache_write_5m_tokens: number; cache_write_1h_tokens: number; cache_read_tokens: number; output_tokens: number; cost_usd: string }[];
   total: { requests: number; cost_usd: string };
+  /** Rows past the report's row limit, which total still counts. */
+  omitted: number;
 }
 
 /** ApiError is an answer in the contract's error shape, or a network failure (status 0). */

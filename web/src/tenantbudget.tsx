@@ -103,6 +103,13 @@ function View({ v }: { v: (typeof views.value)[number] }) {
             );
           })}
           {u.rows.length === 0 && <tr><td colSpan={4} class="muted">nothing spent</td></tr>}
+          {u.omitted > 0 && (
+            <tr data-testid="tenant-usage-omitted">
+              <td colSpan={4} class="muted">
+                and {u.omitted.toLocaleString()} more {u.omitted === 1 ? "user" : "users"}; all together {u.total.requests.toLocaleString()} calls, {fmtUSD(u.total.cost_usd)}
+              </td>
+            </tr>
+          )}
         </tbody>
       </table>
     </section>
@@ -115,6 +122,8 @@ export function TenantBudgetButton({ me }: { me: Me | null }) {
   if (scopes.length === 0) return null;
   return (
     <button data-testid="tenant-budget-open" onClick={() => {
+      // Never the last opening's figures while the new ones load.
+      views.value = [];
       open.value = true;
       load(scopes);
     }}>
