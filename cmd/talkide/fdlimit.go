@@ -31,8 +31,8 @@ type streamFlags struct {
 }
 
 func registerStreamFlags(fs *pflag.FlagSet, f *streamFlags) {
-	fs.IntVar(&f.perUser, "max-streams-per-user", controlplane.DefaultMaxStreamsPerUser, "browser event streams one user may hold open on this replica; more are answered 429 (docs/operations.md)")
-	fs.IntVar(&f.perConversation, "max-streams-per-conversation", controlplane.DefaultMaxStreamsPerConversation, "browser event streams open on one conversation on this replica; more are answered 429")
+	fs.IntVar(&f.perUser, "max-streams-per-user", controlplane.DefaultMaxStreamsPerUser, "browser event streams one user may hold open, counted on every replica sharing a PostgreSQL store; more are answered 429 (docs/operations.md)")
+	fs.IntVar(&f.perConversation, "max-streams-per-conversation", controlplane.DefaultMaxStreamsPerConversation, "browser event streams open on one conversation, counted on every replica sharing a PostgreSQL store; more are answered 429")
 	fs.IntVar(&f.total, "max-streams", 0, "browser event streams open on this replica in total; more are answered 503 (0: derived from the open-file limit, at most 20000)")
 	bindEnv(fs, "max-streams-per-user", "max-streams-per-conversation", "max-streams")
 }

@@ -46,6 +46,7 @@ type replicaStack struct {
 	// talkide dev's one user), for the browser; else callers bring API
 	// tokens.
 	localUser string
+	tune      func(*cpOptions) // nil: the options as they are
 
 	mu       sync.Mutex // guards replicas
 	replicas []*cpProc  // nil while killed
@@ -60,8 +61,15 @@ type replicaStack struct {
 
 func startReplicaStack(t *testing.T, n int, logs io.Writer, localUser string) *replicaStack {
 	t.Helper()
+	return startReplicaStackWith(t, n, logs, localUser, nil)
+}
+
+// startReplicaStackWith is startReplicaStack with tune applied to each
+// replica's options.
+func startReplicaStackWith(t *testing.T, n int, logs io.Writer, localUser string, tune func(*cpOptions)) *replicaStack {
+	t.Helper()
 	rs := &replicaStack{
-		t: t, dir: t.TempDir(), database: pgtest.URL(t), localUser: localUser,
+		t: t, dir: t.TempDir(), database: pgtest.URL(t), localUser: localUser, tune: tune,
 		simKey: fmt.Sprintf("sk-sim-%x", trust.NewKey()),
 		logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
@@ -122,12 +130,16 @@ func startReplicaStack(t *testing.T, n int, logs io.Writer, localUser string) *r
 // start starts replica i on its addresses (new ones the first time).
 func (rs *replicaStack) start(i int) {
 	rs.t.Helper()
-	cp, err := startControlPlane(context.Background(), cpOptions{
+	o := cpOptions{
 		listen: rs.addrs[i][0], internalListen: rs.addrs[i][1],
 		database: rs.database, secretsPath: filepath.Join(rs.dir, "secrets.json"),
 		upstream: rs.sim.url(), apiKey: rs.simKey, tenant: devTenant, env: devEnv, localUser: rs.localUser,
 		logger: rs.logger.With("proc", fmt.Sprintf("cp-%d", i)),
-	})
+	}
+	if rs.tune != nil {
+		rs.tune(&o)
+	}
+	cp, err := startControlPlane(context.Background(), o)
 	if err != nil {
 		rs.t.Fatalf("replica %d: %v", i, err)
 	}

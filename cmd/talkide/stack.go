@@ -104,6 +104,9 @@ type cpOptions struct {
 	// them (docs/accounts.md).
 	internalListen, metricsListen string
 	auth                          authFlags
+	// shareInterval and shareTTL pace the sharing of stream counts on
+	// PostgreSQL (0: the control-plane's defaults); tests shorten them.
+	shareInterval, shareTTL time.Duration
 }
 
 type cpProc struct {
@@ -117,6 +120,9 @@ type cpProc struct {
 	gateway  *gateway.Gateway // nil without an API key
 	metrics  *metrics.Metrics
 	server   *controlplane.Server
+	// stopSharing ends the sharing of stream counts and waits for it
+	// (nil when the store is SQLite, which one process opens).
+	stopSharing func()
 }
 
 func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
@@ -185,6 +191,7 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 			Metrics:           promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(o.logger.Handler(), slog.LevelWarn)}),
 			StreamMetrics:     m,
 			MaxStreamsPerUser: o.streams.perUser, MaxStreamsPerConversation: o.streams.perConversation, MaxStreams: o.streams.total,
+			StreamCounts: sharedStreamCounts(st), StreamShareInterval: o.shareInterval, StreamShareTTL: o.shareTTL,
 		})
 	if err != nil {
 		closeBudget(bud)
@@ -199,9 +206,20 @@ func startControlPlane(ctx context.Context, o cpOptions) (*cpProc, error) {
 	}
 	m.CountStreams(cp.StreamsOpen, cp.StreamUpstreams)
 	lim := cp.StreamLimits()
-	o.logger.Info("browser stream caps", "per_user", lim.PerUser, "per_conversation", lim.PerConversation, "total", lim.Total)
+	shared := sharedStreamCounts(st) != nil
+	o.logger.Info("browser stream caps", "per_user", lim.PerUser, "per_conversation", lim.PerConversation, "total", lim.Total,
+		"across_replicas", shared, "replica", cp.ReplicaID())
 	sweepCtx, stop := context.WithCancel(context.Background())
 	p.stop = stop
+	if shared {
+		shareCtx, stopShare := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			cp.ShareStreamCounts(shareCtx)
+		}()
+		p.stopSharing = func() { stopShare(); <-done }
+	}
 	// A rotation written to the secrets file takes effect without a restart.
 	if err := secrets.watch(sweepCtx, o.secretsPath, o.logger.With("component", "keys")); err != nil {
 		o.logger.Warn("the secrets file is not watched: a key rotation needs a restart", "err", err)
@@ -309,6 +327,16 @@ func parseDatabase(spec, defaultPath string) (database, error) {
 	return database{sqlitePath: strings.TrimPrefix(spec, "sqlite:")}, nil
 }
 
+// sharedStreamCounts returns st's stream counts when replicas share st
+// (PostgreSQL), nil for SQLite, which one process opens: counting there
+// would only cost writes.
+func sharedStreamCounts(st store.Store) store.StreamCounts {
+	if pg, ok := st.(*postgres.Store); ok {
+		return pg
+	}
+	return nil
+}
+
 // openStore opens the control-plane's store named by spec (parseDatabase).
 func openStore(ctx context.Context, spec, defaultPath string, logger *slog.Logger) (store.Store, error) {
 	db, err := parseDatabase(spec, defaultPath)
@@ -340,6 +368,12 @@ func (p *cpProc) shutdown(ctx context.Context) error {
 	// even when the HTTP shutdown used up ctx.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	// The streams have ended: the other replicas stop counting this one's
+	// now rather than after the TTL.
+	if p.stopSharing != nil {
+		p.stopSharing()
+		err = errors.Join(err, p.server.WithdrawStreamCounts(bctx))
+	}
 	if p.gateway != nil {
 		err = errors.Join(err, p.gateway.Close(bctx))
 	}

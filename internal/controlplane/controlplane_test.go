@@ -272,6 +272,11 @@ type harnessOptions struct {
 	listener net.Listener
 	// budget gives the control-plane a budget service on its store.
 	budget bool
+	// shareStreams, when set, gives the control-plane the stream counts
+	// it returns for the harness's store (with streams'
+	// StreamShareInterval and StreamShareTTL), and runs their sharing
+	// for the test.
+	shareStreams func(store.Store) store.StreamCounts
 }
 
 func newHarness(t testing.TB, opts harnessOptions) *harness {
@@ -304,6 +309,10 @@ func newHarness(t testing.TB, opts harnessOptions) *harness {
 		bud = budget.New(st, budget.DefaultPrices(), &budget.Options{Now: clk.Now})
 		t.Cleanup(func() { bud.Close(context.Background()) })
 	}
+	var counts store.StreamCounts
+	if opts.shareStreams != nil {
+		counts = opts.shareStreams(st)
+	}
 	cp, err := controlplane.New(st, controlplane.Keys{Tokens: kr, CommandSecret: commandSecret, CommandKeyID: commandKID},
 		controlplane.TenantEnv{Tenant: tenant, Env: env}, &controlplane.Options{
 			Gateway:     opts.gateway,
@@ -319,9 +328,21 @@ func newHarness(t testing.TB, opts harnessOptions) *harness {
 			MaxStreams:                opts.streams.MaxStreams,
 			StreamQueue:               opts.streams.StreamQueue,
 			StreamMetrics:             opts.streams.StreamMetrics,
+			StreamCounts:              counts,
+			StreamShareInterval:       opts.streams.StreamShareInterval,
+			StreamShareTTL:            opts.streams.StreamShareTTL,
 		})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if counts != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			cp.ShareStreamCounts(ctx)
+		}()
+		t.Cleanup(func() { cancel(); <-done })
 	}
 	if opts.listener != nil {
 		srv := &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 10 * time.Second}

@@ -97,6 +97,20 @@ type Options struct {
 	StreamWriteTimeout time.Duration
 	// StreamMetrics, when set, is told of every stream refused.
 	StreamMetrics StreamMetrics
+
+	// StreamCounts, when set, is where the replicas sharing the store
+	// publish their open streams per user and per conversation, so that
+	// MaxStreamsPerUser and MaxStreamsPerConversation count the streams of
+	// every replica (ShareStreamCounts must run); MaxStreams stays this
+	// replica's. nil: every cap counts this replica's streams only.
+	StreamCounts store.StreamCounts
+	// StreamShareInterval is how often the counts are published and read;
+	// 0: DefaultStreamShareInterval.
+	StreamShareInterval time.Duration
+	// StreamShareTTL is how long a replica that stopped publishing is
+	// still counted; 0: DefaultStreamShareTTL. It is raised to at least
+	// three intervals.
+	StreamShareTTL time.Duration
 }
 
 // StreamMetrics observes the browser event streams (metrics.Metrics).
@@ -128,6 +142,7 @@ type Server struct {
 	streams      context.Context
 	closeStreams context.CancelFunc
 	caps         *streamCaps
+	replica      string // ReplicaID
 	hubs         *hubs
 	activity     *activity
 }
@@ -203,6 +218,13 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 	if cfg.StreamWriteTimeout <= 0 {
 		cfg.StreamWriteTimeout = 30 * time.Second
 	}
+	if cfg.StreamShareInterval <= 0 {
+		cfg.StreamShareInterval = DefaultStreamShareInterval
+	}
+	if cfg.StreamShareTTL <= 0 {
+		cfg.StreamShareTTL = DefaultStreamShareTTL
+	}
+	cfg.StreamShareTTL = max(cfg.StreamShareTTL, 3*cfg.StreamShareInterval)
 	if cfg.WorkerTransport == nil {
 		cfg.WorkerTransport = http.DefaultTransport.(*http.Transport).Clone()
 	}
@@ -211,13 +233,14 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 		log:              cfg.Logger,
 		workerHTTP:       &http.Client{Transport: cfg.WorkerTransport, Timeout: 30 * time.Second},
 		workerStreamHTTP: &http.Client{Transport: cfg.WorkerTransport},
+		replica:          newReplicaID(),
 	}
 	s.streams, s.closeStreams = context.WithCancel(context.Background())
 	var refused func(string)
 	if cfg.StreamMetrics != nil {
 		refused = cfg.StreamMetrics.StreamRefused
 	}
-	s.caps = newStreamCaps(StreamLimits{PerUser: cfg.MaxStreamsPerUser, PerConversation: cfg.MaxStreamsPerConversation, Total: cfg.MaxStreams}, refused)
+	s.caps = newStreamCaps(StreamLimits{PerUser: cfg.MaxStreamsPerUser, PerConversation: cfg.MaxStreamsPerConversation, Total: cfg.MaxStreams}, refused, cfg.StreamCounts != nil)
 	// A browser joins with up to a ring's worth of events queued; it may
 	// then fall StreamQueue more behind.
 	s.hubs = newHubs(s, cfg.StreamQueue, 2*cfg.StreamQueue)

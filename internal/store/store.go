@@ -394,3 +394,48 @@ type RateWindows interface {
 	// returns how many.
 	SweepRates(ctx context.Context, before time.Time) (int64, error)
 }
+
+// The kinds of StreamCount.
+const (
+	StreamsOfUser         = "user"
+	StreamsOfConversation = "conversation"
+)
+
+// StreamCount is how many browser event streams one replica holds open of
+// one user or of one conversation.
+type StreamCount struct {
+	Kind    string // StreamsOfUser or StreamsOfConversation
+	Subject string // the user's or the conversation's id
+	// Streams is the replica's open streams of Subject; in a change given
+	// to PublishStreamCounts, 0 says it has none left.
+	Streams int64
+}
+
+// StreamCounts is where the control-plane replicas on one store publish
+// how many browser streams each holds open, so that a per-user or
+// per-conversation cap counts the streams of every replica. Each replica
+// beats a heartbeat as it publishes; one whose heartbeat is older than the
+// caller's TTL is no longer counted, and is swept with its counts.
+// Both stores implement it; talkide shares the counts only on PostgreSQL,
+// which many replicas open.
+type StreamCounts interface {
+	// PublishStreamCounts beats replica's heartbeat at at and applies
+	// changes to the counts it published: a change of 0 streams removes
+	// that count. With whole, changes are everything replica holds: they
+	// replace what it published before, and a replica the store does not
+	// know (new, or swept) is recorded. Without whole, a replica the store
+	// does not know changes nothing and known is false: the caller then
+	// publishes whole. A change of an unknown kind fails the call and
+	// changes nothing.
+	PublishStreamCounts(ctx context.Context, replica string, at time.Time, changes []StreamCount, whole bool) (known bool, err error)
+	// OtherStreamCounts returns the counts of every replica but replica
+	// whose heartbeat is at since or later, summed by kind and subject, in
+	// no particular order.
+	OtherStreamCounts(ctx context.Context, replica string, since time.Time) ([]StreamCount, error)
+	// WithdrawStreamCounts removes replica's heartbeat and counts; a
+	// replica the store does not know is not an error.
+	WithdrawStreamCounts(ctx context.Context, replica string) error
+	// SweepStreamCounts removes the replicas whose heartbeat is before
+	// before, with their counts, and returns how many replicas.
+	SweepStreamCounts(ctx context.Context, before time.Time) (int64, error)
+}

@@ -49,6 +49,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	for name, test := range accountTests {
 		tests[name] = test
 	}
+	for name, test := range streamTests {
+		tests[name] = test
+	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
 			test(t, open(t))
