@@ -34,12 +34,12 @@ import (
 // or host, and every request when a proxy is configured for the upstream
 // (HTTPS_PROXY, HTTP_PROXY), go to fallback.
 type directTransport struct {
-	scheme   string // "http" or "https"
-	host     string // the URL's host[:port], as requests name it
-	addr     string // host:port dialed
-	tls      *tls.Config
-	dialContext    func(ctx context.Context, network, addr string) (net.Conn, error)
-	fallback http.RoundTripper
+	scheme      string // "http" or "https"
+	host        string // the URL's host[:port], as requests name it
+	addr        string // host:port dialed
+	tls         *tls.Config
+	dialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	fallback    http.RoundTripper
 
 	maxIdle     int
 	idleTimeout time.Duration
@@ -73,7 +73,7 @@ func newDirectTransport(scheme, host string, tlsConf *tls.Config, fallback http.
 	}
 	t := &directTransport{
 		scheme: scheme, host: host, addr: addr, fallback: fallback,
-		dialContext:       (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		dialContext: (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		maxIdle:     DefaultMaxIdleConns,
 		idleTimeout: 90 * time.Second,
 	}
