@@ -29,7 +29,7 @@ func sseHandler(n int) http.HandlerFunc {
 	}
 }
 
-func directFor(t *testing.T, rawURL string, tlsConf *tls.Config, fallback http.RoundTripper) *directTransport {
+func directFor(t testing.TB, rawURL string, tlsConf *tls.Config, fallback http.RoundTripper) *directTransport {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
