@@ -36,6 +36,7 @@ import (
 	mcpservers "github.com/talkide/platform/internal/mcp/servers"
 	"github.com/talkide/platform/internal/metrics"
 	"github.com/talkide/platform/internal/minting"
+	"github.com/talkide/platform/internal/rawio"
 	"github.com/talkide/platform/internal/readiness"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sessionstore"
@@ -59,6 +60,10 @@ func listen(addr string, h http.Handler) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Its connections are read and written without the runtime's
+	// system-call state (internal/rawio): what a stream's every event
+	// cost in wake-ups of the runtime's monitor thread.
+	ln = rawio.Listen(ln)
 	// Connections beyond the open-file limit less a reserve are told 503
 	// and closed at once, so that accept never meets EMFILE while the
 	// process still has descriptors for the work it has taken on

@@ -85,7 +85,7 @@ const DefaultDrainTimeout = 30 * time.Second
 type Options struct {
 	Logger    *slog.Logger      // nil: don't log
 	Now       func() time.Time  // nil: time.Now
-	Transport http.RoundTripper // nil: a clone of http.DefaultTransport keeping DefaultMaxIdleConns idle connections
+	Transport http.RoundTripper // nil: HTTP/1.1 on the handler's goroutine (direct.go), http.Transport's settings otherwise
 	MaxBody   int64             // request body cap; 0: DefaultMaxBody
 	// Budget, when set, admits each /v1/messages call before it is
 	// forwarded (a denial is a 429) and settles it when it is done. Nil:
@@ -163,7 +163,7 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		o.Now = time.Now
 	}
 	if o.Transport == nil {
-		o.Transport = newTransport()
+		o.Transport = newTransport(upstream)
 	}
 	if o.MaxBody <= 0 {
 		o.MaxBody = DefaultMaxBody

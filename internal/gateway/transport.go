@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"net/url"
 	"sync"
 )
 
@@ -17,9 +18,20 @@ import (
 // IdleConnTimeout (90 s).
 const DefaultMaxIdleConns = 1024
 
-// newTransport is the default Transport: http.DefaultTransport's settings,
-// with room for DefaultMaxIdleConns idle connections to the upstream.
-func newTransport() *http.Transport {
+// newTransport is the default Transport: the direct transport (direct.go)
+// for the upstream, with http.Transport (newHTTPTransport) for what it
+// does not serve.
+func newTransport(upstream *url.URL) http.RoundTripper {
+	fallback := newHTTPTransport()
+	if t := newDirectTransport(upstream.Scheme, upstream.Host, nil, fallback); t != nil {
+		return t
+	}
+	return fallback
+}
+
+// newHTTPTransport is http.DefaultTransport's settings, with room for
+// DefaultMaxIdleConns idle connections to the upstream.
+func newHTTPTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = DefaultMaxIdleConns
 	t.MaxIdleConnsPerHost = DefaultMaxIdleConns

@@ -1,0 +1,82 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// BenchmarkUpstreamTransport streams a model call's response (88 events,
+// one write each, as bench/gateway's simulator sends them) from a loopback
+// server through each transport: http.Transport's settings as the gateway
+// used them, and the direct transport. Besides time and allocations it
+// reports the process's context switches per call (getrusage), which is
+// what the hand-offs to http.Transport's write and read loops cost and
+// what a loaded machine does not blur as much as time.
+func BenchmarkUpstreamTransport(b *testing.B) {
+	evs := eventsOfBench(82)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, e := range evs {
+			io.WriteString(w, e)
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer up.Close()
+	body := strings.Repeat("x", 16<<10)
+	for _, tc := range []struct {
+		name string
+		rt   func() http.RoundTripper
+	}{
+		{"http.Transport", func() http.RoundTripper { return newHTTPTransport() }},
+		{"direct", func() http.RoundTripper { return directFor(b, up.URL, nil, nil) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			rt := tc.rt()
+			defer rt.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+			buf := make([]byte, 32<<10)
+			var before, after syscall.Rusage
+			b.ReportAllocs()
+			syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+			b.ResetTimer()
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodPost, up.URL+"/v1/messages", strings.NewReader(body))
+				res, err := rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for {
+					if _, err := res.Body.Read(buf); err != nil {
+						break
+					}
+				}
+				res.Body.Close()
+			}
+			b.StopTimer()
+			syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+			sw := (after.Nvcsw - before.Nvcsw) + (after.Nivcsw - before.Nivcsw)
+			b.ReportMetric(float64(sw)/float64(b.N), "ctxsw/op")
+		})
+	}
+}
+
+// eventsOfBench is the stream shape of bench/gateway: message_start, a
+// text block of deltas, message_delta, message_stop.
+func eventsOfBench(deltas int) []string {
+	evs := []string{
+		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-6\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":4000,\"output_tokens\":1}}}\n\n",
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+	}
+	for range deltas {
+		evs = append(evs, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" the gateway checks\"}}\n\n")
+	}
+	return append(evs,
+		"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":250}}\n\n",
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+	)
+}
