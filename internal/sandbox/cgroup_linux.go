@@ -151,15 +151,34 @@ func (c *pidsCgroups) create(max int) (string, error) {
 	return dir, nil
 }
 
-// remove ends whatever is left in a command's group and removes it.
+// remove ends whatever is left in a command's group and removes it. It
+// first lowers the group's pids.max to 0, so that nothing left can fork
+// while it is being killed: a fork bomb that outlived its supervisor would
+// otherwise refill the group as fast as its processes are killed.
 func (c *pidsCgroups) remove(dir string) {
-	for range 50 {
+	os.WriteFile(filepath.Join(dir, "pids.max"), []byte("0"), 0)
+	for range 500 {
 		killCgroup(dir)
 		if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond) // the kernel is still tearing tasks down
 	}
+}
+
+// hitMax reports whether the group refused a fork for its pids.max: its
+// tree reached the bound.
+func hitMax(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "pids.events"))
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if n, ok := strings.CutPrefix(strings.TrimSpace(line), "max "); ok && n != "0" {
+			return true
+		}
+	}
+	return false
 }
 
 // enterCgroup moves process pid (0: the caller) into dir.

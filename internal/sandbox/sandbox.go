@@ -343,6 +343,11 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 	if s.namespaces {
 		setNamespaces(cmd.SysProcAttr)
 	}
+	// Once the supervisor is gone, its pipes are closed by the tree's
+	// end; should a process of the tree outlive it (the supervisor itself
+	// killed), that process's copy must not keep Wait, and so Release and
+	// the cgroup's cleanup, from ever coming.
+	cmd.WaitDelay = stopGrace
 	c.Cmd = cmd
 	return c, nil
 }
@@ -466,6 +471,13 @@ func (c *Cmd) Outcome(waitErr error) Outcome {
 		// goes with it.
 		syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
 		r = helperResult{Ending: EndStopped, ExitCode: -1, Signal: int(syscall.SIGKILL)}
+		if c.cgroup != "" && hitMax(c.cgroup) {
+			// A tree that filled its cgroup leaves the supervisor, which
+			// shares it, no room for a thread of its own, and the Go
+			// runtime ends a process that cannot make one: the tree ran
+			// out of processes, whoever noticed first.
+			r.Ending = EndProcs
+		}
 		if ee, ok := errors.AsType[*exec.ExitError](waitErr); ok && !ee.Exited() {
 			if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
 				r.Signal = int(ws.Signal())

@@ -1,10 +1,12 @@
 package sandbox_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -12,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -493,4 +496,62 @@ func TestHelperMustMatch(t *testing.T) {
 		t.Fatalf("mode none: %v", err)
 	}
 	s.Close()
+}
+
+// TestSupervisorKilled: when the supervisor itself is killed, a process of
+// the tree that holds the command's output does not keep Wait from
+// returning, and where the tree has a pids cgroup nothing of it is left.
+func TestSupervisorKilled(t *testing.T) {
+	for name, s := range modes(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			c, err := s.Command(sandbox.Policy{
+				Path: "/bin/bash", Args: []string{"-c", "sleep 61.5 & echo started; wait"},
+				Env: []string{"PATH=/usr/bin:/bin"}, Workspace: e.workspace, Timeout: time.Minute,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr, pw := io.Pipe()
+			c.Stdout = pw
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if line, err := bufio.NewReader(pr).ReadString('\n'); err != nil || line != "started\n" {
+				t.Fatalf("first line %q, %v", line, err)
+			}
+			go io.Copy(io.Discard, pr)
+			sleeps := processesRunning("sleep\x0061.5\x00")
+			if len(sleeps) != 1 {
+				t.Fatalf("the background sleep: %v", sleeps)
+			}
+			cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", sleeps[0]))
+			c.Process.Kill()
+			waited := make(chan sandbox.Outcome, 1)
+			go func() {
+				o, _ := c.Wait()
+				waited <- o
+			}()
+			select {
+			case o := <-waited:
+				if o.Ending == sandbox.EndExited {
+					t.Errorf("outcome %+v after the supervisor was killed", o)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("Wait did not return: the background sleep holds the output")
+			}
+			pw.Close()
+			if !strings.Contains(string(cg), "talkide-sandbox-") && !s.Namespaces() {
+				t.Logf("no pids cgroup and no PID namespace: the sleep outlives its supervisor here")
+				syscall.Kill(sleeps[0], syscall.SIGKILL)
+				return
+			}
+			for deadline := time.Now().Add(10 * time.Second); len(processesRunning("sleep\x0061.5\x00")) > 0; {
+				if time.Now().After(deadline) {
+					t.Fatal("the background sleep outlived its supervisor and Wait")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
 }
