@@ -247,7 +247,15 @@ func (h *Handler) scope(server string) mcp.Middleware {
 			defer cancel()
 			stop := context.AfterFunc(turnCtx, cancel)
 			defer stop()
-			return next(ctx, method, req)
+			res, err := next(ctx, method, req)
+			if r, ok := res.(*mcp.CallToolResult); ok && len(r.Content) > 0 {
+				// The CLI shows the model a result's structured content in
+				// place of its text when it has both; the text is what the
+				// tools write for the model (it says, for one, that a
+				// replayed call filed nothing new).
+				r.StructuredContent = nil
+			}
+			return res, err
 		}
 	}
 }
