@@ -2,12 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/talkide/platform/internal/contract"
 )
@@ -87,10 +89,53 @@ func TestClaudeCodeWorkerTools(t *testing.T) {
 	}
 
 	capability := st.worker.localProxy.Capability(c.ID)
+	// The CLI's command line, which every process in its sandbox can read,
+	// names the servers and not the credential.
+	procs := processesIn(ws)
+	if len(procs) != 1 {
+		t.Fatalf("processes in the workspace after a turn: %v, want the one CLI", procs)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", procs[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--strict-mcp-config", "/" + c.ID + "/mcp/talkide-build", "${TALKIDE_MCP_TOKEN}", "mcp__talkide-issue-tracking"} {
+		if !strings.Contains(string(cmdline), want) {
+			t.Errorf("the CLI's command line lacks %q: %q", want, cmdline)
+		}
+	}
+	if strings.Contains(string(cmdline), capability) {
+		t.Error("the capability is on the CLI's command line")
+	}
+	last := second[len(second)-1].ev.Seq
+
+	// An interrupt during a build stops it: the build runs in a sandbox of
+	// the worker's, not under the CLI, so only the call's end kills it.
+	r3 := send(t, base, c.ID, `[[tool:`+buildTool+` {"tasks":["slow"]}]]`)
+	readStream(t, base, c.ID, last, func(ev contract.Event) bool {
+		return ev.Kind == contract.KindToolOutput && strings.Contains(ev.Tool.Output, "> Task :slow")
+	})
+	var ir contract.InterruptResponse
+	if code := api(t, "POST", base+"/api/conversations/"+c.ID+"/interrupt", nil, &ir); code != 200 || !ir.Interrupted {
+		t.Fatalf("interrupt: %d %+v", code, ir)
+	}
+	third := readStream(t, base, c.ID, last, turnEnded(r3.TurnID))
+	if end := third[len(third)-1].ev; end.Kind != contract.KindTurnFailed || end.Failure.Code != contract.FailInterrupted {
+		t.Fatalf("interrupted turn ended with %s %+v", end.Kind, end.Failure)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(processesIn(ws)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes left in the workspace after the interrupt: %v", processesIn(ws))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	all := append(append(first, second...), third...)
+
 	if strings.Contains(logs.String(), capability) {
 		t.Error("the conversation's capability is in the log")
 	}
-	for _, s := range append(first, second...) {
+	for _, s := range all {
 		if b, _ := json.Marshal(s.ev); strings.Contains(string(b), capability) {
 			t.Errorf("the capability is in event %d (%s)", s.ev.Seq, s.ev.Kind)
 		}

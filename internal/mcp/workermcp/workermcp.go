@@ -248,7 +248,7 @@ func (h *Handler) scope(server string) mcp.Middleware {
 			stop := context.AfterFunc(turnCtx, cancel)
 			defer stop()
 			res, err := next(ctx, method, req)
-			if r, ok := res.(*mcp.CallToolResult); ok && len(r.Content) > 0 {
+			if r, ok := res.(*mcp.CallToolResult); ok && r != nil && len(r.Content) > 0 {
 				// The CLI shows the model a result's structured content in
 				// place of its text when it has both; the text is what the
 				// tools write for the model (it says, for one, that a
