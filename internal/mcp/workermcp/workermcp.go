@@ -157,9 +157,17 @@ func parsePath(u *url.URL) (conv, server string, err error) {
 
 // ServeHTTP serves one MCP request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	_, server, err := parsePath(r.URL)
+	conv, server, err := parsePath(r.URL)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_id", err.Error())
+		return
+	}
+	// Checked here for a JSON answer; the SDK's bearer check behind it,
+	// which answers in plain text, then only records the conversation.
+	scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(tok), []byte(h.opts.Capability(conv))) != 1 {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		writeError(w, http.StatusUnauthorized, "unauthorized", "the credential is not this conversation's capability")
 		return
 	}
 	sh := h.servers[server]
