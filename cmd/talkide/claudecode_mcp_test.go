@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +134,30 @@ func TestClaudeCodeWorkerTools(t *testing.T) {
 	}
 	all := append(append(first, second...), third...)
 
+	// Nor is it in any file of the session volume (the transcript, the
+	// CLI's own state and session files) or of the workspace.
+	var transcripts []string // files that hold the first turn's tool call
+	for _, root := range []string{st.info.ClaudeConfigDir, ws} {
+		filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return nil
+			}
+			if bytes.Contains(b, []byte(capability)) {
+				t.Errorf("the capability is written in %s", path)
+			}
+			if bytes.Contains(b, []byte("TestFoo fails one run in ten.")) {
+				transcripts = append(transcripts, filepath.Base(path))
+			}
+			return nil
+		})
+	}
+	if !slices.Contains(transcripts, "transcript.jsonl") || len(transcripts) < 2 {
+		t.Errorf("the files searched hold the session's transcript and the CLI's own: %v", transcripts)
+	}
 	if strings.Contains(logs.String(), capability) {
 		t.Error("the conversation's capability is in the log")
 	}
