@@ -50,7 +50,7 @@ type fakeCP struct {
 	creates []contract.CreateIssueRequest // guarded by mu
 }
 
-func startFakeCP(t *testing.T) *fakeCP {
+func startFakeCP(t testing.TB) *fakeCP {
 	f := &fakeCP{verifier: trust.NewVerifier(trust.ToControlPlane, func(te, e, k string) ([]byte, bool) {
 		return envKey, te == "acme" && e == "dev" && k == "c1"
 	}, nil)}
@@ -105,7 +105,7 @@ type run struct {
 	events []contract.Event // guarded by mu
 }
 
-func (ts *turns) start(t *testing.T, conv, ws string, uses map[string]string) *run {
+func (ts *turns) start(t testing.TB, conv, ws string, uses map[string]string) *run {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	r := &run{uses: uses, ctx: ctx, cancel: cancel}
@@ -154,7 +154,7 @@ type endpoint struct {
 	turns *turns
 }
 
-func startEndpoint(t *testing.T) *endpoint {
+func startEndpoint(t testing.TB) *endpoint {
 	cp := startFakeCP(t)
 	signer := &trust.Signer{Direction: trust.ToControlPlane, Tenant: "acme", Env: "dev", KeyID: "c1", Key: envKey}
 	e := &endpoint{cp: cp, turns: &turns{}}
@@ -461,5 +461,30 @@ func TestBuildCancelled(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkIssueCall is one report_issue through the endpoint: the MCP
+// request over loopback HTTP, the bearer checks, the turn's resolution and
+// the signed call to a control-plane that answers at once.
+func BenchmarkIssueCall(b *testing.B) {
+	e := startEndpoint(b)
+	e.turns.start(b, "c_a", "", map[string]string{"toolu_1": "mcp__talkide-issue-tracking__report_issue"})
+	c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: e.srv.URL + "/c_a/mcp/" + issuetracking.ServerName, HTTPClient: &http.Client{Transport: bearer{capability("c_a")}}, DisableStandaloneSSE: true,
+	}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cs.Close()
+	params := &mcp.CallToolParams{Name: "report_issue", Meta: mcp.Meta{workermcp.ClaudeCodeToolUseMeta: "toolu_1"},
+		Arguments: map[string]any{"title": "Flaky", "body": "fails one run in ten"}}
+	b.ResetTimer()
+	for b.Loop() {
+		res, err := cs.CallTool(context.Background(), params)
+		if err != nil || res.IsError {
+			b.Fatalf("%v %+v", err, res)
+		}
 	}
 }
