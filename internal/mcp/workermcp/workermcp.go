@@ -139,12 +139,15 @@ func (h *Handler) verify(_ context.Context, token string, r *http.Request) (*aut
 	return &auth.TokenInfo{UserID: conv}, nil
 }
 
+// errPathShape answers a path that is not /<conversationId>/mcp/<server>.
+var errPathShape = errors.New("the path must be /<conversationId>/mcp/<server>")
+
 // parsePath reads /<conversationId>/mcp/<server> (escaped: an id with an
 // encoded "/" fails validation instead of becoming two segments).
 func parsePath(u *url.URL) (conv, server string, err error) {
 	parts := strings.Split(strings.TrimPrefix(u.EscapedPath(), "/"), "/")
 	if len(parts) != 3 || parts[1] != "mcp" {
-		return "", "", errors.New("the path must be /<conversationId>/mcp/<server>")
+		return "", "", errPathShape
 	}
 	if conv, err = url.PathUnescape(parts[0]); err == nil {
 		err = contract.ValidateConversationID(conv)
@@ -158,8 +161,12 @@ func parsePath(u *url.URL) (conv, server string, err error) {
 // ServeHTTP serves one MCP request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	conv, server, err := parsePath(r.URL)
+	if errors.Is(err, errPathShape) {
+		writeError(w, http.StatusNotFound, contract.CodeNotFound, err.Error())
+		return
+	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_id", err.Error())
+		writeError(w, http.StatusBadRequest, contract.CodeInvalidID, err.Error())
 		return
 	}
 	// Checked here for a JSON answer; the SDK's bearer check behind it,
@@ -167,12 +174,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(tok), []byte(h.opts.Capability(conv))) != 1 {
 		w.Header().Set("WWW-Authenticate", "Bearer")
-		writeError(w, http.StatusUnauthorized, "unauthorized", "the credential is not this conversation's capability")
+		writeError(w, http.StatusUnauthorized, contract.CodeUnauthorized, "the credential is not this conversation's capability")
 		return
 	}
 	sh := h.servers[server]
 	if sh == nil {
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no MCP server %q here; the servers are %s", server, strings.Join(h.Servers(), ", ")))
+		writeError(w, http.StatusNotFound, contract.CodeNotFound, fmt.Sprintf("no MCP server %q here; the servers are %s", server, strings.Join(h.Servers(), ", ")))
 		return
 	}
 	if r.Body != nil {

@@ -216,8 +216,8 @@ func TestRefusals(t *testing.T) {
 		{"not a bearer token", "/c_a/mcp/talkide-build", "Basic " + capability("c_a"), 401, "unauthorized"},
 		{"dot dot id", "/../mcp/talkide-build", "Bearer " + capability(".."), 400, "invalid_id"},
 		{"encoded slash in the id", "/c%2Fa/mcp/talkide-build", "Bearer " + capability("c/a"), 400, "invalid_id"},
-		{"no server", "/c_a/mcp", "Bearer " + capability("c_a"), 400, "invalid_id"},
-		{"extra segment", "/c_a/mcp/talkide-build/x", "Bearer " + capability("c_a"), 400, "invalid_id"},
+		{"no server", "/c_a/mcp", "Bearer " + capability("c_a"), 404, "not_found"},
+		{"extra segment", "/c_a/mcp/talkide-build/x", "Bearer " + capability("c_a"), 404, "not_found"},
 		{"unknown server", "/c_a/mcp/other", "Bearer " + capability("c_a"), 404, "not_found"},
 	}
 	for _, c := range cases {
