@@ -390,11 +390,13 @@ func TestBuild(t *testing.T) {
 	if out := r.output(); !strings.Contains(out, "FailTest > breaks() FAILED") {
 		t.Errorf("live output: %q", out)
 	}
+	r.mu.Lock()
 	for _, ev := range r.events {
 		if ev.Kind == contract.KindToolOutput && (ev.Tool.ID != "toolu_b" || ev.Tool.Name != workermcp.BuildToolName) {
 			t.Errorf("tool.output names %s %s", ev.Tool.ID, ev.Tool.Name)
 		}
 	}
+	r.mu.Unlock()
 	res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "Build", Meta: mcp.Meta{workermcp.ClaudeCodeToolUseMeta: "toolu_bad"},
 		Arguments: map[string]any{"tasks": []string{"test; rm -rf /"}}})
 	if err != nil {
