@@ -615,7 +615,8 @@ func selectHarness(o workerOptions, h *native.Harness, lp *localproxy.Server, en
 		var servers []claudecode.MCPServer
 		if endpoint != nil {
 			for _, name := range endpoint.Servers() {
-				servers = append(servers, claudecode.MCPServer{Name: name, URL: func(conv string) string { return lp.BaseURLFor(conv) + "/mcp/" + name }})
+				servers = append(servers, claudecode.MCPServer{Name: name, URL: func(conv string) string { return lp.BaseURLFor(conv) + "/mcp/" + name },
+					Timeout: workermcp.CallTimeout(name)})
 			}
 		}
 		cc, err := claudecode.New(bin, claudecode.Proxy{

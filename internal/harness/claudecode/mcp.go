@@ -19,6 +19,10 @@ type MCPServer struct {
 	Name string
 	// URL is the server's URL for a conversation.
 	URL func(conversationID string) string
+	// Timeout, when positive, is the CLI's wall-clock limit on one call of
+	// the server's tools (its per-server "timeout"), so that the CLI does
+	// not give up on a call the server still bounds itself, a long build.
+	Timeout time.Duration
 }
 
 // mcpTokenEnv carries the conversation's capability to the CLI for its MCP
@@ -35,10 +39,12 @@ func (h *Harness) mcpConfig(conv string) string {
 		Type    string            `json:"type"`
 		URL     string            `json:"url"`
 		Headers map[string]string `json:"headers"`
+		Timeout int64             `json:"timeout,omitempty"` // milliseconds
 	}
 	servers := make(map[string]server, len(h.opts.MCPServers))
 	for _, s := range h.opts.MCPServers {
-		servers[s.Name] = server{Type: "http", URL: s.URL(conv), Headers: map[string]string{"Authorization": "Bearer ${" + mcpTokenEnv + "}"}}
+		servers[s.Name] = server{Type: "http", URL: s.URL(conv), Headers: map[string]string{"Authorization": "Bearer ${" + mcpTokenEnv + "}"},
+			Timeout: s.Timeout.Milliseconds()}
 	}
 	b, _ := json.Marshal(map[string]any{"mcpServers": servers})
 	return string(b)

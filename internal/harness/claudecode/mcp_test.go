@@ -18,7 +18,7 @@ func mcpHarness(t *testing.T) *Harness {
 		BaseURLFor: func(conv string) string { return "http://127.0.0.1:1/" + conv },
 		Capability: func(conv string) string { return "tlp_secret-of-" + conv },
 	}, &Options{CallWait: 100 * time.Millisecond, MCPServers: []MCPServer{
-		{Name: "talkide-build", URL: func(conv string) string { return "http://127.0.0.1:1/" + conv + "/mcp/talkide-build" }},
+		{Name: "talkide-build", URL: func(conv string) string { return "http://127.0.0.1:1/" + conv + "/mcp/talkide-build" }, Timeout: 2 * time.Hour},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -39,13 +39,15 @@ func TestMCPServersOnTheCommandLine(t *testing.T) {
 		MCPServers map[string]struct {
 			Type, URL string
 			Headers   map[string]string
+			Timeout   int64
 		} `json:"mcpServers"`
 	}
 	if err := json.Unmarshal([]byte(args[i+1]), &cfg); err != nil {
 		t.Fatal(err)
 	}
 	s := cfg.MCPServers["talkide-build"]
-	if len(cfg.MCPServers) != 1 || s.Type != "http" || s.URL != "http://127.0.0.1:1/c_a/mcp/talkide-build" || s.Headers["Authorization"] != "Bearer ${TALKIDE_MCP_TOKEN}" {
+	if len(cfg.MCPServers) != 1 || s.Type != "http" || s.URL != "http://127.0.0.1:1/c_a/mcp/talkide-build" || s.Headers["Authorization"] != "Bearer ${TALKIDE_MCP_TOKEN}" ||
+		s.Timeout != 7200000 {
 		t.Errorf("--mcp-config %s", args[i+1])
 	}
 	allowed := args[slices.Index(args, "--allowedTools")+1]

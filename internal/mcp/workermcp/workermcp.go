@@ -48,6 +48,17 @@ const MaxBody = 1 << 20
 // CLI killed by an interrupt never says goodbye.
 const SessionTimeout = 30 * time.Minute
 
+// CallTimeout is how long a client should wait for one call of server
+// before it gives up: a build's longest allowed run and its wind-down for
+// Build, ten minutes (the native harness's bound on an MCP call) for the
+// issue tracker, whose calls are a control-plane request each.
+func CallTimeout(server string) time.Duration {
+	if server == BuildServer {
+		return build.MaxTimeout + 5*time.Minute
+	}
+	return 10 * time.Minute
+}
+
 // ClaudeCodeToolUseMeta is the _meta key in which the Claude Code CLI names
 // the tool_use a tools/call serves.
 const ClaudeCodeToolUseMeta = "claudecode/toolUseId"
