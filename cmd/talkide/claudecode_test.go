@@ -177,14 +177,19 @@ func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 	if env["ANTHROPIC_BASE_URL"] != st.info.LocalProxy+"/"+c.ID || !strings.HasPrefix(env["ANTHROPIC_AUTH_TOKEN"], "tlp_") {
 		t.Errorf("the CLI's ANTHROPIC_BASE_URL %q, ANTHROPIC_AUTH_TOKEN prefix %.4q", env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_AUTH_TOKEN"])
 	}
+	if env["TALKIDE_MCP_TOKEN"] != env["ANTHROPIC_AUTH_TOKEN"] || env["ENABLE_TOOL_SEARCH"] != "false" {
+		t.Errorf("the CLI's MCP token is not its capability, or ENABLE_TOOL_SEARCH is %q", env["ENABLE_TOOL_SEARCH"])
+	}
 	if !strings.HasPrefix(env["CLAUDE_CONFIG_DIR"], st.info.ClaudeConfigDir+"/") {
 		t.Errorf("the CLI's CLAUDE_CONFIG_DIR %q is not on the session volume %s", env["CLAUDE_CONFIG_DIR"], st.info.ClaudeConfigDir)
 	}
-	// The harness's ten, the jail's (the locale, the terminal, the egress
-	// proxy), and the command's own TMPDIR; nothing of the worker's.
+	// The harness's twelve (two for the worker's MCP servers), the jail's
+	// (the locale, the terminal, the egress proxy), and the command's own
+	// TMPDIR; nothing of the worker's.
 	allowed := map[string]bool{"PATH": true, "HOME": true, "CLAUDE_CONFIG_DIR": true, "ANTHROPIC_BASE_URL": true,
 		"ANTHROPIC_AUTH_TOKEN": true, "DISABLE_TELEMETRY": true, "DISABLE_AUTOUPDATER": true, "DISABLE_ERROR_REPORTING": true,
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": true, "CLAUDE_CODE_MAX_RETRIES": true,
+		"TALKIDE_MCP_TOKEN": true, "ENABLE_TOOL_SEARCH": true,
 		"LANG": true, "TERM": true, "TMPDIR": true,
 		"HTTPS_PROXY": true, "https_proxy": true, "HTTP_PROXY": true, "http_proxy": true, "NO_PROXY": true, "no_proxy": true}
 	for k := range env {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -34,6 +35,7 @@ import (
 	"github.com/talkide/platform/internal/localproxy"
 	"github.com/talkide/platform/internal/mcp/issuetracking"
 	mcpservers "github.com/talkide/platform/internal/mcp/servers"
+	"github.com/talkide/platform/internal/mcp/workermcp"
 	"github.com/talkide/platform/internal/metrics"
 	"github.com/talkide/platform/internal/minting"
 	"github.com/talkide/platform/internal/rawio"
@@ -482,10 +484,46 @@ func startWorker(o workerOptions) (_ *workerProc, err error) {
 			return nil, fmt.Errorf("MCP allow-list %s: %w", o.mcpAllow, err)
 		}
 	}
+	// Reports and the issue tracker's calls travel the same signed channel.
+	reportSigner := &trust.Signer{
+		Direction: trust.ToControlPlane, Tenant: o.tenant, Env: o.env, KeyID: o.commandKeyID, Key: o.commandKey,
+		Ring: o.commandKeys,
+	}
+	issuesClient := issuetracking.NewClient(o.cpURL, reportSigner, nil)
+	issues := issuetracking.NewSource(issuesClient,
+		&issuetracking.SourceOptions{Logger: o.logger.With("component", "issuetracking")})
+	builds, err := newBuildRunner(o.builds, o, o.logger.With("component", "builds"))
+	if err != nil {
+		return nil, err
+	}
+	// The Claude Code harness reaches the same tools over MCP on the local
+	// proxy's listener; the harness, made below, ties each call to its turn.
+	var (
+		proxy    *localproxy.Proxy
+		resolver atomic.Pointer[claudecode.Harness]
+		endpoint *workermcp.Handler
+		lpOpts   = &localproxy.Options{Logger: o.logger.With("component", "localproxy")}
+	)
+	if o.harness == claudecode.Name {
+		endpoint = workermcp.New(workermcp.Options{
+			Capability: func(id string) string { return proxy.Capability(id) },
+			Resolve: func(ctx context.Context, conv, tool, claimed string) (*harness.Turn, string, context.Context, error) {
+				cc := resolver.Load()
+				if cc == nil {
+					return nil, "", nil, claudecode.ErrNoCall
+				}
+				return cc.ResolveCall(ctx, conv, tool, claimed)
+			},
+			Issues: issuesClient, Builds: builds,
+			Logger: o.logger.With("component", "worker-mcp"),
+		})
+		lpOpts.MCP = endpoint
+	}
 	// The LocalGatewayProxy and the sandbox first: every process the agent
 	// starts goes through the sandbox, and reaches out only through the
 	// local proxy and the egress proxy.
-	lp, err := localproxy.Listen(localproxy.New(gatewayURL, minter, &localproxy.Options{Logger: o.logger.With("component", "localproxy")}))
+	proxy = localproxy.New(gatewayURL, minter, lpOpts)
+	lp, err := localproxy.Listen(proxy)
 	if err != nil {
 		return nil, err
 	}
@@ -496,21 +534,10 @@ func startWorker(o workerOptions) (_ *workerProc, err error) {
 	}
 	undo = append(undo, func() { jails.close(context.Background()) })
 
-	// Reports and the issue tracker's calls travel the same signed channel.
-	reportSigner := &trust.Signer{
-		Direction: trust.ToControlPlane, Tenant: o.tenant, Env: o.env, KeyID: o.commandKeyID, Key: o.commandKey,
-		Ring: o.commandKeys,
-	}
-	issues := issuetracking.NewSource(issuetracking.NewClient(o.cpURL, reportSigner, nil),
-		&issuetracking.SourceOptions{Logger: o.logger.With("component", "issuetracking")})
 	// The servers a workspace declares in .mcp.json, as far as the
 	// allow-list permits; Close (in shutdown) stops them.
 	mcpSource := mcpservers.New(&mcpservers.Options{AllowList: mcpAllow, Logger: o.logger.With("component", "mcp-servers")})
 	undo = append(undo, func() { mcpSource.Close() })
-	builds, err := newBuildRunner(o.builds, o, o.logger.With("component", "builds"))
-	if err != nil {
-		return nil, err
-	}
 	h := native.New(client, &native.Options{
 		Model:       o.model,
 		Tools:       tools.Default(&tools.Options{Builds: builds}),
@@ -518,9 +545,12 @@ func startWorker(o workerOptions) (_ *workerProc, err error) {
 		ToolSources: append([]native.ToolSource{issues}, mcpSource),
 		Logger:      o.logger.With("component", "harness"),
 	})
-	selected, cc, err := selectHarness(o, h, lp)
+	selected, cc, err := selectHarness(o, h, lp, endpoint)
 	if err != nil {
 		return nil, err
+	}
+	if cc != nil {
+		resolver.Store(cc)
 	}
 	if o.workerID == "" {
 		o.workerID, _ = os.Hostname()
@@ -612,7 +642,7 @@ func identityFromFile(path string) func() (string, error) {
 
 // selectHarness returns the harness named by o.harness: the native one (h)
 // or a Claude Code harness (cc) whose CLIs use the local proxy lp.
-func selectHarness(o workerOptions, h *native.Harness, lp *localproxy.Server) (harness.Harness, *claudecode.Harness, error) {
+func selectHarness(o workerOptions, h *native.Harness, lp *localproxy.Server, endpoint *workermcp.Handler) (harness.Harness, *claudecode.Harness, error) {
 	switch o.harness {
 	case "", native.Name:
 		return h, nil, nil
@@ -621,12 +651,20 @@ func selectHarness(o workerOptions, h *native.Harness, lp *localproxy.Server) (h
 		if err != nil {
 			return nil, nil, fmt.Errorf("--harness claude-code: the Claude Code CLI (--claude-code-bin %q) was not found: %w", o.claudeCodeBin, err)
 		}
+		var servers []claudecode.MCPServer
+		if endpoint != nil {
+			for _, name := range endpoint.Servers() {
+				servers = append(servers, claudecode.MCPServer{Name: name, URL: func(conv string) string { return lp.BaseURLFor(conv) + "/mcp/" + name },
+					Timeout: workermcp.CallTimeout(name)})
+			}
+		}
 		cc, err := claudecode.New(bin, claudecode.Proxy{
 			BaseURLFor: lp.BaseURLFor,
 			Capability: lp.Capability,
 		}, &claudecode.Options{
-			Model:  o.model,
-			Logger: o.logger.With("component", "harness"),
+			Model:      o.model,
+			MCPServers: servers,
+			Logger:     o.logger.With("component", "harness"),
 		})
 		if err != nil {
 			return nil, nil, err

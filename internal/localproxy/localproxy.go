@@ -30,6 +30,7 @@ import (
 // Proxy is the LocalGatewayProxy handler.
 type Proxy struct {
 	rp     *httputil.ReverseProxy
+	mcp    http.Handler
 	logger *slog.Logger
 	key    []byte // derives the per-conversation capabilities; never leaves the process
 }
@@ -63,6 +64,12 @@ func presented(r *http.Request) string {
 // Options configure a Proxy; the zero value of each field means its default.
 type Options struct {
 	Logger *slog.Logger // nil: don't log
+	// MCP, when set, serves /<conversationId>/mcp/... (the worker's own
+	// MCP servers, docs/mcp.md) instead of forwarding it, once the
+	// request has passed the proxy's checks: a valid conversation id, no
+	// dot segments, a loopback host and the conversation's capability.
+	// The handler sees the request as it came, path included.
+	MCP http.Handler
 }
 
 // New returns a proxy forwarding to gatewayURL (the control-plane's
@@ -83,7 +90,7 @@ func New(gatewayURL *url.URL, m *minting.Minter, opts *Options) *Proxy {
 	if _, err := rand.Read(key); err != nil {
 		panic("localproxy: crypto/rand failed: " + err.Error())
 	}
-	p := &Proxy{logger: o.Logger, key: key}
+	p := &Proxy{logger: o.Logger, key: key, mcp: o.MCP}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// The conversation id was validated and stripped in ServeHTTP;
@@ -139,6 +146,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if subtle.ConstantTimeCompare([]byte(presented(r)), []byte(p.Capability(id))) != 1 {
 		writeAnthropicError(w, http.StatusUnauthorized, "authentication_error", "talkide local gateway proxy: the credential is not this conversation's capability")
+		return
+	}
+	if p.mcp != nil && (rest == "/mcp" || strings.HasPrefix(rest, "/mcp/")) {
+		p.mcp.ServeHTTP(w, r)
 		return
 	}
 	r2 := r.Clone(r.Context())

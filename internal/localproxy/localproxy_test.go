@@ -497,3 +497,52 @@ func TestServesOnAUnixSocket(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPRoute: /<id>/mcp/... goes to the MCP handler, and only past the
+// proxy's checks; nothing of it reaches the gateway or mints a token.
+func TestMCPRoute(t *testing.T) {
+	ms := newMintServer(t)
+	gw := newGateway(t, nil)
+	var mu sync.Mutex
+	var paths []string
+	s := startProxyWith(t, gw.srv.URL, ms, &Options{MCP: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		io.WriteString(w, "mcp")
+	})})
+	tests := map[string]struct {
+		path, auth, host string
+		want             int
+	}{
+		"own capability":                  {"/conv-a/mcp/talkide-build", "Bearer " + s.Capability("conv-a"), "", http.StatusOK},
+		"no capability":                   {"/conv-a/mcp/talkide-build", "", "", http.StatusUnauthorized},
+		"another conversation's":          {"/conv-a/mcp/talkide-build", "Bearer " + s.Capability("conv-b"), "", http.StatusUnauthorized},
+		"dot dot after mcp":               {"/conv-a/mcp/../../conv-b/mcp/x", "Bearer " + s.Capability("conv-a"), "", http.StatusBadRequest},
+		"bad id":                          {"/conv%2Fa/mcp/talkide-build", "Bearer " + s.Capability("conv/a"), "", http.StatusBadRequest},
+		"rebound host":                    {"/conv-a/mcp/talkide-build", "Bearer " + s.Capability("conv-a"), "evil.example", http.StatusForbidden},
+		"a path merely starting with mcp": {"/conv-a/mcpx", "Bearer " + s.Capability("conv-a"), "", http.StatusOK},
+	}
+	for name, tc := range tests {
+		req, _ := http.NewRequest(http.MethodPost, s.URL()+tc.path, strings.NewReader("{}"))
+		req.URL.RawPath = tc.path
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		if tc.host != "" {
+			req.Host = tc.host
+		}
+		if resp, body := do(t, req); resp.StatusCode != tc.want {
+			t.Errorf("%s: status %d, want %d: %s", name, resp.StatusCode, tc.want, body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(paths) != 1 || paths[0] != "/conv-a/mcp/talkide-build" {
+		t.Errorf("the MCP handler saw %v, want the one good request", paths)
+	}
+	// Only "/mcpx" went on to the gateway, as a model call would.
+	if got := gw.received(); len(got) != 1 || got[0].Path != gatewayPath+"/mcpx" {
+		t.Errorf("the gateway received %+v", got)
+	}
+}

@@ -95,8 +95,16 @@ type Options struct {
 	// MaxToolOutput bounds a tool result shown in tool.finished; default
 	// DefaultMaxToolOutput. (The model gets what the CLI gives it.)
 	MaxToolOutput int
-	Logger        *slog.Logger // nil: don't log
-	Now           func() time.Time
+	// MCPServers are the worker's own MCP servers each CLI is given
+	// (--mcp-config, with --strict-mcp-config so that no other
+	// configuration, a workspace's .mcp.json among them, adds or shadows
+	// one); their tools are added to the allowed tools.
+	MCPServers []MCPServer
+	// CallWait bounds ResolveCall's wait for a tool call to show in the
+	// CLI's output; default DefaultCallWait.
+	CallWait time.Duration
+	Logger   *slog.Logger // nil: don't log
+	Now      func() time.Time
 }
 
 // managedEnv are the variables the harness sets itself.
@@ -104,6 +112,7 @@ var managedEnv = []string{
 	"PATH", "HOME", "CLAUDE_CONFIG_DIR", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN",
 	"DISABLE_TELEMETRY", "DISABLE_AUTOUPDATER", "DISABLE_ERROR_REPORTING", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
 	"CLAUDE_CODE_MAX_RETRIES",
+	mcpTokenEnv, "ENABLE_TOOL_SEARCH",
 	"ANTHROPIC_API_KEY",
 }
 
@@ -126,7 +135,8 @@ type Harness struct {
 
 	mu sync.Mutex
 	// guarded by mu
-	procs  map[string]*proc // by conversation id: the running CLIs
+	procs  map[string]*proc       // by conversation id: the running CLIs
+	turns  map[string]*activeTurn // by conversation id: the running turns
 	closed bool
 
 	// trace, when set (by tests), sees every line the CLI prints in a turn.
@@ -187,9 +197,18 @@ func New(bin string, proxy Proxy, opts *Options) (*Harness, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.CallWait <= 0 {
+		o.CallWait = DefaultCallWait
+	}
+	for _, s := range o.MCPServers {
+		if s.Name == "" || s.URL == nil {
+			return nil, fmt.Errorf("%w: an MCP server needs a name and a URL", ErrBadOptions)
+		}
+	}
+	o.MCPServers = append([]MCPServer(nil), o.MCPServers...)
 	o.ExtraEnv = append([]string(nil), o.ExtraEnv...)
 	o.ExtraArgs = append([]string(nil), o.ExtraArgs...)
-	return &Harness{bin: bin, install: installDir(bin), proxy: proxy, opts: o, log: o.Logger, procs: make(map[string]*proc)}, nil
+	return &Harness{bin: bin, install: installDir(bin), proxy: proxy, opts: o, log: o.Logger, procs: make(map[string]*proc), turns: make(map[string]*activeTurn)}, nil
 }
 
 // installDir is what the CLI's sandbox must be able to read of its
@@ -230,13 +249,15 @@ func (h *Harness) RunTurn(ctx context.Context, t *harness.Turn) (harness.Result,
 		ParentToolUseID *string         `json:"parent_tool_use_id"`
 	}{"user", user, nil})
 	line = append(line, '\n')
+	at, end := h.beginTurn(ctx, t)
+	defer end()
 
 	for attempt := 0; ; attempt++ {
 		p, err := h.acquire(ctx, t, log)
 		if err != nil {
 			return harness.Result{}, err
 		}
-		res, err, resumeFailed := h.turn(ctx, p, t, line, log)
+		res, err, resumeFailed := h.turn(ctx, p, t, at, line, log)
 		if resumeFailed && attempt == 0 {
 			// The CLI could not find its session (its state was lost):
 			// start a new one rather than failing every turn from now on.
@@ -256,8 +277,9 @@ func (h *Harness) RunTurn(ctx context.Context, t *harness.Turn) (harness.Result,
 
 // turn runs one turn on p. resumeFailed reports that p was started with
 // --resume and failed before it began the session.
-func (h *Harness) turn(ctx context.Context, p *proc, t *harness.Turn, line []byte, log *slog.Logger) (res harness.Result, err error, resumeFailed bool) {
+func (h *Harness) turn(ctx context.Context, p *proc, t *harness.Turn, at *activeTurn, line []byte, log *slog.Logger) (res harness.Result, err error, resumeFailed bool) {
 	m := newMapper(t, h.opts.Now, log, h.opts.MaxToolOutput)
+	m.started = func(id, name string) { h.toolStarted(at, id, name) }
 	m.reply = func(b []byte) {
 		go p.send(context.Background(), b)
 	}
@@ -376,7 +398,7 @@ func (h *Harness) acquire(ctx context.Context, t *harness.Turn, log *slog.Logger
 			return nil, &harness.TurnError{Code: contract.FailInternal, Message: "the Claude Code directories could not be created", Retryable: true, Err: err}
 		}
 	}
-	args := h.args(st.SessionID)
+	args := h.args(conv, st.SessionID)
 	p, err := startProc(t.Jail, h.bin, args, sandbox.Extra{
 		Env: h.env(conv, home, config), Dir: t.Workspace,
 		// The CLI's own state, and nothing else of the session directory.
@@ -474,8 +496,9 @@ func (h *Harness) Close() error {
 	return nil
 }
 
-// args is the CLI's command line; resume is the session to continue.
-func (h *Harness) args(resume string) []string {
+// args is the CLI's command line for conversation conv; resume is the
+// session to continue. It holds no credential.
+func (h *Harness) args(conv, resume string) []string {
 	args := []string{
 		"-p",
 		"--input-format", "stream-json",
@@ -486,8 +509,16 @@ func (h *Harness) args(resume string) []string {
 		"--permission-prompts", "none",
 		"--max-turns", strconv.Itoa(h.opts.MaxTurns),
 	}
-	if len(h.opts.AllowedTools) > 0 {
-		args = append(args, "--allowedTools", strings.Join(h.opts.AllowedTools, ","))
+	allowed := slices.Clone(h.opts.AllowedTools)
+	for _, s := range h.opts.MCPServers {
+		// A rule naming the server alone allows each of its tools.
+		allowed = append(allowed, "mcp__"+s.Name)
+	}
+	if len(allowed) > 0 {
+		args = append(args, "--allowedTools", strings.Join(allowed, ","))
+	}
+	if len(h.opts.MCPServers) > 0 {
+		args = append(args, "--mcp-config", h.mcpConfig(conv), "--strict-mcp-config")
 	}
 	if h.opts.Model != "" {
 		args = append(args, "--model", h.opts.Model)
@@ -511,6 +542,14 @@ func (h *Harness) env(conv, home, config string) []string {
 		"DISABLE_ERROR_REPORTING=1",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
 		"CLAUDE_CODE_MAX_RETRIES=" + strconv.Itoa(cliMaxRetries),
+	}
+	if len(h.opts.MCPServers) > 0 {
+		env = append(env,
+			mcpTokenEnv+"="+h.proxy.Capability(conv),
+			// The CLI otherwise holds MCP tools back behind a search tool
+			// when a model supports one; the worker's few tools are meant
+			// to be in every request, as they are for the native harness.
+			"ENABLE_TOOL_SEARCH=false")
 	}
 	return append(env, h.opts.ExtraEnv...)
 }

@@ -134,6 +134,10 @@ type mapper struct {
 	// reply writes a line to the CLI's stdin (answers to its control
 	// requests); nil drops them.
 	reply func([]byte)
+	// started, when set, learns of each tool call as tool.started is
+	// emitted for it, so that the worker's MCP endpoint can tie a call it
+	// receives to the model's tool_use.
+	started func(id, name string)
 
 	sawInit    bool
 	sessionID  string // from the lines, the CLI's own session id
@@ -354,6 +358,9 @@ func (m *mapper) startTool(b apiBlock, parent string) {
 		input = json.RawMessage("{}")
 	}
 	m.emit(contract.Event{Kind: contract.KindToolStarted, ParentToolUseID: parent, Tool: &contract.ToolEvent{ID: b.ID, Name: b.Name, Input: input}})
+	if m.started != nil {
+		m.started(b.ID, b.Name)
+	}
 	if _, dup := m.open[b.ID]; !dup {
 		m.openOrder = append(m.openOrder, b.ID)
 	}

@@ -27,7 +27,9 @@ const (
 // Keys in a tools/call request's _meta that scope the call to the
 // conversation, turn and tool_use that make it. The server acts only for the
 // conversation named there; Source sets them on every call from the
-// conversation's turn, and the model neither sees nor sets them.
+// conversation's turn, and the model neither sees nor sets them. Served over
+// HTTP (internal/mcp/workermcp), they are replaced with what the caller's
+// capability and the harness's running turn say, whatever the client sent.
 const (
 	MetaConversation = "talkide.dev/conversation_id"
 	MetaTurn         = "talkide.dev/turn_id"
