@@ -29,8 +29,12 @@ const supervisorTasks = 48
 type pidsCgroups struct {
 	parent string
 	v2     bool
-	n      atomic.Uint64
 }
+
+// cgroupSeq names the commands' groups. It is the process's, not a
+// Sandbox's: every Sandbox of a process shares the parent group, which is
+// named after the process.
+var cgroupSeq atomic.Uint64
 
 // newPidsCgroups finds a pids hierarchy and makes the worker's parent
 // group in it, or says why it cannot.
@@ -140,7 +144,7 @@ func pidsHierarchy() (mount, own string, v2 bool, err error) {
 
 // create makes a command's group with room for max tasks.
 func (c *pidsCgroups) create(max int) (string, error) {
-	dir := filepath.Join(c.parent, strconv.FormatUint(c.n.Add(1), 10))
+	dir := filepath.Join(c.parent, strconv.FormatUint(cgroupSeq.Add(1), 10))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", fmt.Errorf("cgroup: %w", err)
 	}

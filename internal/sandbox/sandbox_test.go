@@ -517,13 +517,22 @@ func TestSupervisorKilled(t *testing.T) {
 			if err := c.Start(); err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() {
+				c.Stop()
+				c.Wait()
+			})
 			if line, err := bufio.NewReader(pr).ReadString('\n'); err != nil || line != "started\n" {
 				t.Fatalf("first line %q, %v", line, err)
 			}
 			go io.Copy(io.Discard, pr)
-			sleeps := processesRunning("sleep\x0061.5\x00")
-			if len(sleeps) != 1 {
-				t.Fatalf("the background sleep: %v", sleeps)
+			// The shell may echo before its background child has become
+			// sleep.
+			var sleeps []int
+			for deadline := time.Now().Add(10 * time.Second); len(sleeps) != 1; sleeps = processesRunning("sleep\x0061.5\x00") {
+				if time.Now().After(deadline) {
+					t.Fatalf("the background sleep: %v", sleeps)
+				}
+				time.Sleep(5 * time.Millisecond)
 			}
 			cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", sleeps[0]))
 			c.Process.Kill()
