@@ -550,11 +550,12 @@ func finished(j *batchv1.Job) (jobOutcome, bool) {
 	return jobOutcome{}, false
 }
 
-// waitJob watches the Job until it has finished.
-func (k *Kubernetes) waitJob(ctx context.Context, name string) (jobOutcome, error) {
-	jobs := k.cs.BatchV1().Jobs(k.opts.Namespace)
+// JobListWatch lists and watches the one Job namespace/name, for a
+// watch that outlives a broken connection (watchtools.UntilWithSync).
+func JobListWatch(cs kubernetes.Interface, namespace, name string) *cache.ListWatch {
+	jobs := cs.BatchV1().Jobs(namespace)
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
-	lw := &cache.ListWatch{
+	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
 			return jobs.List(ctx, o)
@@ -564,6 +565,11 @@ func (k *Kubernetes) waitJob(ctx context.Context, name string) (jobOutcome, erro
 			return jobs.Watch(ctx, o)
 		},
 	}
+}
+
+// waitJob watches the Job until it has finished.
+func (k *Kubernetes) waitJob(ctx context.Context, name string) (jobOutcome, error) {
+	lw := JobListWatch(k.cs, k.opts.Namespace, name)
 	var out jobOutcome
 	_, err := watchtools.UntilWithSync(ctx, lw, &batchv1.Job{}, nil, func(ev watch.Event) (bool, error) {
 		if ev.Type == watch.Deleted {

@@ -15,15 +15,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/talkide/platform/internal/build"
 )
 
 // ErrRunning is returned when a seeding of the same cache is running: two
@@ -153,18 +152,7 @@ func Wait(ctx context.Context, cs kubernetes.Interface, s *Seeding, progress io.
 		progress = io.Discard
 	}
 	ns, name, _ := strings.Cut(s.Job, "/")
-	jobs := cs.BatchV1().Jobs(ns)
-	sel := fields.OneTermEqualSelector("metadata.name", name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return jobs.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return jobs.Watch(ctx, o)
-		},
-	}
+	lw := build.JobListWatch(cs, ns, name)
 	var cond *batchv1.JobCondition
 	var uid types.UID
 	_, err := watchtools.UntilWithSync(ctx, lw, &batchv1.Job{}, nil, func(ev watch.Event) (bool, error) {
