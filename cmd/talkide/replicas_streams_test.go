@@ -113,11 +113,7 @@ func TestReplicaStreamCaps(t *testing.T) {
 // other's is closed already).
 func openStream(t *testing.T, base, conv, token string) (*http.Response, int) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/api/conversations/"+conv+"/stream", nil)
-	must(t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	must(t, err)
+	resp := getStream(t, base, conv, token)
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
 	}
@@ -129,11 +125,7 @@ func openStream(t *testing.T, base, conv, token string) (*http.Response, int) {
 // with strict, nothing else is expected than that refusal.
 func tryStream(t *testing.T, base, conv, token string, strict bool) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/api/conversations/"+conv+"/stream", nil)
-	must(t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	must(t, err)
+	resp := getStream(t, base, conv, token)
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
@@ -186,4 +178,16 @@ func (rs *replicaStack) crash(i int) {
 		defer cancel()
 		cp.shutdown(ctx)
 	})
+}
+
+// getStream asks for the conversation's stream at base as the holder of
+// token.
+func getStream(t *testing.T, base, conv, token string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/api/conversations/"+conv+"/stream", nil)
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	return resp
 }
