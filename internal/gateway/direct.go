@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -248,6 +249,19 @@ func (t *directTransport) get(ctx context.Context) (pc *directConn, err error) {
 func (pc *directConn) open() bool {
 	if pc.br.Buffered() > 0 {
 		return false
+	}
+	if _, ok := pc.nc.(*tls.Conn); ok {
+		// Bytes past the last response that came in its TLS record are
+		// held decrypted inside the TLS connection, where neither the
+		// buffer above nor the socket's peek sees them; the next call
+		// would read them as its response. A read that cannot wait finds
+		// them, and leaves a partial record where it was.
+		pc.nc.SetReadDeadline(time.Unix(1, 0))
+		_, err := pc.br.Peek(1)
+		pc.nc.SetReadDeadline(time.Time{})
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return false
+		}
 	}
 	if pc.raw == nil {
 		return true

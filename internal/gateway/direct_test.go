@@ -357,3 +357,65 @@ func TestDirectTransportThroughGateway(t *testing.T) {
 		t.Errorf("%d upstream connections for 2 calls, want 1", d.dialed())
 	}
 }
+
+// TestDirectTransportTLSLeftovers: bytes the upstream sent past a
+// response's end in the same TLS record are held inside the TLS
+// connection, where neither the reader's buffer nor a peek at the socket
+// sees them. Such a connection is not reused: the next call would read
+// those bytes as its own response.
+func TestDirectTransportTLSLeftovers(t *testing.T) {
+	up := httptest.NewTLSServer(http.NotFoundHandler())
+	defer up.Close()
+	roots := up.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	conf := up.TLS.Clone()
+	conf.NextProtos = []string{"http/1.1"}
+	conf.DynamicRecordSizingDisabled = true // the response and its leftovers in one record
+	l, err := tls.Listen("tcp", "127.0.0.1:0", conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var calls atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if calls.Add(1) > 1 {
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+						continue
+					}
+					body := strings.Repeat("x", 8192)
+					const extra = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale"
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s%s", len(body), body, extra)
+				}
+			}()
+		}
+	}()
+	u := "https://" + l.Addr().String()
+	d := directFor(t, u, &tls.Config{RootCAs: roots, ServerName: "example.com"}, nil)
+	req, _ := http.NewRequest(http.MethodPost, u+"/v1/messages", strings.NewReader("{}"))
+	res, err := d.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read as ReverseProxy does, with a large buffer.
+	n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{res.Body}, make([]byte, 32<<10))
+	res.Body.Close()
+	if err != nil || n != 8192 {
+		t.Fatalf("first body: %d bytes, %v", n, err)
+	}
+	if got, _ := post(t, d, u+"/v1/messages", "{}"); got != "fresh" {
+		t.Errorf("second call read %q, want the upstream's answer to it", got)
+	}
+}

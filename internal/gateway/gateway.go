@@ -372,7 +372,8 @@ var deniedHeaders = map[string]bool{
 	"X-Worker-Token":      true,
 	"Cookie":              true,
 	// The gateway reads the response, so it asks for an encoding it can
-	// read: the Transport then requests gzip itself and decompresses.
+	// read: the direct transport asks for none, and http.Transport (the
+	// fallback) requests gzip itself and decompresses.
 	"Accept-Encoding": true,
 	// No protocol switches through the gateway.
 	"Upgrade":    true,
