@@ -100,7 +100,40 @@ type directConn struct {
 	nc        net.Conn
 	raw       syscall.RawConn // the TCP connection's, for the idle check; nil if none
 	br        *bufio.Reader
+	head      headLimit // what br may read while a response's head is read
 	idleSince time.Time
+}
+
+// Bounds on a response's head, as http.Transport keeps them: an upstream
+// that sends headers without end, or interim answers without end, costs a
+// call, not the gateway's memory.
+const (
+	maxResponseHead = 1 << 20
+	maxInterim      = 5
+)
+
+var errHeadTooLarge = errors.New("gateway: the upstream's response head is too large")
+
+// headLimit passes reads through, at most left bytes of them while left
+// is not negative.
+type headLimit struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return l.r.Read(p)
+	}
+	if l.left == 0 {
+		return 0, errHeadTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }
 
 // writers hold a request while it is written: one write for a head and a
@@ -157,7 +190,9 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 		return fail(err)
 	}
 	var res *http.Response
-	for {
+	// What br holds already was read under an earlier bound.
+	pc.head.left = maxResponseHead
+	for interim := 0; ; interim++ {
 		var err error
 		if res, err = http.ReadResponse(pc.br, req); err != nil {
 			return fail(err)
@@ -169,7 +204,11 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 			break
 		}
 		// 100 Continue and other interim answers: the final one follows.
+		if interim == maxInterim {
+			return fail(errors.New("gateway: the upstream sent too many interim responses"))
+		}
 	}
+	pc.head.left = -1
 	res.Body = &directBody{pc: pc, ctx: ctx, rc: res.Body, stop: stop, reuse: !res.Close && !req.Close}
 	return res, nil
 }
@@ -297,7 +336,8 @@ func (t *directTransport) dial(ctx context.Context) (*directConn, error) {
 		}
 		pc.nc = tc
 	}
-	pc.br = bufio.NewReaderSize(pc.nc, 4<<10)
+	pc.head = headLimit{r: pc.nc, left: -1}
+	pc.br = bufio.NewReaderSize(&pc.head, 4<<10)
 	t.mu.Lock()
 	t.dials++
 	t.mu.Unlock()

@@ -419,3 +419,64 @@ func TestDirectTransportTLSLeftovers(t *testing.T) {
 		t.Errorf("second call read %q, want the upstream's answer to it", got)
 	}
 }
+
+// TestDirectTransportBoundsTheHead: an upstream that sends a response head
+// without end, or interim answers without end, fails the call instead of
+// growing the gateway's memory; a head within the bound still works after
+// a long one on another connection.
+func TestDirectTransportBoundsTheHead(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				switch req.URL.Path {
+				case "/long-head":
+					io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+					line := "X-Filler: " + strings.Repeat("a", 1000) + "\r\n"
+					for range 2000 { // 2 MB of headers
+						if _, err := io.WriteString(c, line); err != nil {
+							return
+						}
+					}
+					io.WriteString(c, "Content-Length: 0\r\n\r\n")
+				case "/interim":
+					for range 100 {
+						if _, err := io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+							return
+						}
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				default:
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			}()
+		}
+	}()
+	base := "http://" + ln.Addr().String()
+	d := directFor(t, base, nil, nil)
+	for _, path := range []string{"/long-head", "/interim"} {
+		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader("{}"))
+		if res, err := d.RoundTrip(req); err == nil {
+			res.Body.Close()
+			t.Errorf("%s: answered %d, want an error", path, res.StatusCode)
+		}
+	}
+	if got, res := post(t, d, base+"/fine", "{}"); got != "ok" || res.StatusCode != 200 {
+		t.Errorf("a plain answer after the refused ones: %d %q", res.StatusCode, got)
+	}
+}

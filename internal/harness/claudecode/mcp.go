@@ -124,7 +124,11 @@ func (h *Harness) ResolveCall(ctx context.Context, conv, tool, toolUseID string)
 		id := ""
 		if toolUseID != "" {
 			if at.started[toolUseID] == tool {
+				// Taken, so that a call naming no id is not given it too
+				// (and read as a replay of this one); a call naming it
+				// again is a retry of this one and gets it.
 				id = toolUseID
+				at.claimed[id] = true
 			}
 		} else {
 			for _, cand := range at.order {

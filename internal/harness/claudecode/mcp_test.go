@@ -125,10 +125,10 @@ func TestResolveCall(t *testing.T) {
 	}{
 		{"toolu_2", ""},        // not a call of this tool
 		{"toolu_9", ""},        // no such call
-		{"", "toolu_1"},        // the oldest of the tool
-		{"", "toolu_3"},        // the next
+		{"", "toolu_3"},        // the oldest of the tool not taken: toolu_1 was, by name
 		{"", ""},               // none left
-		{"toolu_3", "toolu_3"}, // named: believed, taken or not
+		{"toolu_3", "toolu_3"}, // named: believed, taken or not (a retry)
+		{"toolu_1", "toolu_1"}, // likewise
 	} {
 		_, id, _, err := h.ResolveCall(ctx, "c_a", build, tc.claimed)
 		if id != tc.want || (tc.want == "") != errors.Is(err, ErrNoCall) {
