@@ -161,6 +161,11 @@ func (c *pidsCgroups) create(max int) (string, error) {
 // otherwise refill the group as fast as its processes are killed.
 func (c *pidsCgroups) remove(dir string) {
 	os.WriteFile(filepath.Join(dir, "pids.max"), []byte("0"), 0)
+	if c.v2 {
+		// cgroup.kill (Linux 5.14) kills the whole group at once; where it
+		// is missing, the loop below does it.
+		os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+	}
 	for range 500 {
 		killCgroup(dir)
 		if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
