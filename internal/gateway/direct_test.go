@@ -376,32 +376,15 @@ func TestDirectTransportTLSLeftovers(t *testing.T) {
 	}
 	defer l.Close()
 	var calls atomic.Int64
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					if calls.Add(1) > 1 {
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
-						continue
-					}
-					body := strings.Repeat("x", 8192)
-					const extra = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale"
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s%s", len(body), body, extra)
-				}
-			}()
+	serveRaw(l, func(c net.Conn, _ *http.Request) {
+		if calls.Add(1) > 1 {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+			return
 		}
-	}()
+		body := strings.Repeat("x", 8192)
+		const extra = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale"
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s%s", len(body), body, extra)
+	})
 	u := "https://" + l.Addr().String()
 	d := directFor(t, u, &tls.Config{RootCAs: roots, ServerName: "example.com"}, nil)
 	req, _ := http.NewRequest(http.MethodPost, u+"/v1/messages", strings.NewReader("{}"))
@@ -430,43 +413,28 @@ func TestDirectTransportBoundsTheHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil {
+	serveRaw(ln, func(c net.Conn, req *http.Request) {
+		switch req.URL.Path {
+		case "/long-head":
+			io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+			line := "X-Filler: " + strings.Repeat("a", 1000) + "\r\n"
+			for range 2000 { // 2 MB of headers
+				if _, err := io.WriteString(c, line); err != nil {
 					return
 				}
-				io.Copy(io.Discard, req.Body)
-				switch req.URL.Path {
-				case "/long-head":
-					io.WriteString(c, "HTTP/1.1 200 OK\r\n")
-					line := "X-Filler: " + strings.Repeat("a", 1000) + "\r\n"
-					for range 2000 { // 2 MB of headers
-						if _, err := io.WriteString(c, line); err != nil {
-							return
-						}
-					}
-					io.WriteString(c, "Content-Length: 0\r\n\r\n")
-				case "/interim":
-					for range 100 {
-						if _, err := io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
-							return
-						}
-					}
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				default:
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			}
+			io.WriteString(c, "Content-Length: 0\r\n\r\n")
+		case "/interim":
+			for range 100 {
+				if _, err := io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+					return
 				}
-			}()
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		default:
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}
-	}()
+	})
 	base := "http://" + ln.Addr().String()
 	d := directFor(t, base, nil, nil)
 	for _, path := range []string{"/long-head", "/interim"} {
@@ -479,4 +447,30 @@ func TestDirectTransportBoundsTheHead(t *testing.T) {
 	if got, res := post(t, d, base+"/fine", "{}"); got != "ok" || res.StatusCode != 200 {
 		t.Errorf("a plain answer after the refused ones: %d %q", res.StatusCode, got)
 	}
+}
+
+// serveRaw answers the requests on l's connections by writing raw bytes:
+// answer writes what it likes for each request (its body already read), so
+// a test can send what no net/http server would.
+func serveRaw(l net.Listener, answer func(net.Conn, *http.Request)) {
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					answer(c, req)
+				}
+			}()
+		}
+	}()
 }
