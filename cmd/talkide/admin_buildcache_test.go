@@ -11,8 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/talkide/platform/internal/buildcache"
 	"github.com/talkide/platform/internal/kubetest"
@@ -71,16 +69,7 @@ func TestAdminBuildCachePromote(t *testing.T) {
 func TestAdminBuildCacheSeed(t *testing.T) {
 	srv := kubetest.Start(t)
 	ns := srv.Namespace(t)
-	a := srv.Config()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: a.Host, CertificateAuthorityData: a.CAData}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: a.CertData, ClientKeyData: a.KeyData}
-	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
-	cfg.CurrentContext = "test"
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := kubeconfig(t, srv)
 	cs := srv.Client(t)
 	for _, c := range []string{"gradle-cache", "claude-sessions"} {
 		pvc := &corev1.PersistentVolumeClaim{
