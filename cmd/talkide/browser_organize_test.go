@@ -75,20 +75,10 @@ func TestBrowserBudget(t *testing.T) {
 // budget service counts, and the member's spend as the ledger has it.
 func TestBrowserTenantBudget(t *testing.T) {
 	browserReady(t)
-	st, err := startDev(context.Background(), devConfig{
+	st := startDevT(t, devConfig{
 		dataDir: t.TempDir(), addr: "127.0.0.1:0",
 		login:  &authFlags{trustedHeader: auth.DefaultTrustedHeader, sessionIdle: time.Hour, sessionAbsolute: 2 * time.Hour},
 		logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatalf("startDev: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := st.shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
 	})
 	ctx := t.Context()
 	now := time.Now().UTC()

@@ -149,7 +149,7 @@ func TestBrowserLogin(t *testing.T) {
 	t.Cleanup(op.Close)
 
 	logs := &syncBuffer{}
-	st, err := startDev(context.Background(), devConfig{
+	st := startDevT(t, devConfig{
 		dataDir: filepath.Join(dir, "data"), addr: cpAddr,
 		login: &authFlags{
 			oidcIssuer: issuer, oidcClientID: clientID, oidcSecretFile: secretFile,
@@ -157,16 +157,6 @@ func TestBrowserLogin(t *testing.T) {
 			sessionIdle: time.Hour, sessionAbsolute: 2 * time.Hour,
 		},
 		logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
-	if err != nil {
-		t.Fatalf("startDev: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := st.shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
 	})
 	ctx := t.Context()
 	must(t, st.cp.store.PutUser(ctx, store.User{ID: "test-user2", Name: "test-user2", CreatedAt: time.Now().UTC()}))

@@ -45,11 +45,19 @@ func (s *syncBuffer) String() string {
 func startTestStack(t testing.TB) (*devStack, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
-	st, err := startDev(context.Background(), devConfig{
+	st := startDevT(t, devConfig{
 		dataDir: t.TempDir(),
 		addr:    "127.0.0.1:0",
 		logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
+	return st, logs
+}
+
+// startDevT runs talkide dev's stack as cfg says and shuts it down when
+// the test ends.
+func startDevT(t testing.TB, cfg devConfig) *devStack {
+	t.Helper()
+	st, err := startDev(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("startDev: %v", err)
 	}
@@ -60,7 +68,7 @@ func startTestStack(t testing.TB) (*devStack, *syncBuffer) {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return st, logs
+	return st
 }
 
 // api calls the browser API and decodes the JSON answer.

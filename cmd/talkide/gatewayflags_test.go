@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"path/filepath"
@@ -15,12 +14,8 @@ import (
 // the gateway talkide dev runs: a model call over --gateway-max-body is
 // refused (413), one under it goes through.
 func TestDevGatewayBodyFlags(t *testing.T) {
-	st, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(t.TempDir(), "data"), addr: "127.0.0.1:0",
+	st := startDevT(t, devConfig{dataDir: filepath.Join(t.TempDir(), "data"), addr: "127.0.0.1:0",
 		maxBody: 64 << 10, maxBuffered: 1 << 20, logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.shutdown(context.Background()) })
 	conv := createConversation(t, st.info.ControlPlane).ID
 	status, tok := mint(t, st.info.ControlPlane, devIdentity(t, st), conv)
 	if status != http.StatusOK {
