@@ -142,6 +142,17 @@ func (l *headLimit) Read(p []byte) (int, error) {
 // write, so idle connections hold none.
 var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 64<<10) }}
 
+// oneWrite is a *bufio.Writer that Request.Write does not recognise as
+// one, so it keeps the head buffered with the body. It is an
+// io.ByteWriter, so Request.Write adds no buffer of its own, and an
+// io.ReaderFrom, so the body is copied into the buffer without one.
+type oneWrite struct{ bw *bufio.Writer }
+
+func (w oneWrite) Write(p []byte) (int, error)               { return w.bw.Write(p) }
+func (w oneWrite) WriteByte(c byte) error                    { return w.bw.WriteByte(c) }
+func (w oneWrite) WriteString(s string) (int, error)         { return w.bw.WriteString(s) }
+func (w oneWrite) ReadFrom(r io.Reader) (n int64, err error) { return w.bw.ReadFrom(r) }
+
 // errUpgrade refuses a 101: no protocol switch goes through the gateway.
 var errUpgrade = errors.New("gateway: the upstream switched protocols")
 
@@ -180,7 +191,17 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	}
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(pc.nc)
-	err := req.Write(bw)
+	var err error
+	if _, held := ctx.Value(callKey{}).(*call); held || req.Body == nil || req.Body == http.NoBody {
+		// A gateway call's body is held in memory and cannot block, so
+		// the head need not go out ahead of it: Request.Write flushes a
+		// *bufio.Writer after the head for any body it does not know
+		// (this one comes wrapped by ReverseProxy), which sent the head
+		// and the body in two writes, two wake-ups of the upstream.
+		err = req.Write(oneWrite{bw})
+	} else {
+		err = req.Write(bw)
+	}
 	if err == nil {
 		err = bw.Flush()
 	}

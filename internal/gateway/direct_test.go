@@ -474,3 +474,59 @@ func serveRaw(l net.Listener, answer func(net.Conn, *http.Request)) {
 		}
 	}()
 }
+
+// writeCounter counts the writes made on a connection.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c writeCounter) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestDirectTransportOneWrite: a request whose head and body fit the
+// write buffer goes upstream in one write, not the head first and then
+// the body (two wake-ups of the upstream's reader); a larger body still
+// arrives whole.
+func TestDirectTransportOneWrite(t *testing.T) {
+	var got atomic.Value
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Store(string(b))
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, cannedStream)
+	}))
+	defer up.Close()
+	d := directFor(t, up.URL, nil, nil)
+	var writes atomic.Int64
+	dial := d.dialContext
+	d.dialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{Conn: c, writes: &writes}, nil
+	}
+	h := newHarnessURL(t, up.URL, &Options{Transport: d})
+	for _, size := range []int{16 << 10, 200 << 10} {
+		body := `{"model":"claude-req-model","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"` +
+			strings.Repeat("x", size) + `"}]}`
+		writes.Store(0)
+		resp := h.post(t, "/v1/messages", tokenHeader(h.mint(convA)), body)
+		if s := readAll(t, resp.Body); resp.StatusCode != 200 || s != cannedStream {
+			t.Fatalf("%d bytes: status %d, body %q", size, resp.StatusCode, s)
+		}
+		if g, _ := got.Load().(string); g != body {
+			t.Fatalf("%d bytes: the upstream read %d bytes, want the %d sent", size, len(g), len(body))
+		}
+		n := writes.Load()
+		if size < 64<<10 && n != 1 {
+			t.Errorf("%d bytes: the request took %d writes, want 1", size, n)
+		}
+		if size > 64<<10 && n < 2 {
+			t.Errorf("%d bytes: the request took %d writes, more than the buffer holds in one", size, n)
+		}
+	}
+}
