@@ -106,6 +106,13 @@ func (h *heldBody) release() {
 	h.lim.give(n)
 }
 
+// len is the body's size, also after release.
+func (h *heldBody) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.size
+}
+
 // reader returns a reader of the body from its start.
 func (h *heldBody) reader() io.ReadCloser { return &heldReader{h: h} }
 

@@ -192,12 +192,12 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(pc.nc)
 	var err error
-	if _, held := ctx.Value(callKey{}).(*call); held || req.Body == nil || req.Body == http.NoBody {
+	if _, held := req.Body.(*heldReader); held || req.Body == nil || req.Body == http.NoBody {
 		// A gateway call's body is held in memory and cannot block, so
 		// the head need not go out ahead of it: Request.Write flushes a
-		// *bufio.Writer after the head for any body it does not know
-		// (this one comes wrapped by ReverseProxy), which sent the head
-		// and the body in two writes, two wake-ups of the upstream.
+		// *bufio.Writer after the head for any body it does not know,
+		// which sent the head and the body in two writes, two wake-ups of
+		// the upstream.
 		err = req.Write(oneWrite{bw})
 	} else {
 		err = req.Write(bw)
@@ -255,6 +255,16 @@ func (b *directBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// buffered is how much of the body has arrived unread; 0 once done with.
+func (b *directBody) buffered() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pc == nil {
+		return 0
+	}
+	return b.pc.br.Buffered()
 }
 
 // Close before the end closes the connection: what is left of the

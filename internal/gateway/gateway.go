@@ -8,7 +8,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"strings"
 	"time"
@@ -120,22 +119,24 @@ type Options struct {
 // for concurrent use. It writes usage records in the background (see
 // Flush and Close).
 type Gateway struct {
-	upstream *url.URL
-	apiKey   string
-	keys     *trust.Keyring
-	store    Store
-	log      *slog.Logger // never nil
-	now      func() time.Time
-	maxBody  int64
-	budget   Budget // nil: budgets off
-	drain    time.Duration
-	convs    *convCache  // nil: no cache
-	tokens   *tokenCache // WorkerTokens that verified (tokencache.go)
-	metrics  Metrics     // nil: no metrics
-	rec      *recorder
-	bodies   *bodyLimiter // nil: no bound
-	proxy    *httputil.ReverseProxy
-	handler  http.Handler // serve, with the body's deadline
+	upstream  *url.URL
+	apiKey    string
+	keys      *trust.Keyring
+	store     Store
+	log       *slog.Logger // never nil
+	now       func() time.Time
+	maxBody   int64
+	budget    Budget // nil: budgets off
+	drain     time.Duration
+	convs     *convCache  // nil: no cache
+	tokens    *tokenCache // WorkerTokens that verified (tokencache.go)
+	metrics   Metrics     // nil: no metrics
+	rec       *recorder
+	bodies    *bodyLimiter // nil: no bound
+	transport http.RoundTripper
+	urls      map[string]*url.URL // the upstream URL of each forwarded path
+	buffers   *bufferPool         // copy buffers for responses
+	handler   http.Handler        // serve, with the body's deadline
 }
 
 // New returns the gateway. upstream is the Anthropic API base URL (e.g.
@@ -198,15 +199,9 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		rec:      newRecorder(st, o.Logger),
 		bodies:   newBodyLimiter(o.MaxBuffered),
 	}
-	g.proxy = &httputil.ReverseProxy{
-		Rewrite:        g.rewrite,
-		Transport:      o.Transport,
-		FlushInterval:  -1, // every write reaches the client at once, streamed or not
-		ModifyResponse: g.modifyResponse,
-		ErrorHandler:   g.proxyError,
-		BufferPool:     &bufferPool{},
-		ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
-	}
+	g.transport = o.Transport
+	g.urls = upstreamURLs(&u)
+	g.buffers = &bufferPool{}
 	g.handler = httpapi.BodyDeadline(o.BodyTimeout, http.HandlerFunc(g.serve))
 	return g
 }
@@ -351,15 +346,11 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	// a response whose copy failed, records the call exactly once.
 	defer c.finish()
 
-	in := r.WithContext(context.WithValue(out, callKey{}, c))
-	in.Body = held.reader()
-	in.GetBody = held.getBody
-	in.ContentLength = int64(len(body))
-	in.TransferEncoding = nil
+	up := g.outgoing(out, r, c)
 	if g.metrics != nil {
 		w = &firstByteWriter{ResponseWriter: w, c: c}
 	}
-	g.proxy.ServeHTTP(w, in)
+	g.forward(w, up, c)
 }
 
 // deniedHeaders are removed from every forwarded request (in canonical
@@ -397,36 +388,8 @@ func denied(k string) bool {
 	return false
 }
 
-// rewrite turns the inbound request into the upstream one. ReverseProxy has
-// already removed hop-by-hop and X-Forwarded-* headers.
-func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
-	c := pr.In.Context().Value(callKey{}).(*call)
-	out := pr.Out
-	out.URL.Scheme = g.upstream.Scheme
-	out.URL.Host = g.upstream.Host
-	out.URL.Path = strings.TrimSuffix(g.upstream.Path, "/") + c.path
-	out.URL.RawPath = ""
-	out.URL.RawQuery = ""
-	out.URL.Fragment = ""
-	out.Host = ""
-	for k := range out.Header {
-		if denied(k) {
-			delete(out.Header, k)
-		}
-	}
-	out.Header.Set("X-Api-Key", g.apiKey)
-	if out.Header.Get("Anthropic-Version") == "" {
-		out.Header.Set("Anthropic-Version", anthropicVersion)
-	}
-	if g.metrics != nil {
-		// ReverseProxy hands the request to the transport right after this.
-		g.metrics.ForwardLatency(g.now().Sub(c.rec.StartedAt))
-	}
-}
-
 // modifyResponse starts metering the response body as it passes.
-func (g *Gateway) modifyResponse(res *http.Response) error {
-	c := res.Request.Context().Value(callKey{}).(*call)
+func (g *Gateway) modifyResponse(c *call, res *http.Response) {
 	c.body.release() // the upstream has read it
 	if g.metrics != nil {
 		c.respAt = g.now()
@@ -443,16 +406,12 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		body.tail = c.cutEvent
 	}
 	res.Body = body
-	return nil
 }
 
 // proxyError handles a call that got no upstream response: the upstream
 // could not be reached or the client went away first.
-func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	c := r.Context().Value(callKey{}).(*call)
+func (g *Gateway) proxyError(w http.ResponseWriter, c *call, err error) {
 	c.body.release()
 	c.err = err
 	writeError(w, http.StatusBadGateway, errAPI, "upstream unavailable")
 }
-
-type callKey struct{}
