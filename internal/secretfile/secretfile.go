@@ -71,7 +71,8 @@ type Options struct {
 }
 
 // Watch reads path (it must be readable and non-empty now) and keeps
-// re-reading it when its directory changes or every Poll, until ctx ends.
+// re-reading it after each event in its directory that concerns it, and
+// every Poll, until ctx ends.
 func Watch(ctx context.Context, path string, opts *Options) (*File, error) {
 	var o Options
 	if opts != nil {
