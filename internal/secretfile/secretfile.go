@@ -1,7 +1,21 @@
 // Package secretfile keeps the latest contents of a file from a mounted
-// Kubernetes Secret: it watches the mount directory (fsnotify, with a
-// periodic poll as a fallback) and caches the last good read, so a reader
-// never fails while the kubelet swaps the ..data symlink under it.
+// Kubernetes Secret: it watches the file's directory (with a periodic poll
+// as a fallback) and caches the last good read, so a reader never fails
+// while the kubelet swaps the ..data symlink under it.
+//
+// The directory is watched rather than the file because the kubelet never
+// writes the file: it renames a new ..data symlink over the old one. Only
+// an event that names the file, a kubelet entry (a name starting with
+// ".."), or the directory itself leads to a read; the rest of the
+// directory is somebody else's business. That matters because the
+// control-plane keeps its secrets file next to its SQLite database: on
+// Linux the watch is raw inotify without IN_MODIFY, so the database's page
+// writes (to files SQLite keeps open) send no event at all and wake
+// nothing, while IN_CLOSE_WRITE still sees an edit in place and the
+// create, rename, delete and attribute events see a replace or a swap.
+// Other systems use fsnotify with the same filter on names. When the
+// watch cannot be set up, or the directory goes away or moves, the poll
+// alone carries on.
 //
 // The worker reads its identity token and command key files through it;
 // the control-plane its secrets file (the keys that rotate by key id).
@@ -16,9 +30,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 )
 
 // DefaultPoll is how often the file is re-read even without an event
@@ -36,6 +49,8 @@ type File struct {
 	mu      sync.Mutex // guards value and loadErr
 	value   string
 	loadErr error
+
+	reloads atomic.Int64 // reads of the file, so a test can count them
 }
 
 // Options configure Watch; nil is the defaults.
@@ -48,10 +63,16 @@ type Options struct {
 	// reader that must act on a change (install a rotated key) does it
 	// here rather than compare on every Get.
 	OnChange func(string)
+
+	// onEvent, when set, sees the name of every event from the directory
+	// watch before the filter on names: a test's view of what woke the
+	// watcher.
+	onEvent func(name string)
 }
 
 // Watch reads path (it must be readable and non-empty now) and keeps
-// re-reading it when its directory changes or every Poll, until ctx ends.
+// re-reading it after each event in its directory that concerns it, and
+// every Poll, until ctx ends.
 func Watch(ctx context.Context, path string, opts *Options) (*File, error) {
 	var o Options
 	if opts != nil {
@@ -67,12 +88,16 @@ func Watch(ctx context.Context, path string, opts *Options) (*File, error) {
 	if _, err := f.reload(); err != nil {
 		return nil, err
 	}
-	w, err := fsnotify.NewWatcher()
+	base := filepath.Base(path)
+	w, err := watchDir(filepath.Dir(path), func(name string) bool {
+		if o.onEvent != nil {
+			o.onEvent(name)
+		}
+		return concerns(base, name)
+	}, f.log)
 	if err != nil {
-		f.log.Warn("secretfile: no file events, polling only", "path", path, "err", err)
-		w = nil
-	} else if err := w.Add(filepath.Dir(path)); err != nil {
 		f.log.Warn("secretfile: cannot watch the directory, polling only", "path", path, "err", err)
+		w = nil
 	}
 	go f.run(ctx, w)
 	return f, nil
@@ -102,6 +127,7 @@ func (f *File) Healthy() error {
 // reload reads the file; a failed or empty read keeps the last good value.
 // It reports whether a good read changed the value.
 func (f *File) reload() (bool, error) {
+	f.reloads.Add(1)
 	b, err := os.ReadFile(f.path)
 	v := strings.TrimSpace(string(b))
 	if err == nil && v == "" {
@@ -136,12 +162,41 @@ func (f *File) current() string {
 	return f.value
 }
 
-func (f *File) run(ctx context.Context, w *fsnotify.Watcher) {
-	var events <-chan fsnotify.Event
-	var errs <-chan error
+// concerns reports whether an event in the directory, named name (empty
+// for the directory itself), may have changed the file called base: the
+// file itself, or the kubelet's ..data symlink, its ..data_tmp and its
+// timestamped ..2026_… directories, through which the file resolves.
+func concerns(base, name string) bool {
+	return name == "" || name == base || strings.HasPrefix(name, "..")
+}
+
+// dirWatch is a watch on the file's directory. C receives after events
+// that concern the file (several events may come as one, but never
+// before the last of them happened) and is closed when the watch ends on
+// its own, having said why in the log. stop ends it and returns once its
+// goroutine has.
+type dirWatch struct {
+	C    <-chan struct{}
+	stop func()
+}
+
+// notify wakes the reader of c without ever blocking the watch: a wake
+// already pending covers this event too, as the read it causes comes
+// after it.
+func notify(c chan<- struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// run re-reads the file after each event from w (nil: none) and on every
+// poll, until ctx ends.
+func (f *File) run(ctx context.Context, w *dirWatch) {
+	var events <-chan struct{}
 	if w != nil {
-		defer w.Close()
-		events, errs = w.Events, w.Errors
+		defer w.stop()
+		events = w.C
 	}
 	t := time.NewTicker(f.poll)
 	defer t.Stop()
@@ -149,24 +204,14 @@ func (f *File) run(ctx context.Context, w *fsnotify.Watcher) {
 		select {
 		case <-ctx.Done():
 			return
-		case ev, ok := <-events:
+		case _, ok := <-events:
 			if !ok {
-				events = nil
+				events = nil // the watch ended and said why; the poll goes on
 				continue
 			}
-			// The kubelet writes a new timestamped directory, then renames
-			// ..data_tmp over ..data: any event in the directory may be
-			// that swap, so re-read on each.
-			_ = ev
 			if err := f.refresh(); err != nil {
 				f.log.Debug("secretfile: read after an event failed, keeping the last contents", "err", err)
 			}
-		case err, ok := <-errs:
-			if !ok {
-				errs = nil
-				continue
-			}
-			f.log.Warn("secretfile: watch error, polling continues", "err", err)
 		case <-t.C:
 			if err := f.refresh(); err != nil {
 				f.log.Warn("secretfile: read failed, keeping the last contents", "err", err)

@@ -2,8 +2,12 @@ package secretfile
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -137,5 +141,196 @@ func TestMissingFile(t *testing.T) {
 	}
 	if f.Healthy() == nil {
 		t.Error("Healthy = nil for a removed file")
+	}
+}
+
+// waitFor waits, up to a generous deadline, until f holds want.
+func waitFor(t *testing.T, f *File, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, _ := f.Get()
+		if v == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("f holds %q, never %q", v, want)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// plainFile writes a regular file named secrets into a new directory.
+func plainFile(t *testing.T, value string) (dir, path string) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, "secrets")
+	must(t, os.WriteFile(path, []byte(value), 0o600))
+	return dir, path
+}
+
+// replace writes value to a temporary file and renames it over path, as
+// talkide admin keys rotate does.
+func replace(t *testing.T, path, value string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	must(t, os.WriteFile(tmp, []byte(value), 0o600))
+	must(t, os.Rename(tmp, path))
+}
+
+// The poll in these tests is an hour: only the directory's watch can
+// bring the change in time.
+
+func TestAtomicReplaceIsSeen(t *testing.T) {
+	_, path := plainFile(t, "v1")
+	changes := make(chan string, 4)
+	f, err := Watch(t.Context(), path, &Options{Poll: time.Hour, OnChange: func(v string) { changes <- v }})
+	must(t, err)
+	replace(t, path, "v2\n")
+	waitFor(t, f, "v2")
+	if v := <-changes; v != "v2" {
+		t.Errorf("OnChange got %q, want v2", v)
+	}
+}
+
+func TestInPlaceRewriteIsSeen(t *testing.T) {
+	_, path := plainFile(t, "v1")
+	f, err := Watch(t.Context(), path, &Options{Poll: time.Hour})
+	must(t, err)
+	must(t, os.WriteFile(path, []byte("v2"), 0o600))
+	waitFor(t, f, "v2")
+}
+
+func TestKubeletSwapIsSeen(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.Mkdir(filepath.Join(dir, "..2026_a"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "..2026_a", "secrets"), []byte("v1"), 0o400))
+	must(t, os.Symlink("..2026_a", filepath.Join(dir, "..data")))
+	must(t, os.Symlink("..data/secrets", filepath.Join(dir, "secrets")))
+	f, err := Watch(t.Context(), filepath.Join(dir, "secrets"), &Options{Poll: time.Hour})
+	must(t, err)
+
+	must(t, os.Mkdir(filepath.Join(dir, "..2026_b"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "..2026_b", "secrets"), []byte("v2"), 0o400))
+	must(t, os.Symlink("..2026_b", filepath.Join(dir, "..data_tmp")))
+	must(t, os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
+	waitFor(t, f, "v2")
+}
+
+// A database beside the file (the control-plane's SQLite and its WAL)
+// writes all the time to files it keeps open; none of that may read the
+// file again, and on Linux none of it may even reach the watcher.
+func TestWritesToAnotherFileCauseNoRead(t *testing.T) {
+	dir, path := plainFile(t, "v1")
+	// Opened before the watch starts, as the database is.
+	db, err := os.OpenFile(filepath.Join(dir, "other.db"), os.O_CREATE|os.O_RDWR, 0o600)
+	must(t, err)
+	defer db.Close()
+
+	var mu sync.Mutex
+	var names []string
+	f, err := Watch(t.Context(), path, &Options{Poll: time.Hour, onEvent: func(name string) {
+		mu.Lock()
+		names = append(names, name)
+		mu.Unlock()
+	}})
+	must(t, err)
+	before := f.reloads.Load()
+
+	page := make([]byte, 4096)
+	for i := range 1000 {
+		page[0] = byte(i)
+		if _, err := db.WriteAt(page, int64(i%64)*4096); err != nil {
+			t.Fatal(err)
+		}
+		must(t, db.Sync())
+	}
+	// The kernel delivers a directory's events in order, so once this
+	// replace is seen every event the writes caused has been handled.
+	replace(t, path, "v2")
+	waitFor(t, f, "v2")
+
+	if n := f.reloads.Load() - before; n != 1 {
+		t.Errorf("%d reads of the file after 1000 writes to another one and one replace; want 1", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(names, "secrets") {
+		t.Errorf("the watch never saw the replace: events %q", names)
+	}
+	if runtime.GOOS == "linux" && slices.Contains(names, "other.db") {
+		t.Errorf("writes to other.db woke the watcher: events %q", names)
+	}
+}
+
+// Stopping the watch ends its goroutine, which is parked reading events.
+func TestStopEndsTheWatch(t *testing.T) {
+	w, err := watchDir(t.TempDir(), func(string) bool { return true }, slog.New(slog.DiscardHandler))
+	must(t, err)
+	stopped := make(chan struct{})
+	go func() {
+		w.stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stop did not return")
+	}
+	if _, ok := <-w.C; ok {
+		t.Error("C still open after stop")
+	}
+}
+
+// logCount counts the log records whose message contains a string.
+type logCount struct {
+	slog.Handler
+	substr string
+	n      *atomic.Int64
+}
+
+func (logCount) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h logCount) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.substr) {
+		h.n.Add(1)
+	}
+	return nil
+}
+
+// When the directory itself goes away or moves, the watch says so once
+// and the poll alone finds the file when it is back.
+func TestLostDirectoryFallsBackToPolling(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("how a lost directory is reported depends on the system's watch")
+	}
+	for name, lose := range map[string]func(dir string) error{
+		"removed": os.RemoveAll,
+		"moved":   func(dir string) error { return os.Rename(dir, dir+"-moved") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir, path := plainFile(t, "v1")
+			var ended atomic.Int64
+			log := slog.New(logCount{Handler: slog.DiscardHandler, substr: "watch ended", n: &ended})
+			f, err := Watch(t.Context(), path, &Options{Poll: 20 * time.Millisecond, Logger: log})
+			must(t, err)
+			must(t, lose(dir))
+			deadline := time.Now().Add(10 * time.Second)
+			for ended.Load() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("no warning that the watch ended")
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			if v, err := f.Get(); v != "v1" || err != nil {
+				t.Errorf("Get with the directory gone = %q, %v; want the last contents", v, err)
+			}
+			must(t, os.Mkdir(dir, 0o700))
+			must(t, os.WriteFile(path, []byte("v2"), 0o600))
+			waitFor(t, f, "v2")
+			if n := ended.Load(); n != 1 {
+				t.Errorf("the watch's end was logged %d times, want once", n)
+			}
+		})
 	}
 }
