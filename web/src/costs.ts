@@ -14,16 +14,22 @@ export function addCosts(us: Record<string, TurnUsage> | undefined) {
 }
 
 /**
- * fetchTurnCost reads a turn's cost once it ended. A call settles just
- * after it ends, so the last one may not be in the ledger yet: while
- * fewer calls than the turn made are counted, it asks again, a few times.
+ * fetchTurnCost reads a turn's cost once it ended. A call settles a moment
+ * after it ends (the control-plane writes settlements in batches), so the
+ * last ones may not be in the ledger yet: while fewer calls than the turn
+ * made are counted, it asks again, a few times, and shows the figure only
+ * once it is whole (or on the last try), never a partial sum as the cost.
  */
 export async function fetchTurnCost(conv: string, turn: string, modelCalls: number | undefined) {
-  for (let i = 0; i < 6; i++) {
+  const tries = 6;
+  for (let i = 0; i < tries; i++) {
     try {
       const u = await api.turnUsage(conv, turn);
-      addCosts({ [turn]: u });
-      if (modelCalls === undefined ? i > 0 : u.calls >= modelCalls) return;
+      const whole = modelCalls === undefined ? i > 0 : u.calls >= modelCalls;
+      if (whole || i === tries - 1) {
+        addCosts({ [turn]: u });
+        return;
+      }
     } catch {
       return; // no ledger here (503), or the turn is gone: the footer shows no cost
     }
