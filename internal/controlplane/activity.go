@@ -3,11 +3,13 @@ package controlplane
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/store"
 )
@@ -22,9 +24,13 @@ import (
 // (GET /v1/sessions, one signed call per tenant-env) at most every
 // activityRecheck, and learns from that which turns run; a turn it
 // believed running that the listing leaves out it asks about (a GET of the
-// session), and learns its end from that. A worker that does not answer
-// the listing is asked, as before there was one, about each turn believed
-// to run that no relayed stream follows.
+// session), and learns its end from that. A worker that answers the
+// listing with an error (an older one: 405) is asked, as before there was
+// one, about each turn believed to run that no relayed stream follows. A
+// worker that does not answer at all stalls one list for
+// activityCheckTimeout; the lists after it answer from the marks while its
+// listing, and those questions, run in the background, until it answers
+// again.
 //
 // During a worker's rolling update two replicas serve one tenant-env and
 // a call reaches one of them: a turn on the other shows from the next
@@ -66,6 +72,11 @@ type activity struct {
 	// for (guarded by mu); an entry is taken before the call, so lists at
 	// the same moment make one call.
 	listed map[envKey]time.Time
+	// unanswered holds the tenant-envs whose worker did not answer the
+	// last listing (guarded by mu): their next listings run in the
+	// background, so a worker that is down stalls one list, not one every
+	// activityRecheck.
+	unanswered map[envKey]bool
 }
 
 type envKey struct{ tenant, env string }
@@ -73,7 +84,7 @@ type envKey struct{ tenant, env string }
 const activitySweep = 256
 
 func newActivity(now func() time.Time) *activity {
-	return &activity{now: now, m: map[string]turnMark{}, listed: map[envKey]time.Time{}}
+	return &activity{now: now, m: map[string]turnMark{}, listed: map[envKey]time.Time{}, unanswered: map[envKey]bool{}}
 }
 
 // learn records that at position seq of conversation id's log a turn runs
@@ -146,6 +157,7 @@ func (a *activity) takeListing(k envKey) bool {
 		for e, at := range a.listed {
 			if now.Sub(at) > activityForget {
 				delete(a.listed, e)
+				delete(a.unanswered, e)
 			}
 		}
 	}
@@ -153,6 +165,24 @@ func (a *activity) takeListing(k envKey) bool {
 }
 
 // listing learns from a tenant-env's running sessions, read after before
+// answered notes whether k's worker answered its last listing.
+func (a *activity) answered(k envKey, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ok {
+		delete(a.unanswered, k)
+	} else {
+		a.unanswered[k] = true
+	}
+}
+
+// down says whether k's worker did not answer its last listing.
+func (a *activity) down(k envKey) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.unanswered[k]
+}
+
 // was taken of the marks of cs (that env's listed conversations): each
 // listed session runs. It returns the conversations believed to run that
 // are not listed: probably ended, but during a worker's rolling update the
@@ -213,31 +243,30 @@ func (s *Server) conversationStatus(ctx context.Context, cs []store.Conversation
 		}
 		checks++
 		envCs := byEnv[k]
+		if s.activity.down(k) {
+			// Its worker did not answer last time: this list shows the
+			// marks as they are, and the listing (with the questions it
+			// leads to) runs on its own, for the next list.
+			bg := context.WithoutCancel(ctx)
+			go func() {
+				g, u, _ := s.listEnv(bg, k, envCs)
+				s.readStates(bg, append(g, s.unfollowed(u)...))
+			}()
+			continue
+		}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			before := make(map[string]turnMark, len(envCs))
-			for _, c := range envCs {
-				if mk, ok := s.activity.mark(c.ID); ok {
-					before[c.ID] = mk
-				}
+			g, u, answered := s.listEnv(ctx, k, envCs)
+			if !answered {
+				// Asking a worker that just did not answer about each
+				// turn would stall this list again: that goes on its own.
+				go s.readStates(context.WithoutCancel(ctx), s.unfollowed(u))
+				u = nil
 			}
-			cctx, cancel := context.WithTimeout(ctx, activityCheckTimeout)
-			defer cancel()
-			wc, err := s.workerFor(cctx, k.tenant, k.env)
-			if err != nil {
-				return
-			}
-			var rs contract.RunningSessions
-			if _, err := wc.do(cctx, http.MethodGet, contract.SessionsPath, "", nil, &rs); err != nil {
-				mu.Lock()
-				unlisted = append(unlisted, envCs...)
-				mu.Unlock()
-				return
-			}
-			g := s.activity.listing(rs, envCs, before)
 			mu.Lock()
 			gone = append(gone, g...)
+			unlisted = append(unlisted, u...)
 			mu.Unlock()
 		})
 	}
@@ -250,6 +279,39 @@ func (s *Server) conversationStatus(ctx context.Context, cs []store.Conversation
 			views[i].RunningTurnID = mk.turn
 		}
 	}
+}
+
+// listEnv reads the running sessions of k's worker and learns from them
+// for cs, k's listed conversations. It returns the conversations believed
+// to run that the listing left out (gone), or, when the worker did not
+// list them, all of cs (unlisted); answered is false when the worker did
+// not answer at all.
+func (s *Server) listEnv(ctx context.Context, k envKey, cs []store.Conversation) (gone, unlisted []store.Conversation, answered bool) {
+	before := make(map[string]turnMark, len(cs))
+	for _, c := range cs {
+		if mk, ok := s.activity.mark(c.ID); ok {
+			before[c.ID] = mk
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, activityCheckTimeout)
+	defer cancel()
+	wc, err := s.workerFor(cctx, k.tenant, k.env)
+	if err != nil {
+		return nil, nil, true // no worker to ask: nothing to wait for either
+	}
+	var rs contract.RunningSessions
+	if _, err := wc.do(cctx, http.MethodGet, contract.SessionsPath, "", nil, &rs); err != nil {
+		// A worker that answered (an older one without the listing
+		// answers 405) is asked one by one, as before; one that did not
+		// answer at all is listed in the background from now on, until
+		// it answers again.
+		var he *httpapi.Error
+		answered = errors.As(err, &he)
+		s.activity.answered(k, answered)
+		return nil, cs, answered
+	}
+	s.activity.answered(k, true)
+	return s.activity.listing(rs, cs, before), nil, true
 }
 
 // unfollowed returns the conversations of cs believed to run that no

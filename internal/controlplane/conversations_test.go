@@ -171,6 +171,9 @@ type statusWorker struct {
 	// replica of a rolling update does): not listed, and their state is
 	// 503 session_elsewhere.
 	elsewhere map[string]bool
+	// hold, when set, keeps a listing waiting until it is closed (or the
+	// request ends): a worker that does not answer.
+	hold chan struct{}
 }
 
 func (sw *statusWorker) set(st contract.SessionState) {
@@ -182,6 +185,17 @@ func (sw *statusWorker) set(st contract.SessionState) {
 func (sw *statusWorker) command(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method == http.MethodGet && r.URL.Path == contract.SessionsPath {
 		sw.mu.Lock()
+		if hold := sw.hold; hold != nil {
+			sw.lists++
+			sw.mu.Unlock()
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				return true
+			}
+			sw.mu.Lock()
+			sw.lists--
+		}
 		defer sw.mu.Unlock()
 		if !sw.listing {
 			httpapi.WriteError(w, http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed, "method GET is not allowed here; use POST")
@@ -280,6 +294,51 @@ func TestListStatusFromRunningSessions(t *testing.T) {
 	want("ended elsewhere", 4, 2, map[string]string{"elsewhere": "idle", "quiet": "idle"})
 	h.clock.Advance(4 * time.Second)
 	want("idle, nothing to ask", 5, 2, map[string]string{"elsewhere": "idle", "quiet": "idle"})
+}
+
+// TestListStatusWorkerDown: a worker that does not answer its listing
+// stalls one list (for the check's timeout), not every later one: the next
+// lists show the marks as they are while the listing runs on its own, and
+// what it brings once the worker answers shows in the list after it.
+func TestListStatusWorkerDown(t *testing.T) {
+	sw := &statusWorker{state: map[string]contract.SessionState{}, listing: true, hold: make(chan struct{})}
+	h := newHarness(t, harnessOptions{worker: fakeOptions{command: sw.command}})
+	h.insertConversation("elsewhere", user, env)
+	if got := listStatus(t, h); got["elsewhere"] != "idle" {
+		t.Fatalf("first list, worker silent: %v", got)
+	}
+	// The turn starts through another replica; the worker still does not
+	// answer. This list does not wait for it.
+	sw.set(contract.SessionState{ConversationID: "elsewhere", Status: contract.StatusRunning, RunningTurnID: "t_o", LastSeq: 7})
+	h.clock.Advance(4 * time.Second)
+	if got := listStatus(t, h); got["elsewhere"] != "idle" {
+		t.Fatalf("second list: %v", got)
+	}
+	waitFor(t, "the background listing to reach the worker", func() bool { return sw.Lists() == 2 })
+	// Only now does the worker answer: a list that had waited for it
+	// would have given up already, and learned nothing.
+	sw.mu.Lock()
+	close(sw.hold)
+	sw.hold = nil
+	sw.mu.Unlock()
+	waitFor(t, "the list to show the turn the late listing brought", func() bool {
+		return listStatus(t, h)["elsewhere"] == "running:t_o"
+	})
+	if sw.Lists() != 2 {
+		t.Errorf("the worker's running sessions were read %d times, want 2 (no new listing within the recheck)", sw.Lists())
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after a while.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // TestListStatusListingStaysInItsEnv: a worker's listing speaks for its
