@@ -234,7 +234,10 @@ func (a *agent) runTools(ctx context.Context, uses []anthropic.ContentBlockUnion
 				j++
 			}
 		}
-		var wg sync.WaitGroup
+		// Every call of the batch is announced before any runs: one that
+		// finished at once would otherwise report its end before the
+		// others had started.
+		inputs := make(map[int]json.RawMessage, j-i)
 		for k := i; k < j; k++ {
 			if ctx.Err() != nil {
 				out[k] = resultBlocks([]string{uses[k].ID})[0]
@@ -244,12 +247,12 @@ func (a *agent) runTools(ctx context.Context, uses []anthropic.ContentBlockUnion
 			if len(input) == 0 {
 				input = json.RawMessage("{}")
 			}
+			inputs[k] = input
 			a.emit(contract.Event{Kind: contract.KindToolStarted, Tool: &contract.ToolEvent{ID: uses[k].ID, Name: uses[k].Name, Input: input}})
-			wg.Add(1)
-			go func(k int, input json.RawMessage) {
-				defer wg.Done()
-				out[k] = a.runOne(ctx, uses[k].ID, uses[k].Name, input)
-			}(k, input)
+		}
+		var wg sync.WaitGroup
+		for k, input := range inputs {
+			wg.Go(func() { out[k] = a.runOne(ctx, uses[k].ID, uses[k].Name, input) })
 		}
 		wg.Wait()
 		i = j
