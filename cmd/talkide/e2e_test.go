@@ -40,6 +40,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// failureLogs is a log sink whose contents the test prints if it fails.
+func failureLogs(t testing.TB) *syncBuffer {
+	logs := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	})
+	return logs
+}
+
 // startTestStack runs talkide dev's stack in a temporary directory with the
 // model simulator, logging at debug level into the returned buffer.
 func startTestStack(t testing.TB) (*devStack, *syncBuffer) {

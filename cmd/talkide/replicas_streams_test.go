@@ -21,12 +21,7 @@ func TestReplicaStreamCaps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two control-planes and a worker")
 	}
-	logs := &syncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", logs.String())
-		}
-	})
+	logs := failureLogs(t)
 	// The TTL is long beside the interval, so that the step that relies on
 	// a crashed replica's counts still being counted has seconds of slack.
 	const interval, ttl = 100 * time.Millisecond, 4 * time.Second

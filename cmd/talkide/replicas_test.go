@@ -310,12 +310,7 @@ func TestReplicaKilledMidStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two control-planes and a worker")
 	}
-	logs := &syncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", logs.String())
-		}
-	})
+	logs := failureLogs(t)
 	rs := startReplicaStack(t, 2, logs, "")
 	token := rs.addUser("alice")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -563,12 +558,7 @@ func streamAs(ctx context.Context, t *testing.T, base, conv, token string, after
 // finishes, and its output is whole with no event applied twice.
 func TestBrowserReplicaKilled(t *testing.T) {
 	browserReady(t)
-	logs := &syncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", logs.String())
-		}
-	})
+	logs := failureLogs(t)
 	rs := startReplicaStack(t, 2, logs, devUser)
 	runScenario(t, &devStack{info: devInfo{ControlPlane: rs.public.URL()}}, "restart", func(step string) {
 		if step != "restart-controlplane" {

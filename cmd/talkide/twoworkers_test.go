@@ -43,13 +43,8 @@ func TestTwoWorkersShareSessions(t *testing.T) {
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	logs := &syncBuffer{}
+	logs := failureLogs(t)
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", logs.String())
-		}
-	})
 
 	simKey := fmt.Sprintf("sk-sim-%x", trust.NewKey())
 	sim, err := listen("127.0.0.1:0", anthropicsim.New(simKey, nil))

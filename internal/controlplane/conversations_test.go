@@ -314,30 +314,18 @@ func TestListStatusWorkerDown(t *testing.T) {
 	if got := listStatus(t, h); got["elsewhere"] != "idle" {
 		t.Fatalf("second list: %v", got)
 	}
-	waitFor(t, "the background listing to reach the worker", func() bool { return sw.Lists() == 2 })
+	eventually(t, "the background listing to reach the worker", func() bool { return sw.Lists() == 2 })
 	// Only now does the worker answer: a list that had waited for it
 	// would have given up already, and learned nothing.
 	sw.mu.Lock()
 	close(sw.hold)
 	sw.hold = nil
 	sw.mu.Unlock()
-	waitFor(t, "the list to show the turn the late listing brought", func() bool {
+	eventually(t, "the list to show the turn the late listing brought", func() bool {
 		return listStatus(t, h)["elsewhere"] == "running:t_o"
 	})
 	if sw.Lists() != 2 {
 		t.Errorf("the worker's running sessions were read %d times, want 2 (no new listing within the recheck)", sw.Lists())
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after a while.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -88,7 +88,7 @@ func (g *Gateway) outgoing(ctx context.Context, r *http.Request, c *call) *http.
 		}
 	}
 	h["X-Api-Key"] = []string{g.apiKey}
-	if len(h["Anthropic-Version"]) == 0 || h.Get("Anthropic-Version") == "" {
+	if h.Get("Anthropic-Version") == "" {
 		h["Anthropic-Version"] = []string{anthropicVersion}
 	}
 	if _, ok := h["User-Agent"]; !ok {
@@ -142,13 +142,11 @@ func (g *Gateway) forward(w http.ResponseWriter, out *http.Request, c *call) {
 	}
 	g.modifyResponse(c, res)
 	dst := w.Header()
+	named := connectionTokens(res.Header)
 	for k, vs := range res.Header {
-		if !hopHeaders[k] {
+		if !hopHeaders[k] && !named[k] {
 			dst[k] = append(dst[k], vs...)
 		}
-	}
-	for k := range connectionTokens(res.Header) {
-		delete(dst, k)
 	}
 	announced := len(res.Trailer)
 	if announced > 0 {

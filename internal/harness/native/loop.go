@@ -237,7 +237,11 @@ func (a *agent) runTools(ctx context.Context, uses []anthropic.ContentBlockUnion
 		// Every call of the batch is announced before any runs: one that
 		// finished at once would otherwise report its end before the
 		// others had started.
-		inputs := make(map[int]json.RawMessage, j-i)
+		type run struct {
+			k     int
+			input json.RawMessage
+		}
+		runs := make([]run, 0, j-i)
 		for k := i; k < j; k++ {
 			if ctx.Err() != nil {
 				out[k] = resultBlocks([]string{uses[k].ID})[0]
@@ -247,12 +251,12 @@ func (a *agent) runTools(ctx context.Context, uses []anthropic.ContentBlockUnion
 			if len(input) == 0 {
 				input = json.RawMessage("{}")
 			}
-			inputs[k] = input
+			runs = append(runs, run{k, input})
 			a.emit(contract.Event{Kind: contract.KindToolStarted, Tool: &contract.ToolEvent{ID: uses[k].ID, Name: uses[k].Name, Input: input}})
 		}
 		var wg sync.WaitGroup
-		for k, input := range inputs {
-			wg.Go(func() { out[k] = a.runOne(ctx, uses[k].ID, uses[k].Name, input) })
+		for _, r := range runs {
+			wg.Go(func() { out[r.k] = a.runOne(ctx, uses[r.k].ID, uses[r.k].Name, r.input) })
 		}
 		wg.Wait()
 		i = j
