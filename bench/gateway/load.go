@@ -81,13 +81,15 @@ func directHeader() http.Header {
 }
 
 var modeNames = map[string]string{
-	"direct":     "direct to the simulator",
-	"nginx":      "nginx (Debian nginx-light) as a pure reverse proxy, a process of its own",
-	"cp-nolimit": "the talkide controlplane process (production defaults), user without limit",
-	"cp-limit":   "the talkide controlplane process (production defaults), user with a limit",
-	"nobudget":   "gateway without a budget service",
-	"nolimit":    "gateway, user without limit",
-	"limit":      "gateway, user with a limit",
+	"direct":        "direct to the simulator",
+	"nginx":         "nginx (Debian nginx-light) as a pure reverse proxy, a process of its own",
+	"cp-nolimit":    "the talkide controlplane process (production defaults), user without limit",
+	"cp-limit":      "the talkide controlplane process (production defaults), user with a limit",
+	"go-floor":      "a bare Go proxy (net/http server, no gateway work), a process of its own",
+	"go-floor-loop": "a bare Go proxy (its own HTTP/1.1 loop, no gateway work), a process of its own",
+	"nobudget":      "gateway without a budget service",
+	"nolimit":       "gateway, user without limit",
+	"limit":         "gateway, user with a limit",
 }
 
 // before is the suffix of a mode through a gateway configured as before
@@ -147,7 +149,7 @@ func (s *stack) modes(keys []string) ([]*mode, error) {
 				}
 			}
 		default:
-			return nil, fmt.Errorf("unknown mode %q: want direct, nginx, cp-nolimit, cp-limit, nobudget, nolimit or limit, the last three optionally with %s", k, before)
+			return nil, fmt.Errorf("unknown mode %q: want direct, nginx, cp-nolimit, cp-limit, go-floor, go-floor-loop, nobudget, nolimit or limit, the last three optionally with %s", k, before)
 		}
 		ms = append(ms, m)
 	}

@@ -62,6 +62,10 @@ func (c config) warmup(conc int) int {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "floor-proxy" {
+		fmt.Fprintln(os.Stderr, "floor proxy:", floorMain(os.Args[2:]))
+		os.Exit(1)
+	}
 	cfg := config{}
 	var dbs, conc, modes, jsonOut string
 	defDB := "sqlite"
@@ -73,7 +77,7 @@ func main() {
 	flag.IntVar(&cfg.N, "n", 0, "requests per mode at each concurrency; 0: 2,000 up to c=16, else max(20,000, 40×c)")
 	flag.IntVar(&cfg.Rounds, "rounds", 4, "phases per mode; the modes take turns, so drift affects them alike")
 	flag.IntVar(&cfg.Warmup, "warmup", 0, "warm-up requests per mode before measuring; 0: max(200, 2×c)")
-	flag.StringVar(&modes, "modes", "direct,nobudget,nolimit,limit", "comma-separated modes: direct, nginx (a pure reverse proxy, its own process), cp-nolimit and cp-limit (the talkide controlplane process with its production defaults, a user without and with a limit), nobudget (a gateway without a budget service, for comparison), nolimit (gateway, user without limits), limit (gateway, user with a spending limit: a reservation in the database per call); a gateway mode with the suffix -before goes through a gateway configured as before (see -before)")
+	flag.StringVar(&modes, "modes", "direct,nobudget,nolimit,limit", "comma-separated modes: direct, nginx (a pure reverse proxy, its own process), go-floor and go-floor-loop (a bare Go proxy without the gateway's work, net/http's server or a loop of its own), cp-nolimit and cp-limit (the talkide controlplane process with its production defaults, a user without and with a limit), nobudget (a gateway without a budget service, for comparison), nolimit (gateway, user without limits), limit (gateway, user with a spending limit: a reservation in the database per call); a gateway mode with the suffix -before goes through a gateway configured as before (see -before)")
 	flag.IntVar(&cfg.RequestKiB, "request-kib", 16, "request body size in KiB")
 	flag.IntVar(&cfg.ReplyWords, "reply-words", 240, "words the simulator echoes back (three per delta)")
 	flag.DurationVar(&cfg.DeltaDelay, "delta-delay", 0, "the simulator's pause before each delta")

@@ -36,7 +36,7 @@ import (
 //     identity token, cached as the worker's minting cache does.
 
 // procModes are the modes that need the processes.
-var procModes = map[string]bool{"nginx": true, "cp-nolimit": true, "cp-limit": true}
+var procModes = map[string]bool{"nginx": true, "cp-nolimit": true, "cp-limit": true, "go-floor": true, "go-floor-loop": true}
 
 // procStack is the processes of one database's run.
 type procStack struct {
@@ -44,9 +44,12 @@ type procStack struct {
 	cp       *exec.Cmd
 	nginxURL string
 	nginx    *exec.Cmd
-	minter   *minting.Minter
-	convs    map[string]string // conversation id by user
-	closers  []func() error
+	// the floor proxies (floor.go) by server: nethttp, loop
+	floors    map[string]*exec.Cmd
+	floorURLs map[string]string
+	minter    *minting.Minter
+	convs     map[string]string // conversation id by user
+	closers   []func() error
 }
 
 // procConfig is what startProcs needs.
@@ -54,13 +57,14 @@ type procConfig struct {
 	database string // "sqlite", or a postgres:// DSN with a schema of its own
 	simURL   string
 	tmpDir   string
-	talkide  string // the binary; "" builds it
-	nginx    bool   // start nginx
-	cp       bool   // start the control-plane
+	talkide  string   // the binary; "" builds it
+	nginx    bool     // start nginx
+	cp       bool     // start the control-plane
+	floors   []string // the floor proxies to start, by server
 }
 
 func startProcs(ctx context.Context, cfg procConfig) (_ *procStack, err error) {
-	p := &procStack{convs: map[string]string{}}
+	p := &procStack{convs: map[string]string{}, floors: map[string]*exec.Cmd{}, floorURLs: map[string]string{}}
 	defer func() {
 		if err != nil {
 			p.close()
@@ -69,6 +73,11 @@ func startProcs(ctx context.Context, cfg procConfig) (_ *procStack, err error) {
 	if cfg.nginx {
 		if err := p.startNginx(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("nginx: %w", err)
+		}
+	}
+	for _, server := range cfg.floors {
+		if err := p.startFloor(cfg, server); err != nil {
+			return nil, fmt.Errorf("floor proxy (%s): %w", server, err)
 		}
 	}
 	if cfg.cp {
@@ -363,6 +372,15 @@ func (p *procStack) mode(m *mode, k string) error {
 		m.url = p.nginxURL + "/v1/messages"
 		m.header = directHeader
 		m.proc = func() []int { return tree(p.nginx.Process.Pid) }
+	case "go-floor", "go-floor-loop":
+		server := floorModes[k]
+		if p.floorURLs[server] == "" {
+			return fmt.Errorf("the floor proxy (%s) is not running", server)
+		}
+		m.url = p.floorURLs[server] + "/v1/messages"
+		m.header = directHeader
+		cmd := p.floors[server]
+		m.proc = func() []int { return []int{cmd.Process.Pid} }
 	case "cp-nolimit", "cp-limit":
 		user := freeUser
 		if k == "cp-limit" {

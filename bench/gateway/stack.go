@@ -201,8 +201,11 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 	for _, m := range cfg.modes {
 		pc.nginx = pc.nginx || m == "nginx"
 		pc.cp = pc.cp || strings.HasPrefix(m, "cp-")
+		if server, ok := floorModes[m]; ok {
+			pc.floors = append(pc.floors, server)
+		}
 	}
-	if pc.nginx || pc.cp {
+	if pc.nginx || pc.cp || len(pc.floors) > 0 {
 		if s.kind == "postgres" && pc.cp {
 			// A schema of its own, as the control-plane's store.
 			dsn, _, drop, err := newSchema(ctx, cfg.database)

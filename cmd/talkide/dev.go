@@ -210,7 +210,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		key = fmt.Sprintf("sk-sim-%x", trust.NewKey())
 		s.simKey = key
 		s.sim = anthropicsim.New(key, &anthropicsim.Options{Logger: cfg.logger.With("component", "simulator")})
-		if s.simulator, err = listen("127.0.0.1:0", s.sim); err != nil {
+		if s.simulator, err = listen("127.0.0.1:0", s.sim, "", cfg.logger); err != nil {
 			return s, err
 		}
 		upstream = s.simulator.url()
@@ -368,11 +368,7 @@ func (s *devStack) shutdown(ctx context.Context) error {
 		s.cp = nil
 	}
 	if s.simulator != nil {
-		err := s.simulator.srv.Shutdown(ctx)
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = s.simulator.srv.Close()
-		}
-		errs = append(errs, err)
+		errs = append(errs, s.simulator.shutdown(ctx))
 	}
 	err := errors.Join(errs...)
 	if errors.Is(err, http.ErrServerClosed) {

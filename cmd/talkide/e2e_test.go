@@ -421,7 +421,7 @@ func TestControlPlaneShutdownEndsBrowserStreams(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := st.cp.http.srv.Shutdown(ctx); err != nil {
+	if err := st.cp.http.shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown with an open browser stream: %v", err)
 	}
 	if err := <-ended; err != nil {

@@ -166,8 +166,8 @@ func (rs *replicaStack) crash(i int) {
 	rs.mu.Unlock()
 	cp.stopSharing()
 	cp.stopSharing = nil
-	cp.http.srv.Close()
-	cp.internal.srv.Close()
+	cp.http.close()
+	cp.internal.close()
 	rs.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

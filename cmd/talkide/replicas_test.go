@@ -74,10 +74,10 @@ func startReplicaStackWith(t *testing.T, n int, logs io.Writer, localUser string
 		logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	var err error
-	if rs.sim, err = listen("127.0.0.1:0", anthropicsim.New(rs.simKey, nil)); err != nil {
+	if rs.sim, err = listen("127.0.0.1:0", anthropicsim.New(rs.simKey, nil), "", nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rs.sim.srv.Close() })
+	t.Cleanup(func() { rs.sim.close() })
 	rs.replicas = make([]*cpProc, n)
 	rs.addrs = make([][2]string, n)
 	for i := range n {
@@ -159,8 +159,8 @@ func (rs *replicaStack) kill(i int) {
 	cp := rs.replicas[i]
 	rs.replicas[i] = nil
 	rs.mu.Unlock()
-	cp.http.srv.Close()
-	cp.internal.srv.Close()
+	cp.http.close()
+	cp.internal.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cp.shutdown(ctx)

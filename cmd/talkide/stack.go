@@ -25,9 +25,11 @@ import (
 
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/gateway"
+	"github.com/talkide/platform/internal/h1serve"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/harness/claudecode"
 	"github.com/talkide/platform/internal/harness/native"
@@ -51,13 +53,19 @@ import (
 	"github.com/talkide/platform/internal/worker"
 )
 
-// server is an http.Server on its own listener.
+// server is an http.Server on its own listener, and, on a listener that
+// serves the gateway, the loop that serves the gateway's route.
 type server struct {
 	srv *http.Server
+	hot *h1serve.Server // nil unless hot was given to listen
 	ln  net.Listener
 }
 
-func listen(addr string, h http.Handler) (*server, error) {
+// listen serves h on addr. With hot set (a path prefix), the requests
+// under it are served on a loop of HTTP/1.1 of our own (internal/h1serve)
+// and the rest by net/http: what the gateway's calls cost in net/http's
+// server was as much as the gateway's own work (docs/gateway.md).
+func listen(addr string, h http.Handler, hot string, logger *slog.Logger) (*server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -78,9 +86,43 @@ func listen(addr string, h http.Handler) (*server, error) {
 	// keep-alive connection idle for 2 minutes is closed, which without
 	// an IdleTimeout (or a ReadTimeout, which would cut event streams off)
 	// would stay open for as long as the client liked.
-	s := &server{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}, ln: ln}
-	go s.srv.Serve(ln)
+	const headerTimeout, idleTimeout = 10 * time.Second, 2 * time.Minute
+	s := &server{srv: &http.Server{Handler: h, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout}, ln: ln}
+	serve := net.Listener(ln)
+	if hot != "" {
+		s.hot = &h1serve.Server{Handler: h, HotPrefix: hot, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout, Logger: logger}
+		serve = s.hot.Start(ln)
+	}
+	go s.srv.Serve(serve)
 	return s, nil
+}
+
+// shutdown stops accepting and lets the requests being served end, until
+// ctx is done; then it closes what is left (an SSE stream never ends on
+// its own).
+func (s *server) shutdown(ctx context.Context) error {
+	hot := make(chan error, 1)
+	go func() {
+		if s.hot == nil {
+			hot <- nil
+			return
+		}
+		hot <- s.hot.Shutdown(ctx)
+	}()
+	err := errors.Join(s.srv.Shutdown(ctx), <-hot)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = s.close()
+	}
+	return err
+}
+
+// close closes the listener and every connection at once.
+func (s *server) close() error {
+	err := s.srv.Close()
+	if s.hot != nil {
+		err = errors.Join(err, s.hot.Close())
+	}
+	return err
 }
 
 func (s *server) url() string { return "http://" + s.ln.Addr().String() }
@@ -248,7 +290,16 @@ func (p *cpProc) listen(cp *controlplane.Server, o cpOptions) error {
 		public |= controlplane.Metrics
 	}
 	var err error
-	if p.http, err = listen(o.listen, cp.HandlerFor(public)); err != nil {
+	// The gateway's route gets the loop of its own on the listener that
+	// serves it.
+	hot := func(g controlplane.Group) string {
+		if g&controlplane.Internal == 0 {
+			return ""
+		}
+		return contract.GatewayPrefix + "/"
+	}
+	log := o.logger.With("component", "http")
+	if p.http, err = listen(o.listen, cp.HandlerFor(public), hot(public), log); err != nil {
 		return err
 	}
 	p.http.srv.RegisterOnShutdown(cp.CloseStreams)
@@ -256,16 +307,16 @@ func (p *cpProc) listen(cp *controlplane.Server, o cpOptions) error {
 		p.metrics.CountShedConnections(fl.Shed)
 	}
 	if o.internalListen != "" {
-		if p.internal, err = listen(o.internalListen, cp.HandlerFor(controlplane.Internal)); err != nil {
-			p.http.srv.Close()
+		if p.internal, err = listen(o.internalListen, cp.HandlerFor(controlplane.Internal), hot(controlplane.Internal), log); err != nil {
+			p.http.close()
 			return fmt.Errorf("--internal-listen: %w", err)
 		}
 	}
 	if o.metricsListen != "" {
-		if p.metricsL, err = listen(o.metricsListen, cp.HandlerFor(controlplane.Metrics)); err != nil {
-			p.http.srv.Close()
+		if p.metricsL, err = listen(o.metricsListen, cp.HandlerFor(controlplane.Metrics), "", log); err != nil {
+			p.http.close()
 			if p.internal != nil {
-				p.internal.srv.Close()
+				p.internal.close()
 			}
 			return fmt.Errorf("--metrics-listen: %w", err)
 		}
@@ -365,11 +416,7 @@ func (p *cpProc) shutdown(ctx context.Context) error {
 		if srv == nil {
 			continue
 		}
-		e := srv.srv.Shutdown(ctx)
-		if errors.Is(e, context.DeadlineExceeded) {
-			e = srv.srv.Close() // SSE streams never end on their own
-		}
-		err = errors.Join(err, e)
+		err = errors.Join(err, srv.shutdown(ctx))
 	}
 	// The last usage records and settlements, before the store closes,
 	// even when the HTTP shutdown used up ctx.
@@ -578,7 +625,7 @@ func startWorker(o workerOptions) (_ *workerProc, err error) {
 		// calls a loopback worker by a loopback address.
 		wh = httpapi.LoopbackOnly(o.logger.With("component", "worker"), wh)
 	}
-	srv, err := listen(o.listen, wh)
+	srv, err := listen(o.listen, wh, "", o.logger)
 	if err != nil {
 		return nil, err
 	}
@@ -598,10 +645,7 @@ func (p *workerProc) shutdown(ctx context.Context) error {
 	if p.claudeCode != nil {
 		p.claudeCode.Close() // after the turns: stops every CLI process
 	}
-	herr := p.http.srv.Shutdown(ctx)
-	if errors.Is(herr, context.DeadlineExceeded) {
-		herr = p.http.srv.Close()
-	}
+	herr := p.http.shutdown(ctx)
 	lerr := p.localProxy.Shutdown(ctx)
 	if errors.Is(lerr, context.DeadlineExceeded) {
 		lerr = nil

@@ -47,11 +47,11 @@ func TestTwoWorkersShareSessions(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	simKey := fmt.Sprintf("sk-sim-%x", trust.NewKey())
-	sim, err := listen("127.0.0.1:0", anthropicsim.New(simKey, nil))
+	sim, err := listen("127.0.0.1:0", anthropicsim.New(simKey, nil), "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { sim.srv.Close() })
+	t.Cleanup(func() { sim.close() })
 	cp, err := startControlPlane(ctx, cpOptions{
 		listen: "127.0.0.1:0", dbPath: filepath.Join(dir, "controlplane.db"), secretsPath: filepath.Join(dir, "secrets.json"),
 		upstream: sim.url(), apiKey: simKey, localUser: devUser, tenant: devTenant, env: devEnv,

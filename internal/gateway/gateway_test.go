@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/talkide/platform/internal/h1serve"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -163,7 +165,7 @@ func newHarnessSetup(t testing.TB, upstream string, opts *Options, setup func(*G
 			t.Errorf("gateway Close: %v", err)
 		}
 	})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		returned := make(chan struct{})
 		defer close(returned)
 		go func() {
@@ -187,7 +189,19 @@ func newHarnessSetup(t testing.TB, upstream string, opts *Options, setup func(*G
 			}
 		}()
 		h.gw.ServeHTTP(w, r)
-	}))
+	})
+	// As the control-plane serves it: the gateway's route on a loop of
+	// its own (internal/h1serve), anything else (which the gateway
+	// answers 404) on net/http.
+	// The loop watches a call for its client going away after 10 ms
+	// rather than a second, so that the tests of a client that left do
+	// not wait.
+	srv := httptest.NewUnstartedServer(handler)
+	hot := &h1serve.Server{Handler: handler, HotPrefix: Prefix + "/", WatchAfter: 10 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)}
+	srv.Listener = hot.Start(srv.Listener)
+	t.Cleanup(func() { hot.Close() })
+	srv.Start()
 	t.Cleanup(srv.Close)
 	h.url = srv.URL + Prefix
 	return h

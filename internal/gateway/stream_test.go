@@ -251,6 +251,41 @@ func TestClientDisconnect(t *testing.T) {
 	}
 }
 
+// TestClientDisconnectWhileStreaming: a client that goes away while the
+// upstream keeps sending is noticed (a write to it fails, or the server's
+// watch of the connection sees it gone); the call is then charged for the
+// whole stream, once.
+func TestClientDisconnectWhileStreaming(t *testing.T) {
+	closed := make(chan struct{})
+	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range cannedEvents[:4] {
+			io.WriteString(w, ev)
+		}
+		w.(http.Flusher).Flush()
+		<-closed
+		// Pings until the gateway has failed a write and stopped
+		// relaying (its call is cancelled only after the drain timeout).
+		for range 50 {
+			io.WriteString(w, cannedEvents[2])
+			w.(http.Flusher).Flush()
+			time.Sleep(2 * time.Millisecond)
+		}
+		for _, ev := range cannedEvents[4:] {
+			io.WriteString(w, ev)
+			w.(http.Flusher).Flush()
+		}
+	}), nil)
+	disconnectAfterFirst(t, h)
+	close(closed)
+	checkRecord(t, recordOf(convA, 200, true, cannedStreamUsage), h.recordFor(t))
+	h.waitServed(t)
+	h.flush(t)
+	if n := len(h.store.records()); n != 1 {
+		t.Errorf("%d records, want exactly 1", n)
+	}
+}
+
 // TestClientDisconnectDrainTimeout: when the upstream does not finish within
 // the drain timeout after the client went away, the upstream call is
 // cancelled and what had passed is recorded.

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/talkide/platform/internal/rawio"
+)
+
+// The floor modes answer what a proxy written in Go pays before it does
+// any of the gateway's work: a process of its own (this binary, run as
+// `bench-gateway floor-proxy …`) that forwards each call to the simulator
+// with the same raw socket I/O and one pooled upstream connection per
+// call, the request sent in one write and every read of the response
+// flushed at once, with no token check, budget, metering, metrics or log
+// line. go-floor serves with net/http's server, as the control-plane
+// does; go-floor-loop with a loop of its own over http.ReadRequest, which
+// has no background read of the connection and no per-request context.
+// The gap from nginx to go-floor is the language's and net/http's; from
+// go-floor to cp-limit, the gateway's own.
+
+var floorModes = map[string]string{"go-floor": "nethttp", "go-floor-loop": "loop"}
+
+// floorMain runs the floor proxy: floor-proxy LISTEN UPSTREAM nethttp|loop.
+func floorMain(args []string) error {
+	if len(args) != 3 {
+		return errors.New("usage: floor-proxy LISTEN UPSTREAM-HOST:PORT nethttp|loop")
+	}
+	ln, err := net.Listen("tcp", args[0])
+	if err != nil {
+		return err
+	}
+	ln = rawio.Listen(ln)
+	f := &floor{upstream: args[1]}
+	switch args[2] {
+	case "nethttp":
+		return (&http.Server{Handler: f}).Serve(ln)
+	case "loop":
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return err
+			}
+			go f.serveConn(c)
+		}
+	}
+	return fmt.Errorf("server %q: want nethttp or loop", args[2])
+}
+
+type floor struct {
+	upstream string
+	mu       sync.Mutex
+	idle     []*floorConn
+}
+
+type floorConn struct {
+	nc net.Conn
+	br *bufio.Reader
+	bw *bufio.Writer
+}
+
+func (f *floor) get() (*floorConn, error) {
+	f.mu.Lock()
+	if n := len(f.idle); n > 0 {
+		c := f.idle[n-1]
+		f.idle = f.idle[:n-1]
+		f.mu.Unlock()
+		return c, nil
+	}
+	f.mu.Unlock()
+	nc, err := net.Dial("tcp", f.upstream)
+	if err != nil {
+		return nil, err
+	}
+	nc = rawio.Wrap(nc)
+	return &floorConn{nc: nc, br: bufio.NewReaderSize(nc, 32<<10), bw: bufio.NewWriterSize(nc, 64<<10)}, nil
+}
+
+func (f *floor) put(c *floorConn) {
+	f.mu.Lock()
+	f.idle = append(f.idle, c)
+	f.mu.Unlock()
+}
+
+// roundTrip sends the call upstream in one write and returns the
+// response, whose body the caller reads to its end before putting c back.
+func (f *floor) roundTrip(r *http.Request, body []byte) (*floorConn, *http.Response, error) {
+	c, err := f.get()
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(c.bw, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n", r.Method, r.URL.RequestURI(), f.upstream, len(body))
+	for k, vs := range r.Header {
+		switch k {
+		case "Connection", "Content-Length", "Keep-Alive", "Transfer-Encoding", "Te", "Upgrade":
+			continue
+		}
+		for _, v := range vs {
+			c.bw.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	c.bw.WriteString("\r\n")
+	c.bw.Write(body)
+	if err := c.bw.Flush(); err != nil {
+		c.nc.Close()
+		return nil, nil, err
+	}
+	res, err := http.ReadResponse(c.br, r)
+	if err != nil {
+		c.nc.Close()
+		return nil, nil, err
+	}
+	return c, res, nil
+}
+
+// ServeHTTP is go-floor's handler under net/http's server.
+func (f *floor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c, res, err := f.roundTrip(r, body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	for k, vs := range res.Header {
+		if k != "Connection" && k != "Transfer-Encoding" && k != "Content-Length" {
+			w.Header()[k] = vs
+		}
+	}
+	w.WriteHeader(res.StatusCode)
+	fl := w.(http.Flusher)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := res.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				c.nc.Close()
+				return
+			}
+			fl.Flush()
+		}
+		if err == io.EOF {
+			f.put(c)
+			return
+		}
+		if err != nil {
+			c.nc.Close()
+			return
+		}
+	}
+}
+
+// serveConn is go-floor-loop's: requests read with http.ReadRequest, the
+// response written chunked, each read of the upstream's body one chunk
+// flushed at once.
+func (f *floor) serveConn(nc net.Conn) {
+	defer nc.Close()
+	br := bufio.NewReaderSize(nc, 4<<10)
+	bw := bufio.NewWriterSize(nc, 32<<10)
+	buf := make([]byte, 32<<10)
+	var body bytes.Buffer
+	for {
+		r, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		body.Reset()
+		if _, err := body.ReadFrom(r.Body); err != nil {
+			return
+		}
+		c, res, err := f.roundTrip(r, body.Bytes())
+		if err != nil {
+			bw.WriteString("HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			bw.Flush()
+			return
+		}
+		bw.WriteString("HTTP/1.1 " + strconv.Itoa(res.StatusCode) + " " + http.StatusText(res.StatusCode) + "\r\n")
+		for k, vs := range res.Header {
+			if k == "Connection" || k == "Transfer-Encoding" || k == "Content-Length" {
+				continue
+			}
+			for _, v := range vs {
+				bw.WriteString(k + ": " + v + "\r\n")
+			}
+		}
+		bw.WriteString("Transfer-Encoding: chunked\r\n\r\n")
+		for {
+			n, rerr := res.Body.Read(buf)
+			if n > 0 {
+				bw.WriteString(strconv.FormatInt(int64(n), 16) + "\r\n")
+				bw.Write(buf[:n])
+				bw.WriteString("\r\n")
+				if bw.Flush() != nil {
+					c.nc.Close()
+					return
+				}
+			}
+			if rerr == io.EOF {
+				break
+			}
+			if rerr != nil {
+				c.nc.Close()
+				return
+			}
+		}
+		f.put(c)
+		bw.WriteString("0\r\n\r\n")
+		if bw.Flush() != nil {
+			return
+		}
+	}
+}
+
+// startFloor starts the floor proxy of server ("nethttp" or "loop") as a
+// process of its own: this binary again.
+func (p *procStack) startFloor(cfg procConfig, server string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	up := strings.TrimPrefix(cfg.simURL, "http://")
+	cmd := exec.Command(self, "floor-proxy", addr, up, server)
+	exited, stop, err := startProc(cmd, fmt.Sprintf("%s/floor-%s.log", cfg.tmpDir, server), 10*time.Second)
+	if err != nil {
+		return err
+	}
+	p.closers = append(p.closers, stop)
+	p.floors[server] = cmd
+	p.floorURLs[server] = "http://" + addr
+	return waitHTTP(context.Background(), "http://"+addr+"/", exited)
+}
