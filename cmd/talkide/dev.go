@@ -369,7 +369,7 @@ func (s *devStack) shutdown(ctx context.Context) error {
 	}
 	if s.simulator != nil {
 		err := s.simulator.srv.Shutdown(ctx)
-		if errors.Is(err, context.DeadlineExceeded) {
+		if graceOver(err) {
 			err = s.simulator.srv.Close()
 		}
 		errs = append(errs, err)

@@ -366,7 +366,7 @@ func (p *cpProc) shutdown(ctx context.Context) error {
 			continue
 		}
 		e := srv.srv.Shutdown(ctx)
-		if errors.Is(e, context.DeadlineExceeded) {
+		if graceOver(e) {
 			e = srv.srv.Close() // SSE streams never end on their own
 		}
 		err = errors.Join(err, e)
@@ -388,6 +388,14 @@ func (p *cpProc) shutdown(ctx context.Context) error {
 		err = errors.Join(err, p.budget.Close(bctx))
 	}
 	return errors.Join(err, p.store.Close())
+}
+
+// graceOver reports whether a server's Shutdown returned because its grace
+// period ended with requests still open: by its timeout, or cut short (a
+// second Ctrl-C of talkide dev cancels it). Either way the shutdown goes
+// on by closing what is left; it is no failure of the command's.
+func graceOver(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // workerOptions configure a worker process.
@@ -599,11 +607,11 @@ func (p *workerProc) shutdown(ctx context.Context) error {
 		p.claudeCode.Close() // after the turns: stops every CLI process
 	}
 	herr := p.http.srv.Shutdown(ctx)
-	if errors.Is(herr, context.DeadlineExceeded) {
+	if graceOver(herr) {
 		herr = p.http.srv.Close()
 	}
 	lerr := p.localProxy.Shutdown(ctx)
-	if errors.Is(lerr, context.DeadlineExceeded) {
+	if graceOver(lerr) {
 		lerr = nil
 	}
 	p.jails.close(ctx)
