@@ -92,3 +92,24 @@ func TestDevShutdownDuringATurn(t *testing.T) {
 		})
 	}
 }
+
+// TestRunAgain: the banner's chat command is one the user can type. A go
+// run user has no talkide binary: the path go run ran is a temporary or
+// cached build.
+func TestRunAgain(t *testing.T) {
+	hash := strings.Repeat("0123456789abcdef", 4)
+	tests := []struct{ exe, arg0, want string }{
+		{"/tmp/go-build1234/b001/exe/talkide", "/tmp/go-build1234/b001/exe/talkide", "go run ./cmd/talkide"},
+		{"/root/.cache/go-build/d0/" + hash + "-d/talkide", "/root/.cache/go-build/d0/" + hash + "-d/talkide", "go run ./cmd/talkide"},
+		{"/srv/gocache/d0/" + hash + "-d/talkide", "/srv/gocache/d0/" + hash + "-d/talkide", "go run ./cmd/talkide"}, // GOCACHE elsewhere
+		{"/home/u/go/bin/talkide", "talkide", "talkide"},
+		{"/home/u/src/talkide/talkide", "./talkide", "./talkide"},
+		{"/home/u/bin/talkide-d/talkide", "talkide", "talkide"},
+		{"", "", "talkide"},
+	}
+	for _, tc := range tests {
+		if got := runAgain(tc.exe, tc.arg0); got != tc.want {
+			t.Errorf("runAgain(%q, %q) = %q, want %q", tc.exe, tc.arg0, got, tc.want)
+		}
+	}
+}
