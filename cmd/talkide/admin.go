@@ -38,8 +38,8 @@ func newAdminCmd(std stdio) *cobra.Command {
 and secrets directly (no running control-plane is needed): --data-dir DIR, holding
 controlplane.db and controlplane-secrets.json, and --database URL, as talkide
 controlplane takes them. Without --data-dir (or $TALKIDE_DATA_DIR) it uses
-` + defaultCPDataDir + ` (talkide controlplane's default) or, when only that exists,
-` + defaultDevDataDir + ` (talkide dev's). See docs/operations.md.`
+` + defaultCPDataDir + ` (talkide controlplane's default) or, when only talkide dev's
+exists, ` + defaultDevDataDir + `. See docs/operations.md.`
 	return admin
 }
 

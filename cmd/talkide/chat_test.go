@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/proxytest"
@@ -299,6 +302,84 @@ func TestChatQueuesWhileControlPlaneIsDown(t *testing.T) {
 	}
 	if view.State.Turns != 1 {
 		t.Errorf("%d turns, want 1", view.State.Turns)
+	}
+}
+
+// openPTY opens a pseudo-terminal: the test types into and reads from
+// master; slave is the terminal a program is given. The line discipline
+// echoes what is typed, as a user's terminal does.
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	t.Cleanup(func() { master.Close() })
+	fd := int(master.Fd())
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlock the pty: %v", err)
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("the pty's number: %v", err)
+	}
+	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open the pty's terminal: %v", err)
+	}
+	t.Cleanup(func() { slave.Close() })
+	return master, slave
+}
+
+// On a terminal, which echoes what is typed, each typed line shows once:
+// the chat does not print it again (it did, as "> line", every line twice,
+// with --history too).
+func TestChatOnATerminalShowsTypedLinesOnce(t *testing.T) {
+	master, slave := openPTY(t)
+	if !isTerminal(slave) {
+		t.Fatal("isTerminal(a pty) = false")
+	}
+	st, _ := startTestStack(t)
+	base := st.info.ControlPlane
+	ctx := chatCtx(t)
+	const conv = "on-a-terminal"
+	if err := chatWith(ctx, []string{"--addr", base, "--conversation", conv, "-m", "earlier"}, strings.NewReader(""), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	screen := newWatchedOutput() // what the terminal shows
+	go io.Copy(screen, master)   // ends when the test closes master
+	errc := make(chan error, 1)
+	go func() {
+		errc <- chatWith(ctx, []string{"--addr", base, "--conversation", conv, "--history"}, slave, slave, io.Discard)
+	}()
+	screen.waitFor(t, "(type /help for commands)")
+	screen.waitFor(t, "you said: earlier")
+	if _, err := io.WriteString(master, "typed on a terminal\n"); err != nil {
+		t.Fatal(err)
+	}
+	screen.waitFor(t, "you said: typed on a terminal")
+	if _, err := master.Write([]byte{4}); err != nil { // Ctrl-D
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("chat: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("chat did not end at Ctrl-D; screen:\n%s", screen.String())
+	}
+	shown := 0
+	for line := range strings.Lines(strings.ReplaceAll(screen.String(), "\r", "")) {
+		if strings.HasSuffix(strings.TrimSpace(line), "typed on a terminal") && !strings.Contains(line, "you said") {
+			shown++
+		}
+	}
+	if shown != 1 {
+		t.Errorf("the typed line shows %d times, want once (the terminal's echo); screen:\n%s", shown, screen.String())
+	}
+	if !strings.Contains(screen.String(), "> earlier") {
+		t.Errorf("--history does not show the earlier turn's message; screen:\n%s", screen.String())
 	}
 }
 

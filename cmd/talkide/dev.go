@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -172,15 +173,32 @@ func runDev(parent context.Context, cfg devConfig, std stdio) error {
 }
 
 // selfCommand is how the user can run this binary again: "go run
-// ./cmd/talkide" when it was started by go run (its executable lives in a
-// temporary build directory), else the name it was started by.
+// ./cmd/talkide" when it was started by go run, else the name it was
+// started by.
 func selfCommand() string {
 	exe, _ := os.Executable()
-	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
+	var arg0 string
+	if len(os.Args) > 0 {
+		arg0 = os.Args[0]
+	}
+	return runAgain(exe, arg0)
+}
+
+// goRunCached matches the directory of an executable go run runs from the
+// build cache (Go 1.24 on): GOCACHE/xx/HASH-d/talkide.
+var goRunCached = regexp.MustCompile(`^[0-9a-f]{64}-d$`)
+
+// runAgain is selfCommand's answer for the executable's path and the name
+// it was started by. go run builds into a temporary go-build directory, or
+// runs the executable from the build cache, which is a go-build directory
+// too unless GOCACHE moved it; either way that path is no command for the
+// user to type.
+func runAgain(exe, arg0 string) string {
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") || goRunCached.MatchString(filepath.Base(filepath.Dir(exe))) {
 		return "go run ./cmd/talkide"
 	}
-	if len(os.Args) > 0 && os.Args[0] != "" {
-		return os.Args[0]
+	if arg0 != "" {
+		return arg0
 	}
 	return "talkide"
 }

@@ -31,8 +31,8 @@ func main() {
 		os.Exit(exitError)
 	}
 	// Each command decides what a signal means: the servers stop on the
-	// first and cut their grace period short on the second; the chat
-	// client interrupts the running turn on the first Ctrl-C.
+	// first (talkide dev cuts its grace period short on the second); the
+	// chat client interrupts the running turn on the first Ctrl-C.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	code := execute(context.Background(), os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr, signals: sigs})

@@ -98,8 +98,8 @@ func listen(addr string, h http.Handler, hot string, logger *slog.Logger) (*serv
 }
 
 // shutdown stops accepting and lets the requests being served end, until
-// ctx is done; then it closes what is left (an SSE stream never ends on
-// its own).
+// ctx is done (its grace is over); then it closes what is left (an SSE
+// stream never ends on its own).
 func (s *server) shutdown(ctx context.Context) error {
 	hot := make(chan error, 1)
 	go func() {
@@ -110,7 +110,7 @@ func (s *server) shutdown(ctx context.Context) error {
 		hot <- s.hot.Shutdown(ctx)
 	}()
 	err := errors.Join(s.srv.Shutdown(ctx), <-hot)
-	if errors.Is(err, context.DeadlineExceeded) {
+	if graceOver(err) {
 		err = s.close()
 	}
 	return err
@@ -437,6 +437,14 @@ func (p *cpProc) shutdown(ctx context.Context) error {
 	return errors.Join(err, p.store.Close())
 }
 
+// graceOver reports whether a server's Shutdown returned because its grace
+// period ended with requests still open: by its timeout, or cut short (a
+// second Ctrl-C of talkide dev cancels it). Either way the shutdown goes
+// on by closing what is left; it is no failure of the command's.
+func graceOver(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
 // workerOptions configure a worker process.
 type workerOptions struct {
 	listen      string
@@ -647,7 +655,7 @@ func (p *workerProc) shutdown(ctx context.Context) error {
 	}
 	herr := p.http.shutdown(ctx)
 	lerr := p.localProxy.Shutdown(ctx)
-	if errors.Is(lerr, context.DeadlineExceeded) {
+	if graceOver(lerr) {
 		lerr = nil
 	}
 	p.jails.close(ctx)

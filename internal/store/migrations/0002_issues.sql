@@ -1,4 +1,4 @@
--- Issues the agent files in a conversation (UC-09), and their comments.
+-- Issues the agent files in a conversation (its own tracker: docs/contract.md#issues), and their comments.
 --
 -- Portable to SQLite and PostgreSQL, by the rules of 0001_init.sql.
 --
