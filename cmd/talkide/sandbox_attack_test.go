@@ -61,7 +61,9 @@ func startAttackStack(t *testing.T, cfg devConfig) *attackStack {
 	s.a, s.b = createConversation(t, s.base).ID, createConversation(t, s.base).ID
 	s.aWS, s.bWS = filepath.Join(st.info.Workspaces, s.a), filepath.Join(st.info.Workspaces, s.b)
 	// B has a transcript, an event log and a file of its own.
-	s.bash(t, s.b, "echo B's secret plans > plans.txt")
+	if res := s.bash(t, s.b, `echo "B's secret plans" > plans.txt`); res.IsError {
+		t.Fatalf("B's own command: %+v", res)
+	}
 	return s
 }
 
@@ -155,41 +157,13 @@ func testAttacks(t *testing.T, mode, helper string) {
 	if mode == "auto" && os.Getenv("TALKIDE_TEST_SANDBOX") != "landlock" && !st.worker.jails.sb.Namespaces() {
 		t.Fatalf("--sandbox auto applies %v: the namespace layer is missing", st.worker.jails.sb.Layers())
 	}
-	projects := filepath.Join(st.info.ClaudeConfigDir, "projects")
-	worker := strconv.Itoa(os.Getpid()) // the worker runs in this process
-	workerURL, _ := url.Parse(st.info.Worker)
-	cpURL, _ := url.Parse(s.base)
-	tcp := func(hostport string) string {
-		host, port, _ := net.SplitHostPort(hostport)
-		return fmt.Sprintf("exec 3<>/dev/tcp/%s/%s && echo connected", host, port)
+	// The worker says at start-up which layers every command gets.
+	if want := fmt.Sprintf("layers=%q", fmt.Sprint(st.worker.jails.sb.Layers())); !strings.Contains(s.logs.String(), "agent commands run in the sandbox") || !strings.Contains(s.logs.String(), want) {
+		t.Errorf("no start-up line naming the layers (%s)", want)
 	}
-
-	denied := map[string]string{
-		"B's transcript":         "cat " + filepath.Join(projects, s.b, "transcript.jsonl"),
-		"B's event log":          "cat " + filepath.Join(projects, s.b, "events.jsonl") + " " + filepath.Join(projects, s.b, "*"),
-		"B's workspace":          "cat " + filepath.Join(s.bWS, "plans.txt"),
-		"list the sessions":      "ls " + projects,
-		"the identity token":     "cat " + filepath.Join(st.cfg.dataDir, "worker", "identity-token"),
-		"the control-plane keys": "cat " + filepath.Join(st.cfg.dataDir, "controlplane-secrets.json"),
-		"the database":           "cat " + filepath.Join(st.cfg.dataDir, "controlplane.db") + " | head -c 16",
-		"the worker's environ":   "cat /proc/" + worker + "/environ",
-		"the worker's memory":    "head -c 16 /proc/" + worker + "/mem",
-		"the platform binary":    "ls -l /proc/" + worker + "/exe && cat /proc/" + worker + "/exe | head -c 4",
-		"stop the worker":        "kill -STOP " + worker,
-		"the browser API":        tcp(cpURL.Host),
-		"the worker's commands":  tcp(workerURL.Host),
-		"another loopback port":  tcp(s.other.Addr().String()),
-		"UDP":                    "exec 3<>/dev/udp/127.0.0.1/53 && echo sent >&3",
-		"write into B":           "echo pwned > " + filepath.Join(s.bWS, "pwned"),
-		"write via a symlink":    "ln -s " + s.bWS + " b && echo pwned > b/pwned-link",
-		"write the data dir":     "echo pwned > " + filepath.Join(st.cfg.dataDir, "pwned"),
-		"the model for B":        `curl -s -f -X POST "${ANTHROPIC_BASE_URL%/*}/` + s.b + `/v1/messages" -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" -d '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}'`,
-		"egress elsewhere":       `curl -s -f --noproxy '' -x "$HTTPS_PROXY" http://` + s.other.Addr().String() + "/",
-	}
-	writes := map[string]bool{"write into B": true, "write via a symlink": true, "write the data dir": true}
 	ns := st.worker.jails.sb.Namespaces()
-	for what, cmd := range denied {
-		if ns && writes[what] && strings.HasPrefix(st.cfg.dataDir, "/tmp/") {
+	for what, cmd := range s.attacks() {
+		if ns && attackWrites[what] && strings.HasPrefix(st.cfg.dataDir, "/tmp/") {
 			// With namespaces a test's data under /tmp shows as empty
 			// directories of the command's private /tmp: a write there
 			// lands nowhere on the host, which the check below makes sure
@@ -197,18 +171,20 @@ func testAttacks(t *testing.T, mode, helper string) {
 			s.bash(t, s.a, cmd)
 			continue
 		}
-		res := s.bash(t, s.a, "set -o pipefail; "+cmd)
+		res := s.bash(t, s.a, cmd)
 		if !res.IsError || strings.Contains(res.Output, "B's secret plans") || strings.Contains(res.Output, "connected") ||
-			strings.Contains(res.Output, "tki_") || strings.Contains(res.Output, "command_secret") {
+			strings.Contains(res.Output, "tki_") || strings.Contains(res.Output, "command_keyring") {
 			t.Errorf("%s: %q was not refused: %+v", what, cmd, res)
 		}
-	}
-	for _, f := range []string{filepath.Join(s.bWS, "pwned"), filepath.Join(s.bWS, "pwned-link"), filepath.Join(st.cfg.dataDir, "pwned")} {
-		if _, err := os.Stat(f); err == nil {
-			t.Errorf("%s was written", f)
+		// Without a PID namespace the worker is there to signal: Landlock's
+		// signal scope refuses it (EPERM). With one it is not there at all.
+		if what == "stop the worker" && !ns && !strings.Contains(res.Output, "Operation not permitted") {
+			t.Errorf("%s: not EPERM: %+v", what, res)
 		}
 	}
-	if !strings.Contains(s.logs.String(), "conversation="+s.a) || !strings.Contains(s.logs.String(), s.other.Addr().(*net.TCPAddr).IP.String()) {
+	s.checkNothingWritten(t)
+	// The refused destination is logged with the conversation that asked.
+	if !s.logged("egress: request refused", "conversation="+s.a, fmt.Sprintf("port=%d", s.other.Addr().(*net.TCPAddr).Port), "reason=not_allowed") {
 		t.Errorf("the refused egress destination was not logged with the conversation")
 	}
 	// With namespaces, B's workspace is not even listed.
@@ -226,6 +202,125 @@ func testAttacks(t *testing.T, mode, helper string) {
 	for what, cmd := range allowed {
 		if res := s.bash(t, s.a, cmd); res.IsError {
 			t.Errorf("%s: %q failed: %+v", what, cmd, res)
+		}
+	}
+}
+
+// attacks are the commands of conversation A's Bash that must fail in
+// the sandbox, by what they attempt. Each runs under pipefail and names
+// its target directly (no "cat x | head", which fails on SIGPIPE whatever
+// the sandbox does): TestSandboxAttacksWorkBare runs them without a
+// sandbox and checks that they then work, so that none passes here for
+// a reason of its own.
+func (s *attackStack) attacks() map[string]string {
+	st := s.st
+	projects := filepath.Join(st.info.ClaudeConfigDir, "projects")
+	worker := strconv.Itoa(os.Getpid()) // the worker runs in this process
+	workerURL, _ := url.Parse(st.info.Worker)
+	cpURL, _ := url.Parse(s.base)
+	simURL, _ := url.Parse(st.info.Simulator)
+	tcp := func(hostport string) string {
+		host, port, _ := net.SplitHostPort(hostport)
+		return fmt.Sprintf("exec 3<>/dev/tcp/%s/%s && echo connected", host, port)
+	}
+	attacks := map[string]string{
+		"B's transcript":         "cat " + filepath.Join(projects, s.b, "transcript.jsonl"),
+		"B's event log":          "cat " + filepath.Join(projects, s.b, "events.jsonl"),
+		"B's workspace":          "cat " + filepath.Join(s.bWS, "plans.txt"),
+		"list the sessions":      "ls " + projects,
+		"the identity token":     "cat " + filepath.Join(st.cfg.dataDir, "worker", "identity-token"),
+		"the control-plane keys": "cat " + filepath.Join(st.cfg.dataDir, "controlplane-secrets.json"),
+		"the database":           "head -c 16 " + filepath.Join(st.cfg.dataDir, "controlplane.db"),
+		"the worker's environ":   "cat /proc/" + worker + "/environ",
+		// At the first mapped address: offset 0 is unmapped (EIO) anyway.
+		"the worker's memory":   "a=$(head -n 1 /proc/" + worker + "/maps) && dd if=/proc/" + worker + "/mem bs=16 count=1 skip=$((16#${a%%-*})) iflag=skip_bytes status=none | od -An -tx1",
+		"the platform binary":   "ls -l /proc/" + worker + "/exe && head -c 4 /proc/" + worker + "/exe",
+		"stop the worker":       "kill -STOP " + worker,
+		"the browser API":       tcp(cpURL.Host),
+		"the worker's commands": tcp(workerURL.Host),
+		"the model simulator":   tcp(simURL.Host),
+		"another loopback port": tcp(s.other.Addr().String()),
+		"UDP":                   "exec 3<>/dev/udp/127.0.0.1/53 && echo sent >&3",
+		"write into B":          "echo pwned > " + filepath.Join(s.bWS, "pwned"),
+		"write via a symlink":   "ln -s " + s.bWS + " b && echo pwned > b/pwned-link",
+		"write the data dir":    "echo pwned > " + filepath.Join(st.cfg.dataDir, "pwned"),
+		// Refused by the proxies themselves, not by the sandbox.
+		"the model for B":  `curl -s -f -X POST "${ANTHROPIC_BASE_URL%/*}/` + s.b + `/v1/messages" -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" -d '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}'`,
+		"egress elsewhere": `curl -s -f --noproxy '' -x "$HTTPS_PROXY" http://` + s.other.Addr().String() + "/",
+	}
+	for what, cmd := range attacks {
+		attacks[what] = "set -o pipefail; " + cmd
+	}
+	return attacks
+}
+
+// attackWrites are the attacks that write.
+var attackWrites = map[string]bool{"write into B": true, "write via a symlink": true, "write the data dir": true}
+
+// checkNothingWritten fails the test when a write attack left its file.
+func (s *attackStack) checkNothingWritten(t *testing.T) {
+	t.Helper()
+	for _, f := range []string{filepath.Join(s.bWS, "pwned"), filepath.Join(s.bWS, "pwned-link"), filepath.Join(s.st.cfg.dataDir, "pwned")} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s was written", f)
+		}
+	}
+}
+
+// logged reports whether one line of the stack's log holds all of parts.
+func (s *attackStack) logged(parts ...string) bool {
+	for line := range strings.Lines(s.logs.String()) {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSandboxAttacksWorkBare runs the attacks of TestSandboxStopsTheAttacks
+// with --sandbox none and checks that they then succeed: each is a real
+// attack, refused in the sandbox because of the sandbox, not because of a
+// wrong path or a command that fails anyway. (Not "stop the worker", which
+// would stop this test; not those the proxies refuse.) It also checks
+// what --sandbox none must say: a warning at start, a notice in the session.
+func TestSandboxAttacksWorkBare(t *testing.T) {
+	s := startAttackStack(t, devConfig{agent: agentFlags{sandbox: "none"}})
+	if !s.logged("level=WARN", "WITHOUT a sandbox") {
+		t.Error("no warning at start that commands run without a sandbox")
+	}
+	got := readStream(t, s.base, s.a, 0, func(ev contract.Event) bool {
+		return ev.Kind == contract.KindNotice && strings.Contains(ev.Text, "WITHOUT a sandbox")
+	})
+	if len(got) == 0 {
+		t.Error("no notice in the session")
+	}
+	leaks := map[string]string{
+		"B's transcript": "B's secret plans", "B's event log": "B's secret plans", "B's workspace": "B's secret plans",
+		"list the sessions": s.b, "the identity token": "tki_", "the control-plane keys": "command_keyring",
+		"the database": "SQLite format 3", "the worker's environ": "PATH=", "the platform binary": "ELF",
+		"the browser API": "connected", "the worker's commands": "connected", "the model simulator": "connected",
+		"another loopback port": "connected", "UDP": "", "write into B": "", "write via a symlink": "", "write the data dir": "",
+		"the worker's memory": " ",
+	}
+	attacks := s.attacks()
+	for what := range attacks {
+		if _, ok := leaks[what]; !ok && what != "stop the worker" && what != "the model for B" && what != "egress elsewhere" {
+			t.Errorf("attack %q has no expectation here", what)
+		}
+	}
+	for what, want := range leaks {
+		res := s.bash(t, s.a, attacks[what])
+		if res.IsError || !strings.Contains(res.Output, want) {
+			t.Errorf("%s: %q did not work without a sandbox (want %q in the output): %+v", what, attacks[what], want, res)
+		}
+	}
+	for _, f := range []string{filepath.Join(s.bWS, "pwned"), filepath.Join(s.bWS, "pwned-link"), filepath.Join(s.st.cfg.dataDir, "pwned")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s was not written without a sandbox", f)
 		}
 	}
 }
