@@ -438,9 +438,16 @@ func TestSandboxMCPServer(t *testing.T) {
 }
 
 // TestSandboxCannotSignalAnotherConversation: while B's command runs, A's
-// command cannot signal it, by its host pid or any other.
+// command cannot signal it by its host pid: in the first layer Landlock's
+// signal scope refuses (EPERM); with namespaces the pid is not there.
 func TestSandboxCannotSignalAnotherConversation(t *testing.T) {
-	s := startAttackStack(t, devConfig{})
+	for _, mode := range []string{"auto", "landlock"} {
+		t.Run(mode, func(t *testing.T) { testCannotSignal(t, mode) })
+	}
+}
+
+func testCannotSignal(t *testing.T, mode string) {
+	s := startAttackStack(t, devConfig{agent: agentFlags{sandbox: mode}})
 	marker := strconv.Itoa(900 + os.Getpid()%90)
 	done := make(chan contract.ToolEvent, 1)
 	go func() {
@@ -459,8 +466,12 @@ func TestSandboxCannotSignalAnotherConversation(t *testing.T) {
 		pids = sleepers(marker)
 	}
 	res := s.bash(t, s.a, fmt.Sprintf("kill -KILL %d", pids[0]))
-	if !res.IsError {
-		t.Errorf("A killed B's process: %+v", res)
+	want := "Operation not permitted"
+	if s.st.worker.jails.sb.Namespaces() {
+		want = "No such process"
+	}
+	if !res.IsError || !strings.Contains(res.Output, want) {
+		t.Errorf("A's kill of B's process: %+v, want %q", res, want)
 	}
 	if !processRuns(pids[0]) {
 		t.Fatal("B's process is gone")
