@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -328,12 +327,20 @@ func TestSandboxAttacksWorkBare(t *testing.T) {
 // TestSandboxBoundsATurnsProcesses: what a turn's commands do to memory,
 // processes, output and the disk is bounded and reported to the model as
 // the tool's failure; nothing outlives its call; the worker stays healthy
-// and B's turn, running meanwhile, completes.
+// and B's turn, running all the while, completes. In both layers: the
+// first alone is what a restricted pod gets.
 func TestSandboxBoundsATurnsProcesses(t *testing.T) {
-	s := startAttackStack(t, devConfig{})
-	var wg sync.WaitGroup
-	bDone := make(chan contract.ToolEvent, 1)
-	wg.Go(func() { bDone <- s.bash(t, s.b, "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.3; done; echo B done") })
+	for _, mode := range []string{"auto", "landlock"} {
+		t.Run(mode, func(t *testing.T) { testBounds(t, mode) })
+	}
+}
+
+func testBounds(t *testing.T, mode string) {
+	s := startAttackStack(t, devConfig{agent: agentFlags{sandbox: mode}})
+	// B's command runs until the test lets it go, after A's attacks:
+	// it is running while every one of them is.
+	in, _ := json.Marshal(map[string]any{"command": "while [ ! -e go-on ]; do sleep 0.05; done; echo B done", "timeout": 600000})
+	bTurn := send(t, s.base, s.b, "[[tool:Bash "+string(in)+"]]").TurnID
 
 	attacks := map[string]struct{ cmd, want string }{
 		"fork bomb":       {`b(){ b | b & }; b 2>/dev/null; sleep 30`, "more processes"},
@@ -363,8 +370,16 @@ func TestSandboxBoundsATurnsProcesses(t *testing.T) {
 		t.Errorf("a setsid sleep outlived its call: %v", pids)
 	}
 
-	wg.Wait()
-	if b := <-bDone; b.IsError || !strings.Contains(b.Output, "B done") {
+	if err := os.WriteFile(filepath.Join(s.bWS, "go-on"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b *contract.ToolEvent
+	for _, e := range readStream(t, s.base, s.b, 0, turnEnded(bTurn)) {
+		if e.ev.Kind == contract.KindToolFinished && e.ev.TurnID == bTurn {
+			b = e.ev.Tool
+		}
+	}
+	if b == nil || b.IsError || !strings.Contains(b.Output, "B done") {
 		t.Errorf("B's turn: %+v", b)
 	}
 	resp, err := http.Get(s.st.info.Worker + "/healthz")
