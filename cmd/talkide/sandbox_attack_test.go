@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -531,4 +533,121 @@ func testCannotSignal(t *testing.T, mode string) {
 		t.Errorf("interrupt B: status %d", r)
 	}
 	<-done
+}
+
+// TestSandboxWriteRacesASymlinkSwap: A's Bash plants a directory "sw" and
+// a symlink "swlink" to B's workspace, and a stdio MCP server that keeps
+// exchanging the two (a process of A's that lives on between A's calls,
+// which a Bash background process cannot); meanwhile the model makes
+// 1,000 Writes into sw/. The worker's Write, which runs outside the
+// sandbox, never follows the swapped-in symlink: each Write lands in A's
+// own directory or is refused, and B's workspace gets nothing.
+func TestSandboxWriteRacesASymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	echoBin := filepath.Join(dir, "echoserver")
+	if out, err := exec.Command("go", "build", "-o", echoBin, "../../internal/mcp/servers/testdata/echoserver").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	allow := filepath.Join(dir, "mcp-allow.json")
+	os.WriteFile(allow, []byte(fmt.Sprintf(`{"stdio": [{"name": "race", "command": %q}]}`, echoBin)), 0o600)
+	s := startAttackStack(t, devConfig{agent: agentFlags{mcpAllow: allow}})
+	mcpJSON, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
+		"race": map[string]any{"command": echoBin, "args": []string{"-swap", "sw:swlink"}},
+	}})
+	if res := s.bash(t, s.a, fmt.Sprintf("mkdir sw && ln -s %s swlink && printf '%%s' '%s' > .mcp.json", s.bWS, mcpJSON)); res.IsError {
+		t.Fatalf("planting: %+v", res)
+	}
+	var seq int64 // the last event read of A's stream
+	turn := func(msg string) []streamed {
+		r := send(t, s.base, s.a, msg)
+		got := readStream(t, s.base, s.a, seq, turnEnded(r.TurnID))
+		seq = got[len(got)-1].ev.Seq
+		return got
+	}
+	swaps := func() int {
+		for _, e := range turn("[[tool:mcp__race__swaps]]") {
+			if e.ev.Kind == contract.KindToolFinished && e.ev.Tool.Name == "mcp__race__swaps" {
+				n, err := strconv.Atoi(e.ev.Tool.Output)
+				if err != nil {
+					t.Fatalf("swaps: %+v", e.ev.Tool)
+				}
+				return n
+			}
+		}
+		t.Fatal("no answer from the swapper")
+		return 0
+	}
+	before := swaps()
+	if before == 0 {
+		t.Fatal("the swapper does not swap")
+	}
+
+	const writes, perTurn = 1000, 64 // the simulator's most tool calls in one reply
+	counts := map[string]int{}
+	for first := 0; first < writes; first += perTurn {
+		var msg strings.Builder
+		for i := first; i < min(first+perTurn, writes); i++ {
+			in, _ := json.Marshal(map[string]any{"file_path": fmt.Sprintf("sw/w%04d.txt", i), "content": "written by A\n"})
+			msg.WriteString("[[tool:Write " + string(in) + "]]")
+		}
+		n := 0
+		for _, e := range turn(msg.String()) {
+			if e.ev.Kind != contract.KindToolFinished || e.ev.Tool.Name != "Write" {
+				continue
+			}
+			n++
+			res := e.ev.Tool
+			switch {
+			case !res.IsError && strings.HasPrefix(res.Output, "Created sw/w"):
+				counts["ok"]++
+			case res.IsError && (strings.Contains(res.Output, "outside the workspace") || strings.Contains(res.Output, "not a directory") ||
+				strings.Contains(res.Output, "no such file or directory") || strings.Contains(res.Output, "too many levels of symbolic links")):
+				counts["refused"]++
+			default:
+				t.Fatalf("a Write ended unexpectedly: %+v", res)
+			}
+		}
+		if n != min(perTurn, writes-first) {
+			t.Fatalf("%d Writes in a turn, want %d", n, min(perTurn, writes-first))
+		}
+	}
+	after := swaps()
+	t.Logf("%d swaps during the Writes; outcomes %v", after-before, counts)
+	if after <= before {
+		t.Error("the swapper stopped during the Writes")
+	}
+	// The swapper stops before the count: a directory swapped meanwhile
+	// would be missed.
+	pids := processesRunning(echoBin, s.aWS)
+	if len(pids) != 1 {
+		t.Fatalf("swapper processes %v, want one", pids)
+	}
+	syscall.Kill(pids[0], syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); processRuns(pids[0]); time.Sleep(10 * time.Millisecond) { // polling another process's end
+		if time.Now().After(deadline) {
+			t.Fatal("the swapper does not end")
+		}
+	}
+
+	// B's workspace holds what B put there and nothing else.
+	if ents, err := os.ReadDir(s.bWS); err != nil || len(ents) != 1 || ents[0].Name() != "plans.txt" {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("B's workspace holds %v (%v), want plans.txt only", names, err)
+	}
+	// Every Write that succeeded wrote into A's directory, whatever its
+	// name now.
+	written := 0
+	for _, name := range []string{"sw", "swlink"} {
+		p := filepath.Join(s.aWS, name)
+		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+			ents, _ := os.ReadDir(p)
+			written += len(ents)
+		}
+	}
+	if written != counts["ok"] {
+		t.Errorf("%d files in A's directory, %d Writes succeeded", written, counts["ok"])
+	}
 }
