@@ -244,7 +244,10 @@ func (s *attackStack) attacks() map[string]string {
 		"UDP":                   "exec 3<>/dev/udp/127.0.0.1/53 && echo sent >&3",
 		"write into B":          "echo pwned > " + filepath.Join(s.bWS, "pwned"),
 		"write via a symlink":   "ln -s " + s.bWS + " b && echo pwned > b/pwned-link",
-		"write the data dir":    "echo pwned > " + filepath.Join(st.cfg.dataDir, "pwned"),
+		// A hard link in the workspace would make the token a file of the
+		// workspace's, to Landlock and to the file tools alike.
+		"hard-link the token": "ln " + filepath.Join(st.cfg.dataDir, "worker", "identity-token") + " tok && cat tok",
+		"write the data dir":  "echo pwned > " + filepath.Join(st.cfg.dataDir, "pwned"),
 		// Refused by the proxies themselves, not by the sandbox.
 		"the model for B":  `curl -s -f -X POST "${ANTHROPIC_BASE_URL%/*}/` + s.b + `/v1/messages" -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" -d '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}'`,
 		"egress elsewhere": `curl -s -f --noproxy '' -x "$HTTPS_PROXY" http://` + s.other.Addr().String() + "/",
@@ -301,7 +304,7 @@ func TestSandboxAttacksWorkBare(t *testing.T) {
 	}
 	leaks := map[string]string{
 		"B's transcript": "B's secret plans", "B's event log": "B's secret plans", "B's workspace": "B's secret plans",
-		"list the sessions": s.b, "the identity token": "tki_", "the control-plane keys": "command_keyring",
+		"list the sessions": s.b, "the identity token": "tki_", "hard-link the token": "tki_", "the control-plane keys": "command_keyring",
 		"the database": "SQLite format 3", "the worker's environ": "PATH=", "the platform binary": "ELF",
 		"the browser API": "connected", "the worker's commands": "connected", "the model simulator": "connected",
 		"another loopback port": "connected", "UDP": "", "write into B": "", "write via a symlink": "", "write the data dir": "",
@@ -485,6 +488,38 @@ func testMCPServer(t *testing.T, mode string) {
 	}
 	if mode != "none" {
 		s.checkNothingWritten(t)
+	}
+}
+
+// TestSandboxHardLinkRevealsNothing: a hard link to B's file, planted in
+// A's workspace by something other than A's sandbox (which cannot make
+// one: see "hard-link the token" above), is not read, searched or edited
+// by A's file tools, which run in the worker, outside the sandbox.
+func TestSandboxHardLinkRevealsNothing(t *testing.T) {
+	s := startAttackStack(t, devConfig{})
+	os.MkdirAll(s.aWS, 0o755)
+	if err := os.Link(filepath.Join(s.bWS, "plans.txt"), filepath.Join(s.aWS, "hl.txt")); err != nil {
+		t.Fatal(err)
+	}
+	calls := `[[tool:Read {"file_path":"hl.txt"}]][[tool:Grep {"pattern":"plans","output_mode":"content"}]]` +
+		`[[tool:Grep {"pattern":"plans","path":"hl.txt"}]][[tool:Edit {"file_path":"hl.txt","old_string":"secret","new_string":"public"}]]`
+	r := send(t, s.base, s.a, calls)
+	n := 0
+	for _, e := range readStream(t, s.base, s.a, 0, turnEnded(r.TurnID)) {
+		if e.ev.Kind != contract.KindToolFinished {
+			continue
+		}
+		n++
+		res := e.ev.Tool
+		if strings.Contains(res.Output, "secret plans") || !strings.Contains(res.Output, "hard link") {
+			t.Errorf("%s through a hard link: %+v", res.Name, res)
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d results, want 4", n)
+	}
+	if b, _ := os.ReadFile(filepath.Join(s.bWS, "plans.txt")); string(b) != "B's secret plans\n" {
+		t.Errorf("B's file now holds %q", b)
 	}
 }
 
