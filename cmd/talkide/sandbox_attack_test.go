@@ -491,6 +491,40 @@ func testMCPServer(t *testing.T, mode string) {
 	}
 }
 
+// TestSandboxBuildAttacks: a build the local runner starts for A's Build
+// tool runs in A's jail too: a hostile repository's ./gradlew tries the
+// attacks a stdio server tries (TestSandboxMCPServer, which also checks
+// that they work bare), and every one fails.
+func TestSandboxBuildAttacks(t *testing.T) {
+	for _, mode := range []string{"auto", "landlock"} {
+		t.Run(mode, func(t *testing.T) {
+			s := startAttackStack(t, devConfig{agent: agentFlags{sandbox: mode}})
+			attacks := s.attacks()
+			script := "#!/bin/bash\n"
+			for short, what := range mcpAttacks {
+				script += fmt.Sprintf("if ( %s ) >/dev/null 2>&1; then echo LEAK:%s; else echo no:%s; fi\n", attacks[what], short, short)
+			}
+			os.MkdirAll(s.aWS, 0o755)
+			if err := os.WriteFile(filepath.Join(s.aWS, "gradlew"), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			r := send(t, s.base, s.a, `[[tool:Build {"tasks": ["test"]}]]`)
+			var out strings.Builder
+			for _, e := range readStream(t, s.base, s.a, 0, turnEnded(r.TurnID)) {
+				if e.ev.Tool != nil && e.ev.Tool.Name == "Build" && (e.ev.Kind == contract.KindToolOutput || e.ev.Kind == contract.KindToolFinished) {
+					out.WriteString(e.ev.Tool.Output)
+				}
+			}
+			for short, what := range mcpAttacks {
+				if !strings.Contains(out.String(), "no:"+short) || strings.Contains(out.String(), "LEAK:"+short) {
+					t.Errorf("%s was not refused to the build: %s", what, out.String())
+				}
+			}
+			s.checkNothingWritten(t)
+		})
+	}
+}
+
 // TestSandboxHardLinkRevealsNothing: a hard link to B's file, planted in
 // A's workspace by something other than A's sandbox (which cannot make
 // one: see "hard-link the token" above), is not read, searched or edited
