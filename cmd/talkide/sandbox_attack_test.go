@@ -202,9 +202,10 @@ func testAttacks(t *testing.T, mode, helper string) {
 	}
 
 	allowed := map[string]string{
-		"the model for A": `curl -s -f -o /dev/null -w '%{http_code}' -X POST "$ANTHROPIC_BASE_URL/v1/messages" -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" -H 'anthropic-version: 2023-06-01' -d '{"model":"claude-sonnet-5-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}'`,
-		"egress allowed":  `curl -s -f --noproxy '' -x "$HTTPS_PROXY" http://` + s.allowed.Addr().String() + "/",
-		"own workspace":   "echo mine > mine.txt && cat mine.txt",
+		"the model for A":         `curl -s -f -o /dev/null -w '%{http_code}' -X POST "$ANTHROPIC_BASE_URL/v1/messages" -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" -H 'anthropic-version: 2023-06-01' -d '{"model":"claude-sonnet-5-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}'`,
+		"egress allowed":          `curl -s -f --noproxy '' -x "$HTTPS_PROXY" http://` + s.allowed.Addr().String() + "/",
+		"egress allowed, CONNECT": `curl -s -f -p --noproxy '' -x "$HTTPS_PROXY" http://` + s.allowed.Addr().String() + "/",
+		"own workspace":           "echo mine > mine.txt && cat mine.txt",
 	}
 	for what, cmd := range allowed {
 		if res := s.bash(t, s.a, cmd); res.IsError {
@@ -257,6 +258,8 @@ func (s *attackStack) attacks() map[string]string {
 		// Refused by the proxies themselves, not by the sandbox.
 		"the model for B":  `curl -s -f -X POST "${ANTHROPIC_BASE_URL%/*}/` + s.b + `/v1/messages" -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" -d '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}'`,
 		"egress elsewhere": `curl -s -f --noproxy '' -x "$HTTPS_PROXY" http://` + s.other.Addr().String() + "/",
+		// The same through a CONNECT tunnel (-p), as HTTPS goes.
+		"egress elsewhere, CONNECT": `curl -s -f -p --noproxy '' -x "$HTTPS_PROXY" http://` + s.other.Addr().String() + "/",
 	}
 	for what, cmd := range attacks {
 		attacks[what] = "set -o pipefail; " + cmd
@@ -318,7 +321,7 @@ func TestSandboxAttacksWorkBare(t *testing.T) {
 	}
 	attacks := s.attacks()
 	for what := range attacks {
-		if _, ok := leaks[what]; !ok && what != "stop the worker" && what != "the model for B" && what != "egress elsewhere" {
+		if _, ok := leaks[what]; !ok && what != "stop the worker" && what != "the model for B" && !strings.HasPrefix(what, "egress elsewhere") {
 			t.Errorf("attack %q has no expectation here", what)
 		}
 	}
