@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -324,5 +326,62 @@ func TestClaudeCodeHarnessCodingSessionAndInterrupt(t *testing.T) {
 	got2 := readStream(t, base, c.ID, end.Seq, turnEnded(r2.TurnID))
 	if n := replyMessages(got2, r2.TurnID, "after the interrupt"); n < 2*len(steps) {
 		t.Errorf("after the interrupt the model saw %d messages, want the session's history; events %+v", n, got2)
+	}
+}
+
+// TestClaudeCodeSandboxStopsTheAttacks: with the Claude Code harness the
+// CLI, and the Bash it runs for the model, are in the conversation's jail:
+// from A's CLI, B's session and workspace, the worker's secrets and
+// environment, the worker itself and loopback services are out of reach,
+// while A's own workspace works.
+func TestClaudeCodeSandboxStopsTheAttacks(t *testing.T) {
+	st := startClaudeCodeStack(t, slog.New(slog.DiscardHandler))
+	base := st.info.ControlPlane
+	a, b := createConversation(t, base).ID, createConversation(t, base).ID
+	bash := func(conv, command string) *contract.ToolEvent {
+		t.Helper()
+		in, _ := json.Marshal(map[string]any{"command": command})
+		r := send(t, base, conv, "[[tool:Bash "+string(in)+"]]")
+		for _, s := range readStream(t, base, conv, 0, turnEnded(r.TurnID)) {
+			if s.ev.Kind == contract.KindToolFinished && s.ev.TurnID == r.TurnID {
+				return s.ev.Tool
+			}
+		}
+		t.Fatalf("no tool.finished in turn %s", r.TurnID)
+		return nil
+	}
+	if res := bash(b, `echo "B's secret plans" > plans.txt`); res.IsError {
+		t.Fatalf("B's own command: %+v", res)
+	}
+	bSession := filepath.Join(st.info.ClaudeConfigDir, "projects", b)
+	cpURL, _ := url.Parse(base)
+	worker := strconv.Itoa(os.Getpid())
+	attacks := map[string]string{
+		"bws":   "cat " + filepath.Join(st.info.Workspaces, b, "plans.txt"),
+		"btr":   "cat " + filepath.Join(bSession, "transcript.jsonl") + " " + filepath.Join(bSession, "events.jsonl"),
+		"bcli":  "ls " + filepath.Join(bSession, "claude-code", "config"),
+		"tok":   "cat " + filepath.Join(st.cfg.dataDir, "worker", "identity-token"),
+		"keys":  "cat " + filepath.Join(st.cfg.dataDir, "controlplane-secrets.json"),
+		"env":   "cat /proc/" + worker + "/environ",
+		"stop":  "kill -STOP " + worker,
+		"api":   "exec 3<>/dev/tcp/127.0.0.1/" + cpURL.Port(),
+		"write": "echo pwned > " + filepath.Join(st.info.Workspaces, b, "pwned"),
+	}
+	var script strings.Builder
+	for short, cmd := range attacks {
+		fmt.Fprintf(&script, "if ( %s ) >/dev/null 2>&1; then echo LEAK:%s; else echo no:%s; fi\n", cmd, short, short)
+	}
+	script.WriteString("echo mine > mine.txt && cat mine.txt")
+	res := bash(a, script.String())
+	for short := range attacks {
+		if !strings.Contains(res.Output, "no:"+short) {
+			t.Errorf("%s: %q was not refused to A's CLI: %s", short, attacks[short], res.Output)
+		}
+	}
+	if !strings.Contains(res.Output, "mine") {
+		t.Errorf("A's own workspace: %s", res.Output)
+	}
+	if _, err := os.Stat(filepath.Join(st.info.Workspaces, b, "pwned")); err == nil {
+		t.Error("A's CLI wrote into B's workspace")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -66,6 +67,46 @@ func TestSecretsLeaveTheEnvironment(t *testing.T) {
 	if bytes.Contains(environ, []byte(key)) {
 		t.Error("/proc/<dev>/environ holds the key")
 	}
+
+	// talkide worker given its identity token and command key in the
+	// environment: it uses them, and its environ and descriptors hold
+	// neither once it serves.
+	t.Run("worker", func(t *testing.T) {
+		const token, cmdKey = "tki_worker-token-in-the-environment", "c1:d29ya2VyLWNvbW1hbmQta2V5LWluLXRoZS1lbnZpcm9ubWVudCE="
+		var logs syncBuffer
+		w := exec.Command(bin, "worker", "--tenant", "t", "--env", "e", "--listen", "127.0.0.1:0")
+		w.Stdout, w.Stderr = &logs, &logs
+		w.Env = append(os.Environ(), "TALKIDE_GATEWAY_BASE_URL=http://127.0.0.1:1", "CLAUDE_CONFIG_DIR="+filepath.Join(dir, "worker-sessions"),
+			"TALKIDE_WORKER_IDENTITY_TOKEN="+token, "TALKIDE_WORKER_COMMAND_KEY="+cmdKey)
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			w.Process.Signal(syscall.SIGTERM)
+			w.Wait()
+		}()
+		for deadline := time.Now().Add(60 * time.Second); !strings.Contains(logs.String(), "worker serving"); time.Sleep(20 * time.Millisecond) { // polling another process's log
+			if time.Now().After(deadline) {
+				t.Fatalf("the worker did not start:\n%s", logs.String())
+			}
+		}
+		pid := strconv.Itoa(w.Process.Pid)
+		environ, err := os.ReadFile("/proc/" + pid + "/environ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, secret := range []string{token, cmdKey[3:], "TALKIDE_WORKER_IDENTITY_TOKEN", "TALKIDE_WORKER_COMMAND_KEY"} {
+			if bytes.Contains(environ, []byte(secret)) {
+				t.Errorf("/proc/<worker>/environ holds %s", secret)
+			}
+		}
+		fds, _ := os.ReadDir("/proc/" + pid + "/fd")
+		for _, fd := range fds {
+			if target, _ := os.Readlink("/proc/" + pid + "/fd/" + fd.Name()); strings.Contains(target, "talkide-secrets") {
+				t.Errorf("the worker keeps the handed-over secrets open as fd %s (%s)", fd.Name(), target)
+			}
+		}
+	})
 }
 
 func TestUndumpable(t *testing.T) {

@@ -277,6 +277,60 @@ func TestNetwork(t *testing.T) {
 	}
 }
 
+// TestSeccompRefuses: every system call the filter closes (what Landlock
+// does not: sockets other than TCP, io_uring, ptrace, process_vm_*, new
+// namespaces, mounts, keyrings, userfaultfd) fails with EPERM in both
+// layers, clone3 with ENOSYS, and a call of the x32 ABI kills the
+// process. Run bare, the same calls get past the permission check
+// (they work, or fail for another reason), so it is the sandbox that
+// refuses them.
+func TestSeccompRefuses(t *testing.T) {
+	script, err := os.ReadFile("testdata/syscalls.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare, err := sandbox.New(&sandbox.Options{Mode: sandbox.ModeNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := modes(t)
+	all["bare"] = bare
+	for name, s := range all {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			os.WriteFile(filepath.Join(e.workspace, "syscalls.py"), script, 0o644)
+			out, o, _ := run(t, s, e, "python3 syscalls.py")
+			got := map[string]int{}
+			for line := range strings.Lines(out) {
+				i := strings.LastIndexByte(line, ' ')
+				if n, err := strconv.Atoi(strings.TrimSpace(line[i+1:])); i > 0 && err == nil {
+					got[line[:i]] = n
+				}
+			}
+			if len(got) < 17 {
+				t.Fatalf("the script did not run through: %d calls (exit %d, signal %v):\n%s", len(got), o.ExitCode, o.Signal, out)
+			}
+			for call, errno := range got {
+				want := int(syscall.EPERM)
+				if call == "clone3" {
+					want = int(syscall.ENOSYS)
+				}
+				switch {
+				case name == "bare" && errno == int(syscall.EPERM):
+					t.Errorf("%s: EPERM without a sandbox too: the test proves nothing", call)
+				case name != "bare" && call == "x32":
+					t.Errorf("x32: the process survived (errno %d)", errno)
+				case name != "bare" && errno != want:
+					t.Errorf("%s: errno %d, want %d", call, errno, want)
+				}
+			}
+			if _, ok := got["x32"]; name != "bare" && (ok || o.Signal != syscall.SIGSYS && o.ExitCode != 128+int(syscall.SIGSYS)) {
+				t.Errorf("a system call of the x32 ABI did not kill the process: exit %d, signal %v", o.ExitCode, o.Signal)
+			}
+		})
+	}
+}
+
 func acceptAndGreet(ln net.Listener, greeting string) {
 	for {
 		c, err := ln.Accept()

@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/sandbox"
 )
 
 // benchTree is a workspace of 20 directories, two levels deep, with 25 Go
@@ -102,4 +107,75 @@ func BenchmarkGlob(b *testing.B) {
 
 func BenchmarkLS(b *testing.B) {
 	benchRun(b, &LS{}, benchTree(b), map[string]any{"path": "."})
+}
+
+// BenchmarkBash measures what the sandbox adds to a Bash call: the Bash
+// tool running `true`, bare (--sandbox none), in the first layer and in
+// both, one of each per iteration, so that all are measured in the same
+// conditions. The helper is cmd/talkide-sandbox, built static as the
+// worker image builds it (internal/sandbox's BenchmarkCommand also
+// measures the talkide binary as the helper, as `go run ./cmd/talkide dev`
+// uses it). It reports each one's p50 and p99 and the p50 added over bare,
+// in milliseconds.
+//
+//	go test -run XXX -bench Bash -benchtime 300x ./internal/tools/
+func BenchmarkBash(b *testing.B) {
+	helper := filepath.Join(b.TempDir(), "talkide-sandbox")
+	build := exec.Command("go", "build", "-o", helper, "../../cmd/talkide-sandbox")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build talkide-sandbox: %v\n%s", err, out)
+	}
+	ws, err := NewWorkspace(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	type mode struct {
+		name string
+		jail *sandbox.Jail
+		d    []time.Duration
+	}
+	var modes []*mode
+	for _, o := range []struct {
+		name string
+		mode sandbox.Mode
+	}{{"bare", sandbox.ModeNone}, {"landlock", sandbox.ModeLandlock}, {"namespaces", sandbox.ModeAuto}} {
+		s, err := sandbox.New(&sandbox.Options{Mode: o.mode, Helper: helper})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		if o.mode == sandbox.ModeAuto && !s.Namespaces() {
+			b.Fatalf("no user namespaces here: %v", s.Layers())
+		}
+		modes = append(modes, &mode{name: o.name, jail: &sandbox.Jail{
+			Sandbox: s, Workspace: ws.Root(), Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + ws.Root(), "LANG=C.UTF-8"},
+		}})
+	}
+	in := json.RawMessage(`{"command":"true"}`)
+	ctx := context.Background()
+	for b.Loop() {
+		for _, m := range modes {
+			start := time.Now()
+			res, err := (&Bash{}).Run(ctx, Call{ID: "toolu_1", Input: in, Workspace: ws, Jail: m.jail})
+			if err != nil || res.IsError {
+				b.Fatalf("%s: %v %q", m.name, err, res.Output)
+			}
+			m.d = append(m.d, time.Since(start))
+		}
+	}
+	pct := func(d []time.Duration, p float64) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[min(len(s)-1, int(float64(len(s))*p))].Microseconds()) / 1000
+	}
+	bare := pct(modes[0].d, 0.5)
+	for _, m := range modes {
+		b.ReportMetric(pct(m.d, 0.5), m.name+"-p50-ms")
+		b.ReportMetric(pct(m.d, 0.99), m.name+"-p99-ms")
+		if m.name != "bare" {
+			b.ReportMetric(pct(m.d, 0.5)-bare, m.name+"-added-p50-ms")
+		}
+	}
+	b.ReportMetric(0, "ns/op") // the per-mode figures above are the result
 }

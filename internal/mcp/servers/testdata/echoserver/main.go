@@ -4,7 +4,10 @@
 //
 // Flags: -exit-now exits with status 3 before serving (a server that fails
 // at once); -child starts a long sleep in the server's process group (to
-// check that closing kills the whole group); -hang never answers.
+// check that closing kills the whole group); -hang never answers; -swap
+// A:B keeps exchanging two names of its working directory while it serves
+// (a process racing the worker's file tools) and adds a tool "swaps" that
+// counts the exchanges.
 package main
 
 import (
@@ -16,9 +19,11 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
 )
 
 type echoIn struct {
@@ -35,6 +40,7 @@ func main() {
 	exitNow := flag.Bool("exit-now", false, "exit with status 3 before serving")
 	child := flag.Bool("child", false, "start a long sleep in the process group")
 	hang := flag.Bool("hang", false, "never answer")
+	swap := flag.String("swap", "", "A:B, two names to keep exchanging with renameat2(RENAME_EXCHANGE)")
 	flag.Parse()
 	if *exitNow {
 		fmt.Fprintln(os.Stderr, "echoserver: told to exit at once")
@@ -53,6 +59,21 @@ func main() {
 	}
 
 	s := mcp.NewServer(&mcp.Implementation{Name: "echoserver", Version: "1"}, nil)
+	if a, b, ok := strings.Cut(*swap, ":"); ok {
+		var swaps atomic.Int64
+		go func() {
+			for {
+				if err := unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE); err != nil {
+					log.Fatalf("renameat2: %v", err)
+				}
+				swaps.Add(1)
+			}
+		}()
+		mcp.AddTool(s, &mcp.Tool{Name: "swaps", Description: "Counts the exchanges made so far."},
+			func(context.Context, *mcp.CallToolRequest, none) (*mcp.CallToolResult, none, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprint(swaps.Load())}}}, none{}, nil
+			})
+	}
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Echoes its text."},
 		func(_ context.Context, _ *mcp.CallToolRequest, in echoIn) (*mcp.CallToolResult, none, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, none{}, nil
