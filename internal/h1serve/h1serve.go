@@ -329,7 +329,8 @@ func (c *conn) end() (gone bool) {
 		<-w
 		c.nc.SetReadDeadline(time.Time{})
 	}
-	c.body.ReadCloser = nil
+	// A handler that kept the body reads its end, not the next request.
+	c.body.ReadCloser = http.NoBody
 	return c.gone.Load()
 }
 
