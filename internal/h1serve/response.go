@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // response is the http.ResponseWriter of a request on the loop. A Write
@@ -85,8 +87,8 @@ func (w *response) WriteHeader(code int) {
 		bw.WriteString("\r\n")
 	}
 	for k, vs := range h {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			continue
+		if strings.HasPrefix(k, http.TrailerPrefix) || !httpguts.ValidHeaderFieldName(k) {
+			continue // a name that is not a token could split the head, as a value could
 		}
 		for _, v := range vs {
 			if !validValue(v) {
@@ -198,6 +200,9 @@ func (w *response) finish() bool {
 	if w.chunked && w.err == nil {
 		bw.WriteString("0\r\n")
 		for _, k := range w.trailers {
+			if !httpguts.ValidHeaderFieldName(k) {
+				continue
+			}
 			for _, v := range w.header[k] {
 				if validValue(v) {
 					bw.WriteString(k + ": " + v + "\r\n")
@@ -205,7 +210,7 @@ func (w *response) finish() bool {
 			}
 		}
 		for k, vs := range w.header {
-			if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+			if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok && httpguts.ValidHeaderFieldName(name) {
 				for _, v := range vs {
 					if validValue(v) {
 						bw.WriteString(name + ": " + v + "\r\n")
