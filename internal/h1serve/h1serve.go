@@ -277,42 +277,60 @@ type conn struct {
 	bw   *bufio.Writer
 	ctx  context.Context
 	idle atomic.Bool
-	body watchedBody // the request's body, reused for each
 
 	wmu sync.Mutex
 	// guarded by wmu: the request being served (cancel is nil between
-	// requests), when it started, and its watch's end (nil while the
-	// connection is not watched).
+	// requests), its body, when it started, and its watch's end (nil
+	// while the connection is not watched).
 	cancel   context.CancelFunc
+	body     *watchedBody
 	since    time.Time
 	watching chan struct{}
 	// gone is set by the watch when the client went away.
 	gone atomic.Bool
 }
 
-// watchedBody notes that its request's body was read to its end: only
-// then may the watch read the connection.
+// watchedBody is the body a handler reads, one per request. It notes
+// that the body was read to its end (only then may the watch read the
+// connection). Its Close reads nothing, as net/http's server's does not
+// read more than a bound: what the handler left is the server's to drain
+// or to close the connection on. Once its request is over it reads
+// nothing of the connection, so a handler that kept it never reads the
+// next request's body.
 type watchedBody struct {
-	io.ReadCloser
-	done atomic.Bool
+	rc                  io.ReadCloser
+	done, closed, ended atomic.Bool
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
+	if b.ended.Load() {
+		return 0, io.EOF
+	}
+	if b.closed.Load() {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	n, err := b.rc.Read(p)
 	if err == io.EOF {
 		b.done.Store(true)
 	}
 	return n, err
 }
 
-// begin notes the start of a request whose context cancel cancels.
-func (c *conn) begin(cancel context.CancelFunc, req *http.Request) {
-	c.body.ReadCloser = req.Body
-	c.body.done.Store(req.Body == http.NoBody)
-	req.Body = &c.body
+func (b *watchedBody) Close() error {
+	b.closed.Store(true)
+	return nil
+}
+
+// begin notes the start of a request whose context cancel cancels, and
+// gives the handler its body.
+func (c *conn) begin(cancel context.CancelFunc, req *http.Request) *watchedBody {
+	b := &watchedBody{rc: req.Body}
+	b.done.Store(req.Body == http.NoBody)
+	req.Body = b
 	c.wmu.Lock()
-	c.cancel, c.since = cancel, time.Now()
+	c.cancel, c.body, c.since = cancel, b, time.Now()
 	c.wmu.Unlock()
+	return b
 }
 
 // end notes the end of the request, stops its watch and says whether the
@@ -320,6 +338,8 @@ func (c *conn) begin(cancel context.CancelFunc, req *http.Request) {
 func (c *conn) end() (gone bool) {
 	c.wmu.Lock()
 	c.cancel = nil
+	b := c.body
+	c.body = nil
 	w := c.watching
 	c.watching = nil
 	c.wmu.Unlock()
@@ -330,7 +350,7 @@ func (c *conn) end() (gone bool) {
 		c.nc.SetReadDeadline(time.Time{})
 	}
 	// A handler that kept the body reads its end, not the next request.
-	c.body.ReadCloser = http.NoBody
+	b.ended.Store(true)
 	return c.gone.Load()
 }
 
@@ -582,7 +602,7 @@ func (c *conn) serveOne(req *http.Request) (keep bool) {
 		}
 		req.Body = &continueReader{ReadCloser: req.Body, w: w}
 	}
-	body := req.Body
+	body := req.Body // what the server drains; the handler's closes nothing
 	c.begin(cancel, req)
 	panicked := c.run(w, req)
 	if gone := c.end(); gone || panicked {
