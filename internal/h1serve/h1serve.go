@@ -288,6 +288,9 @@ type conn struct {
 	watching chan struct{}
 	// gone is set by the watch when the client went away.
 	gone atomic.Bool
+	// linger: the connection ends with a request's body unread, after a
+	// whole answer; it is closed as net/http closes it (lingerClose).
+	linger bool
 }
 
 // watchedBody is the body a handler reads, one per request. It notes
@@ -417,6 +420,9 @@ func (l *limitReader) Read(p []byte) (int, error) {
 func (c *conn) serve() {
 	handed := false
 	defer func() {
+		if c.linger {
+			c.lingerClose() // while tracked: Close ends it at once
+		}
 		c.s.track(c, false)
 		if !handed {
 			c.nc.Close()
@@ -574,15 +580,26 @@ func (c *conn) refuse(err error) {
 	if _, err := io.WriteString(c.nc, "HTTP/1.1 "+line+"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"+line+": "+msg); err != nil {
 		return
 	}
-	// Closing with the rest of the request unread would reset the
-	// connection, and the client could lose the answer: end the sending
-	// side, and read what the client still sends for a moment (as
-	// net/http waits before it closes).
+	c.linger = true
+}
+
+// lingerClose prepares the close of a connection whose client may still
+// be sending (a request's body unread): closing with bytes unread would
+// reset the connection, and the client could lose the answer still
+// queued. It ends the sending side and reads what the client still sends
+// for a moment (as net/http waits before it closes). A client still
+// sending past 256 KiB is not read on (what it sends is its to waste, not
+// the server's to read) but still given the moment: closing at once would
+// reset the connection while the answer was queued.
+func (c *conn) lingerClose() {
 	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-	io.CopyN(io.Discard, c.nc, 256<<10)
+	deadline := time.Now().Add(500 * time.Millisecond)
+	c.nc.SetReadDeadline(deadline)
+	if n, _ := io.CopyN(io.Discard, c.nc, 256<<10); n == 256<<10 {
+		time.Sleep(time.Until(deadline))
+	}
 }
 
 // serveOne runs the handler for req and says whether the connection may
@@ -603,7 +620,7 @@ func (c *conn) serveOne(req *http.Request) (keep bool) {
 		req.Body = &continueReader{ReadCloser: req.Body, w: w}
 	}
 	body := req.Body // what the server drains; the handler's closes nothing
-	c.begin(cancel, req)
+	wb := c.begin(cancel, req)
 	panicked := c.run(w, req)
 	if gone := c.end(); gone || panicked {
 		return false
@@ -612,15 +629,21 @@ func (c *conn) serveOne(req *http.Request) (keep bool) {
 		return false
 	}
 	if w.closeAfter || req.Close || c.s.closing.Load() {
+		c.linger = !wb.done.Load()
 		return false
 	}
 	// What the handler left of the body is read and dropped, within
 	// reason, so that the next request starts where it should.
 	if cr, ok := body.(*continueReader); ok && !cr.sent {
+		c.linger = true
 		return false // the client waits for 100-continue and sent nothing
 	}
 	n, err := io.CopyN(io.Discard, body, 256<<10)
-	return n < 256<<10 && err == io.EOF
+	if n < 256<<10 && err == io.EOF {
+		return true
+	}
+	c.linger = true
+	return false
 }
 
 // run serves req and says whether the handler panicked.

@@ -77,7 +77,10 @@ func (w *response) WriteHeader(code int) {
 	default:
 		w.closeAfter = true // HTTP/1.0 without a length: the end is the close
 	}
-	if w.req.Close || w.c.s.closing.Load() {
+	// A handler's "Connection: close" ends the connection after the
+	// answer, as in net/http (the gateway's on a body it did not read).
+	saysClose := httpguts.HeaderValuesContainsToken(h["Connection"], "close")
+	if w.req.Close || w.c.s.closing.Load() || saysClose {
 		w.closeAfter = true
 	}
 	w.writeStatus(code)
@@ -89,6 +92,9 @@ func (w *response) WriteHeader(code int) {
 	for k, vs := range h {
 		if strings.HasPrefix(k, http.TrailerPrefix) || !httpguts.ValidHeaderFieldName(k) {
 			continue // a name that is not a token could split the head, as a value could
+		}
+		if k == "Connection" && w.closeAfter && !saysClose {
+			continue // as net/http: replaced by the close below
 		}
 		for _, v := range vs {
 			if !validValue(v) {
@@ -103,7 +109,7 @@ func (w *response) WriteHeader(code int) {
 	if w.chunked {
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
 	}
-	if w.closeAfter {
+	if w.closeAfter && !saysClose {
 		bw.WriteString("Connection: close\r\n")
 	}
 	bw.WriteString("\r\n")
@@ -188,7 +194,7 @@ func (w *response) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteD
 
 // finish ends the response (its head when none was written, the last
 // chunk and the trailers) and sends it. It says whether the connection
-// is still sound.
+// is still sound (the caller looks at closeAfter).
 func (w *response) finish() bool {
 	if !w.wroteHeader {
 		if w.contentLength < 0 && w.header.Get("Content-Length") == "" && !w.req.ProtoAtLeast(1, 1) {
@@ -229,7 +235,7 @@ func (w *response) finish() bool {
 	if w.contentLength >= 0 && w.written < w.contentLength && !w.noBody {
 		return false // the client waits for bytes that will never come
 	}
-	return !w.closeAfter
+	return true
 }
 
 // dateCache is the Date header's value, formatted once a second.

@@ -1,8 +1,13 @@
 package h1serve
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -99,5 +104,84 @@ func TestKeptBodyReadsNotTheNext(t *testing.T) {
 	c.read("POST")
 	if s := <-got; s != "" {
 		t.Errorf("the first request's body read the second's: %q", s)
+	}
+}
+
+// TestHandlerConnectionClose: a handler's "Connection: close" (the
+// gateway's on a body it refused unread, httpapi.ReadBody's) ends the
+// connection after the answer, as net/http's does, rather than the server
+// draining the body and reading a next request; the head says it once.
+func TestHandlerConnectionClose(t *testing.T) {
+	_, addr := start(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusForbidden)
+	})
+	for _, req := range []string{
+		"POST /hot/a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi",
+		"POST /hot/a HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi",
+	} {
+		c := dial(t, addr)
+		c.send(req)
+		res, _ := c.read("POST")
+		if !res.Close {
+			t.Error("the answer does not say close")
+		}
+		if !c.closed() {
+			t.Error("the connection was kept after the handler's Connection: close")
+		}
+		c.send(req) // the server must not answer it
+		c.nc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if b, _ := io.ReadAll(c.br); len(b) > 0 {
+			t.Errorf("a next request was served: %q", b)
+		}
+	}
+	c := dial(t, addr)
+	c.send("POST /hot/a HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+	head, _ := io.ReadAll(c.br)
+	if n := strings.Count(strings.ToLower(string(head)), "connection: close"); n != 1 {
+		t.Errorf("Connection: close %d times in %q", n, head)
+	}
+}
+
+// TestUnreadBodyCloseKeepsAnswer: a connection closed with the request's
+// body unread is closed as net/http closes it (its sending side first,
+// then what the client still sends read for a moment), not at once: a
+// close with unread bytes resets the connection, and what of the answer
+// was still queued was lost.
+func TestUnreadBodyCloseKeepsAnswer(t *testing.T) {
+	answer := strings.Repeat("r", 256<<10)
+	_, addr := start(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		io.WriteString(w, answer)
+	})
+	// A client that reads slowly: a small receive buffer, and a wait
+	// before it reads, so that the answer is queued at the server when
+	// the server closes.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	io.WriteString(nc, "POST /hot/a HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
+	go func() {
+		buf := make([]byte, 64<<10)
+		for range 100 {
+			if _, err := nc.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(nc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(res.Body); len(b) != len(answer) {
+		t.Errorf("the answer: %d bytes of %d, %v", len(b), len(answer), err)
 	}
 }
