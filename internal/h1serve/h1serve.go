@@ -622,10 +622,14 @@ func (c *conn) serveOne(req *http.Request) (keep bool) {
 	body := req.Body // what the server drains; the handler's closes nothing
 	wb := c.begin(cancel, req)
 	panicked := c.run(w, req)
-	if gone := c.end(); gone || panicked {
+	gone := c.end()
+	if panicked {
 		return false
 	}
-	if !w.finish() {
+	// The answer is ended for a client that went away too: one that shut
+	// only its sending side (what the watch sees as gone) still reads it,
+	// and a write to one that left fails at once.
+	if !w.finish() || gone {
 		return false
 	}
 	if w.closeAfter || req.Close || c.s.closing.Load() {

@@ -185,3 +185,27 @@ func TestUnreadBodyCloseKeepsAnswer(t *testing.T) {
 		t.Errorf("the answer: %d bytes of %d, %v", len(b), len(answer), err)
 	}
 }
+
+// TestHalfClosedClientGetsAnswer: a client that shut its sending side
+// after its request (the watch reads EOF and cancels the context, as
+// net/http's background read does) still gets the whole answer, as from
+// net/http; the loop dropped it unsent.
+func TestHalfClosedClientGetsAnswer(t *testing.T) {
+	_, addr := start(t, func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+		io.WriteString(w, "late")
+	}, func(s *Server) { s.WatchAfter = 10 * time.Millisecond })
+	for _, p := range []string{"/hot/a", "/api/a"} {
+		c := dial(t, addr)
+		c.send("GET " + p + " HTTP/1.1\r\nHost: x\r\n\r\n")
+		c.nc.(*net.TCPConn).CloseWrite()
+		res, err := http.ReadResponse(c.br, nil)
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		if b, err := io.ReadAll(res.Body); string(b) != "late" || err != nil {
+			t.Errorf("%s: %q, %v", p, b, err)
+		}
+	}
+}
