@@ -101,7 +101,7 @@ func (s *Server) watchAfter() time.Duration {
 // sleeping thread for every call.
 func (s *Server) watch() {
 	after := s.watchAfter()
-	tick := time.NewTicker(after / 2)
+	tick := time.NewTicker(max(after/2, time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
@@ -439,6 +439,8 @@ func (c *conn) serve() {
 		}
 		if d := c.s.IdleTimeout; d > 0 {
 			c.nc.SetReadDeadline(time.Now().Add(d))
+		} else {
+			c.nc.SetReadDeadline(time.Time{}) // not a handler's of the last request
 		}
 		// The head's bound counts from what the wait for it reads: what
 		// is already buffered (a pipelined request) is exempt, and the
@@ -632,6 +634,7 @@ func (c *conn) serveOne(req *http.Request) (keep bool) {
 	if !w.finish() || gone {
 		return false
 	}
+	c.nc.SetWriteDeadline(time.Time{}) // a handler's ends with its request, as in net/http
 	if w.closeAfter || req.Close || c.s.closing.Load() {
 		c.linger = !wb.done.Load()
 		return false

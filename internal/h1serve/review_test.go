@@ -209,3 +209,32 @@ func TestHalfClosedClientGetsAnswer(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlinesEndWithRequest: a read or write deadline a handler set
+// (http.ResponseController, httpapi.BodyDeadline) does not outlive its
+// request: net/http lifts both before the next one.
+func TestDeadlinesEndWithRequest(t *testing.T) {
+	_, addr := start(t, func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if r.URL.Path == "/hot/set" {
+			rc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			rc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+		}
+		io.WriteString(w, "ok")
+	})
+	c := dial(t, addr)
+	c.send("GET /hot/set HTTP/1.1\r\nHost: x\r\n\r\n")
+	c.read("GET")
+	time.Sleep(150 * time.Millisecond)
+	c.send("GET /hot/next HTTP/1.1\r\nHost: x\r\n\r\n")
+	c.read("GET")
+}
+
+// TestShortWatchAfter: a WatchAfter of a nanosecond does not panic the
+// ticker (an interval of WatchAfter/2 = 0).
+func TestShortWatchAfter(t *testing.T) {
+	_, addr := start(t, echo, func(s *Server) { s.WatchAfter = 1 })
+	c := dial(t, addr)
+	c.send("GET /hot/a HTTP/1.1\r\nHost: x\r\n\r\n")
+	c.read("GET")
+}
