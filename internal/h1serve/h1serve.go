@@ -616,7 +616,7 @@ func (c *conn) serveOne(req *http.Request) (keep bool) {
 		if !req.ProtoAtLeast(1, 1) || !asciiEqualFold(ex, "100-continue") {
 			w.closeAfter = true
 			w.WriteHeader(http.StatusExpectationFailed)
-			w.finish()
+			c.linger = w.finish() // its body may follow, unread
 			return false
 		}
 		req.Body = &continueReader{ReadCloser: req.Body, w: w}

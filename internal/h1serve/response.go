@@ -112,6 +112,11 @@ func (w *response) WriteHeader(code int) {
 	if w.closeAfter && !saysClose {
 		bw.WriteString("Connection: close\r\n")
 	}
+	if !w.closeAfter && !w.req.ProtoAtLeast(1, 1) && !httpguts.HeaderValuesContainsToken(h["Connection"], "keep-alive") {
+		// A 1.0 client that asked to keep the connection (else req.Close)
+		// keeps it only when told so.
+		bw.WriteString("Connection: keep-alive\r\n")
+	}
 	bw.WriteString("\r\n")
 }
 

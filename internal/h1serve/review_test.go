@@ -238,3 +238,22 @@ func TestShortWatchAfter(t *testing.T) {
 	c.send("GET /hot/a HTTP/1.1\r\nHost: x\r\n\r\n")
 	c.read("GET")
 }
+
+// TestHTTP10KeepAlive: an HTTP/1.0 request that asked to keep the
+// connection is told it is kept ("Connection: keep-alive", as net/http
+// says): a 1.0 client takes an answer without it for the connection's
+// last, and the server waited for a next request that never came.
+func TestHTTP10KeepAlive(t *testing.T) {
+	_, addr := start(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "2")
+		io.WriteString(w, "ok")
+	})
+	c := dial(t, addr)
+	for range 2 {
+		c.send("GET /hot/a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+		res, body := c.read("GET")
+		if body != "ok" || res.Header.Get("Connection") != "keep-alive" {
+			t.Errorf("body %q, Connection %q", body, res.Header.Get("Connection"))
+		}
+	}
+}
