@@ -460,7 +460,11 @@ func (c *conn) serve() {
 		} else {
 			c.nc.SetReadDeadline(time.Time{})
 		}
-		if !c.hot() {
+		hot, ok := c.hot()
+		if !ok {
+			return // the head timed out or the client left before it told
+		}
+		if !hot {
 			c.lim.n = -1
 			c.nc.SetReadDeadline(time.Time{})
 			c.s.track(c, false)
@@ -486,19 +490,25 @@ func (c *conn) serve() {
 
 // hot says whether the request at the head of the buffer is for the hot
 // route, reading no more than it needs to tell and consuming nothing. A
-// line it cannot make sense of is not hot: net/http answers it.
-func (c *conn) hot() bool {
+// line it cannot make sense of is not hot: net/http answers it. ok is
+// false when the read failed before it could tell (the head's timeout, a
+// client gone): the connection ends, as net/http would end it, rather
+// than going to net/http with a head timeout of its own.
+func (c *conn) hot() (hot, ok bool) {
 	prefix := c.s.HotPrefix
 	n := 1
 	for {
 		b, err := c.br.Peek(n)
 		if len(b) > 0 {
 			if v, ok := decideHot(b, prefix); ok {
-				return v
+				return v, true
 			}
 		}
-		if err != nil || n >= c.br.Size() {
-			return false
+		if err != nil {
+			return false, false
+		}
+		if n >= c.br.Size() {
+			return false, true
 		}
 		n = max(n+1, c.br.Buffered())
 	}

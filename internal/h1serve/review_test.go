@@ -257,3 +257,27 @@ func TestHTTP10KeepAlive(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadTimeoutWhileDeciding: a request line that stops before it
+// tells whether it is hot is closed at the loop's ReadHeaderTimeout, not
+// handed to net/http for a second one (a slow client held the connection
+// twice as long).
+func TestHeadTimeoutWhileDeciding(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Handler: http.HandlerFunc(echo), HotPrefix: "/hot/", ReadHeaderTimeout: timeout}
+	hs := &http.Server{Handler: http.HandlerFunc(echo), ReadHeaderTimeout: timeout}
+	go hs.Serve(s.Start(ln))
+	t.Cleanup(func() { s.Close(); hs.Close() })
+	c := dial(t, ln.Addr().String())
+	c.send("GET /ho")
+	start := time.Now()
+	c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	io.ReadAll(c.br)
+	if d := time.Since(start); d > timeout+timeout/2 {
+		t.Errorf("closed after %v, with a head timeout of %v", d, timeout)
+	}
+}
