@@ -102,13 +102,11 @@ func listen(addr string, h http.Handler, hot string, logger *slog.Logger) (*serv
 // stream never ends on its own).
 func (s *server) shutdown(ctx context.Context) error {
 	hot := make(chan error, 1)
-	go func() {
-		if s.hot == nil {
-			hot <- nil
-			return
-		}
-		hot <- s.hot.Shutdown(ctx)
-	}()
+	if s.hot == nil {
+		hot <- nil
+	} else {
+		go func() { hot <- s.hot.Shutdown(ctx) }()
+	}
 	err := errors.Join(s.srv.Shutdown(ctx), <-hot)
 	if graceOver(err) {
 		err = s.close()

@@ -37,6 +37,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -437,11 +438,7 @@ func (c *conn) serve() {
 		if c.s.closing.Load() {
 			return
 		}
-		if d := c.s.IdleTimeout; d > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(d))
-		} else {
-			c.nc.SetReadDeadline(time.Time{}) // not a handler's of the last request
-		}
+		c.readWithin(c.s.IdleTimeout) // and not a handler's of the last request
 		// The head's bound counts from what the wait for it reads: what
 		// is already buffered (a pipelined request) is exempt, and the
 		// reader's look-ahead is allowed as net/http allows it.
@@ -455,11 +452,7 @@ func (c *conn) serve() {
 			// request is not read, so the client retries it elsewhere.
 			return
 		}
-		if d := c.s.ReadHeaderTimeout; d > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(d))
-		} else {
-			c.nc.SetReadDeadline(time.Time{})
-		}
+		c.readWithin(c.s.ReadHeaderTimeout)
 		hot, ok := c.hot()
 		if !ok {
 			return // the head timed out or the client left before it told
@@ -486,6 +479,15 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// readWithin sets the connection's read deadline d from now; 0 is none.
+func (c *conn) readWithin(d time.Duration) {
+	var t time.Time
+	if d > 0 {
+		t = time.Now().Add(d)
+	}
+	c.nc.SetReadDeadline(t)
 }
 
 // hot says whether the request at the head of the buffer is for the hot
@@ -623,7 +625,7 @@ func (c *conn) serveOne(req *http.Request) (keep bool) {
 	req.RemoteAddr = c.nc.RemoteAddr().String()
 	w := &response{c: c, req: req, header: make(http.Header, 8), contentLength: -1}
 	if ex := req.Header.Get("Expect"); ex != "" {
-		if !req.ProtoAtLeast(1, 1) || !asciiEqualFold(ex, "100-continue") {
+		if !req.ProtoAtLeast(1, 1) || !strings.EqualFold(ex, "100-continue") {
 			w.closeAfter = true
 			w.WriteHeader(http.StatusExpectationFailed)
 			c.linger = w.finish() // its body may follow, unread
@@ -675,19 +677,6 @@ func (c *conn) run(w *response, req *http.Request) (panicked bool) {
 	}()
 	c.s.Handler.ServeHTTP(w, req)
 	return false
-}
-
-func asciiEqualFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i]|0x20, b[i]|0x20
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // continueReader sends "100 Continue" before the first read of the body.

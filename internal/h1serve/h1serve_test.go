@@ -288,8 +288,7 @@ func TestResponseFraming(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	s, addr := start(t, echo, func(s *Server) { s.MaxHeaderBytes = 1 << 10 })
-	_ = s
+	_, addr := start(t, echo, func(s *Server) { s.MaxHeaderBytes = 1 << 10 })
 	for name, tc := range map[string]struct {
 		req    string
 		status int
