@@ -134,3 +134,14 @@ func (c *conn) Close() error {
 	c.once.Do(func() { c.l.open.Add(-1) })
 	return err
 }
+
+// CloseWrite ends the sending side, as *net.TCPConn's does: a server that
+// closes a connection with a request's body unread shuts its side first
+// and reads on for a moment, so that the client gets the answer rather
+// than a reset, and it finds CloseWrite through this wrapper.
+func (c *conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

@@ -122,3 +122,44 @@ func TestListenerSheds(t *testing.T) {
 		t.Errorf("after a slot was freed: %v %v", resp, err)
 	}
 }
+
+// TestConnCloseWrite: an accepted connection can shut its sending side
+// alone (the client reads EOF and can still send), as the TCP connection
+// under it can.
+func TestConnCloseWrite(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	bl := fdlimit.Listen(ln, 2)
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := bl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	cw, ok := server.(interface{ CloseWrite() error })
+	if !ok {
+		t.Fatal("the accepted connection has no CloseWrite")
+	}
+	if err := cw.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	client.SetDeadline(time.Now().Add(5 * time.Second))
+	if n, err := client.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("the client read %d, %v; want EOF", n, err)
+	}
+	if _, err := io.WriteString(client, "still open"); err != nil {
+		t.Fatal(err)
+	}
+	server.SetDeadline(time.Now().Add(5 * time.Second))
+	b := make([]byte, 10)
+	if _, err := io.ReadFull(server, b); err != nil || string(b) != "still open" {
+		t.Fatalf("the server read %q, %v", b, err)
+	}
+}
