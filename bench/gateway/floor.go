@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,11 +10,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/talkide/platform/internal/h1serve"
 	"github.com/talkide/platform/internal/rawio"
 )
 
@@ -25,11 +24,11 @@ import (
 // with the same raw socket I/O and one pooled upstream connection per
 // call, the request sent in one write and every read of the response
 // flushed at once, with no token check, budget, metering, metrics or log
-// line. go-floor serves with net/http's server, as the control-plane
-// does; go-floor-loop with a loop of its own over http.ReadRequest, which
-// has no background read of the connection and no per-request context.
-// The gap from nginx to go-floor is the language's and net/http's; from
-// go-floor to cp-limit, the gateway's own.
+// line. go-floor serves with net/http's server; go-floor-loop with the
+// loop the control-plane serves the gateway's route on (internal/h1serve,
+// for every path here), which has no background read of the connection.
+// The gap from nginx to go-floor-loop is the language's; from there to
+// cp-limit, the gateway's own.
 
 var floorModes = map[string]string{"go-floor": "nethttp", "go-floor-loop": "loop"}
 
@@ -48,13 +47,8 @@ func floorMain(args []string) error {
 	case "nethttp":
 		return (&http.Server{Handler: f}).Serve(ln)
 	case "loop":
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return err
-			}
-			go f.serveConn(c)
-		}
+		loop := &h1serve.Server{Handler: f, HotPrefix: "/"}
+		return (&http.Server{Handler: f}).Serve(loop.Start(ln))
 	}
 	return fmt.Errorf("server %q: want nethttp or loop", args[2])
 }
@@ -125,7 +119,7 @@ func (f *floor) roundTrip(r *http.Request, body []byte) (*floorConn, *http.Respo
 	return c, res, nil
 }
 
-// ServeHTTP is go-floor's handler under net/http's server.
+// ServeHTTP is the floor proxy's handler, on either server.
 func (f *floor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -160,67 +154,6 @@ func (f *floor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil {
 			c.nc.Close()
-			return
-		}
-	}
-}
-
-// serveConn is go-floor-loop's: requests read with http.ReadRequest, the
-// response written chunked, each read of the upstream's body one chunk
-// flushed at once.
-func (f *floor) serveConn(nc net.Conn) {
-	defer nc.Close()
-	br := bufio.NewReaderSize(nc, 4<<10)
-	bw := bufio.NewWriterSize(nc, 32<<10)
-	buf := make([]byte, 32<<10)
-	var body bytes.Buffer
-	for {
-		r, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		body.Reset()
-		if _, err := body.ReadFrom(r.Body); err != nil {
-			return
-		}
-		c, res, err := f.roundTrip(r, body.Bytes())
-		if err != nil {
-			bw.WriteString("HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-			bw.Flush()
-			return
-		}
-		bw.WriteString("HTTP/1.1 " + strconv.Itoa(res.StatusCode) + " " + http.StatusText(res.StatusCode) + "\r\n")
-		for k, vs := range res.Header {
-			if k == "Connection" || k == "Transfer-Encoding" || k == "Content-Length" {
-				continue
-			}
-			for _, v := range vs {
-				bw.WriteString(k + ": " + v + "\r\n")
-			}
-		}
-		bw.WriteString("Transfer-Encoding: chunked\r\n\r\n")
-		for {
-			n, rerr := res.Body.Read(buf)
-			if n > 0 {
-				bw.WriteString(strconv.FormatInt(int64(n), 16) + "\r\n")
-				bw.Write(buf[:n])
-				bw.WriteString("\r\n")
-				if bw.Flush() != nil {
-					c.nc.Close()
-					return
-				}
-			}
-			if rerr == io.EOF {
-				break
-			}
-			if rerr != nil {
-				c.nc.Close()
-				return
-			}
-		}
-		f.put(c)
-		bw.WriteString("0\r\n\r\n")
-		if bw.Flush() != nil {
 			return
 		}
 	}
