@@ -86,7 +86,7 @@ var modeNames = map[string]string{
 	"cp-nolimit":    "the talkide controlplane process (production defaults), user without limit",
 	"cp-limit":      "the talkide controlplane process (production defaults), user with a limit",
 	"go-floor":      "a bare Go proxy (net/http server, no gateway work), a process of its own",
-	"go-floor-loop": "a bare Go proxy (its own HTTP/1.1 loop, no gateway work), a process of its own",
+	"go-floor-loop": "a bare Go proxy (the gateway route's HTTP/1.1 loop, internal/h1serve; no gateway work), a process of its own",
 	"nobudget":      "gateway without a budget service",
 	"nolimit":       "gateway, user without limit",
 	"limit":         "gateway, user with a limit",
