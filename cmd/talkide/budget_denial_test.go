@@ -116,17 +116,19 @@ func TestBudgetDeniedTurnEndsAtOnce(t *testing.T) {
 	got := deniedTurn(t, st, c.ID, "are you there?", 0, used, limit, time.Second, true)
 	last := got[len(got)-1].ev.Seq
 
-	// The chat client renders the failure with its message.
+	// The chat client renders the failure with its message, once: the
+	// command exits 1 without repeating it as its error.
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	err := chatWith(ctx, []string{"--addr", base, "--conversation", c.ID, "-m", "still there?"}, strings.NewReader(""), &out, &errOut)
-	if err == nil {
-		t.Error("chat -m succeeded for a denied turn")
+	code := chatExit(ctx, []string{"--addr", base, "--conversation", c.ID, "-m", "still there?"}, strings.NewReader(""), &out, &errOut)
+	if code != exitError {
+		t.Errorf("chat -m for a denied turn exited %d, want %d", code, exitError)
 	}
+	all := out.String() + errOut.String()
 	for _, part := range []string{"turn failed (budget_exhausted)", "the limit is " + limit.String(), "room frees up at"} {
-		if !strings.Contains(out.String()+errOut.String(), part) {
-			t.Errorf("chat printed %q (stderr %q), want %q", out.String(), errOut.String(), part)
+		if n := strings.Count(all, part); n != 1 {
+			t.Errorf("chat printed %q %d times, want once; stdout:\n%s\nstderr:\n%s", part, n, out.String(), errOut.String())
 		}
 	}
 

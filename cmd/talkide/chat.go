@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -143,7 +144,13 @@ func runChat(cmd *cobra.Command, f chatFlags, std stdio) error {
 	s := &chatclient.Session{Client: client, ConversationID: c.ID, Renderer: r, After: after, Recent: turns,
 		Interrupts: interrupts, Echoed: f.message == "" && isTerminal(std.in)}
 	if f.message != "" {
-		return s.Once(ctx, f.message)
+		err := s.Once(ctx, f.message)
+		if errors.Is(err, chatclient.ErrTurnFailed) {
+			// The renderer has printed the failure where the turn ended;
+			// as the command's error it would show twice.
+			return &shownError{err}
+		}
+		return err
 	}
 	fmt.Fprintf(std.out, "conversation %s (type /help for commands)\n", c.ID)
 	return s.Run(ctx, std.in)

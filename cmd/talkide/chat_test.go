@@ -410,3 +410,9 @@ func chatWith(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	return run(ctx, append([]string{"chat"}, args...), std)
 }
+
+// chatExit runs talkide chat with args as main does, errors printed to
+// stderr, and returns the exit code.
+func chatExit(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return execute(ctx, append([]string{"chat"}, args...), stdio{in: stdin, out: stdout, err: stderr})
+}

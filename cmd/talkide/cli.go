@@ -93,6 +93,14 @@ func usageErrorf(cmd *cobra.Command, format string, args ...any) *usageError {
 	return &usageError{path: cmd.CommandPath(), msg: fmt.Sprintf(format, args...)}
 }
 
+// shownError is a failure the command's own output has already shown the
+// user (talkide chat -m's failed turn): it exits 1 like any other, but
+// execute does not print it again.
+type shownError struct{ err error }
+
+func (e *shownError) Error() string { return e.err.Error() }
+func (e *shownError) Unwrap() error { return e.err }
+
 // execute runs the command line args and returns the exit code, having
 // written any error to std.err.
 func execute(ctx context.Context, args []string, std stdio) int {
@@ -106,6 +114,9 @@ func execute(ctx context.Context, args []string, std stdio) int {
 			fmt.Fprintf(std.err, "Run '%s --help' for usage.\n", ue.path)
 		}
 		return exitUsage
+	}
+	if _, ok := errors.AsType[*shownError](err); ok {
+		return exitError
 	}
 	path := "talkide"
 	if cmd != nil {
