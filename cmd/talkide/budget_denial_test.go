@@ -93,7 +93,9 @@ func deniedTurn(t *testing.T, st *devStack, conv, text string, after int64, used
 	if diff := cmp.Diff(want, f); diff != "" {
 		t.Errorf("turn.failed (-want +got):\n%s", diff)
 	}
-	for _, part := range []string{"the budget is exhausted: ", "spending limit per day", used.String() + " used", "the limit is " + limit.String(), "room frees up at " + resets.Format(time.RFC3339)} {
+	// The message's amounts are rounded as talkide admin budget status
+	// shows them; failure.budget has them exact.
+	for _, part := range []string{"the budget is exhausted: ", "spending limit per day", used.Display() + " used", "the limit is " + limit.Display(), "room frees up at " + resets.Format(time.RFC3339)} {
 		if !strings.Contains(f.Message, part) {
 			t.Errorf("message %q does not say %q", f.Message, part)
 		}
@@ -126,7 +128,7 @@ func TestBudgetDeniedTurnEndsAtOnce(t *testing.T) {
 		t.Errorf("chat -m for a denied turn exited %d, want %d", code, exitError)
 	}
 	all := out.String() + errOut.String()
-	for _, part := range []string{"turn failed (budget_exhausted)", "the limit is " + limit.String(), "room frees up at"} {
+	for _, part := range []string{"turn failed (budget_exhausted)", "the limit is " + limit.Display(), "room frees up at"} {
 		if n := strings.Count(all, part); n != 1 {
 			t.Errorf("chat printed %q %d times, want once; stdout:\n%s\nstderr:\n%s", part, n, out.String(), errOut.String())
 		}

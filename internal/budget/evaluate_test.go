@@ -37,7 +37,7 @@ func TestEvaluate(t *testing.T) {
 			limit: Limit{Subject: u, Kind: SpendPerDay, Max: 1000},
 			snap:  Snapshot{Buckets: []Bucket{bucket(BucketDay, day, 901, 0, 0)}},
 			retry: day.AddDate(0, 0, 1).Sub(now),
-			msg:   "user u1 spending limit per day reached: $0.000000901 used, $0.00 held by calls in flight, this call needs $0.0000001, the limit is $0.000001; room frees up at 2026-12-01T00:00:00Z",
+			msg:   "user u1 spending limit per day reached: $0.000001 used, $0.00 held by calls in flight, this call needs <$0.000001, the limit is $0.000001; room frees up at 2026-12-01T00:00:00Z",
 		},
 		"held by calls in flight": {
 			limit:    Limit{Subject: u, Kind: SpendPerDay, Max: 1000},
@@ -202,6 +202,19 @@ func TestDenialMessage(t *testing.T) {
 		"refused, resets at midnight": {
 			Denial{Limit: day, Used: 5 * int64(Dollar), Need: int64(Cent), Resets: midnight},
 			"budget: user u1 spending limit per day reached: $5.00 used, $0.00 held by calls in flight, this call needs $0.01, the limit is $5.00; room frees up at 2026-12-02T00:00:00Z",
+		},
+		// Settled costs are nanodollars: the message rounds every amount
+		// to the microdollar, as talkide admin budget status shows them,
+		// so that they read alike.
+		"amounts rounded as displays show them": {
+			Denial{Limit: Limit{Subject: User("u1"), Kind: SpendPerDay, Max: int64(Dollar)},
+				Used: 999_871_234, Held: 400, Need: 11_174_816, Resets: midnight},
+			"budget: user u1 spending limit per day reached: $0.999871 used, <$0.000001 held by calls in flight, this call needs $0.011175, the limit is $1.00; room frees up at 2026-12-02T00:00:00Z",
+		},
+		"thousands": {
+			Denial{Limit: Limit{Subject: Tenant("t1"), Kind: SpendPerMonth, Max: 1500 * int64(Dollar)},
+				Used: 1499*int64(Dollar) + 999_999_600, Held: 2 * int64(Cent), Need: 1_500_000, Resets: midnight},
+			"budget: tenant t1 spending limit per month reached: $1,500.00 used, $0.02 held by calls in flight, this call needs $0.0015, the limit is $1,500.00; room frees up at 2026-12-02T00:00:00Z",
 		},
 	}
 	for name, tc := range tests {

@@ -140,11 +140,15 @@ func (l Limit) validate() error {
 	return nil
 }
 
-// format renders an amount of k's unit.
+// format renders an amount of k's unit for a denial's message. Money is
+// shown as talkide admin budget status shows it: settled costs are
+// nanodollars, and exact figures beside round limits ("$0.011174816" next
+// to "$1.00") read as if they were unequally precise. The exact amounts
+// travel in the denial's fields.
 func (k Kind) format(v int64) string {
 	switch {
 	case k.Spend():
-		return Money(v).String()
+		return Money(v).Display()
 	case k == TokensPerDay:
 		return fmt.Sprintf("%d tokens", v)
 	case k == RequestsPerMinute:
