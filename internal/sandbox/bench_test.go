@@ -2,6 +2,8 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,17 +21,24 @@ import (
 // time the helper and the command used (user and system, a figure that
 // other work on the machine disturbs less than the wall clock).
 //
-// The layered rows run twice: with the talkide binary as the helper (what
-// a worker re-executes when no talkide-sandbox is beside it) and, as
+// The layered rows run with the talkide binary as the helper (what a
+// worker re-executes when no talkide-sandbox is beside it) and, as
 // "-small", with cmd/talkide-sandbox, both built for the run: their
 // start-up, not the test binary's, is what a worker pays. talkide is
 // built as "go run" builds it, talkide-sandbox static (CGO_ENABLED=0) as
-// deploy/Dockerfile builds it. Where
+// deploy/Dockerfile builds it. Each command is handed to a helper started
+// ahead, as a worker does it; the "-cold" rows start one for each
+// command instead, which is what a command pays when it finds none
+// waiting (several started at once). Commands are paced (pause): a
+// conversation's commands come at least a model's reply apart, and a
+// helper started behind the last one has that long to get ready rather
+// than taking the CPU from the next row's command. Where
 // bubblewrap is installed, "bwrap" runs the same command in new
 // namespaces with the same read-only system, as a peer.
 //
 //	go test -run XXX -bench Command -benchtime 300x ./internal/sandbox/
 func BenchmarkCommand(b *testing.B) {
+	const pause = 100 * time.Millisecond // before each command (see above)
 	dir := b.TempDir()
 	talkide, small := filepath.Join(dir, "talkide"), filepath.Join(dir, "talkide-sandbox")
 	for bin, pkg := range map[string]string{talkide: "../../cmd/talkide", small: "../../cmd/talkide-sandbox"} {
@@ -54,14 +63,17 @@ func BenchmarkCommand(b *testing.B) {
 		name   string
 		helper string
 		mode   sandbox.Mode
+		cold   bool
 	}{
-		{"bare", talkide, sandbox.ModeNone},
-		{"landlock", talkide, sandbox.ModeLandlock},
-		{"namespaces", talkide, sandbox.ModeAuto},
-		{"landlock-small", small, sandbox.ModeLandlock},
-		{"namespaces-small", small, sandbox.ModeAuto},
+		{"bare", talkide, sandbox.ModeNone, false},
+		{"landlock", talkide, sandbox.ModeLandlock, false},
+		{"namespaces", talkide, sandbox.ModeAuto, false},
+		{"landlock-small", small, sandbox.ModeLandlock, false},
+		{"namespaces-small", small, sandbox.ModeAuto, false},
+		{"landlock-small-cold", small, sandbox.ModeLandlock, true},
+		{"namespaces-small-cold", small, sandbox.ModeAuto, true},
 	} {
-		s, err := sandbox.New(&sandbox.Options{Mode: o.mode, Helper: o.helper})
+		s, err := sandbox.New(&sandbox.Options{Mode: o.mode, Helper: o.helper, Cold: o.cold})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -69,12 +81,27 @@ func BenchmarkCommand(b *testing.B) {
 		if o.mode == sandbox.ModeAuto && !s.Namespaces() {
 			b.Fatalf("no user namespaces here: %v", s.Layers())
 		}
+		warm := o.mode != sandbox.ModeNone && !o.cold
 		modes = append(modes, &mode{name: o.name, run: func() (*os.ProcessState, error) {
+			if warm && sandbox.WaitingHelper(s, 10*time.Second) == nil {
+				return nil, errors.New("no helper started ahead")
+			}
 			c, err := s.Command(policy)
 			if err != nil {
 				return nil, err
 			}
+			// /dev/null, as a file: what the Bash tool gives is a pipe,
+			// also a file, which can be handed to a waiting helper.
+			devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			if err != nil {
+				return nil, err
+			}
+			defer devNull.Close()
+			c.Stdout, c.Stderr = devNull, devNull
 			_, err = c.Run(context.Background())
+			if err == nil && c.Warm() != warm {
+				err = fmt.Errorf("handed to a waiting helper: %v, want %v", c.Warm(), warm)
+			}
 			return c.ProcessState, err
 		}})
 	}
@@ -100,6 +127,7 @@ func BenchmarkCommand(b *testing.B) {
 	}
 	for b.Loop() {
 		for _, m := range modes {
+			time.Sleep(pause)
 			start := time.Now()
 			ps, err := m.run()
 			if err != nil {

@@ -45,6 +45,9 @@ type Options struct {
 	// zero.
 	Limits Limits
 	Logger *slog.Logger // nil: don't log
+	// Cold starts a helper for each command as it starts, rather than
+	// handing it to one started ahead (the benchmark's comparison).
+	Cold bool
 	// PretendNoLandlock and PretendNoNamespaces make the probe find the
 	// layer missing: tests of what happens on machines without them.
 	PretendNoLandlock   bool
@@ -65,6 +68,16 @@ type Sandbox struct {
 	// cgroups makes a pids cgroup per command; nil where the worker may
 	// not make cgroups.
 	cgroups *pidsCgroups
+
+	// The helper started ahead of its command (warm_linux.go): keepWarm
+	// makes the one in ready whenever wanted, until closing is closed.
+	warmMu      sync.Mutex
+	ready       *warmHelper
+	warmStarted bool
+	warmClosed  bool
+	wanted      chan struct{}
+	closing     chan struct{}
+	warmLoop    sync.WaitGroup
 }
 
 // New probes what the machine supports and returns the sandbox. In
@@ -133,9 +146,10 @@ func New(opts *Options) (*Sandbox, error) {
 	return s, nil
 }
 
-// Close releases what New made (the worker's cgroup). Commands still
-// running keep theirs until they end.
+// Close releases what New made (the helper waiting for a command, the
+// worker's cgroup). Commands still running keep theirs until they end.
 func (s *Sandbox) Close() {
+	s.stopWarm()
 	if s.cgroups != nil {
 		s.cgroups.close()
 	}
@@ -168,8 +182,9 @@ func (s *Sandbox) Unavailable() error { return s.unavailable }
 func (s *Sandbox) Namespaces() bool { return s.namespaces }
 
 // Cmd is a sandboxed command. Its exec.Cmd runs the helper (the command
-// itself in mode none): set Stdin, Stdout and Stderr, or take its pipes,
-// before Start. Use it once.
+// itself in mode none): set Stdin, Stdout and Stderr, or take its pipes
+// through Cmd's own methods, before Start; after Start, the exec.Cmd may
+// be another one, that of a helper started ahead (Warm). Use it once.
 type Cmd struct {
 	*exec.Cmd
 
@@ -182,6 +197,16 @@ type Cmd struct {
 	callDir    string   // the per-command directory (the temporary directory, the namespace's root)
 	cgroup     string   // the command's pids cgroup, removed after it
 	goAhead    *os.File // closed once the worker has moved the helper into the cgroup
+
+	// warm says the command was handed to a helper started ahead of it;
+	// execPipes that exec.Cmd made its pipes, which only a helper it
+	// starts itself can have.
+	warm      bool
+	execPipes bool
+	// refill starts the helper that replaces the one c took, once; its
+	// timer calls it should c run long.
+	refill      func()
+	refillTimer *time.Timer
 
 	stopOnce    sync.Once
 	releaseOnce sync.Once
@@ -335,10 +360,17 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 		c.childFiles = append(c.childFiles, goR)
 		extra = append(extra, goR) // fd 6
 	}
-	cmd := exec.Command(s.helper, HelperArg)
+	cmd := s.helperCmd()
+	cmd.ExtraFiles = extra
+	c.Cmd = cmd
+	return c, nil
+}
+
+// helperCmd is the helper's process, with args after HelperArg.
+func (s *Sandbox) helperCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(s.helper, append([]string{HelperArg}, args...)...)
 	cmd.Env = []string{} // the helper needs nothing of the worker's
 	cmd.Dir = "/"
-	cmd.ExtraFiles = extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if s.namespaces {
 		setNamespaces(cmd.SysProcAttr)
@@ -348,8 +380,7 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 	// killed), that process's copy must not keep Wait, and so Release and
 	// the cgroup's cleanup, from ever coming.
 	cmd.WaitDelay = stopGrace
-	c.Cmd = cmd
-	return c, nil
+	return cmd
 }
 
 // stopGrace is how long the supervisor has to end the tree after Stop
@@ -394,7 +425,10 @@ func setEnv(env []string, name, value string) []string {
 // once it runs confined, or with the error that kept the sandbox from
 // confining it (wrapping ErrUnavailable): the command never runs bare.
 func (c *Cmd) Start() error {
-	err := c.Cmd.Start()
+	var err error
+	if h := c.takeWarm(); h == nil || c.hand(h) != nil {
+		err = c.Cmd.Start()
+	}
 	for _, f := range c.childFiles {
 		f.Close()
 	}
@@ -428,6 +462,39 @@ func (c *Cmd) Start() error {
 		return fmt.Errorf("%w: %s", ErrUnavailable, strings.TrimSpace(string(msg)))
 	}
 	return nil
+}
+
+// takeWarm returns the helper waiting for a command when this one can
+// be handed to it.
+func (c *Cmd) takeWarm() *warmHelper {
+	if !c.warmable() {
+		return nil
+	}
+	return c.s.takeWarm()
+}
+
+// Warm reports whether the command was handed to a helper started ahead
+// of it rather than one started for it.
+func (c *Cmd) Warm() bool { return c.warm }
+
+// StdinPipe, StdoutPipe and StderrPipe are exec.Cmd's: the command then
+// starts a helper of its own, since exec closes its ends of the pipes only
+// in its own Start.
+func (c *Cmd) StdinPipe() (io.WriteCloser, error) {
+	c.execPipes = true
+	return c.Cmd.StdinPipe()
+}
+
+// StdoutPipe is exec.Cmd's (see StdinPipe).
+func (c *Cmd) StdoutPipe() (io.ReadCloser, error) {
+	c.execPipes = true
+	return c.Cmd.StdoutPipe()
+}
+
+// StderrPipe is exec.Cmd's (see StdinPipe).
+func (c *Cmd) StderrPipe() (io.ReadCloser, error) {
+	c.execPipes = true
+	return c.Cmd.StderrPipe()
 }
 
 // Pid is the supervisor's process id (the command's, in mode none).
@@ -527,6 +594,10 @@ func (c *Cmd) Run(ctx context.Context) (Outcome, error) {
 func (c *Cmd) Release() {
 	c.releaseOnce.Do(func() {
 		close(c.released)
+		if c.refill != nil {
+			c.refillTimer.Stop()
+			c.refill()
+		}
 		for _, f := range c.childFiles {
 			f.Close()
 		}

@@ -38,12 +38,15 @@ func wantNamespaces() bool { return os.Getenv("TALKIDE_TEST_SANDBOX") != "landlo
 
 // modes are the sandboxes the tests run under: the first layer alone, and
 // both; each with the test binary as the helper (as a worker re-executes
-// itself) and, "-small", with cmd/talkide-sandbox.
+// itself), started for each command, and, "-small", with
+// cmd/talkide-sandbox, started ahead of each command (run waits for it, so
+// that every command of these modes is handed to a waiting helper).
 func modes(t *testing.T) map[string]*sandbox.Sandbox {
 	t.Helper()
 	out := map[string]*sandbox.Sandbox{}
 	for suffix, helper := range map[string]string{"": "", "-small": smallHelper(t)} {
-		ll, err := sandbox.New(&sandbox.Options{Mode: sandbox.ModeLandlock, Helper: helper})
+		cold := helper == ""
+		ll, err := sandbox.New(&sandbox.Options{Mode: sandbox.ModeLandlock, Helper: helper, Cold: cold})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,8 +55,9 @@ func modes(t *testing.T) map[string]*sandbox.Sandbox {
 		}
 		t.Cleanup(ll.Close)
 		out["landlock"+suffix] = ll
+		warmModes.Store(ll, !cold)
 		if wantNamespaces() {
-			ns, err := sandbox.New(&sandbox.Options{Helper: helper})
+			ns, err := sandbox.New(&sandbox.Options{Helper: helper, Cold: cold})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,10 +66,15 @@ func modes(t *testing.T) map[string]*sandbox.Sandbox {
 			}
 			t.Cleanup(ns.Close)
 			out["namespaces"+suffix] = ns
+			warmModes.Store(ns, !cold)
 		}
 	}
 	return out
 }
+
+// warmModes says, for each sandbox of modes, whether its commands are
+// handed to a helper started ahead.
+var warmModes sync.Map
 
 var (
 	smallOnce sync.Once
@@ -128,15 +137,42 @@ func run(t *testing.T, s *sandbox.Sandbox, e env, script string, edit ...func(*s
 	for _, f := range edit {
 		f(&p)
 	}
+	warm, _ := warmModes.Load(s)
+	if warm == true && sandbox.WaitingHelper(s, 30*time.Second) == nil {
+		t.Fatal("no helper started ahead of the command")
+	}
 	c, err := s.Command(p)
 	if err != nil {
 		return "", sandbox.Outcome{}, err
 	}
+	// A pipe, as the Bash tool gives a command: a file can be handed to a
+	// helper started ahead, where exec.Cmd would copy into a buffer.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	c.Stdout, c.Stderr = pw, pw
+	err = c.Start()
+	pw.Close()
+	if err != nil {
+		return "", sandbox.Outcome{}, err
+	}
+	if warm != nil && c.Warm() != warm {
+		t.Errorf("command handed to a helper started ahead: %v, want %v", c.Warm(), warm)
+	}
 	var out bytes.Buffer
-	c.Stdout, c.Stderr = &out, &out
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		io.Copy(&out, pr)
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	o, err := c.Run(ctx)
+	stop := context.AfterFunc(ctx, c.Stop)
+	o, err := c.Wait()
+	stop()
+	<-read
 	return out.String(), o, err
 }
 

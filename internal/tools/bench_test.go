@@ -116,7 +116,9 @@ func BenchmarkLS(b *testing.B) {
 // worker image builds it (internal/sandbox's BenchmarkCommand also
 // measures the talkide binary as the helper, as `go run ./cmd/talkide dev`
 // uses it). It reports each one's p50 and p99 and the p50 added over bare,
-// in milliseconds.
+// in milliseconds. Calls are paced, a pause before each, as a model's
+// replies pace them: the sandbox starts the helper of a call ahead of it,
+// behind the one before, and the pause is its time to get ready.
 //
 //	go test -run XXX -bench Bash -benchtime 300x ./internal/tools/
 func BenchmarkBash(b *testing.B) {
@@ -154,8 +156,10 @@ func BenchmarkBash(b *testing.B) {
 	}
 	in := json.RawMessage(`{"command":"true"}`)
 	ctx := context.Background()
+	const pause = 100 * time.Millisecond
 	for b.Loop() {
 		for _, m := range modes {
+			time.Sleep(pause)
 			start := time.Now()
 			res, err := (&Bash{}).Run(ctx, Call{ID: "toolu_1", Input: in, Workspace: ws, Jail: m.jail})
 			if err != nil || res.IsError {

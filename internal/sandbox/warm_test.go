@@ -1,0 +1,197 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/sandbox"
+)
+
+// warmSandbox is a sandbox of the given mode with the small helper, whose
+// commands are handed to helpers started ahead.
+func warmSandbox(t *testing.T, mode sandbox.Mode) *sandbox.Sandbox {
+	t.Helper()
+	s, err := sandbox.New(&sandbox.Options{Mode: mode, Helper: smallHelper(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Unavailable(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func bashPolicy(e env, script string) sandbox.Policy {
+	return sandbox.Policy{
+		Path: "/bin/bash", Args: []string{"-c", script},
+		Env:       []string{"PATH=/usr/bin:/bin", "HOME=" + e.workspace, "MARKER=handed"},
+		Workspace: e.workspace, Timeout: 30 * time.Second,
+	}
+}
+
+// A command handed to a waiting helper gets its own stdin, stdout and
+// stderr, its own environment (nothing of the helper's rehearsal), its
+// exit status, and the same confinement.
+func TestHandedToAWaitingHelper(t *testing.T) {
+	for _, mode := range []sandbox.Mode{sandbox.ModeLandlock, sandbox.ModeAuto} {
+		t.Run(string(mode), func(t *testing.T) {
+			s := warmSandbox(t, mode)
+			e := newEnv(t)
+			if sandbox.WaitingHelper(s, 30*time.Second) == nil {
+				t.Fatal("no helper started ahead")
+			}
+			in := filepath.Join(t.TempDir(), "stdin")
+			os.WriteFile(in, []byte("from stdin\n"), 0o644)
+			stdin, err := os.Open(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stdin.Close()
+			errFile, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer errFile.Close()
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pr.Close()
+			c, err := s.Command(bashPolicy(e, `read line; echo "got: $line"; env | sort; echo oops >&2; cat `+e.secret+` 2>/dev/null && echo LEAKED; exit 7`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Stdin, c.Stdout, c.Stderr = stdin, pw, errFile
+			err = c.Start()
+			pw.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.Warm() {
+				t.Error("the command was not handed to the waiting helper")
+			}
+			out, _ := io.ReadAll(pr)
+			o, err := c.Wait()
+			var ee *sandbox.ExitError
+			if !errors.As(err, &ee) || o.ExitCode != 7 || o.Ending != sandbox.EndExited {
+				t.Fatalf("outcome %+v, %v; output:\n%s", o, err, out)
+			}
+			got := string(out)
+			if !strings.HasPrefix(got, "got: from stdin\n") {
+				t.Errorf("stdin did not reach the command: %q", got)
+			}
+			if strings.Contains(got, "LEAKED") {
+				t.Errorf("the command read the worker's token: %q", got)
+			}
+			for _, want := range []string{"MARKER=handed", "HOME=" + e.workspace, "TMPDIR="} {
+				if !strings.Contains(got, want) {
+					t.Errorf("environment lacks %s: %q", want, got)
+				}
+			}
+			if strings.Contains(got, "HOME=/w\n") || strings.Contains(got, "/opt/x") {
+				t.Errorf("the helper's rehearsal leaked into the command: %q", got)
+			}
+			if b, _ := os.ReadFile(errFile.Name()); string(b) != "oops\n" {
+				t.Errorf("stderr holds %q", b)
+			}
+		})
+	}
+}
+
+// A command whose output exec.Cmd would have to copy (a buffer, or exec's
+// own pipes) starts a helper of its own, and works as before.
+func TestNotHandedWithoutFiles(t *testing.T) {
+	s := warmSandbox(t, sandbox.ModeLandlock)
+	e := newEnv(t)
+	if sandbox.WaitingHelper(s, 30*time.Second) == nil {
+		t.Fatal("no helper started ahead")
+	}
+	c, err := s.Command(bashPolicy(e, `echo to a buffer`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	c.Stdout = &buf
+	if _, err := c.Run(context.Background()); err != nil || buf.String() != "to a buffer\n" {
+		t.Fatalf("run: %v, output %q", err, buf.String())
+	}
+	if c.Warm() {
+		t.Error("a command writing to a buffer was handed to the waiting helper")
+	}
+
+	c, err = s.Command(bashPolicy(e, `echo through the pipe`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(out)
+	if _, err := c.Wait(); err != nil || string(b) != "through the pipe\n" {
+		t.Fatalf("wait: %v, output %q", err, b)
+	}
+	if c.Warm() {
+		t.Error("a command with exec's pipes was handed to the waiting helper")
+	}
+}
+
+// A waiting helper that died (killed, out of memory) is not handed the
+// command: it starts a helper of its own, and another one is kept waiting.
+func TestWaitingHelperKilled(t *testing.T) {
+	s := warmSandbox(t, sandbox.ModeLandlock)
+	e := newEnv(t)
+	p := sandbox.WaitingHelper(s, 30*time.Second)
+	if p == nil {
+		t.Fatal("no helper started ahead")
+	}
+	p.Kill()
+	time.Sleep(50 * time.Millisecond) // gone, though not yet waited for
+	out, _, err := run(t, s, e, `echo still runs`)
+	if err != nil || out != "still runs\n" {
+		t.Fatalf("run: %v, output %q", err, out)
+	}
+	if sandbox.WaitingHelper(s, 30*time.Second) == nil {
+		t.Fatal("no new helper started ahead")
+	}
+	c, err := s.Command(bashPolicy(e, `true`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stdout = os.Stderr
+	if _, err := c.Run(context.Background()); err != nil || !c.Warm() {
+		t.Fatalf("run: %v, handed: %v", err, c.Warm())
+	}
+}
+
+// Close ends the waiting helper.
+func TestCloseEndsTheWaitingHelper(t *testing.T) {
+	s, err := sandbox.New(&sandbox.Options{Helper: smallHelper(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sandbox.WaitingHelper(s, 30*time.Second)
+	if p == nil {
+		t.Fatal("no helper started ahead")
+	}
+	pid := p.Pid
+	s.Close()
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the waiting helper %d is still there after Close: %v", pid, err)
+	}
+	if sandbox.WaitingHelper(s, 100*time.Millisecond) != nil {
+		t.Error("a closed sandbox started a helper ahead")
+	}
+}
