@@ -54,7 +54,7 @@ func BenchmarkCommand(b *testing.B) {
 	policy := sandbox.Policy{Path: "/bin/true", Workspace: ws, Env: []string{"PATH=/usr/bin:/bin"}}
 	type mode struct {
 		name string
-		run  func() (*os.ProcessState, error)
+		run  func() (time.Duration, *os.ProcessState, error) // the wall time, and the state for the CPU time
 		d    []time.Duration
 		cpu  []time.Duration
 	}
@@ -82,27 +82,29 @@ func BenchmarkCommand(b *testing.B) {
 			b.Fatalf("no user namespaces here: %v", s.Layers())
 		}
 		warm := o.mode != sandbox.ModeNone && !o.cold
-		modes = append(modes, &mode{name: o.name, run: func() (*os.ProcessState, error) {
+		modes = append(modes, &mode{name: o.name, run: func() (time.Duration, *os.ProcessState, error) {
 			if warm && sandbox.WaitingHelper(s, 10*time.Second) == nil {
-				return nil, errors.New("no helper started ahead")
-			}
-			c, err := s.Command(policy)
-			if err != nil {
-				return nil, err
+				return 0, nil, errors.New("no helper started ahead")
 			}
 			// /dev/null, as a file: what the Bash tool gives is a pipe,
 			// also a file, which can be handed to a waiting helper.
 			devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 			if err != nil {
-				return nil, err
+				return 0, nil, err
 			}
 			defer devNull.Close()
+			start := time.Now()
+			c, err := s.Command(policy)
+			if err != nil {
+				return 0, nil, err
+			}
 			c.Stdout, c.Stderr = devNull, devNull
 			_, err = c.Run(context.Background())
+			d := time.Since(start)
 			if err == nil && c.Warm() != warm {
 				err = fmt.Errorf("handed to a waiting helper: %v, want %v", c.Warm(), warm)
 			}
-			return c.ProcessState, err
+			return d, c.Exited(), err
 		}})
 	}
 	if bwrap, err := exec.LookPath("bwrap"); err == nil {
@@ -118,22 +120,22 @@ func BenchmarkCommand(b *testing.B) {
 		if out, err := exec.Command(bwrap, args...).CombinedOutput(); err != nil {
 			b.Logf("bwrap does not run here, left out: %v %s", err, out)
 		} else {
-			modes = append(modes, &mode{name: "bwrap", run: func() (*os.ProcessState, error) {
+			modes = append(modes, &mode{name: "bwrap", run: func() (time.Duration, *os.ProcessState, error) {
+				start := time.Now()
 				c := exec.Command(bwrap, args...)
 				err := c.Run()
-				return c.ProcessState, err
+				return time.Since(start), c.ProcessState, err
 			}})
 		}
 	}
 	for b.Loop() {
 		for _, m := range modes {
 			time.Sleep(pause)
-			start := time.Now()
-			ps, err := m.run()
+			d, ps, err := m.run()
 			if err != nil {
 				b.Fatalf("%s: %v", m.name, err)
 			}
-			m.d = append(m.d, time.Since(start))
+			m.d = append(m.d, d)
 			m.cpu = append(m.cpu, ps.UserTime()+ps.SystemTime())
 		}
 	}

@@ -210,6 +210,9 @@ type Cmd struct {
 
 	stopOnce    sync.Once
 	releaseOnce sync.Once
+	reportOnce  sync.Once
+	report      *Outcome      // the supervisor's report, once read; nil if none came
+	exited      chan struct{} // closed once the helper has been reaped and released
 	waited      chan struct{}
 	released    chan struct{} // closed by Release
 	outcome     Outcome
@@ -270,7 +273,7 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 		p.Env = []string{}
 	}
 	p.Limits = p.Limits.or(s.opts.Limits)
-	c := &Cmd{s: s, policy: p, waited: make(chan struct{}), released: make(chan struct{})}
+	c := &Cmd{s: s, policy: p, waited: make(chan struct{}), exited: make(chan struct{}), released: make(chan struct{})}
 	if s.opts.Mode == ModeNone {
 		c.Cmd = exec.Command(p.Path, p.Args...)
 		c.Cmd.Env, c.Cmd.Dir = p.Env, p.Dir
@@ -508,12 +511,55 @@ func (c *Cmd) Wait() (Outcome, error) {
 		return c.outcome, c.waitErr
 	default:
 	}
-	err := c.Cmd.Wait()
 	defer close(c.waited)
+	if c.s.opts.Mode != ModeNone && handable(c.Cmd.Stdin) && handable(c.Cmd.Stdout) && handable(c.Cmd.Stderr) {
+		// The supervisor reports how the command ended once its tree is
+		// gone, and only then exits, which takes a Go process a
+		// millisecond or two (each of its threads is woken to die); the
+		// caller need not wait for that. The helper is reaped, and the
+		// command's directory and cgroup removed, behind it. (Not when
+		// exec.Cmd copies the command's output: its copy ends only in
+		// its Wait.)
+		if o, ok := c.reported(); ok {
+			c.outcome, c.waitErr = o, exitError(o)
+			go func() {
+				c.Cmd.Wait()
+				c.Release()
+				close(c.exited)
+			}()
+			return c.outcome, c.waitErr
+		}
+	}
+	err := c.Cmd.Wait()
+	defer close(c.exited)
 	defer c.Release()
 	c.outcome = c.Outcome(err)
 	c.waitErr = exitError(c.outcome)
 	return c.outcome, c.waitErr
+}
+
+// Exited waits until the helper itself has exited and been reaped (Wait
+// may return before) and returns its state, which counts the command's
+// resources too.
+func (c *Cmd) Exited() *os.ProcessState {
+	<-c.exited
+	return c.Cmd.ProcessState
+}
+
+// reported reads the supervisor's report, once: the read ends when the
+// supervisor has written it, or has died without a word (ok false).
+func (c *Cmd) reported() (Outcome, bool) {
+	c.reportOnce.Do(func() {
+		var r helperResult
+		b, _ := io.ReadAll(io.LimitReader(c.result, 4096))
+		if json.Unmarshal(b, &r) == nil {
+			c.report = &Outcome{Ending: r.Ending, ExitCode: r.ExitCode, Signal: syscall.Signal(r.Signal)}
+		}
+	})
+	if c.report == nil {
+		return Outcome{}, false
+	}
+	return *c.report, true
 }
 
 // Outcome reads how the command ended, given what waiting for the
@@ -531,27 +577,26 @@ func (c *Cmd) Outcome(waitErr error) Outcome {
 		syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
 		return outcomeOf(waitErr)
 	}
-	var r helperResult
-	b, _ := io.ReadAll(io.LimitReader(c.result, 4096))
-	if json.Unmarshal(b, &r) != nil {
-		// The supervisor died without a word (it was killed): its session
-		// goes with it.
-		syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
-		r = helperResult{Ending: EndStopped, ExitCode: -1, Signal: int(syscall.SIGKILL)}
-		if c.cgroup != "" && hitMax(c.cgroup) {
-			// A tree that filled its cgroup leaves the supervisor, which
-			// shares it, no room for a thread of its own, and the Go
-			// runtime ends a process that cannot make one: the tree ran
-			// out of processes, whoever noticed first.
-			r.Ending = EndProcs
-		}
-		if ee, ok := errors.AsType[*exec.ExitError](waitErr); ok && !ee.Exited() {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
-				r.Signal = int(ws.Signal())
-			}
+	if o, ok := c.reported(); ok {
+		return o
+	}
+	// The supervisor died without a word (it was killed): its session
+	// goes with it.
+	syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
+	o := Outcome{Ending: EndStopped, ExitCode: -1, Signal: syscall.SIGKILL}
+	if c.cgroup != "" && hitMax(c.cgroup) {
+		// A tree that filled its cgroup leaves the supervisor, which
+		// shares it, no room for a thread of its own, and the Go runtime
+		// ends a process that cannot make one: the tree ran out of
+		// processes, whoever noticed first.
+		o.Ending = EndProcs
+	}
+	if ee, ok := errors.AsType[*exec.ExitError](waitErr); ok && !ee.Exited() {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			o.Signal = ws.Signal()
 		}
 	}
-	return Outcome{Ending: r.Ending, ExitCode: r.ExitCode, Signal: syscall.Signal(r.Signal)}
+	return o
 }
 
 // Stop asks the supervisor to end the command's tree (SIGTERM, then

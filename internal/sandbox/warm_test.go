@@ -195,3 +195,42 @@ func TestCloseEndsTheWaitingHelper(t *testing.T) {
 		t.Error("a closed sandbox started a helper ahead")
 	}
 }
+
+// Wait returns on the supervisor's report; the helper's exit, and the
+// removal of the command's directory, follow behind it: Exited waits for
+// both.
+func TestExitedAfterWait(t *testing.T) {
+	s := warmSandbox(t, sandbox.ModeAuto)
+	e := newEnv(t)
+	c, err := s.Command(bashPolicy(e, `echo "$TMPDIR"; exit 4`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	c.Stdout = pw
+	err = c.Start()
+	pw.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(pr)
+	o, _ := c.Wait()
+	if o.ExitCode != 4 || o.Ending != sandbox.EndExited {
+		t.Fatalf("outcome %+v", o)
+	}
+	ps := c.Exited()
+	if ps == nil || ps.ExitCode() != 4 {
+		t.Fatalf("the helper's state %v, want exit status 4", ps)
+	}
+	tmp := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(tmp, os.TempDir()) {
+		t.Fatalf("TMPDIR %q", tmp)
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command's directory %s is still there once the helper exited: %v", tmp, err)
+	}
+}
