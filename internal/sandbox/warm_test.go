@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -232,5 +234,48 @@ func TestExitedAfterWait(t *testing.T) {
 	}
 	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the command's directory %s is still there once the helper exited: %v", tmp, err)
+	}
+}
+
+// A command cannot take the socket a waiting helper reads its command
+// from (pidfd_getfd, which a steal of the next command's configuration
+// would start with): Landlock keeps a confined process from tracing one
+// outside its domain, and with namespaces the helper is not even in the
+// command's PID namespace. Bare, the same script takes it, so that the
+// test can fail.
+func TestWaitingHelperOutOfReach(t *testing.T) {
+	script, err := os.ReadFile("testdata/stealfd.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := warmSandbox(t, sandbox.ModeLandlock)
+	p := sandbox.WaitingHelper(target, 30*time.Second)
+	if p == nil {
+		t.Fatal("no helper started ahead")
+	}
+	bare, err := sandbox.New(&sandbox.Options{Mode: sandbox.ModeNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		s    *sandbox.Sandbox
+		want string
+	}{
+		{"bare", bare, "getfd 0"},
+		{"landlock", warmSandbox(t, sandbox.ModeLandlock), fmt.Sprintf("getfd %d", syscall.EPERM)},
+		{"namespaces", warmSandbox(t, sandbox.ModeAuto), fmt.Sprintf("pidfd_open %d", syscall.ESRCH)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			os.WriteFile(filepath.Join(e.workspace, "stealfd.py"), script, 0o644)
+			out, _, err := run(t, c.s, e, "python3 stealfd.py "+strconv.Itoa(p.Pid))
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, out)
+			}
+			if got := strings.TrimSpace(out); got != c.want {
+				t.Errorf("the script printed %q, want %q", got, c.want)
+			}
+		})
 	}
 }
