@@ -123,7 +123,9 @@ func newCLISandbox(cmd *cobra.Command, mode, helper string) (*sandbox.Sandbox, e
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 		helper = sandboxHelper("", executable(), log)
 	}
-	sb, err := sandbox.New(&sandbox.Options{Mode: m, Helper: helper})
+	// One command, so no helper is started ahead of it: the next would
+	// never be used.
+	sb, err := sandbox.New(&sandbox.Options{Mode: m, Helper: helper, Cold: true})
 	if err != nil && explicit {
 		return nil, fmt.Errorf("--sandbox-helper: %w", err)
 	}
