@@ -109,7 +109,7 @@ func sandboxHelper(flag, exe string, log *slog.Logger) string {
 	}
 	beside := filepath.Join(filepath.Dir(exe), helperName)
 	if fi, err := os.Stat(beside); err != nil || !fi.Mode().IsRegular() {
-		log.Info("sandbox helper: this executable, re-executed for every command ("+helperName+" beside it would start them faster)", "helper", exe)
+		log.Info("sandbox helper: this executable, re-executed for every command ("+helperName+" beside it would cost each command half the CPU)", "helper", exe)
 		return ""
 	}
 	if err := sandbox.CheckHelper(beside); err != nil {
