@@ -299,4 +299,26 @@ func TestSandboxCommands(t *testing.T) {
 	if code != exitError || !strings.HasPrefix(out, "hi\n") || strings.Contains(out, "s3cret") {
 		t.Errorf("sandbox run: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
+
+	// With files for its output (a terminal, a redirect) the command's
+	// end is reported before its helper is reaped; the directory the
+	// command had of its own is still gone when run returns.
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	var files [3]*os.File
+	for i, name := range []string{"in", "out", "err"} {
+		f, err := os.Create(filepath.Join(t.TempDir(), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	if code := execute(context.Background(), []string{"sandbox", "run", "--workspace", ws, "--", "true"}, stdio{in: files[0], out: files[1], err: files[2]}); code != exitOK {
+		b, _ := os.ReadFile(files[2].Name())
+		t.Fatalf("sandbox run true: exit %d, stderr %q", code, b)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("sandbox run left %v in TMPDIR", left)
+	}
 }

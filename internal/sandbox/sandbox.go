@@ -78,6 +78,8 @@ type Sandbox struct {
 	wanted      chan struct{}
 	closing     chan struct{}
 	warmLoop    sync.WaitGroup
+	// reaping counts the helpers reaped behind a Wait that has returned.
+	reaping sync.WaitGroup
 }
 
 // New probes what the machine supports and returns the sandbox. In
@@ -147,9 +149,14 @@ func New(opts *Options) (*Sandbox, error) {
 }
 
 // Close releases what New made (the helper waiting for a command, the
-// worker's cgroup). Commands still running keep theirs until they end.
+// worker's cgroup), once the commands that have ended are cleaned up
+// after. Commands still running keep theirs until they end.
 func (s *Sandbox) Close() {
 	s.stopWarm()
+	// Commands whose Wait has returned may still be reaping their helper
+	// and removing their directory and cgroup: a worker (or a one-shot
+	// CLI) that exits next must not leave those behind.
+	s.reaping.Wait()
 	if s.cgroups != nil {
 		s.cgroups.close()
 	}
@@ -184,7 +191,9 @@ func (s *Sandbox) Namespaces() bool { return s.namespaces }
 // Cmd is a sandboxed command. Its exec.Cmd runs the helper (the command
 // itself in mode none): set Stdin, Stdout and Stderr, or take its pipes
 // through Cmd's own methods, before Start; after Start, the exec.Cmd may
-// be another one, that of a helper started ahead (Warm). Use it once.
+// be another one, that of a helper started ahead (Warm). Wait may return
+// before the helper is reaped: its ProcessState is Exited's to give. Use
+// it once.
 type Cmd struct {
 	*exec.Cmd
 
@@ -212,7 +221,7 @@ type Cmd struct {
 	releaseOnce sync.Once
 	reportOnce  sync.Once
 	report      *Outcome      // the supervisor's report, once read; nil if none came
-	exited      chan struct{} // closed once the helper has been reaped and released
+	exited      chan struct{} // closed by Release, which follows the helper's reaping
 	waited      chan struct{}
 	released    chan struct{} // closed by Release
 	outcome     Outcome
@@ -522,25 +531,27 @@ func (c *Cmd) Wait() (Outcome, error) {
 		// its Wait.)
 		if o, ok := c.reported(); ok {
 			c.outcome, c.waitErr = o, exitError(o)
+			c.s.reaping.Add(1) // Close waits for it
 			go func() {
+				defer c.s.reaping.Done()
 				c.Cmd.Wait()
 				c.Release()
-				close(c.exited)
 			}()
 			return c.outcome, c.waitErr
 		}
 	}
 	err := c.Cmd.Wait()
-	defer close(c.exited)
 	defer c.Release()
 	c.outcome = c.Outcome(err)
 	c.waitErr = exitError(c.outcome)
 	return c.outcome, c.waitErr
 }
 
-// Exited waits until the helper itself has exited and been reaped (Wait
-// may return before) and returns its state, which counts the command's
-// resources too.
+// Exited waits until the helper itself has exited and been reaped and
+// the command's directory and cgroup removed (Wait may return before),
+// and returns the helper's state, which counts the command's resources
+// too; nil when it never started. Call it after Wait (or Release): the
+// exec.Cmd's ProcessState is not to be read before it returns.
 func (c *Cmd) Exited() *os.ProcessState {
 	<-c.exited
 	return c.Cmd.ProcessState
@@ -638,6 +649,7 @@ func (c *Cmd) Run(ctx context.Context) (Outcome, error) {
 // waited for.
 func (c *Cmd) Release() {
 	c.releaseOnce.Do(func() {
+		defer close(c.exited)
 		close(c.released)
 		if c.refill != nil {
 			c.refillTimer.Stop()

@@ -61,11 +61,20 @@ func (s *Sandbox) startWarm() (*warmHelper, error) {
 		return nil, err
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "warm-helper"), os.NewFile(uintptr(fds[1]), "warm-helper")
-	cmd := s.helperCmd(warmArg)
-	cmd.ExtraFiles = []*os.File{theirs} // fd 3
-	err = cmd.Start()
-	theirs.Close()
+	defer theirs.Close()
+	// The helper's fds 4 to 6 are held by the null device until the
+	// command's pipes take their places: left free, the Go runtime would
+	// open its own files there as it starts (its poller, the cgroup's
+	// CPU quota), and receiveCall would close them under it.
+	null, err := os.Open(os.DevNull)
 	if err != nil {
+		ours.Close()
+		return nil, err
+	}
+	defer null.Close()
+	cmd := s.helperCmd(warmArg)
+	cmd.ExtraFiles = []*os.File{theirs, null, null, null} // fds 3 to 6
+	if err := cmd.Start(); err != nil {
 		ours.Close()
 		return nil, err
 	}
@@ -73,8 +82,9 @@ func (s *Sandbox) startWarm() (*warmHelper, error) {
 }
 
 // keepWarm keeps one helper waiting until the Sandbox closes: it starts
-// one whenever wanted says the last was taken (refillLater). A helper that cannot be
-// started is tried again later; commands start their own meanwhile.
+// one whenever wanted says the last was taken (refillLater). A helper
+// that cannot be started is tried again later; commands start their own
+// meanwhile.
 func (s *Sandbox) keepWarm() {
 	defer s.warmLoop.Done()
 	var retry time.Duration
@@ -298,6 +308,11 @@ func receiveCall() (bool, error) {
 		if err := unix.Dup3(fd, i, 0); err != nil {
 			return false, fmt.Errorf("sandbox: the helper's files: %w", err)
 		}
+		unix.Close(fd)
+	}
+	// The placeholders no file took (the go-ahead's, when the worker
+	// moves nothing into a cgroup) are not the command's to inherit.
+	for fd := len(high); fd < maxCallFiles; fd++ {
 		unix.Close(fd)
 	}
 	return true, nil

@@ -21,7 +21,14 @@ import (
 // commands are handed to helpers started ahead.
 func warmSandbox(t *testing.T, mode sandbox.Mode) *sandbox.Sandbox {
 	t.Helper()
-	s, err := sandbox.New(&sandbox.Options{Mode: mode, Helper: smallHelper(t)})
+	return warmSandboxWith(t, mode, smallHelper(t))
+}
+
+// warmSandboxWith is warmSandbox with the given helper ("": this test
+// binary, as a worker re-executes itself).
+func warmSandboxWith(t *testing.T, mode sandbox.Mode, helper string) *sandbox.Sandbox {
+	t.Helper()
+	s, err := sandbox.New(&sandbox.Options{Mode: mode, Helper: helper})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,9 +51,19 @@ func bashPolicy(e env, script string) sandbox.Policy {
 // stderr, its own environment (nothing of the helper's rehearsal), its
 // exit status, and the same confinement.
 func TestHandedToAWaitingHelper(t *testing.T) {
-	for _, mode := range []sandbox.Mode{sandbox.ModeLandlock, sandbox.ModeAuto} {
-		t.Run(string(mode), func(t *testing.T) {
-			s := warmSandbox(t, mode)
+	for _, c := range []struct {
+		name   string
+		mode   sandbox.Mode
+		helper string
+	}{
+		{"landlock", sandbox.ModeLandlock, smallHelper(t)},
+		{"auto", sandbox.ModeAuto, smallHelper(t)},
+		{"landlock-test-binary", sandbox.ModeLandlock, ""},
+		{"auto-test-binary", sandbox.ModeAuto, ""},
+	} {
+		mode := c.mode
+		t.Run(c.name, func(t *testing.T) {
+			s := warmSandboxWith(t, mode, c.helper)
 			e := newEnv(t)
 			if sandbox.WaitingHelper(s, 30*time.Second) == nil {
 				t.Fatal("no helper started ahead")
@@ -200,10 +217,13 @@ func TestCloseEndsTheWaitingHelper(t *testing.T) {
 
 // Wait returns on the supervisor's report; the helper's exit, and the
 // removal of the command's directory, follow behind it: Exited waits for
-// both.
+// both, and so does Close.
 func TestExitedAfterWait(t *testing.T) {
 	s := warmSandbox(t, sandbox.ModeAuto)
 	e := newEnv(t)
+	if sandbox.WaitingHelper(s, 30*time.Second) == nil {
+		t.Fatal("no helper started ahead")
+	}
 	c, err := s.Command(bashPolicy(e, `echo "$TMPDIR"; exit 4`))
 	if err != nil {
 		t.Fatal(err)
@@ -234,6 +254,66 @@ func TestExitedAfterWait(t *testing.T) {
 	}
 	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the command's directory %s is still there once the helper exited: %v", tmp, err)
+	}
+	if !c.Warm() {
+		t.Error("the command was not handed to the waiting helper")
+	}
+
+	// Close, with no Exited: the directory is gone when it returns.
+	c, err = s.Command(bashPolicy(e, `echo "$TMPDIR"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr, pw, err = os.Pipe(); err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	c.Stdout = pw
+	err = c.Start()
+	pw.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ = io.ReadAll(pr)
+	if _, err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	tmp = strings.TrimSpace(string(out))
+	if _, err := os.Stat(tmp); tmp == "" || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command's directory %q is still there after Close: %v", tmp, err)
+	}
+}
+
+// A waiting helper's fds 3 to 6, where its command's files go, hold only
+// the socket and placeholders: the Go runtime, starting, must not have put
+// a file of its own there (its poller, the cgroup's CPU quota), which
+// taking the command's files would close under it.
+func TestWaitingHelperFiles(t *testing.T) {
+	for name, helper := range map[string]string{"small": smallHelper(t), "test-binary": ""} {
+		t.Run(name, func(t *testing.T) {
+			s := warmSandboxWith(t, sandbox.ModeLandlock, helper)
+			p := sandbox.WaitingHelper(s, 30*time.Second)
+			if p == nil {
+				t.Fatal("no helper started ahead")
+			}
+			// Long enough for its runtime to start and its rehearsal to
+			// end: what is checked is where the runtime's files went.
+			time.Sleep(500 * time.Millisecond)
+			for fd := 3; fd <= 6; fd++ {
+				target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", p.Pid, fd))
+				if err != nil {
+					t.Fatalf("fd %d: %v", fd, err)
+				}
+				want := os.DevNull
+				if fd == 3 {
+					want = "socket:"
+				}
+				if !strings.HasPrefix(target, want) {
+					t.Errorf("the waiting helper's fd %d is %s, want %s", fd, target, want)
+				}
+			}
+		})
 	}
 }
 
