@@ -359,3 +359,32 @@ func TestWaitingHelperOutOfReach(t *testing.T) {
 		})
 	}
 }
+
+// A command that runs long does not keep the next one from finding a
+// waiting helper: the next is started once it has run a little while,
+// not only when it ends.
+func TestRefillBesideALongCommand(t *testing.T) {
+	s := warmSandbox(t, sandbox.ModeLandlock)
+	e := newEnv(t)
+	if sandbox.WaitingHelper(s, 30*time.Second) == nil {
+		t.Fatal("no helper started ahead")
+	}
+	c, err := s.Command(bashPolicy(e, `sleep 20`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stdout = os.Stderr
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		c.Stop()
+		c.Wait()
+	}()
+	if !c.Warm() {
+		t.Fatal("the command was not handed to the waiting helper")
+	}
+	if sandbox.WaitingHelper(s, 10*time.Second) == nil {
+		t.Error("no helper waiting while the first command runs")
+	}
+}
