@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/talkide/platform/internal/headlimit"
 	"github.com/talkide/platform/internal/rawio"
 )
 
@@ -100,7 +101,7 @@ type directConn struct {
 	nc        net.Conn
 	raw       syscall.RawConn // the TCP connection's, for the idle check; nil if none
 	br        *bufio.Reader
-	head      headLimit // what br may read while a response's head is read
+	head      headlimit.Reader // what br may read while a response's head is read
 	idleSince time.Time
 }
 
@@ -113,28 +114,6 @@ const (
 )
 
 var errHeadTooLarge = errors.New("gateway: the upstream's response head is too large")
-
-// headLimit passes reads through, at most left bytes of them while left
-// is not negative.
-type headLimit struct {
-	r    io.Reader
-	left int64
-}
-
-func (l *headLimit) Read(p []byte) (int, error) {
-	if l.left < 0 {
-		return l.r.Read(p)
-	}
-	if l.left == 0 {
-		return 0, errHeadTooLarge
-	}
-	if int64(len(p)) > l.left {
-		p = p[:l.left]
-	}
-	n, err := l.r.Read(p)
-	l.left -= int64(n)
-	return n, err
-}
 
 // writers hold a request while it is written: one write for a head and a
 // body up to their size (a 4 KiB buffer took five for bench/gateway's 16
@@ -212,7 +191,7 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	}
 	var res *http.Response
 	// What br holds already was read under an earlier bound.
-	pc.head.left = maxResponseHead
+	pc.head.Left = maxResponseHead
 	for interim := 0; ; interim++ {
 		var err error
 		if res, err = http.ReadResponse(pc.br, req); err != nil {
@@ -229,7 +208,7 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 			return fail(errors.New("gateway: the upstream sent too many interim responses"))
 		}
 	}
-	pc.head.left = -1
+	pc.head.Left = -1
 	res.Body = &directBody{pc: pc, ctx: ctx, rc: res.Body, stop: stop, reuse: !res.Close && !req.Close}
 	return res, nil
 }
@@ -367,7 +346,7 @@ func (t *directTransport) dial(ctx context.Context) (*directConn, error) {
 		}
 		pc.nc = tc
 	}
-	pc.head = headLimit{r: pc.nc, left: -1}
+	pc.head = headlimit.Reader{R: pc.nc, Left: -1, Err: errHeadTooLarge}
 	pc.br = bufio.NewReaderSize(&pc.head, 4<<10)
 	t.mu.Lock()
 	t.dials++

@@ -43,6 +43,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/talkide/platform/internal/headlimit"
 )
 
 // Server serves, on the loop, the requests whose target starts with
@@ -273,7 +275,7 @@ func (l *restListener) Addr() net.Addr { return l.s.ln.Addr() }
 type conn struct {
 	s    *Server
 	nc   net.Conn
-	lim  limitReader
+	lim  headlimit.Reader
 	br   *bufio.Reader
 	bw   *bufio.Writer
 	ctx  context.Context
@@ -387,36 +389,14 @@ func (c *conn) maybeWatch(now time.Time, after time.Duration) {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc}
-	c.lim = limitReader{r: nc, n: -1}
+	c.lim = headlimit.Reader{R: nc, Left: -1, Err: errHeadTooLarge}
 	c.br = bufio.NewReaderSize(&c.lim, 4<<10)
 	c.bw = bufio.NewWriterSize(nc, 4<<10)
 	c.ctx = context.WithValue(context.Background(), http.LocalAddrContextKey, nc.LocalAddr())
 	return c
 }
 
-// limitReader bounds what the head of a request may read; n < 0 is no
-// bound.
-type limitReader struct {
-	r io.Reader
-	n int64
-}
-
 var errHeadTooLarge = errors.New("request head too large")
-
-func (l *limitReader) Read(p []byte) (int, error) {
-	if l.n < 0 {
-		return l.r.Read(p)
-	}
-	if l.n == 0 {
-		return 0, errHeadTooLarge
-	}
-	if int64(len(p)) > l.n {
-		p = p[:l.n]
-	}
-	n, err := l.r.Read(p)
-	l.n -= int64(n)
-	return n, err
-}
 
 func (c *conn) serve() {
 	handed := false
@@ -442,7 +422,7 @@ func (c *conn) serve() {
 		// The head's bound counts from what the wait for it reads: what
 		// is already buffered (a pipelined request) is exempt, and the
 		// reader's look-ahead is allowed as net/http allows it.
-		c.lim.n = maxHead + int64(c.br.Size())
+		c.lim.Left = maxHead + int64(c.br.Size())
 		if _, err := c.br.Peek(1); err != nil {
 			return
 		}
@@ -458,7 +438,7 @@ func (c *conn) serve() {
 			return // the head timed out or the client left before it told
 		}
 		if !hot {
-			c.lim.n = -1
+			c.lim.Left = -1
 			c.nc.SetReadDeadline(time.Time{})
 			c.s.track(c, false)
 			handed = true
@@ -466,7 +446,7 @@ func (c *conn) serve() {
 			return
 		}
 		req, err := http.ReadRequest(c.br)
-		c.lim.n = -1
+		c.lim.Left = -1
 		if err == nil {
 			err = checkRequest(req)
 		}
