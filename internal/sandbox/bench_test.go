@@ -7,11 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/talkide/platform/internal/sandbox"
+	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 )
 
 // BenchmarkCommand measures what the sandbox adds to starting a command:
@@ -39,24 +39,16 @@ import (
 //	go test -run XXX -bench Command -benchtime 300x ./internal/sandbox/
 func BenchmarkCommand(b *testing.B) {
 	const pause = 100 * time.Millisecond // before each command (see above)
-	dir := b.TempDir()
-	talkide, small := filepath.Join(dir, "talkide"), filepath.Join(dir, "talkide-sandbox")
-	for bin, pkg := range map[string]string{talkide: "../../cmd/talkide", small: "../../cmd/talkide-sandbox"} {
-		build := exec.Command("go", "build", "-o", bin, pkg)
-		if bin == small {
-			build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		}
-		if out, err := build.CombinedOutput(); err != nil {
-			b.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
+	talkide := filepath.Join(b.TempDir(), "talkide")
+	if out, err := exec.Command("go", "build", "-o", talkide, "../../cmd/talkide").CombinedOutput(); err != nil {
+		b.Fatalf("go build talkide: %v\n%s", err, out)
 	}
+	small := sandboxtest.SmallHelper(b)
 	ws := b.TempDir()
 	policy := sandbox.Policy{Path: "/bin/true", Workspace: ws, Env: []string{"PATH=/usr/bin:/bin"}}
 	type mode struct {
-		name string
-		run  func() (time.Duration, *os.ProcessState, error) // the wall time, and the state for the CPU time
-		d    []time.Duration
-		cpu  []time.Duration
+		sandboxtest.Timings
+		run func() (time.Duration, *os.ProcessState, error) // the wall time, and the state for the CPU time
 	}
 	var modes []*mode
 	for _, o := range []struct {
@@ -82,7 +74,7 @@ func BenchmarkCommand(b *testing.B) {
 			b.Fatalf("no user namespaces here: %v", s.Layers())
 		}
 		warm := o.mode != sandbox.ModeNone && !o.cold
-		modes = append(modes, &mode{name: o.name, run: func() (time.Duration, *os.ProcessState, error) {
+		modes = append(modes, &mode{Timings: sandboxtest.Timings{Name: o.name}, run: func() (time.Duration, *os.ProcessState, error) {
 			if warm && sandbox.WaitingHelper(s, 10*time.Second) == nil {
 				return 0, nil, errors.New("no helper started ahead")
 			}
@@ -120,7 +112,7 @@ func BenchmarkCommand(b *testing.B) {
 		if out, err := exec.Command(bwrap, args...).CombinedOutput(); err != nil {
 			b.Logf("bwrap does not run here, left out: %v %s", err, out)
 		} else {
-			modes = append(modes, &mode{name: "bwrap", run: func() (time.Duration, *os.ProcessState, error) {
+			modes = append(modes, &mode{Timings: sandboxtest.Timings{Name: "bwrap"}, run: func() (time.Duration, *os.ProcessState, error) {
 				start := time.Now()
 				c := exec.Command(bwrap, args...)
 				err := c.Run()
@@ -133,26 +125,15 @@ func BenchmarkCommand(b *testing.B) {
 			time.Sleep(pause)
 			d, ps, err := m.run()
 			if err != nil {
-				b.Fatalf("%s: %v", m.name, err)
+				b.Fatalf("%s: %v", m.Name, err)
 			}
-			m.d = append(m.d, d)
-			m.cpu = append(m.cpu, ps.UserTime()+ps.SystemTime())
+			m.Wall = append(m.Wall, d)
+			m.CPU = append(m.CPU, ps.UserTime()+ps.SystemTime())
 		}
 	}
-	pct := func(d []time.Duration, p float64) float64 {
-		s := slices.Clone(d)
-		slices.Sort(s)
-		return float64(s[min(len(s)-1, int(float64(len(s))*p))].Microseconds()) / 1000
+	rows := make([]*sandboxtest.Timings, len(modes))
+	for i, m := range modes {
+		rows[i] = &m.Timings
 	}
-	bare := pct(modes[0].d, 0.5)
-	for _, m := range modes {
-		b.ReportMetric(pct(m.d, 0.5), m.name+"-p50-ms")
-		b.ReportMetric(pct(m.d, 0.99), m.name+"-p99-ms")
-		b.ReportMetric(pct(m.cpu, 0.5), m.name+"-cpu-p50-ms")
-		if m.name != "bare" {
-			b.ReportMetric(pct(m.d, 0.5)-bare, m.name+"-added-p50-ms")
-			b.ReportMetric(pct(m.d, 0.5)/bare, m.name+"-x-bare")
-		}
-	}
-	b.ReportMetric(0, "ns/op") // the per-mode figures above are the result
+	sandboxtest.Report(b, rows)
 }

@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/talkide/platform/internal/sandbox"
+	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 )
 
 // benchTree is a workspace of 20 directories, two levels deep, with 25 Go
@@ -122,22 +121,17 @@ func BenchmarkLS(b *testing.B) {
 //
 //	go test -run XXX -bench Bash -benchtime 300x ./internal/tools/
 func BenchmarkBash(b *testing.B) {
-	helper := filepath.Join(b.TempDir(), "talkide-sandbox")
-	build := exec.Command("go", "build", "-o", helper, "../../cmd/talkide-sandbox")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build talkide-sandbox: %v\n%s", err, out)
-	}
+	helper := sandboxtest.SmallHelper(b)
 	ws, err := NewWorkspace(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
 	type mode struct {
-		name string
+		sandboxtest.Timings
 		jail *sandbox.Jail
-		d    []time.Duration
 	}
 	var modes []*mode
+	var rows []*sandboxtest.Timings
 	for _, o := range []struct {
 		name string
 		mode sandbox.Mode
@@ -150,9 +144,11 @@ func BenchmarkBash(b *testing.B) {
 		if o.mode == sandbox.ModeAuto && !s.Namespaces() {
 			b.Fatalf("no user namespaces here: %v", s.Layers())
 		}
-		modes = append(modes, &mode{name: o.name, jail: &sandbox.Jail{
+		m := &mode{Timings: sandboxtest.Timings{Name: o.name}, jail: &sandbox.Jail{
 			Sandbox: s, Workspace: ws.Root(), Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + ws.Root(), "LANG=C.UTF-8"},
-		}})
+		}}
+		modes = append(modes, m)
+		rows = append(rows, &m.Timings)
 	}
 	in := json.RawMessage(`{"command":"true"}`)
 	ctx := context.Background()
@@ -163,23 +159,10 @@ func BenchmarkBash(b *testing.B) {
 			start := time.Now()
 			res, err := (&Bash{}).Run(ctx, Call{ID: "toolu_1", Input: in, Workspace: ws, Jail: m.jail})
 			if err != nil || res.IsError {
-				b.Fatalf("%s: %v %q", m.name, err, res.Output)
+				b.Fatalf("%s: %v %q", m.Name, err, res.Output)
 			}
-			m.d = append(m.d, time.Since(start))
+			m.Wall = append(m.Wall, time.Since(start))
 		}
 	}
-	pct := func(d []time.Duration, p float64) float64 {
-		s := slices.Clone(d)
-		slices.Sort(s)
-		return float64(s[min(len(s)-1, int(float64(len(s))*p))].Microseconds()) / 1000
-	}
-	bare := pct(modes[0].d, 0.5)
-	for _, m := range modes {
-		b.ReportMetric(pct(m.d, 0.5), m.name+"-p50-ms")
-		b.ReportMetric(pct(m.d, 0.99), m.name+"-p99-ms")
-		if m.name != "bare" {
-			b.ReportMetric(pct(m.d, 0.5)-bare, m.name+"-added-p50-ms")
-		}
-	}
-	b.ReportMetric(0, "ns/op") // the per-mode figures above are the result
+	sandboxtest.Report(b, rows)
 }
