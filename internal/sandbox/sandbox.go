@@ -521,7 +521,7 @@ func (c *Cmd) Wait() (Outcome, error) {
 	default:
 	}
 	defer close(c.waited)
-	if c.s.opts.Mode != ModeNone && handable(c.Cmd.Stdin) && handable(c.Cmd.Stdout) && handable(c.Cmd.Stderr) {
+	if c.s.opts.Mode != ModeNone && c.stdioFiles() {
 		// The supervisor reports how the command ended once its tree is
 		// gone, and only then exits, which takes a Go process a
 		// millisecond or two (each of its threads is woken to die); the

@@ -145,21 +145,32 @@ func run(t *testing.T, s *sandbox.Sandbox, e env, script string, edit ...func(*s
 	if err != nil {
 		return "", sandbox.Outcome{}, err
 	}
-	// A pipe, as the Bash tool gives a command: a file can be handed to a
-	// helper started ahead, where exec.Cmd would copy into a buffer.
+	out, o, err := runPiped(t, c)
+	if warm != nil && c.Warm() != warm {
+		t.Errorf("command handed to a helper started ahead: %v, want %v", c.Warm(), warm)
+	}
+	return out, o, err
+}
+
+// runPiped runs c with its stdout, and its stderr unless set, on a pipe,
+// as the Bash tool gives a command (a file can be handed to a helper
+// started ahead, where exec.Cmd would copy into a buffer), and returns
+// what the pipe carried. A minute ends it.
+func runPiped(t *testing.T, c *sandbox.Cmd) (string, sandbox.Outcome, error) {
+	t.Helper()
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pr.Close()
-	c.Stdout, c.Stderr = pw, pw
+	c.Stdout = pw
+	if c.Stderr == nil {
+		c.Stderr = pw
+	}
 	err = c.Start()
 	pw.Close()
 	if err != nil {
 		return "", sandbox.Outcome{}, err
-	}
-	if warm != nil && c.Warm() != warm {
-		t.Errorf("command handed to a helper started ahead: %v, want %v", c.Warm(), warm)
 	}
 	var out bytes.Buffer
 	read := make(chan struct{})

@@ -88,21 +88,15 @@ func (s *Sandbox) startWarm() (*warmHelper, error) {
 func (s *Sandbox) keepWarm() {
 	defer s.warmLoop.Done()
 	var retry time.Duration
+	// What starts the next helper: a command wanting one or, after a
+	// failure, the retry's time (never both).
+	wanted, retryAt := s.wanted, (<-chan time.Time)(nil)
 	for {
-		if retry == 0 {
-			select {
-			case <-s.wanted:
-			case <-s.closing:
-				return
-			}
-		} else {
-			t := time.NewTimer(retry)
-			select {
-			case <-t.C:
-			case <-s.closing:
-				t.Stop()
-				return
-			}
+		select {
+		case <-wanted:
+		case <-retryAt:
+		case <-s.closing:
+			return
 		}
 		h, err := s.startWarm()
 		if err != nil {
@@ -110,9 +104,10 @@ func (s *Sandbox) keepWarm() {
 				s.opts.Logger.Warn("sandbox: a helper could not be started ahead of its command; each command starts its own", "err", err)
 			}
 			retry = min(max(2*retry, 100*time.Millisecond), 30*time.Second)
+			wanted, retryAt = nil, time.After(retry)
 			continue
 		}
-		retry = 0
+		retry, wanted, retryAt = 0, s.wanted, nil
 		s.warmMu.Lock()
 		closed := s.warmClosed
 		if !closed {
@@ -191,17 +186,24 @@ func (s *Sandbox) stopWarm() {
 }
 
 // warmable reports whether the command can run in a waiting helper: it
-// reports through the status pipe (Command), and its stdio are files or
-// nothing, which can be handed over as they are.
+// reports through the status pipe (Command; mode none and ExecCommand
+// have none), and its stdio are files or nothing, which can be handed
+// over as they are.
 func (c *Cmd) warmable() bool {
-	if c.s.opts.Mode == ModeNone || c.s.opts.Cold || c.status == nil || c.execPipes {
+	if c.s.opts.Cold || c.status == nil || c.execPipes {
 		return false
 	}
+	return c.stdioFiles()
+}
+
+// stdioFiles reports whether the command's stdin, stdout and stderr are
+// files or nothing: what can be handed over as it is, and what exec.Cmd
+// copies nothing for.
+func (c *Cmd) stdioFiles() bool {
 	return handable(c.Cmd.Stdin) && handable(c.Cmd.Stdout) && handable(c.Cmd.Stderr)
 }
 
-// handable reports whether a command's stdin, stdout or stderr can be
-// handed over as it is: a file, or nothing.
+// handable reports whether one of them is a file, or nothing.
 func handable(v any) bool {
 	if v == nil {
 		return true

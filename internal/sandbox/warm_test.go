@@ -80,31 +80,20 @@ func TestHandedToAWaitingHelper(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer errFile.Close()
-			pr, pw, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pr.Close()
 			c, err := s.Command(bashPolicy(e, `read line; echo "got: $line"; env | sort; echo oops >&2; cat `+e.secret+` 2>/dev/null && echo LEAKED; exit 7`))
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.Stdin, c.Stdout, c.Stderr = stdin, pw, errFile
-			err = c.Start()
-			pw.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
+			c.Stdin, c.Stderr = stdin, errFile
+			out, o, err := runPiped(t, c)
 			if !c.Warm() {
 				t.Error("the command was not handed to the waiting helper")
 			}
-			out, _ := io.ReadAll(pr)
-			o, err := c.Wait()
 			var ee *sandbox.ExitError
 			if !errors.As(err, &ee) || o.ExitCode != 7 || o.Ending != sandbox.EndExited {
 				t.Fatalf("outcome %+v, %v; output:\n%s", o, err, out)
 			}
-			got := string(out)
+			got := out
 			if !strings.HasPrefix(got, "got: from stdin\n") {
 				t.Errorf("stdin did not reach the command: %q", got)
 			}
@@ -228,19 +217,7 @@ func TestExitedAfterWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	c.Stdout = pw
-	err = c.Start()
-	pw.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := io.ReadAll(pr)
-	o, _ := c.Wait()
+	out, o, _ := runPiped(t, c)
 	if o.ExitCode != 4 || o.Ending != sandbox.EndExited {
 		t.Fatalf("outcome %+v", o)
 	}
@@ -248,7 +225,7 @@ func TestExitedAfterWait(t *testing.T) {
 	if ps == nil || ps.ExitCode() != 4 {
 		t.Fatalf("the helper's state %v, want exit status 4", ps)
 	}
-	tmp := strings.TrimSpace(string(out))
+	tmp := strings.TrimSpace(out)
 	if !strings.HasPrefix(tmp, os.TempDir()) {
 		t.Fatalf("TMPDIR %q", tmp)
 	}
@@ -264,22 +241,11 @@ func TestExitedAfterWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pr, pw, err = os.Pipe(); err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	c.Stdout = pw
-	err = c.Start()
-	pw.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ = io.ReadAll(pr)
-	if _, err := c.Wait(); err != nil {
+	if out, _, err = runPiped(t, c); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	tmp = strings.TrimSpace(string(out))
+	tmp = strings.TrimSpace(out)
 	if _, err := os.Stat(tmp); tmp == "" || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the command's directory %q is still there after Close: %v", tmp, err)
 	}
