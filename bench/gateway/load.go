@@ -98,6 +98,9 @@ const before = "-before"
 
 // describeMode says what a mode is.
 func describeMode(k string) string {
+	if name, ok := strings.CutSuffix(k, baseSuffix); ok && procModes[k] {
+		return modeNames[name] + ", the -talkide-base binary"
+	}
 	if base, ok := strings.CutSuffix(k, before); ok && base != "direct" && modeNames[base] != "" {
 		return modeNames[base] + ", as before: no conversation cache, 2 idle upstream connections"
 	}
@@ -149,7 +152,7 @@ func (s *stack) modes(keys []string) ([]*mode, error) {
 				}
 			}
 		default:
-			return nil, fmt.Errorf("unknown mode %q: want direct, nginx, cp-nolimit, cp-limit, go-floor, go-floor-loop, nobudget, nolimit or limit, the last three optionally with %s", k, before)
+			return nil, fmt.Errorf("unknown mode %q: want direct, nginx, cp-nolimit, cp-limit (either also with %s), go-floor, go-floor-loop, nobudget, nolimit or limit, the last three optionally with %s", k, baseSuffix, before)
 		}
 		ms = append(ms, m)
 	}

@@ -40,6 +40,7 @@ type config struct {
 	GatewayLog   bool          `json:"gateway_log"`
 	ProfileDir   string        `json:"-"`
 	Talkide      string        `json:"-"`
+	TalkideBase  string        `json:"-"`
 }
 
 // requests returns how many requests each mode sends at concurrency c.
@@ -77,7 +78,7 @@ func main() {
 	flag.IntVar(&cfg.N, "n", 0, "requests per mode at each concurrency; 0: 2,000 up to c=16, else max(20,000, 40×c)")
 	flag.IntVar(&cfg.Rounds, "rounds", 4, "phases per mode; the modes take turns, so drift affects them alike")
 	flag.IntVar(&cfg.Warmup, "warmup", 0, "warm-up requests per mode before measuring; 0: max(200, 2×c)")
-	flag.StringVar(&modes, "modes", "direct,nobudget,nolimit,limit", "comma-separated modes: direct, nginx (a pure reverse proxy, its own process), go-floor and go-floor-loop (a bare Go proxy without the gateway's work, net/http's server or the gateway route's loop, internal/h1serve), cp-nolimit and cp-limit (the talkide controlplane process with its production defaults, a user without and with a limit), nobudget (a gateway without a budget service, for comparison), nolimit (gateway, user without limits), limit (gateway, user with a spending limit: a reservation in the database per call); a gateway mode with the suffix -before goes through a gateway configured as before (see -before)")
+	flag.StringVar(&modes, "modes", "direct,nobudget,nolimit,limit", "comma-separated modes: direct, nginx (a pure reverse proxy, its own process), go-floor and go-floor-loop (a bare Go proxy without the gateway's work, net/http's server or the gateway route's loop, internal/h1serve), cp-nolimit and cp-limit (the talkide controlplane process with its production defaults, a user without and with a limit; with the suffix -base, through the control-plane of -talkide-base), nobudget (a gateway without a budget service, for comparison), nolimit (gateway, user without limits), limit (gateway, user with a spending limit: a reservation in the database per call); a gateway mode with the suffix -before goes through a gateway configured as before (see -before)")
 	flag.IntVar(&cfg.RequestKiB, "request-kib", 16, "request body size in KiB")
 	flag.IntVar(&cfg.ReplyWords, "reply-words", 240, "words the simulator echoes back (three per delta)")
 	flag.DurationVar(&cfg.DeltaDelay, "delta-delay", 0, "the simulator's pause before each delta")
@@ -86,6 +87,7 @@ func main() {
 	flag.BoolVar(&withBefore, "before", false, "also run each gateway mode through a gateway configured as before the changes this benchmark led to (mode-before: no conversation cache, http.DefaultTransport's 2 idle upstream connections), in the same rounds")
 	flag.StringVar(&jsonOut, "json", "", "write the results as JSON to this file (- for stdout)")
 	flag.StringVar(&cfg.Talkide, "talkide", "", "the talkide binary the cp-* modes run (default: go build ./cmd/talkide into a temp dir)")
+	flag.StringVar(&cfg.TalkideBase, "talkide-base", "", "a second talkide binary (say, built from the tree before a change): the modes cp-nolimit-base and cp-limit-base go through its control-plane, in the same rounds as the rest")
 	flag.StringVar(&cfg.ProfileDir, "profile", "", "after measuring, send -n more requests per mode under the CPU profiler and write DIR/<db>-c<c>-<mode>.cpu.pprof")
 	flag.Parse()
 
@@ -192,7 +194,7 @@ func runDatabase(ctx context.Context, cfg config, db string, body []byte, logw i
 		defer os.RemoveAll(tmp)
 	}
 	s, err := startStack(ctx, stackConfig{database: db, deltaDelay: cfg.DeltaDelay, gatewayLog: cfg.GatewayLog, tmpDir: tmp,
-		modes: cfg.Modes, talkide: cfg.Talkide})
+		modes: cfg.Modes, talkide: cfg.Talkide, base: cfg.TalkideBase})
 	if err != nil {
 		return nil, err
 	}

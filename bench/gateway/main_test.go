@@ -110,7 +110,8 @@ func TestRequestBody(t *testing.T) {
 // own, small: nginx (installed when missing, as root) and the talkide
 // controlplane built from this tree. Every call succeeds and streams the
 // same bytes, each proxy's CPU is measured, and the table against nginx
-// has a row per mode. It says nothing about the figures themselves.
+// has a row per mode. It says nothing about the figures themselves. A
+// mode with -base and no second binary is refused.
 func TestRunAgainstNginx(t *testing.T) {
 	if _, err := exec.LookPath("nginx"); err != nil && os.Geteuid() != 0 {
 		t.Skip("nginx is not installed and this process cannot install it (not root)")
@@ -121,11 +122,18 @@ func TestRunAgainstNginx(t *testing.T) {
 		N:           16,
 		Rounds:      2,
 		Warmup:      4,
-		Modes:       []string{"direct", "nginx", "cp-nolimit", "cp-limit"},
+		Modes:       []string{"direct", "nginx", "cp-nolimit", "cp-limit", "cp-limit" + baseSuffix},
 		RequestKiB:  2,
 		ReplyWords:  30,
 		GatewayLog:  true,
 	}
+	// The same build serves the -base mode, through a control-plane of
+	// its own.
+	bin, err := buildTalkide(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Talkide, cfg.TalkideBase = bin, bin
 	rep, err := run(t.Context(), cfg, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -140,12 +148,17 @@ func TestRunAgainstNginx(t *testing.T) {
 			t.Errorf("%s: the proxy's CPU was not measured", m.Mode)
 		}
 	}
-	if len(r.VsNginx) != 3 {
+	if len(r.VsNginx) != 4 {
 		t.Fatalf("against nginx: %+v", r.VsNginx)
 	}
 	var out bytes.Buffer
 	rep.print(&out)
 	if !strings.Contains(out.String(), "against nginx") {
 		t.Errorf("no table against nginx:\n%s", out.String())
+	}
+
+	cfg.TalkideBase = ""
+	if _, err := run(t.Context(), cfg, io.Discard); err == nil || !strings.Contains(err.Error(), "-talkide-base") {
+		t.Errorf("a -base mode without -talkide-base: %v", err)
 	}
 }

@@ -36,20 +36,34 @@ import (
 //     identity token, cached as the worker's minting cache does.
 
 // procModes are the modes that need the processes.
-var procModes = map[string]bool{"nginx": true, "cp-nolimit": true, "cp-limit": true, "go-floor": true, "go-floor-loop": true}
+var procModes = map[string]bool{
+	"nginx": true, "cp-nolimit": true, "cp-limit": true, "go-floor": true, "go-floor-loop": true,
+	"cp-nolimit" + baseSuffix: true, "cp-limit" + baseSuffix: true,
+}
+
+// baseSuffix names the cp modes through the control-plane of the second
+// binary (-talkide-base): two builds measured in the same rounds, so that
+// the change between them is not lost in what the machine does between
+// two runs.
+const baseSuffix = "-base"
 
 // procStack is the processes of one database's run.
 type procStack struct {
-	cpURL    string
-	cp       *exec.Cmd
+	cps      map[string]*controlPlane // by variant: "" and baseSuffix
 	nginxURL string
 	nginx    *exec.Cmd
 	// the floor proxies (floor.go) by server: nethttp, loop
 	floors    map[string]*exec.Cmd
 	floorURLs map[string]string
-	minter    *minting.Minter
-	convs     map[string]string // conversation id by user
+	convs     map[string]string // conversation id by user, the same in every control-plane
 	closers   []func() error
+}
+
+// controlPlane is a running talkide controlplane.
+type controlPlane struct {
+	url    string
+	cmd    *exec.Cmd
+	minter *minting.Minter
 }
 
 // procConfig is what startProcs needs.
@@ -61,10 +75,15 @@ type procConfig struct {
 	nginx    bool     // start nginx
 	cp       bool     // start the control-plane
 	floors   []string // the floor proxies to start, by server
+	// base is a second talkide binary whose control-plane serves the
+	// modes with baseSuffix, on baseDatabase (as database: "sqlite", or a
+	// schema of its own); "" when none runs.
+	base         string
+	baseDatabase string
 }
 
 func startProcs(ctx context.Context, cfg procConfig) (_ *procStack, err error) {
-	p := &procStack{convs: map[string]string{}, floors: map[string]*exec.Cmd{}, floorURLs: map[string]string{}}
+	p := &procStack{cps: map[string]*controlPlane{}, convs: map[string]string{}, floors: map[string]*exec.Cmd{}, floorURLs: map[string]string{}}
 	defer func() {
 		if err != nil {
 			p.close()
@@ -81,8 +100,19 @@ func startProcs(ctx context.Context, cfg procConfig) (_ *procStack, err error) {
 		}
 	}
 	if cfg.cp {
-		if err := p.startControlPlane(ctx, cfg); err != nil {
+		bin := cfg.talkide
+		if bin == "" {
+			if bin, err = buildTalkide(ctx, cfg.tmpDir); err != nil {
+				return nil, fmt.Errorf("talkide controlplane: %w", err)
+			}
+		}
+		if err := p.startControlPlane(ctx, cfg, "", bin, cfg.database); err != nil {
 			return nil, fmt.Errorf("talkide controlplane: %w", err)
+		}
+	}
+	if cfg.base != "" {
+		if err := p.startControlPlane(ctx, cfg, baseSuffix, cfg.base, cfg.baseDatabase); err != nil {
+			return nil, fmt.Errorf("talkide controlplane (%s): %w", cfg.base, err)
 		}
 	}
 	return p, nil
@@ -275,19 +305,13 @@ func buildTalkide(ctx context.Context, dir string) (string, error) {
 	return out, nil
 }
 
-func (p *procStack) startControlPlane(ctx context.Context, cfg procConfig) error {
-	bin := cfg.talkide
-	if bin == "" {
-		var err error
-		if bin, err = buildTalkide(ctx, cfg.tmpDir); err != nil {
-			return err
-		}
-	}
-	dir := filepath.Join(cfg.tmpDir, "controlplane")
+// startControlPlane starts bin's control-plane as variant, on database.
+func (p *procStack) startControlPlane(ctx context.Context, cfg procConfig, variant, bin, database string) error {
+	dir := filepath.Join(cfg.tmpDir, "controlplane"+variant)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	identity, err := p.seedControlPlane(ctx, cfg, dir)
+	identity, err := p.seedControlPlane(ctx, database, dir)
 	if err != nil {
 		return fmt.Errorf("seed: %w", err)
 	}
@@ -297,8 +321,8 @@ func (p *procStack) startControlPlane(ctx context.Context, cfg procConfig) error
 	}
 	args := []string{"controlplane", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", dir,
 		"--anthropic-url", cfg.simURL, "--log-format", "json"}
-	if cfg.database != "sqlite" {
-		args = append(args, "--database", cfg.database)
+	if database != "sqlite" {
+		args = append(args, "--database", database)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY="+apiKey)
@@ -308,27 +332,26 @@ func (p *procStack) startControlPlane(ctx context.Context, cfg procConfig) error
 	if err != nil {
 		return err
 	}
-	p.cp = cmd
 	p.closers = append(p.closers, stop)
-	p.cpURL = fmt.Sprintf("http://127.0.0.1:%d", port)
-	if err := waitHTTP(ctx, p.cpURL+"/healthz", exited); err != nil {
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	if err := waitHTTP(ctx, url+"/healthz", exited); err != nil {
 		b, _ := os.ReadFile(filepath.Join(dir, "controlplane.log"))
 		return fmt.Errorf("%w\n%s", err, b)
 	}
-	p.minter = minting.New(p.cpURL, func() (string, error) { return identity, nil }, nil)
+	p.cps[variant] = &controlPlane{url: url, cmd: cmd, minter: minting.New(url, func() (string, error) { return identity, nil }, nil)}
 	return nil
 }
 
 // seedControlPlane creates, in the control-plane's store before it
 // starts, the tenant-env, the two users with a conversation each, the
 // limited user's limit and an identity token, which it returns.
-func (p *procStack) seedControlPlane(ctx context.Context, cfg procConfig, dir string) (string, error) {
+func (p *procStack) seedControlPlane(ctx context.Context, database, dir string) (string, error) {
 	var st store.Store
 	var err error
-	if cfg.database == "sqlite" {
+	if database == "sqlite" {
 		st, err = sqlite.Open(ctx, filepath.Join(dir, "controlplane.db"), nil)
 	} else {
-		st, err = postgres.Open(ctx, cfg.database, nil)
+		st, err = postgres.Open(ctx, database, nil)
 	}
 	if err != nil {
 		return "", err
@@ -381,17 +404,26 @@ func (p *procStack) mode(m *mode, k string) error {
 		m.header = directHeader
 		cmd := p.floors[server]
 		m.proc = func() []int { return []int{cmd.Process.Pid} }
-	case "cp-nolimit", "cp-limit":
+	default: // cp-nolimit, cp-limit, and either with baseSuffix
+		name, base := strings.CutSuffix(k, baseSuffix)
+		variant := ""
+		if base {
+			variant = baseSuffix
+		}
+		cp := p.cps[variant]
+		if cp == nil {
+			return fmt.Errorf("mode %s: its control-plane is not running (-talkide-base names the second binary)", k)
+		}
 		user := freeUser
-		if k == "cp-limit" {
+		if name == "cp-limit" {
 			user = limitedUser
 		}
 		conv := p.convs[user]
-		m.url = p.cpURL + contract.GatewayPrefix + "/v1/messages"
+		m.url = cp.url + contract.GatewayPrefix + "/v1/messages"
 		m.header = func() http.Header {
 			// The worker's minting cache: a new token when the last is
 			// near its end, from the mint endpoint.
-			tok, err := p.minter.Token(context.Background(), conv)
+			tok, err := cp.minter.Token(context.Background(), conv)
 			if err != nil {
 				tok = "mint-failed-" + err.Error()
 			}
@@ -402,7 +434,7 @@ func (p *procStack) mode(m *mode, k string) error {
 				"Content-Type":              {"application/json"},
 			}
 		}
-		m.proc = func() []int { return []int{p.cp.Process.Pid} }
+		m.proc = func() []int { return []int{cp.cmd.Process.Pid} }
 	}
 	return nil
 }

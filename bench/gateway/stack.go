@@ -83,6 +83,7 @@ type stackConfig struct {
 	tmpDir     string
 	modes      []string
 	talkide    string // the talkide binary for the cp modes; "" builds it
+	base       string // the talkide binary for the cp modes with baseSuffix
 }
 
 // startStack starts everything for one database.
@@ -197,23 +198,36 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		return nil, fmt.Errorf("seed: %w", err)
 	}
 
-	pc := procConfig{database: "sqlite", simURL: s.simURL, tmpDir: cfg.tmpDir, talkide: cfg.talkide}
+	pc := procConfig{database: "sqlite", baseDatabase: "sqlite", simURL: s.simURL, tmpDir: cfg.tmpDir, talkide: cfg.talkide}
 	for _, m := range cfg.modes {
 		pc.nginx = pc.nginx || m == "nginx"
-		pc.cp = pc.cp || strings.HasPrefix(m, "cp-")
+		if strings.HasPrefix(m, "cp-") {
+			if strings.HasSuffix(m, baseSuffix) {
+				if cfg.base == "" {
+					return nil, fmt.Errorf("mode %s needs -talkide-base", m)
+				}
+				pc.base = cfg.base
+			} else {
+				pc.cp = true
+			}
+		}
 		if server, ok := floorModes[m]; ok {
 			pc.floors = append(pc.floors, server)
 		}
 	}
-	if pc.nginx || pc.cp || len(pc.floors) > 0 {
-		if s.kind == "postgres" && pc.cp {
-			// A schema of its own, as the control-plane's store.
+	if pc.nginx || pc.cp || pc.base != "" || len(pc.floors) > 0 {
+		// Each control-plane on PostgreSQL has a schema of its own, as
+		// it has a SQLite file of its own.
+		for db, wanted := range map[*string]bool{&pc.database: pc.cp, &pc.baseDatabase: pc.base != ""} {
+			if s.kind != "postgres" || !wanted {
+				continue
+			}
 			dsn, _, drop, err := newSchema(ctx, cfg.database)
 			if err != nil {
 				return nil, err
 			}
 			s.closers = append(s.closers, drop)
-			pc.database = dsn
+			*db = dsn
 		}
 		if s.procs, err = startProcs(ctx, pc); err != nil {
 			return nil, err

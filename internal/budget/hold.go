@@ -197,14 +197,17 @@ func (s *Service) enqueue(q *settleQueue, e Entry, urgent bool) {
 // call with one stream), and keeps the writer's goroutine, and its grown
 // stack, from being started again for every call. Flush ends it.
 //
-// 50 ms rather than 10: at a model's pace (64 streams, bench/gateway)
-// calls end about 100 a second, so 10 ms held one settlement a batch and
-// SQLite's page writes per transaction were a tenth of the control-plane's
-// CPU; 50 ms holds several, and cut the control-plane's CPU per call by a
-// seventh. What it costs: a process killed without Close loses the
-// settlements of the last 50 ms of calls instead of 10 ms, calls whose
-// money the slice had already let go (docs/budgets.md).
-const settleLinger = 50 * time.Millisecond
+// 200 ms: at a model's pace (64 streams, bench/gateway) calls end about
+// 100 a second, so 10 ms held one settlement a batch and SQLite's page
+// writes per transaction were a tenth of the control-plane's CPU; 50 ms
+// held several and cut the control-plane's CPU per call by a seventh, and
+// 200 ms (with the usage records' wait) by another 5-8 %, a tenth at one
+// stream, where two transactions every 50 ms still kept the runtime's
+// monitor thread polling. What it costs: a process killed without Close
+// loses the settlements of the last 200 ms of calls, calls whose money
+// the slice had already let go (undercharged, never overcharged;
+// docs/budgets.md).
+const settleLinger = 200 * time.Millisecond
 
 // drain writes q's settlements until none is left.
 func (s *Service) drain(q *settleQueue) {

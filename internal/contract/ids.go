@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // MaxIDLen bounds every id that crosses the seam: conversation ids become
@@ -50,6 +51,31 @@ var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadd
 func NewID(prefix string) string {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
+		panic("contract: crypto/rand failed: " + err.Error())
+	}
+	return prefix + idEncoding.EncodeToString(b[:])
+}
+
+// NewOrderedID is NewID whose first 48 bits are now in milliseconds since
+// the Unix epoch (big-endian; times before it as zero) and the other 80
+// random. The alphabet is in ASCII order, so ids made in a later
+// millisecond sort after those made earlier, as strings and as bytes.
+//
+// It is for rows written at a high rate into a table keyed by the id, as
+// the gateway's usage records and ledger entries are: a B-tree takes each
+// new key at its end, so a batch of inserts dirties the index's last page
+// or two, where random keys dirty a page per row and the database writes
+// each of those pages again (bench/gateway: the control-plane spent a
+// sixth of its CPU per call less with ordered ids). The id says when it
+// was made; nothing else about the call.
+func NewOrderedID(prefix string, now time.Time) string {
+	var b [16]byte
+	ms := uint64(max(now.UnixMilli(), 0))
+	for i := 5; i >= 0; i-- {
+		b[i] = byte(ms)
+		ms >>= 8
+	}
+	if _, err := rand.Read(b[6:]); err != nil {
 		panic("contract: crypto/rand failed: " + err.Error())
 	}
 	return prefix + idEncoding.EncodeToString(b[:])

@@ -2,10 +2,12 @@ package contract
 
 import (
 	"errors"
+	"math/rand/v2"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidateID(t *testing.T) {
@@ -151,6 +153,70 @@ func FuzzValidateID(f *testing.F) {
 		// A URL segment that needs no escaping.
 		if url.PathEscape(id) != id {
 			t.Fatalf("accepted %q, which needs escaping in a URL path", id)
+		}
+	})
+}
+
+func TestNewOrderedID(t *testing.T) {
+	epochMs := func(id string) int64 {
+		t.Helper()
+		suffix, ok := strings.CutPrefix(id, "gw_")
+		if !ok || len(suffix) != 26 {
+			t.Fatalf("NewOrderedID = %q: want gw_ and 26 characters", id)
+		}
+		if err := ValidateID("ordered id", id); err != nil {
+			t.Fatalf("NewOrderedID = %q fails validation: %v", id, err)
+		}
+		b, err := idEncoding.DecodeString(suffix)
+		if err != nil || len(b) != 16 {
+			t.Fatalf("NewOrderedID = %q does not decode to 16 bytes: %v", id, err)
+		}
+		var ms int64
+		for _, c := range b[:6] {
+			ms = ms<<8 | int64(c)
+		}
+		return ms
+	}
+
+	t.Run("carries the time", func(t *testing.T) {
+		for _, now := range []time.Time{
+			time.UnixMilli(0), time.UnixMilli(1), time.Date(2026, 12, 3, 14, 0, 0, 999_999_999, time.UTC),
+			time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC),
+		} {
+			if got := epochMs(NewOrderedID("gw_", now)); got != now.UnixMilli() {
+				t.Errorf("NewOrderedID(%v) carries %d ms, want %d", now, got, now.UnixMilli())
+			}
+		}
+		if got := epochMs(NewOrderedID("gw_", time.UnixMilli(-5))); got != 0 {
+			t.Errorf("a time before the epoch carries %d ms, want 0", got)
+		}
+	})
+
+	t.Run("sorts by time", func(t *testing.T) {
+		// Random times, each a millisecond or more after the last: the ids
+		// must come out in the same order, as strings.
+		rng := rand.New(rand.NewPCG(1, 2))
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		prev := ""
+		for i := range 5000 {
+			now = now.Add(time.Millisecond + time.Duration(rng.Int64N(int64(1000*time.Hour))))
+			id := NewOrderedID("gw_", now)
+			if id <= prev {
+				t.Fatalf("id %d made at %v = %q sorts before or with the one made earlier, %q", i, now, id, prev)
+			}
+			prev = id
+		}
+	})
+
+	t.Run("unique within a millisecond", func(t *testing.T) {
+		now := time.Now()
+		seen := map[string]bool{}
+		for range 5000 {
+			id := NewOrderedID("gw_", now)
+			if seen[id] {
+				t.Fatalf("repeated %q", id)
+			}
+			seen[id] = true
 		}
 	})
 }

@@ -287,7 +287,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		ctx:  r.Context(),
 		path: rest,
 		rec: store.UsageRecord{
-			ID:             contract.NewID("gw_"),
+			ID:             contract.NewOrderedID("gw_", start),
 			Tenant:         conv.Tenant,
 			Env:            conv.Env,
 			ConversationID: conv.ID,

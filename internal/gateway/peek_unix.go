@@ -9,9 +9,8 @@ import "syscall"
 // a read on every idle connection to notice that the upstream closed it.
 func peekOpen(raw syscall.RawConn) bool {
 	open := false
-	var b [1]byte
 	err := raw.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		n, err := peek(fd)
 		// Nothing to read (EAGAIN) is an open connection; EOF (0 bytes),
 		// bytes sent unasked or an error are not.
 		open = n <= 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK)

@@ -33,10 +33,12 @@ const (
 	// writes a batch that is not full, unless a Flush or Close waits: with
 	// calls one at a time, a transaction per call was most of what the
 	// recorder cost (bench/gateway), and a writer started again for each
-	// call grew its stack again each time. 50 ms, not 10, for streams at a
-	// model's pace, which end about 100 calls a second: 10 ms held one
-	// record a batch (the budget's settleLinger says more).
-	recordLinger = 50 * time.Millisecond
+	// call grew its stack again each time. 200 ms, not 10, for streams at
+	// a model's pace, which end about 100 calls a second: 10 ms held one
+	// record a batch (the budget's settleLinger, which waits as long, says
+	// more). A process killed without a graceful stop loses the records
+	// of its last 200 ms of calls.
+	recordLinger = 200 * time.Millisecond
 )
 
 // recordBackoff spaces the retries of a failing write: from 50 ms, so that
