@@ -33,7 +33,9 @@ import (
 //     own SQLite file, or a schema of its own on PostgreSQL), the budget
 //     service, Prometheus metrics, the JSON log line per call on stderr
 //     (to a file); WorkerTokens minted at its mint endpoint with an
-//     identity token, cached as the worker's minting cache does.
+//     identity token, cached as the worker's minting cache does;
+//   - cp-nolimit-base, cp-limit-base: the same through the control-plane
+//     of a second binary (-talkide-base), in the same rounds.
 
 // procModes are the modes that need the processes.
 var procModes = map[string]bool{
@@ -495,10 +497,18 @@ func taskDelta(before, after map[int]int64) time.Duration {
 	return time.Duration(ns)
 }
 
+// writersWait is longer than the control-plane's background writers wait
+// for company before they write a batch that is not full (200 ms for
+// settlements and usage records): the process is idle meanwhile, and its
+// CPU would look settled before the phase's last batch is written.
+const writersWait = 250 * time.Millisecond
+
 // quiesce waits until the processes' CPU stops moving (their background
 // writes after a phase: settlements, usage records, log lines), at most a
-// second, so that a phase is charged its own work.
+// second after writersWait, so that a phase is charged its own work and
+// none of the phase before.
 func quiesce(pids func() []int) map[int]int64 {
+	time.Sleep(writersWait)
 	last := taskCPU(pids())
 	for range 50 {
 		time.Sleep(20 * time.Millisecond)

@@ -9,7 +9,9 @@
 #
 # With BASE=<git revision>, the control-plane built from that revision
 # runs beside the tree's, and cp-limit-base goes through it in the same
-# rounds: a change measured against the tree before it, in one run.
+# rounds: a change measured against the tree before it, in one run. Its
+# store is made and seeded by this tree, so BASE must have the same
+# store schema (its control-plane refuses a newer one and says so).
 #
 #   ./bench/gateway/vs-nginx.sh            # 3 repeats, SQLite
 #   DATABASE=postgres://… ./bench/gateway/vs-nginx.sh 1
@@ -23,7 +25,7 @@ mkdir -p "$out"
 go build -o "$out/talkide" ./cmd/talkide
 go build -o "$out/bench-gateway" ./bench/gateway
 modes=direct,nginx,cp-nolimit,cp-limit
-base=""
+nmodes=4
 if [ -n "${BASE:-}" ]; then
 	rm -rf "$out/base-src"
 	mkdir -p "$out/base-src"
@@ -31,19 +33,19 @@ if [ -n "${BASE:-}" ]; then
 	(cd "$out/base-src" && go build -o ../talkide-base ./cmd/talkide)
 	rm -rf "$out/base-src"
 	modes=$modes,cp-limit-base
-	base="-talkide-base $out/talkide-base"
+	nmodes=5
 fi
 i=1
 while [ "$i" -le "$repeats" ]; do
 	"$out/bench-gateway" -database "$db" -modes "$modes" -c 1 -n 4000 -rounds 8 \
-		-talkide "$out/talkide" $base -json "$out/serial-$i.json" >"$out/serial-$i.txt"
+		-talkide "$out/talkide" ${BASE:+-talkide-base "$out/talkide-base"} -json "$out/serial-$i.json" >"$out/serial-$i.txt"
 	"$out/bench-gateway" -database "$db" -modes "$modes" -c 64 -delta-delay 5ms -n 3200 -rounds 4 \
-		-talkide "$out/talkide" $base -json "$out/paced-$i.json" >"$out/paced-$i.txt"
+		-talkide "$out/talkide" ${BASE:+-talkide-base "$out/talkide-base"} -json "$out/paced-$i.json" >"$out/paced-$i.txt"
 	i=$((i + 1))
 done
 for f in "$out"/serial-*.txt "$out"/paced-*.txt; do
 	echo "== $f"
 	sed -n '/^-- against nginx/,/^$/p' "$f"
-	grep -E '^ +(direct|nginx|cp-nolimit|cp-limit|cp-limit-base) ' "$f" | sed -n '1,5p' | awk '{print "   " $1 ": other load " $(NF-1)}'
+	grep -E '^ +(direct|nginx|cp-nolimit|cp-limit|cp-limit-base) ' "$f" | sed -n "1,${nmodes}p" | awk '{print "   " $1 ": other load " $(NF-1)}'
 done
 rm -f "$out/talkide" "$out/talkide-base" "$out/bench-gateway"

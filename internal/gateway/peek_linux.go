@@ -1,3 +1,5 @@
+//go:build linux && !386 && !s390x
+
 package gateway
 
 import (
@@ -9,7 +11,8 @@ import (
 // a raw system call, as internal/rawio's reads are and for their reason:
 // one that cannot block need not tell the scheduler it might, which woke
 // the runtime's monitor thread on every call that took a pooled upstream
-// connection.
+// connection. (Not on 386 and s390x, where the syscall package reaches
+// recvfrom through socketcall.)
 func peek(fd uintptr) (int, error) {
 	var b [1]byte
 	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
