@@ -201,12 +201,12 @@ func (s *Service) enqueue(q *settleQueue, e Entry, urgent bool) {
 // 100 a second, so 10 ms held one settlement a batch and SQLite's page
 // writes per transaction were a tenth of the control-plane's CPU; 50 ms
 // held several and cut the control-plane's CPU per call by a seventh, and
-// 200 ms (with the usage records' wait) by another 5-8 %, a tenth at one
-// stream, where two transactions every 50 ms still kept the runtime's
-// monitor thread polling. What it costs: a process killed without Close
-// loses the settlements of the last 200 ms of calls, calls whose money
-// the slice had already let go (undercharged, never overcharged;
-// docs/budgets.md).
+// 200 ms (with the usage records' wait) by another 7 % at 64 streams
+// (one run; with one stream the CPU moved within the noise, the time to
+// the first byte by 0.025 ms at the median). What it costs: a process
+// killed without Close loses the settlements of the last 200 ms of
+// calls, calls whose money the slice had already let go (undercharged,
+// never overcharged; docs/budgets.md).
 const settleLinger = 200 * time.Millisecond
 
 // drain writes q's settlements until none is left.
