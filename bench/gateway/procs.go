@@ -70,18 +70,18 @@ type controlPlane struct {
 
 // procConfig is what startProcs needs.
 type procConfig struct {
+	simURL string
+	tmpDir string
+	nginx  bool       // start nginx
+	cps    []cpConfig // the control-planes to start
+	floors []string   // the floor proxies to start, by server
+}
+
+// cpConfig is a control-plane to start.
+type cpConfig struct {
+	variant  string // "", or baseSuffix for the second binary's
+	bin      string // the talkide binary; "" builds it from this tree
 	database string // "sqlite", or a postgres:// DSN with a schema of its own
-	simURL   string
-	tmpDir   string
-	talkide  string   // the binary; "" builds it
-	nginx    bool     // start nginx
-	cp       bool     // start the control-plane
-	floors   []string // the floor proxies to start, by server
-	// base is a second talkide binary whose control-plane serves the
-	// modes with baseSuffix, on baseDatabase (as database: "sqlite", or a
-	// schema of its own); "" when none runs.
-	base         string
-	baseDatabase string
 }
 
 func startProcs(ctx context.Context, cfg procConfig) (_ *procStack, err error) {
@@ -101,20 +101,14 @@ func startProcs(ctx context.Context, cfg procConfig) (_ *procStack, err error) {
 			return nil, fmt.Errorf("floor proxy (%s): %w", server, err)
 		}
 	}
-	if cfg.cp {
-		bin := cfg.talkide
-		if bin == "" {
-			if bin, err = buildTalkide(ctx, cfg.tmpDir); err != nil {
+	for _, cp := range cfg.cps {
+		if cp.bin == "" {
+			if cp.bin, err = buildTalkide(ctx, cfg.tmpDir); err != nil {
 				return nil, fmt.Errorf("talkide controlplane: %w", err)
 			}
 		}
-		if err := p.startControlPlane(ctx, cfg, "", bin, cfg.database); err != nil {
-			return nil, fmt.Errorf("talkide controlplane: %w", err)
-		}
-	}
-	if cfg.base != "" {
-		if err := p.startControlPlane(ctx, cfg, baseSuffix, cfg.base, cfg.baseDatabase); err != nil {
-			return nil, fmt.Errorf("talkide controlplane (%s): %w", cfg.base, err)
+		if err := p.startControlPlane(ctx, cfg, cp); err != nil {
+			return nil, fmt.Errorf("talkide controlplane (%s): %w", cp.bin, err)
 		}
 	}
 	return p, nil
@@ -307,13 +301,13 @@ func buildTalkide(ctx context.Context, dir string) (string, error) {
 	return out, nil
 }
 
-// startControlPlane starts bin's control-plane as variant, on database.
-func (p *procStack) startControlPlane(ctx context.Context, cfg procConfig, variant, bin, database string) error {
-	dir := filepath.Join(cfg.tmpDir, "controlplane"+variant)
+// startControlPlane starts the control-plane cp.
+func (p *procStack) startControlPlane(ctx context.Context, cfg procConfig, cp cpConfig) error {
+	dir := filepath.Join(cfg.tmpDir, "controlplane"+cp.variant)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	identity, err := p.seedControlPlane(ctx, database, dir)
+	identity, err := p.seedControlPlane(ctx, cp.database, dir)
 	if err != nil {
 		return fmt.Errorf("seed: %w", err)
 	}
@@ -323,10 +317,10 @@ func (p *procStack) startControlPlane(ctx context.Context, cfg procConfig, varia
 	}
 	args := []string{"controlplane", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", dir,
 		"--anthropic-url", cfg.simURL, "--log-format", "json"}
-	if database != "sqlite" {
-		args = append(args, "--database", database)
+	if cp.database != "sqlite" {
+		args = append(args, "--database", cp.database)
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(cp.bin, args...)
 	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY="+apiKey)
 	// Its log, the line per call included, goes where an operator's
 	// would: a file.
@@ -340,7 +334,7 @@ func (p *procStack) startControlPlane(ctx context.Context, cfg procConfig, varia
 		b, _ := os.ReadFile(filepath.Join(dir, "controlplane.log"))
 		return fmt.Errorf("%w\n%s", err, b)
 	}
-	p.cps[variant] = &controlPlane{url: url, cmd: cmd, minter: minting.New(url, func() (string, error) { return identity, nil }, nil)}
+	p.cps[cp.variant] = &controlPlane{url: url, cmd: cmd, minter: minting.New(url, func() (string, error) { return identity, nil }, nil)}
 	return nil
 }
 
@@ -407,12 +401,8 @@ func (p *procStack) mode(m *mode, k string) error {
 		cmd := p.floors[server]
 		m.proc = func() []int { return []int{cmd.Process.Pid} }
 	default: // cp-nolimit, cp-limit, and either with baseSuffix
-		name, base := strings.CutSuffix(k, baseSuffix)
-		variant := ""
-		if base {
-			variant = baseSuffix
-		}
-		cp := p.cps[variant]
+		name, _ := strings.CutSuffix(k, baseSuffix)
+		cp := p.cps[k[len(name):]] // by the suffix: "" or baseSuffix
 		if cp == nil {
 			return fmt.Errorf("mode %s: its control-plane is not running (-talkide-base names the second binary)", k)
 		}

@@ -198,37 +198,37 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		return nil, fmt.Errorf("seed: %w", err)
 	}
 
-	pc := procConfig{database: "sqlite", baseDatabase: "sqlite", simURL: s.simURL, tmpDir: cfg.tmpDir, talkide: cfg.talkide}
+	pc := procConfig{simURL: s.simURL, tmpDir: cfg.tmpDir}
+	cps := map[string]string{} // the control-planes' binaries by variant
 	for _, m := range cfg.modes {
 		pc.nginx = pc.nginx || m == "nginx"
-		if strings.HasPrefix(m, "cp-") {
-			if strings.HasSuffix(m, baseSuffix) {
-				if cfg.base == "" {
-					return nil, fmt.Errorf("mode %s needs -talkide-base", m)
-				}
-				pc.base = cfg.base
-			} else {
-				pc.cp = true
+		switch {
+		case strings.HasPrefix(m, "cp-") && strings.HasSuffix(m, baseSuffix):
+			if cfg.base == "" {
+				return nil, fmt.Errorf("mode %s needs -talkide-base", m)
 			}
+			cps[baseSuffix] = cfg.base
+		case strings.HasPrefix(m, "cp-"):
+			cps[""] = cfg.talkide
 		}
 		if server, ok := floorModes[m]; ok {
 			pc.floors = append(pc.floors, server)
 		}
 	}
-	if pc.nginx || pc.cp || pc.base != "" || len(pc.floors) > 0 {
-		// Each control-plane on PostgreSQL has a schema of its own, as
-		// it has a SQLite file of its own.
-		for db, wanted := range map[*string]bool{&pc.database: pc.cp, &pc.baseDatabase: pc.base != ""} {
-			if s.kind != "postgres" || !wanted {
-				continue
-			}
+	for variant, bin := range cps {
+		cp := cpConfig{variant: variant, bin: bin, database: "sqlite"}
+		if s.kind == "postgres" {
+			// A schema of its own, as it has a SQLite file of its own.
 			dsn, _, drop, err := newSchema(ctx, cfg.database)
 			if err != nil {
 				return nil, err
 			}
 			s.closers = append(s.closers, drop)
-			*db = dsn
+			cp.database = dsn
 		}
+		pc.cps = append(pc.cps, cp)
+	}
+	if pc.nginx || len(pc.cps) > 0 || len(pc.floors) > 0 {
 		if s.procs, err = startProcs(ctx, pc); err != nil {
 			return nil, err
 		}

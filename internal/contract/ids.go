@@ -50,7 +50,12 @@ var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadd
 // MaxIDLen-26 characters.
 func NewID(prefix string) string {
 	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	return randomID(prefix, b, 0)
+}
+
+// randomID returns prefix + b encoded, b[from:] made random first.
+func randomID(prefix string, b [16]byte, from int) string {
+	if _, err := rand.Read(b[from:]); err != nil {
 		panic("contract: crypto/rand failed: " + err.Error())
 	}
 	return prefix + idEncoding.EncodeToString(b[:])
@@ -75,8 +80,5 @@ func NewOrderedID(prefix string, now time.Time) string {
 		b[i] = byte(ms)
 		ms >>= 8
 	}
-	if _, err := rand.Read(b[6:]); err != nil {
-		panic("contract: crypto/rand failed: " + err.Error())
-	}
-	return prefix + idEncoding.EncodeToString(b[:])
+	return randomID(prefix, b, 6)
 }

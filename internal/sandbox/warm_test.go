@@ -39,6 +39,17 @@ func warmSandboxWith(t *testing.T, mode sandbox.Mode, helper string) *sandbox.Sa
 	return s
 }
 
+// waiting returns s's helper waiting for a command, and fails the test
+// when none comes.
+func waiting(t *testing.T, s *sandbox.Sandbox) *os.Process {
+	t.Helper()
+	p := sandbox.WaitingHelper(s, 30*time.Second)
+	if p == nil {
+		t.Fatal("no helper started ahead")
+	}
+	return p
+}
+
 func bashPolicy(e env, script string) sandbox.Policy {
 	return sandbox.Policy{
 		Path: "/bin/bash", Args: []string{"-c", script},
@@ -65,9 +76,7 @@ func TestHandedToAWaitingHelper(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := warmSandboxWith(t, mode, c.helper)
 			e := newEnv(t)
-			if sandbox.WaitingHelper(s, 30*time.Second) == nil {
-				t.Fatal("no helper started ahead")
-			}
+			waiting(t, s)
 			in := filepath.Join(t.TempDir(), "stdin")
 			os.WriteFile(in, []byte("from stdin\n"), 0o644)
 			stdin, err := os.Open(in)
@@ -93,20 +102,19 @@ func TestHandedToAWaitingHelper(t *testing.T) {
 			if !errors.As(err, &ee) || o.ExitCode != 7 || o.Ending != sandbox.EndExited {
 				t.Fatalf("outcome %+v, %v; output:\n%s", o, err, out)
 			}
-			got := out
-			if !strings.HasPrefix(got, "got: from stdin\n") {
-				t.Errorf("stdin did not reach the command: %q", got)
+			if !strings.HasPrefix(out, "got: from stdin\n") {
+				t.Errorf("stdin did not reach the command: %q", out)
 			}
-			if strings.Contains(got, "LEAKED") {
-				t.Errorf("the command read the worker's token: %q", got)
+			if strings.Contains(out, "LEAKED") {
+				t.Errorf("the command read the worker's token: %q", out)
 			}
 			for _, want := range []string{"MARKER=handed", "HOME=" + e.workspace, "TMPDIR="} {
-				if !strings.Contains(got, want) {
-					t.Errorf("environment lacks %s: %q", want, got)
+				if !strings.Contains(out, want) {
+					t.Errorf("environment lacks %s: %q", want, out)
 				}
 			}
-			if strings.Contains(got, "HOME=/w\n") || strings.Contains(got, "/opt/x") {
-				t.Errorf("the helper's rehearsal leaked into the command: %q", got)
+			if strings.Contains(out, "HOME=/w\n") || strings.Contains(out, "/opt/x") {
+				t.Errorf("the helper's rehearsal leaked into the command: %q", out)
 			}
 			if b, _ := os.ReadFile(errFile.Name()); string(b) != "oops\n" {
 				t.Errorf("stderr holds %q", b)
@@ -120,9 +128,7 @@ func TestHandedToAWaitingHelper(t *testing.T) {
 func TestNotHandedWithoutFiles(t *testing.T) {
 	s := warmSandbox(t, sandbox.ModeLandlock)
 	e := newEnv(t)
-	if sandbox.WaitingHelper(s, 30*time.Second) == nil {
-		t.Fatal("no helper started ahead")
-	}
+	waiting(t, s)
 	c, err := s.Command(bashPolicy(e, `echo to a buffer`))
 	if err != nil {
 		t.Fatal(err)
@@ -161,19 +167,14 @@ func TestNotHandedWithoutFiles(t *testing.T) {
 func TestWaitingHelperKilled(t *testing.T) {
 	s := warmSandbox(t, sandbox.ModeLandlock)
 	e := newEnv(t)
-	p := sandbox.WaitingHelper(s, 30*time.Second)
-	if p == nil {
-		t.Fatal("no helper started ahead")
-	}
+	p := waiting(t, s)
 	p.Kill()
 	time.Sleep(50 * time.Millisecond) // gone, though not yet waited for
 	out, _, err := run(t, s, e, `echo still runs`)
 	if err != nil || out != "still runs\n" {
 		t.Fatalf("run: %v, output %q", err, out)
 	}
-	if sandbox.WaitingHelper(s, 30*time.Second) == nil {
-		t.Fatal("no new helper started ahead")
-	}
+	waiting(t, s) // a new one
 	c, err := s.Command(bashPolicy(e, `true`))
 	if err != nil {
 		t.Fatal(err)
@@ -190,10 +191,7 @@ func TestCloseEndsTheWaitingHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := sandbox.WaitingHelper(s, 30*time.Second)
-	if p == nil {
-		t.Fatal("no helper started ahead")
-	}
+	p := waiting(t, s)
 	pid := p.Pid
 	s.Close()
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
@@ -210,9 +208,7 @@ func TestCloseEndsTheWaitingHelper(t *testing.T) {
 func TestExitedAfterWait(t *testing.T) {
 	s := warmSandbox(t, sandbox.ModeAuto)
 	e := newEnv(t)
-	if sandbox.WaitingHelper(s, 30*time.Second) == nil {
-		t.Fatal("no helper started ahead")
-	}
+	waiting(t, s)
 	c, err := s.Command(bashPolicy(e, `echo "$TMPDIR"; exit 4`))
 	if err != nil {
 		t.Fatal(err)
@@ -259,10 +255,7 @@ func TestWaitingHelperFiles(t *testing.T) {
 	for name, helper := range map[string]string{"small": smallHelper(t), "test-binary": ""} {
 		t.Run(name, func(t *testing.T) {
 			s := warmSandboxWith(t, sandbox.ModeLandlock, helper)
-			p := sandbox.WaitingHelper(s, 30*time.Second)
-			if p == nil {
-				t.Fatal("no helper started ahead")
-			}
+			p := waiting(t, s)
 			// Long enough for its runtime to start and its rehearsal to
 			// end: what is checked is where the runtime's files went.
 			time.Sleep(500 * time.Millisecond)
@@ -295,14 +288,12 @@ func TestWaitingHelperOutOfReach(t *testing.T) {
 		t.Fatal(err)
 	}
 	target := warmSandbox(t, sandbox.ModeLandlock)
-	p := sandbox.WaitingHelper(target, 30*time.Second)
-	if p == nil {
-		t.Fatal("no helper started ahead")
-	}
+	p := waiting(t, target)
 	bare, err := sandbox.New(&sandbox.Options{Mode: sandbox.ModeNone})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer bare.Close()
 	for _, c := range []struct {
 		name string
 		s    *sandbox.Sandbox
@@ -332,9 +323,7 @@ func TestWaitingHelperOutOfReach(t *testing.T) {
 func TestRefillBesideALongCommand(t *testing.T) {
 	s := warmSandbox(t, sandbox.ModeLandlock)
 	e := newEnv(t)
-	if sandbox.WaitingHelper(s, 30*time.Second) == nil {
-		t.Fatal("no helper started ahead")
-	}
+	waiting(t, s)
 	c, err := s.Command(bashPolicy(e, `sleep 20`))
 	if err != nil {
 		t.Fatal(err)
