@@ -105,6 +105,9 @@ func New(gatewayURL *url.URL, m *minting.Minter, opts *Options) *Proxy {
 		},
 		Transport:     &minting.Transport{Minter: m},
 		FlushInterval: -1,
+		// ReverseProxy's own lines (a body copy cut short) go to the
+		// injected logger, never the process's standard one.
+		ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.logger.Warn("local gateway proxy: upstream call failed",
 				"conversation", r.Header.Get(minting.ConversationHeader), "err", err)
@@ -161,6 +164,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	r2.Header.Set(minting.ConversationHeader, id)
+	// By default the server reads what is left of a request's body, and
+	// closes it, when the response's head goes out. Here the body is still
+	// the Transport's to send: a gateway that answers before it has read
+	// the last byte (a refusal, or a fast answer racing the Transport's
+	// final read) would have that read fail, and the Transport then closes
+	// the upstream connection under the response it is relaying.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.rp.ServeHTTP(w, r2)
 }
 

@@ -240,6 +240,67 @@ func TestStreamsUnbuffered(t *testing.T) {
 	}
 }
 
+// A gateway may answer before the whole request body has arrived (a
+// refusal does). The proxy relays that answer at once and still passes on
+// the rest of the body. A server that reads what is left of the body when
+// its answer starts would hold the answer until the client finished
+// sending. With a body of known length it would instead close the body
+// under the Transport's last read, and the Transport would then close the
+// upstream connection in the middle of the answer.
+func TestRelaysAnAnswerBeforeTheBodyEnds(t *testing.T) {
+	gotBody := make(chan string, 1)
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		sse.Write(w, "", "message_start", []byte(`{"n":1}`))
+		w.(http.Flusher).Flush()
+		b, _ := io.ReadAll(r.Body)
+		gotBody <- string(b)
+		sse.Write(w, "", "message_stop", []byte(`{"n":2}`))
+	}))
+	t.Cleanup(gw.Close)
+	s := startProxy(t, gw.URL, newMintServer(t))
+
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-early")+"/v1/messages", pr)
+	req.Header.Set("X-Api-Key", s.Capability("conv-early"))
+	go pw.Write([]byte(`{"stream":`))
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		done <- result{resp, err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Second):
+		pw.CloseWithError(io.ErrUnexpectedEOF)
+		t.Fatal("the answer waited for the end of the request body")
+	}
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	defer res.resp.Body.Close()
+	r := sse.NewReader(res.resp.Body, 1<<16)
+	if ev, err := r.Next(); err != nil || ev.Event != "message_start" {
+		t.Fatalf("first event %+v, %v", ev, err)
+	}
+	pw.Write([]byte(`true}`))
+	pw.Close()
+	if ev, err := r.Next(); err != nil || ev.Event != "message_stop" {
+		t.Fatalf("second event %+v, %v", ev, err)
+	}
+	if got := <-gotBody; got != `{"stream":true}` {
+		t.Errorf("the gateway got the body %q", got)
+	}
+}
+
 // anthropicError is the Anthropic error shape the proxy answers in.
 type anthropicError struct {
 	Type  string `json:"type"`
