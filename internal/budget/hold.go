@@ -51,10 +51,7 @@ func (h *Hold) Check(ctx context.Context, u Usage) error {
 	if !h.Hard() {
 		return nil
 	}
-	p := h.priceOf(u.Model)
-	ahead := u
-	ahead.OutputTokens += h.s.o.HardStopMargin
-	need := p.Cost(ahead)
+	need := h.need(u)
 	cur := h.Reserved()
 	if need <= cur {
 		return nil
@@ -73,6 +70,23 @@ func (h *Hold) Check(ctx context.Context, u Usage) error {
 		h.s.log.WarnContext(ctx, "budget: extend reservation", "id", h.call.ID, "user", h.call.User, "err", err.Error())
 	}
 	return nil
+}
+
+// Covers reports whether Check of u would return nil without calling the
+// store: no hard limit applies, or the reservation already covers u and
+// the margin. A stream is checked at every event and nearly always is
+// covered; the caller can then skip what it prepares for a store call (a
+// deadline, say).
+func (h *Hold) Covers(u Usage) bool {
+	return !h.Hard() || h.need(u) <= h.Reserved()
+}
+
+// need is what the reservation must hold for the running usage u: its
+// cost with HardStopMargin more output tokens.
+func (h *Hold) need(u Usage) Money {
+	ahead := u
+	ahead.OutputTokens += h.s.o.HardStopMargin
+	return h.priceOf(u.Model).Cost(ahead)
 }
 
 func (h *Hold) priceOf(model string) Price {

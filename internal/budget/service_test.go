@@ -271,22 +271,42 @@ func TestHardCheck(t *testing.T) {
 		t.Fatal("the hold does not know of the hard limit")
 	}
 	ctx := t.Context()
+	extended := 0
 	for out := int64(0); out <= 190; out += 10 {
-		if err := h.Check(ctx, budget.Usage{Model: "m", InputTokens: 100, OutputTokens: out}); err != nil {
+		u := budget.Usage{Model: "m", InputTokens: 100, OutputTokens: out}
+		covered, before := h.Covers(u), h.Reserved()
+		if err := h.Check(ctx, u); err != nil {
 			t.Fatalf("at %d output tokens: %v", out, err)
 		}
 		if h.Reserved() > limit {
 			t.Fatalf("reserved %v, over the limit", h.Reserved())
 		}
+		// Covers says exactly when Check leaves the reservation alone.
+		if grew := h.Reserved() != before; grew == covered {
+			t.Fatalf("at %d output tokens: Covers %v, but the reservation went from %v to %v", out, covered, before, h.Reserved())
+		}
+		if !covered {
+			extended++
+		}
+		if !h.Covers(u) {
+			t.Fatalf("at %d output tokens: not covered after Check", out)
+		}
 	}
-	err := h.Check(ctx, budget.Usage{Model: "m", InputTokens: 100, OutputTokens: 191})
+	if extended == 0 {
+		t.Fatal("the reservation never had to grow: the test checks nothing")
+	}
+	past := budget.Usage{Model: "m", InputTokens: 100, OutputTokens: 191}
+	if h.Covers(past) {
+		t.Fatal("the reservation covers a usage past the limit")
+	}
+	err := h.Check(ctx, past)
 	if d, ok := errors.AsType[*budget.Denial](err); !ok || !d.MidStream {
 		t.Fatalf("past the limit: %v, want a mid-stream denial", err)
 	}
 	// A soft limit does not stop streams.
 	e.limit(t, budget.Limit{Subject: budget.User("u2"), Kind: budget.SpendPerDay, Max: int64(limit)})
 	h = e.reserve(t, call("u2"))
-	if h.Hard() || h.Check(ctx, budget.Usage{Model: "m", OutputTokens: 1e6}) != nil {
+	if h.Hard() || !h.Covers(budget.Usage{Model: "m", OutputTokens: 1e6}) || h.Check(ctx, budget.Usage{Model: "m", OutputTokens: 1e6}) != nil {
 		t.Error("a soft limit checks streams")
 	}
 }
