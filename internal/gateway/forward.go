@@ -185,17 +185,10 @@ func (g *Gateway) forward(w http.ResponseWriter, out *http.Request, c *call) {
 
 // copyBody writes each read of body to w and flushes it. It returns the
 // first error of either side but the body's end.
-//
-// The read that ends the body is not flushed unless it is the first: the
-// server sends it when the handler returns, together with the body's end
-// (a chunked body's last chunk), in one write instead of two, and the
-// client is woken once. Nothing is held back by it: the upstream has
-// nothing more to send. The first read is always flushed, when the
-// time to the first byte is taken.
 func (g *Gateway) copyBody(w http.ResponseWriter, rc *http.ResponseController, body io.Reader) error {
 	buf := g.buffers.Get()
 	defer g.buffers.Put(buf)
-	for flushed := false; ; {
+	for {
 		n, rerr := body.Read(buf)
 		if rerr != nil && rerr != io.EOF && !errors.Is(rerr, context.Canceled) {
 			g.log.Warn("gateway: the upstream's body failed mid-copy", "err", rerr)
@@ -204,11 +197,8 @@ func (g *Gateway) copyBody(w http.ResponseWriter, rc *http.ResponseController, b
 			if _, err := w.Write(buf[:n]); err != nil {
 				return err
 			}
-			if rerr != io.EOF || !flushed {
-				if err := rc.Flush(); err != nil {
-					return err
-				}
-				flushed = true
+			if err := rc.Flush(); err != nil {
+				return err
 			}
 		}
 		if rerr == io.EOF {

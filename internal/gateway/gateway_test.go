@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,33 +125,6 @@ type harness struct {
 	// gone receives when a request's context ends before its ServeHTTP has
 	// returned: its client went away.
 	gone chan struct{}
-	// clientWrites counts the writes made on the clients' connections.
-	clientWrites atomic.Int64
-}
-
-// countingListener counts the writes made on the connections it accepts.
-type countingListener struct {
-	net.Listener
-	writes *atomic.Int64
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return countedConn{writeCounter{Conn: c, writes: l.writes}}, nil
-}
-
-// countedConn is a counted TCP connection that still shuts its sending
-// side as the server does before it closes (CloseWrite).
-type countedConn struct{ writeCounter }
-
-func (c countedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
 }
 
 func newHarness(t testing.TB, upstream http.Handler, opts *Options) *harness {
@@ -228,7 +199,7 @@ func newHarnessSetup(t testing.TB, upstream string, opts *Options, setup func(*G
 	srv := httptest.NewUnstartedServer(handler)
 	hot := &h1serve.Server{Handler: handler, HotPrefix: Prefix + "/", WatchAfter: 10 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)}
-	srv.Listener = hot.Start(countingListener{Listener: srv.Listener, writes: &h.clientWrites})
+	srv.Listener = hot.Start(srv.Listener)
 	t.Cleanup(func() { hot.Close() })
 	srv.Start()
 	t.Cleanup(srv.Close)

@@ -105,9 +105,11 @@ func New(gatewayURL *url.URL, m *minting.Minter, opts *Options) *Proxy {
 		},
 		Transport:     &minting.Transport{Minter: m},
 		FlushInterval: -1,
-		// ReverseProxy's own lines (a body copy cut short) go to the
-		// injected logger, never the process's standard one.
-		ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
+		// ReverseProxy's own line (the gateway's answer broke off while
+		// it was relayed; a client that left is not logged) goes to the
+		// injected logger, never the process's standard one, as a warning
+		// like the gateway's own line for a body that broke off.
+		ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.logger.Warn("local gateway proxy: upstream call failed",
 				"conversation", r.Header.Get(minting.ConversationHeader), "err", err)

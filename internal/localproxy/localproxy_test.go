@@ -266,7 +266,15 @@ func TestRelaysAnAnswerBeforeTheBodyEnds(t *testing.T) {
 	defer pw.Close()
 	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-early")+"/v1/messages", pr)
 	req.Header.Set("X-Api-Key", s.Capability("conv-early"))
-	go pw.Write([]byte(`{"stream":`))
+	// The body's two halves, in order, from one goroutine: the second
+	// once the client has the answer's first event.
+	firstEvent := make(chan struct{})
+	go func() {
+		pw.Write([]byte(`{"stream":`))
+		<-firstEvent
+		pw.Write([]byte(`true}`))
+		pw.Close()
+	}()
 	type result struct {
 		resp *http.Response
 		err  error
@@ -280,6 +288,7 @@ func TestRelaysAnAnswerBeforeTheBodyEnds(t *testing.T) {
 	select {
 	case res = <-done:
 	case <-time.After(10 * time.Second):
+		close(firstEvent)
 		pw.CloseWithError(io.ErrUnexpectedEOF)
 		t.Fatal("the answer waited for the end of the request body")
 	}
@@ -291,13 +300,17 @@ func TestRelaysAnAnswerBeforeTheBodyEnds(t *testing.T) {
 	if ev, err := r.Next(); err != nil || ev.Event != "message_start" {
 		t.Fatalf("first event %+v, %v", ev, err)
 	}
-	pw.Write([]byte(`true}`))
-	pw.Close()
+	close(firstEvent)
 	if ev, err := r.Next(); err != nil || ev.Event != "message_stop" {
 		t.Fatalf("second event %+v, %v", ev, err)
 	}
-	if got := <-gotBody; got != `{"stream":true}` {
-		t.Errorf("the gateway got the body %q", got)
+	select {
+	case got := <-gotBody:
+		if got != `{"stream":true}` {
+			t.Errorf("the gateway got the body %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gateway never got the whole body")
 	}
 }
 
