@@ -190,6 +190,10 @@ type phaseResult struct {
 	after    counters
 	// Where the time went (trace.go), per request.
 	up, stream, down []time.Duration
+	// Of the time to the first byte: the simulator's own part (its
+	// handler's start to its first flush of body bytes) and the first
+	// event's way down (that flush to the client's first body byte).
+	think, firstDown []time.Duration
 	calls            map[string][]time.Duration // store calls, by method
 	newConns         int64                      // connections the simulator accepted
 	proxyCPU         time.Duration              // the proxy process's CPU, when it runs apart
@@ -290,6 +294,10 @@ func (l *load) phase(ctx context.Context, m *mode, c, n int) *phaseResult {
 			res.up = append(res.up, time.Duration(s-t.start))
 			res.stream = append(res.stream, time.Duration(e-s))
 			res.down = append(res.down, time.Duration(t.end-e))
+			if f := lg.first[i].Load(); f > 0 {
+				res.think = append(res.think, time.Duration(f-s))
+				res.firstDown = append(res.firstDown, time.Duration(t.start+int64(t.ttfb)-f))
+			}
 		}
 	}
 	res.timings = kept

@@ -54,6 +54,11 @@ func TestRun(t *testing.T) {
 					if m.Total.P50 <= 0 || m.TTFB.P50 <= 0 || m.TTFB.P50 > m.Total.P50 || m.RPS <= 0 || m.Up.P50 <= 0 {
 						t.Errorf("c=%d %s: figures %+v", r.Concurrency, m.Mode, m)
 					}
+					// The first flush falls within the handler, and the
+					// client's first byte after it.
+					if m.Think.P50 <= 0 || m.Think.Max > m.Stream.Max || m.FirstDown.P50 <= 0 || m.FirstDown.Max > m.TTFB.Max {
+						t.Errorf("c=%d %s: think %+v, first down %+v (stream %+v, TTFB %+v)", r.Concurrency, m.Mode, m.Think, m.FirstDown, m.Stream, m.TTFB)
+					}
 				}
 				for _, m := range r.Modes[1:] {
 					if !strings.Contains(callNames(m), "RecordUsages") {

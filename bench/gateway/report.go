@@ -119,12 +119,17 @@ type modeStats struct {
 	StealPct float64 `json:"steal_cpu_pct"`
 	// Where the time goes (trace.go): client to the simulator's handler,
 	// the handler, the handler's return to the client's EOF.
-	Up       pcts        `json:"up_us"`
-	Stream   pcts        `json:"stream_us"`
-	Down     pcts        `json:"down_us"`
-	Edges    pcts        `json:"up_plus_down_us"` // per request: everything but the simulator's own time
-	NewConns float64     `json:"new_upstream_conns_per_request"`
-	Store    []callStats `json:"store_calls,omitempty"`
+	Up     pcts `json:"up_us"`
+	Stream pcts `json:"stream_us"`
+	Down   pcts `json:"down_us"`
+	Edges  pcts `json:"up_plus_down_us"` // per request: everything but the simulator's own time
+	// Of the time to the first byte: the simulator's handler start to its
+	// first flush of body bytes, and that flush to the client's first
+	// body byte.
+	Think     pcts        `json:"think_us"`
+	FirstDown pcts        `json:"first_down_us"`
+	NewConns  float64     `json:"new_upstream_conns_per_request"`
+	Store     []callStats `json:"store_calls,omitempty"`
 }
 
 // callStats is one store method's calls, timed around the call (waits for
@@ -171,6 +176,8 @@ func summarize(key string, phases []*phaseResult) modeStats {
 	var (
 		ups, streams  []time.Duration
 		downs, edges  []time.Duration
+		thinks        []time.Duration
+		firstDowns    []time.Duration
 		calls         = map[string][]time.Duration{}
 		conns         int64
 		totals, ttfbs []time.Duration
@@ -205,6 +212,8 @@ func summarize(key string, phases []*phaseResult) modeStats {
 		ups = append(ups, p.up...)
 		streams = append(streams, p.stream...)
 		downs = append(downs, p.down...)
+		thinks = append(thinks, p.think...)
+		firstDowns = append(firstDowns, p.firstDown...)
 		for i := range p.up {
 			edges = append(edges, p.up[i]+p.down[i])
 		}
@@ -236,6 +245,9 @@ func summarize(key string, phases []*phaseResult) modeStats {
 	if len(ups) > 0 {
 		ms.Up, ms.Stream, ms.Down = percentiles(ups), percentiles(streams), percentiles(downs)
 		ms.Edges = percentiles(edges)
+	}
+	if len(thinks) > 0 {
+		ms.Think, ms.FirstDown = percentiles(thinks), percentiles(firstDowns)
 	}
 	for _, k := range slices.Sorted(maps.Keys(calls)) {
 		p := percentiles(calls[k])
@@ -330,20 +342,21 @@ func (d dbResult) print(w io.Writer) {
 				a.CPUus, db, a.Mallocs, a.AllocBytes/1000)
 		}
 		tw.Flush()
-		fmt.Fprintln(w, "   where the time goes: up = client to the simulator's handler, stream = the handler, down = its return to the client's EOF")
+		fmt.Fprintln(w, "   where the time goes: up = client to the simulator's handler, stream = the handler, down = its return to the client's EOF; of the time to the first byte, think = the handler to its first flush of body bytes, first down = that flush to the client's first body byte")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "mode\tup p50\tup p99\tstream p50\tstream p99\tdown p50\tdown p99\tup+down p50\tup+down p99\tnew upstream conns/req\tstore calls (per request: p50 / p99)\t")
+		fmt.Fprintln(tw, "mode\tup p50\tup p99\tstream p50\tstream p99\tdown p50\tdown p99\tup+down p50\tup+down p99\tthink p50\tfirst down p50\tfirst down p99\tnew upstream conns/req\tstore calls (per request: p50 / p99)\t")
 		for _, m := range r.Modes {
 			var calls []string
 			for _, c := range m.Store {
 				calls = append(calls, fmt.Sprintf("%s ×%.2f: %s / %s", c.Method, c.PerRequest, ms(c.P50us), ms(c.P99us)))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t\n", m.Mode, ms(m.Up.P50), ms(m.Up.P99),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t\n", m.Mode, ms(m.Up.P50), ms(m.Up.P99),
 				ms(m.Stream.P50), ms(m.Stream.P99), ms(m.Down.P50), ms(m.Down.P99), ms(m.Edges.P50), ms(m.Edges.P99),
+				ms(m.Think.P50), ms(m.FirstDown.P50), ms(m.FirstDown.P99),
 				m.NewConns, strings.Join(calls, "; "))
 		}
 		for _, a := range r.Added {
-			fmt.Fprintf(tw, "added by %s\t\t\t\t\t\t\t%s\t%s\t\t\t\n", a.Mode, signed(ms(a.EdgesP50us), a.EdgesP50us), signed(ms(a.EdgesP99us), a.EdgesP99us))
+			fmt.Fprintf(tw, "added by %s\t\t\t\t\t\t\t%s\t%s\t\t\t\t\t\t\n", a.Mode, signed(ms(a.EdgesP50us), a.EdgesP50us), signed(ms(a.EdgesP99us), a.EdgesP99us))
 		}
 		tw.Flush()
 		for _, m := range r.Modes {

@@ -20,7 +20,12 @@ import (
 // the gateway, the token check, lookup, reservation and the upstream
 // request), the stream (the simulator's handler) and the way down (its
 // return to the client's EOF: for the gateway, the end of the copy and
-// the last chunk; the usage record is written in the background).
+// the last chunk; the usage record is written in the background). The
+// handler's first flush of body bytes splits the time to the first byte
+// the same way: up, the simulator's own time to its first event (the
+// request's body read and parsed), and the first event's way down (for
+// the gateway, the response's head and the first read metered, filtered
+// and written).
 
 // seqHeader numbers a request within its phase.
 const seqHeader = "X-Bench-Seq"
@@ -31,9 +36,9 @@ var epoch = time.Now()
 func sinceEpoch() int64 { return int64(time.Since(epoch)) }
 
 // legs holds, per request of the current phase, when the simulator's
-// handler began and ended it.
+// handler began it, first flushed body bytes, and ended it.
 type legs struct {
-	start, end []atomic.Int64
+	start, first, end []atomic.Int64
 }
 
 // tracer is the benchmark's instrumentation of the stack.
@@ -49,7 +54,7 @@ func newTracer() *tracer { return &tracer{calls: map[string][]time.Duration{}} }
 
 // reset starts a phase of n requests.
 func (t *tracer) reset(n int) {
-	t.legs.Store(&legs{start: make([]atomic.Int64, n), end: make([]atomic.Int64, n)})
+	t.legs.Store(&legs{start: make([]atomic.Int64, n), first: make([]atomic.Int64, n), end: make([]atomic.Int64, n)})
 	t.mu.Lock()
 	t.calls = map[string][]time.Duration{}
 	t.mu.Unlock()
@@ -81,10 +86,34 @@ func (t *tracer) wrap(h http.Handler) http.Handler {
 			return
 		}
 		l.start[i].Store(sinceEpoch())
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(&firstFlush{ResponseWriter: w, at: &l.first[i]}, r)
 		l.end[i].Store(sinceEpoch())
 	})
 }
+
+// firstFlush notes when a handler first flushes body bytes: just before
+// the flush, so the way down counts the write that sends them.
+type firstFlush struct {
+	http.ResponseWriter
+	at    *atomic.Int64
+	wrote bool // body bytes were written since the handler began
+}
+
+func (f *firstFlush) Write(p []byte) (int, error) {
+	f.wrote = f.wrote || len(p) > 0
+	return f.ResponseWriter.Write(p)
+}
+
+func (f *firstFlush) FlushError() error {
+	if f.wrote && f.at.Load() == 0 {
+		f.at.Store(sinceEpoch())
+	}
+	return http.NewResponseController(f.ResponseWriter).Flush()
+}
+
+func (f *firstFlush) Flush() { f.FlushError() }
+
+func (f *firstFlush) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 
 // connState counts the simulator's new connections.
 func (t *tracer) connState(_ net.Conn, s http.ConnState) {
