@@ -41,6 +41,11 @@ type config struct {
 	ProfileDir   string        `json:"-"`
 	Talkide      string        `json:"-"`
 	TalkideBase  string        `json:"-"`
+	// SimApart runs the simulator as a process of its own (this binary,
+	// SimBin or the running one, as `bench-gateway sim-server …`) instead
+	// of beside the client in this one.
+	SimApart bool   `json:"sim_apart"`
+	SimBin   string `json:"-"`
 }
 
 // requests returns how many requests each mode sends at concurrency c.
@@ -67,6 +72,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "floor proxy:", floorMain(os.Args[2:]))
 		os.Exit(1)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "sim-server" {
+		fmt.Fprintln(os.Stderr, "simulator:", simMain(os.Args[2:]))
+		os.Exit(1)
+	}
 	cfg := config{}
 	var dbs, conc, modes, jsonOut string
 	defDB := "sqlite"
@@ -88,6 +97,7 @@ func main() {
 	flag.StringVar(&jsonOut, "json", "", "write the results as JSON to this file (- for stdout)")
 	flag.StringVar(&cfg.Talkide, "talkide", "", "the talkide binary the cp-* modes run (default: go build ./cmd/talkide into a temp dir)")
 	flag.StringVar(&cfg.TalkideBase, "talkide-base", "", "a second talkide binary (say, built from the tree before a change): the modes cp-nolimit-base and cp-limit-base go through its control-plane, in the same rounds as the rest")
+	flag.BoolVar(&cfg.SimApart, "sim-apart", false, "run the simulator as a process of its own, not beside the client in this one (which shares its CPU time with the client's reads; without the one clock, the split of each call into up, think and down is not measured)")
 	flag.StringVar(&cfg.ProfileDir, "profile", "", "after measuring, send -n more requests per mode under the CPU profiler and write DIR/<db>-c<c>-<mode>.cpu.pprof")
 	flag.Parse()
 
@@ -194,7 +204,7 @@ func runDatabase(ctx context.Context, cfg config, db string, body []byte, logw i
 		defer os.RemoveAll(tmp)
 	}
 	s, err := startStack(ctx, stackConfig{database: db, deltaDelay: cfg.DeltaDelay, gatewayLog: cfg.GatewayLog, tmpDir: tmp,
-		modes: cfg.Modes, talkide: cfg.Talkide, base: cfg.TalkideBase})
+		modes: cfg.Modes, talkide: cfg.Talkide, base: cfg.TalkideBase, simApart: cfg.SimApart, simBin: cfg.SimBin})
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -165,5 +166,48 @@ func TestRunAgainstNginx(t *testing.T) {
 	cfg.TalkideBase = ""
 	if _, err := run(t.Context(), cfg, io.Discard); err == nil || !strings.Contains(err.Error(), "-talkide-base") {
 		t.Errorf("a -base mode without -talkide-base: %v", err)
+	}
+}
+
+// TestRunSimApart: with the simulator in a process of its own (this
+// benchmark's binary, built here: the test binary has no sim-server)
+// every mode streams the whole reply through it, and the split that
+// needs one clock is left out, not made up.
+func TestRunSimApart(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "bench-gateway")
+	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cfg := config{
+		Databases:   []string{"sqlite"},
+		Concurrency: []int{2},
+		N:           12,
+		Rounds:      2,
+		Warmup:      4,
+		Modes:       []string{"direct", "limit"},
+		RequestKiB:  2,
+		ReplyWords:  30,
+		GatewayLog:  true,
+		SimApart:    true,
+		SimBin:      bin,
+	}
+	rep, err := run(t.Context(), cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Databases[0].Runs[0]
+	direct := r.Modes[0]
+	for _, m := range r.Modes {
+		if m.Requests != 12 || m.Errors != 0 || m.StreamBytes != direct.StreamBytes || m.StreamBytes == 0 {
+			t.Errorf("%s: %d requests, %d errors (%s), %v bytes per stream (direct %v)", m.Mode, m.Requests, m.Errors, m.FirstError, m.StreamBytes, direct.StreamBytes)
+		}
+		if m.TTFB.P50 <= 0 || m.Up != (pcts{}) || m.FirstDown != (pcts{}) {
+			t.Errorf("%s: TTFB %+v, up %+v, first down %+v", m.Mode, m.TTFB, m.Up, m.FirstDown)
+		}
+	}
+	var out bytes.Buffer
+	rep.print(&out)
+	if !strings.Contains(out.String(), "a process of its own") {
+		t.Errorf("the report does not say where the simulator ran:\n%s", out.String())
 	}
 }

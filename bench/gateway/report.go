@@ -396,6 +396,9 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "machine: %s\n", r.Machine)
 	fmt.Fprintf(w, "request: %d bytes, streamed; reply: %d words of text in deltas of 3; delay per delta %v\n",
 		r.Config.RequestBytes, r.Config.ReplyWords, r.Config.DeltaDelay)
+	if r.Config.SimApart {
+		fmt.Fprintln(w, "simulator: a process of its own (-sim-apart): up, think and down are not measured")
+	}
 	for _, k := range r.Config.Modes {
 		fmt.Fprintf(w, "mode %s: %s\n", k, describeMode(k))
 	}

@@ -84,6 +84,8 @@ type stackConfig struct {
 	modes      []string
 	talkide    string // the talkide binary for the cp modes; "" builds it
 	base       string // the talkide binary for the cp modes with baseSuffix
+	simApart   bool   // the simulator in a process of its own (simBin; "": this binary)
+	simBin     string
 }
 
 // startStack starts everything for one database.
@@ -130,9 +132,15 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 
 	// The simulator keeps one request body (it keeps the last ones for
 	// tests); ChunkDelay is the pause before each delta.
-	sim := anthropicsim.New(apiKey, &anthropicsim.Options{ChunkDelay: cfg.deltaDelay, KeepRequests: 1})
-	if s.simURL, err = s.serve(s.trace.wrap(sim), s.trace.connState); err != nil {
-		return nil, err
+	if cfg.simApart {
+		if s.simURL, err = s.startSim(cfg); err != nil {
+			return nil, fmt.Errorf("simulator: %w", err)
+		}
+	} else {
+		sim := anthropicsim.New(apiKey, &anthropicsim.Options{ChunkDelay: cfg.deltaDelay, KeepRequests: 1})
+		if s.simURL, err = s.serve(s.trace.wrap(sim), s.trace.connState); err != nil {
+			return nil, err
+		}
 	}
 
 	bst, ok := s.st.(budget.Store)

@@ -13,9 +13,13 @@
 # store is made and seeded by this tree, so BASE must have the same
 # store schema (its control-plane refuses a newer one and says so).
 #
+# With SIM_APART=1 the simulator runs as a process of its own
+# (-sim-apart) rather than beside the client in the benchmark's process.
+#
 #   ./bench/gateway/vs-nginx.sh            # 3 repeats, SQLite
 #   DATABASE=postgres://… ./bench/gateway/vs-nginx.sh 1
 #   BASE=HEAD~1 ./bench/gateway/vs-nginx.sh 3
+#   SIM_APART=1 ./bench/gateway/vs-nginx.sh 3
 set -eu
 cd "$(dirname "$0")/../.."
 repeats=${1:-3}
@@ -37,9 +41,9 @@ if [ -n "${BASE:-}" ]; then
 fi
 i=1
 while [ "$i" -le "$repeats" ]; do
-	"$out/bench-gateway" -database "$db" -modes "$modes" -c 1 -n 4000 -rounds 8 \
+	"$out/bench-gateway" -database "$db" -modes "$modes" -c 1 -n 4000 -rounds 8 ${SIM_APART:+-sim-apart} \
 		-talkide "$out/talkide" ${BASE:+-talkide-base "$out/talkide-base"} -json "$out/serial-$i.json" >"$out/serial-$i.txt"
-	"$out/bench-gateway" -database "$db" -modes "$modes" -c 64 -delta-delay 5ms -n 3200 -rounds 4 \
+	"$out/bench-gateway" -database "$db" -modes "$modes" -c 64 -delta-delay 5ms -n 3200 -rounds 4 ${SIM_APART:+-sim-apart} \
 		-talkide "$out/talkide" ${BASE:+-talkide-base "$out/talkide-base"} -json "$out/paced-$i.json" >"$out/paced-$i.txt"
 	i=$((i + 1))
 done
