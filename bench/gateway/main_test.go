@@ -122,17 +122,7 @@ func TestRunAgainstNginx(t *testing.T) {
 	if _, err := exec.LookPath("nginx"); err != nil && os.Geteuid() != 0 {
 		t.Skip("nginx is not installed and this process cannot install it (not root)")
 	}
-	cfg := config{
-		Databases:   []string{"sqlite"},
-		Concurrency: []int{2},
-		N:           16,
-		Rounds:      2,
-		Warmup:      4,
-		Modes:       []string{"direct", "nginx", "cp-nolimit", "cp-limit", "cp-limit" + baseSuffix},
-		RequestKiB:  2,
-		ReplyWords:  30,
-		GatewayLog:  true,
-	}
+	cfg := smallRun(16, "direct", "nginx", "cp-nolimit", "cp-limit", "cp-limit"+baseSuffix)
 	// The same build serves the -base mode, through a control-plane of
 	// its own.
 	bin, err := buildTalkide(t.Context(), t.TempDir())
@@ -145,11 +135,8 @@ func TestRunAgainstNginx(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := rep.Databases[0].Runs[0]
-	direct := r.Modes[0]
+	checkStreams(t, r, 16)
 	for _, m := range r.Modes {
-		if m.Requests != 16 || m.Errors != 0 || m.StreamBytes != direct.StreamBytes {
-			t.Errorf("%s: %d requests, %d errors (%s), %v bytes per stream (direct %v)", m.Mode, m.Requests, m.Errors, m.FirstError, m.StreamBytes, direct.StreamBytes)
-		}
 		if m.Mode != "direct" && m.ProxyCPUus <= 0 {
 			t.Errorf("%s: the proxy's CPU was not measured", m.Mode)
 		}
@@ -178,29 +165,15 @@ func TestRunSimApart(t *testing.T) {
 	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cfg := config{
-		Databases:   []string{"sqlite"},
-		Concurrency: []int{2},
-		N:           12,
-		Rounds:      2,
-		Warmup:      4,
-		Modes:       []string{"direct", "limit"},
-		RequestKiB:  2,
-		ReplyWords:  30,
-		GatewayLog:  true,
-		SimApart:    true,
-		SimBin:      bin,
-	}
+	cfg := smallRun(12, "direct", "limit")
+	cfg.SimApart, cfg.SimBin = true, bin
 	rep, err := run(t.Context(), cfg, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := rep.Databases[0].Runs[0]
-	direct := r.Modes[0]
+	checkStreams(t, r, 12)
 	for _, m := range r.Modes {
-		if m.Requests != 12 || m.Errors != 0 || m.StreamBytes != direct.StreamBytes || m.StreamBytes == 0 {
-			t.Errorf("%s: %d requests, %d errors (%s), %v bytes per stream (direct %v)", m.Mode, m.Requests, m.Errors, m.FirstError, m.StreamBytes, direct.StreamBytes)
-		}
 		if m.TTFB.P50 <= 0 || m.Up != (pcts{}) || m.FirstDown != (pcts{}) {
 			t.Errorf("%s: TTFB %+v, up %+v, first down %+v", m.Mode, m.TTFB, m.Up, m.FirstDown)
 		}
@@ -209,5 +182,33 @@ func TestRunSimApart(t *testing.T) {
 	rep.print(&out)
 	if !strings.Contains(out.String(), "a process of its own") {
 		t.Errorf("the report does not say where the simulator ran:\n%s", out.String())
+	}
+}
+
+// smallRun is a run of n requests per mode, two at a time, on SQLite:
+// enough to see every mode work, not to measure it.
+func smallRun(n int, modes ...string) config {
+	return config{
+		Databases:   []string{"sqlite"},
+		Concurrency: []int{2},
+		N:           n,
+		Rounds:      2,
+		Warmup:      4,
+		Modes:       modes,
+		RequestKiB:  2,
+		ReplyWords:  30,
+		GatewayLog:  true,
+	}
+}
+
+// checkStreams checks that every mode of r sent its n requests without an
+// error and streamed as many bytes per request as the direct calls.
+func checkStreams(t *testing.T, r runStats, n int) {
+	t.Helper()
+	direct := r.Modes[0]
+	for _, m := range r.Modes {
+		if m.Requests != n || m.Errors != 0 || m.StreamBytes != direct.StreamBytes || m.StreamBytes == 0 {
+			t.Errorf("%s: %d requests, %d errors (%s), %v bytes per stream (direct %v)", m.Mode, m.Requests, m.Errors, m.FirstError, m.StreamBytes, direct.StreamBytes)
+		}
 	}
 }
