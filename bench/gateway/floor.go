@@ -2,17 +2,13 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/talkide/platform/internal/h1serve"
 	"github.com/talkide/platform/internal/rawio"
@@ -162,23 +158,13 @@ func (f *floor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // startFloor starts the floor proxy of server ("nethttp" or "loop") as a
 // process of its own: this binary again.
 func (p *procStack) startFloor(cfg procConfig, server string) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	up := strings.TrimPrefix(cfg.simURL, "http://")
-	cmd := exec.Command(self, "floor-proxy", addr, up, server)
-	exited, stop, err := startProc(cmd, fmt.Sprintf("%s/floor-%s.log", cfg.tmpDir, server), 10*time.Second)
+	url, cmd, stop, err := startSelf("", fmt.Sprintf("%s/floor-%s.log", cfg.tmpDir, server),
+		"floor-proxy", strings.TrimPrefix(cfg.simURL, "http://"), server)
 	if err != nil {
 		return err
 	}
 	p.closers = append(p.closers, stop)
 	p.floors[server] = cmd
-	p.floorURLs[server] = "http://" + addr
-	return waitHTTP(context.Background(), "http://"+addr+"/", exited)
+	p.floorURLs[server] = url
+	return nil
 }

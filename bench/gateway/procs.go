@@ -133,6 +133,37 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
+// startSelf runs bin (this binary when "") as `bin sub ADDR args…` on a
+// free loopback port, with its output to the file out, and waits until it
+// answers at its URL. It returns the URL, the command and the function
+// that stops it, which the caller keeps: it is called here only when the
+// process did not come up.
+func startSelf(bin, out, sub string, args ...string) (string, *exec.Cmd, func() error, error) {
+	if bin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return "", nil, nil, err
+		}
+		bin = self
+	}
+	port, err := freePort()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd := exec.Command(bin, append([]string{sub, addr}, args...)...)
+	exited, stop, err := startProc(cmd, out, 10*time.Second)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	url := "http://" + addr
+	if err := waitHTTP(context.Background(), url+"/", exited); err != nil {
+		stop()
+		return "", nil, nil, err
+	}
+	return url, cmd, stop, nil
+}
+
 // startProc starts cmd with its output to the file out, and returns a
 // channel closed when it has exited and the function that stops it:
 // SIGINT, then SIGKILL after grace.

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"time"
 
 	"github.com/talkide/platform/internal/anthropicsim"
@@ -37,35 +34,23 @@ func simMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	sim := anthropicsim.New(apiKey, &anthropicsim.Options{ChunkDelay: delay, KeepRequests: 1})
-	return (&http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}).Serve(ln)
+	return (&http.Server{Handler: newSim(delay), ReadHeaderTimeout: 10 * time.Second}).Serve(ln)
 }
 
 // startSim starts the simulator as a process of its own and returns its
 // URL once it answers.
 func (s *stack) startSim(cfg stackConfig) (string, error) {
-	bin := cfg.simBin
-	if bin == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return "", err
-		}
-		bin = self
-	}
-	port, err := freePort()
-	if err != nil {
-		return "", err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(bin, "sim-server", addr, cfg.deltaDelay.String())
-	exited, stop, err := startProc(cmd, cfg.tmpDir+"/simulator.log", 10*time.Second)
+	url, _, stop, err := startSelf(cfg.simBin, cfg.tmpDir+"/simulator.log", "sim-server", cfg.deltaDelay.String())
 	if err != nil {
 		return "", err
 	}
 	s.closers = append(s.closers, stop)
-	url := "http://" + addr
-	if err := waitHTTP(context.Background(), url+"/", exited); err != nil {
-		return "", err
-	}
 	return url, nil
+}
+
+// newSim is the simulator of the benchmark's calls: it keeps one request
+// body (it keeps the last ones for tests) and pauses delay before each
+// delta.
+func newSim(delay time.Duration) *anthropicsim.Simulator {
+	return anthropicsim.New(apiKey, &anthropicsim.Options{ChunkDelay: delay, KeepRequests: 1})
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/gateway"
 	"github.com/talkide/platform/internal/store"
@@ -130,17 +129,12 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		return nil, fmt.Errorf("-database %q: want sqlite or a postgres:// URL", cfg.database)
 	}
 
-	// The simulator keeps one request body (it keeps the last ones for
-	// tests); ChunkDelay is the pause before each delta.
 	if cfg.simApart {
 		if s.simURL, err = s.startSim(cfg); err != nil {
 			return nil, fmt.Errorf("simulator: %w", err)
 		}
-	} else {
-		sim := anthropicsim.New(apiKey, &anthropicsim.Options{ChunkDelay: cfg.deltaDelay, KeepRequests: 1})
-		if s.simURL, err = s.serve(s.trace.wrap(sim), s.trace.connState); err != nil {
-			return nil, err
-		}
+	} else if s.simURL, err = s.serve(s.trace.wrap(newSim(cfg.deltaDelay)), s.trace.connState); err != nil {
+		return nil, err
 	}
 
 	bst, ok := s.st.(budget.Store)

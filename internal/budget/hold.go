@@ -48,14 +48,10 @@ func (h *Hold) Hard() bool { return len(h.hard) > 0 && h.tracked }
 // failed) leave the stream running. Without a hard limit it always returns
 // nil.
 func (h *Hold) Check(ctx context.Context, u Usage) error {
-	if !h.Hard() {
+	if h.Covers(u) {
 		return nil
 	}
-	need := h.need(u)
-	cur := h.Reserved()
-	if need <= cur {
-		return nil
-	}
+	need, cur := h.need(u), h.Reserved()
 	// Extend with room to spare, so that a long stream extends seldom; when
 	// that does not fit, by exactly what is needed.
 	err := h.s.extend(ctx, h, need+max(h.est.Cost/2, need-cur))
