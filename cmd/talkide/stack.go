@@ -61,11 +61,20 @@ type server struct {
 	ln  net.Listener
 }
 
-// listen serves h on addr. With hot set (a path prefix), the requests
-// under it are served on a loop of HTTP/1.1 of our own (internal/h1serve)
-// and the rest by net/http: what the gateway's calls cost in net/http's
-// server was as much as the gateway's own work (docs/gateway.md).
-func listen(addr string, h http.Handler, hot string, logger *slog.Logger) (*server, error) {
+// hotRoute is a route served on a loop of HTTP/1.1 of our own
+// (internal/h1serve): the requests whose target starts with prefix go to
+// handler, their bodies bounded by bodyTimeout.
+type hotRoute struct {
+	prefix      string
+	handler     http.Handler
+	bodyTimeout time.Duration
+}
+
+// listen serves h on addr. With hot set, the requests of its route are
+// served on a loop of HTTP/1.1 of our own (internal/h1serve) and the rest
+// by net/http: what the gateway's calls cost in net/http's server was as
+// much as the gateway's own work (docs/gateway.md).
+func listen(addr string, h http.Handler, hot *hotRoute, logger *slog.Logger) (*server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -89,8 +98,9 @@ func listen(addr string, h http.Handler, hot string, logger *slog.Logger) (*serv
 	const headerTimeout, idleTimeout = 10 * time.Second, 2 * time.Minute
 	s := &server{srv: &http.Server{Handler: h, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout}, ln: ln}
 	serve := net.Listener(ln)
-	if hot != "" {
-		s.hot = &h1serve.Server{Handler: h, HotPrefix: hot, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout, Logger: logger}
+	if hot != nil {
+		s.hot = &h1serve.Server{Handler: hot.handler, HotPrefix: hot.prefix, ReadHeaderTimeout: headerTimeout,
+			BodyTimeout: hot.bodyTimeout, IdleTimeout: idleTimeout, Logger: logger}
 		serve = s.hot.Start(ln)
 	}
 	go s.srv.Serve(serve)
@@ -289,12 +299,12 @@ func (p *cpProc) listen(cp *controlplane.Server, o cpOptions) error {
 	}
 	var err error
 	// The gateway's route gets the loop of its own on the listener that
-	// serves it.
-	hot := func(g controlplane.Group) string {
+	// serves it, which hands its requests to the gateway straight away.
+	hot := func(g controlplane.Group) *hotRoute {
 		if g&controlplane.Internal == 0 {
-			return ""
+			return nil
 		}
-		return contract.GatewayPrefix + "/"
+		return &hotRoute{prefix: contract.GatewayPrefix + "/", handler: cp.GatewayHandler(), bodyTimeout: cp.BodyTimeout()}
 	}
 	log := o.logger.With("component", "http")
 	if p.http, err = listen(o.listen, cp.HandlerFor(public), hot(public), log); err != nil {
@@ -311,7 +321,7 @@ func (p *cpProc) listen(cp *controlplane.Server, o cpOptions) error {
 		}
 	}
 	if o.metricsListen != "" {
-		if p.metricsL, err = listen(o.metricsListen, cp.HandlerFor(controlplane.Metrics), "", log); err != nil {
+		if p.metricsL, err = listen(o.metricsListen, cp.HandlerFor(controlplane.Metrics), nil, log); err != nil {
 			p.http.close()
 			if p.internal != nil {
 				p.internal.close()
@@ -631,7 +641,7 @@ func startWorker(o workerOptions) (_ *workerProc, err error) {
 		// calls a loopback worker by a loopback address.
 		wh = httpapi.LoopbackOnly(o.logger.With("component", "worker"), wh)
 	}
-	srv, err := listen(o.listen, wh, "", o.logger)
+	srv, err := listen(o.listen, wh, nil, o.logger)
 	if err != nil {
 		return nil, err
 	}

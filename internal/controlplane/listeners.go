@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
@@ -31,6 +32,33 @@ func internalPath(p string) bool {
 }
 
 func metricsPath(p string) bool { return p == "/metrics" || path.Clean("/"+p) == "/metrics" }
+
+// GatewayHandler serves the requests whose path starts with
+// GatewayPrefix+"/" as HandlerFor serves them on a listener of the
+// internal group, less the way there: such a path is internal (as sent),
+// passes the cross-origin check as every internal one does, and, canonical
+// or not, reaches the gateway, which answers in Anthropic's shape. A
+// server that tells these requests apart itself (the gateway's loop,
+// internal/h1serve) serves them with it, and bounds their bodies with
+// BodyTimeout: the checks and the routing of the whole API were 5–10 µs
+// of a call's first byte that they cannot change.
+func (s *Server) GatewayHandler() http.Handler {
+	if s.cfg.Gateway != nil {
+		return s.cfg.Gateway
+	}
+	return httpapi.Handle(s.log, func(http.ResponseWriter, *http.Request) error {
+		return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeUnavailable, "the gateway is not configured")
+	})
+}
+
+// BodyTimeout is how long HandlerFor's handlers give a client to send a
+// request's body.
+func (s *Server) BodyTimeout() time.Duration {
+	if s.cfg.BodyTimeout > 0 {
+		return s.cfg.BodyTimeout
+	}
+	return httpapi.DefaultBodyTimeout
+}
 
 // only serves h to the requests keep accepts and answers the others 404.
 func (s *Server) only(h http.Handler, keep func(p string) bool) http.Handler {

@@ -282,12 +282,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET "+contract.IssuesPath, h(s.handleWorkerListIssues))
 	mux.Handle("POST "+contract.IssueCommentsPath, h(s.handleWorkerCommentIssue))
 
-	gw := s.cfg.Gateway
-	if gw == nil {
-		gw = h(func(http.ResponseWriter, *http.Request) error {
-			return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeUnavailable, "the gateway is not configured")
-		})
-	}
+	gw := s.GatewayHandler()
 	mux.Handle(GatewayPrefix+"/", gw)
 	mux.Handle(GatewayPrefix, gw) // not a redirect to GatewayPrefix+"/": the gateway's own 404
 

@@ -60,6 +60,14 @@ type Server struct {
 	ReadHeaderTimeout, IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's head; 0: http.DefaultMaxHeaderBytes.
 	MaxHeaderBytes int
+	// BodyTimeout bounds the reading of a request's body, from the end of
+	// its head, so that a client that trickles a body cannot hold a
+	// connection and a handler's buffer; it is lifted once the body has
+	// been read to its end, so that a response streamed after it is not
+	// cut off. 0 means none. It is what a handler wrapped in
+	// httpapi.BodyDeadline gets, without the copy of the request and the
+	// second deadline that wrapper costs each call.
+	BodyTimeout time.Duration
 	// WatchAfter is how long a request runs, its body read, before the
 	// connection is watched for the client going away (which cancels the
 	// request's context); 0: DefaultWatchAfter.
@@ -280,6 +288,9 @@ type conn struct {
 	bw   *bufio.Writer
 	ctx  context.Context
 	idle atomic.Bool
+	// remote is the client's address as a request's RemoteAddr gives it,
+	// formatted once for the connection's requests.
+	remote string
 
 	wmu sync.Mutex
 	// guarded by wmu: the request being served (cancel is nil between
@@ -306,6 +317,10 @@ type conn struct {
 type watchedBody struct {
 	rc                  io.ReadCloser
 	done, closed, ended atomic.Bool
+	// bounded is set while the body's read deadline (BodyTimeout) is
+	// on the connection: the read that ends the body lifts it.
+	bounded bool
+	nc      net.Conn
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
@@ -317,6 +332,12 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.rc.Read(p)
 	if err == io.EOF {
+		if b.bounded {
+			// Before done: only then may the watch read the connection,
+			// which must not see the body's deadline.
+			b.bounded = false
+			b.nc.SetReadDeadline(time.Time{})
+		}
 		b.done.Store(true)
 	}
 	return n, err
@@ -329,8 +350,8 @@ func (b *watchedBody) Close() error {
 
 // begin notes the start of a request whose context cancel cancels, and
 // gives the handler its body.
-func (c *conn) begin(cancel context.CancelFunc, req *http.Request) *watchedBody {
-	b := &watchedBody{rc: req.Body}
+func (c *conn) begin(cancel context.CancelFunc, req *http.Request, bounded bool) *watchedBody {
+	b := &watchedBody{rc: req.Body, bounded: bounded, nc: c.nc}
 	b.done.Store(req.Body == http.NoBody)
 	req.Body = b
 	c.wmu.Lock()
@@ -388,7 +409,7 @@ func (c *conn) maybeWatch(now time.Time, after time.Duration) {
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{s: s, nc: nc}
+	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String()}
 	c.lim = headlimit.Reader{R: nc, Left: -1, Err: errHeadTooLarge}
 	c.br = bufio.NewReaderSize(&c.lim, 4<<10)
 	c.bw = bufio.NewWriterSize(nc, 4<<10)
@@ -454,8 +475,15 @@ func (c *conn) serve() {
 			c.refuse(err)
 			return
 		}
-		c.nc.SetReadDeadline(time.Time{})
-		if !c.serveOne(req) {
+		// One deadline for what is left to read of the request: its
+		// body's, or none.
+		bounded := c.s.BodyTimeout > 0 && req.Body != http.NoBody
+		if bounded {
+			c.nc.SetReadDeadline(time.Now().Add(c.s.BodyTimeout))
+		} else {
+			c.nc.SetReadDeadline(time.Time{})
+		}
+		if !c.serveOne(req, bounded) {
 			return
 		}
 	}
@@ -598,11 +626,11 @@ func (c *conn) lingerClose() {
 
 // serveOne runs the handler for req and says whether the connection may
 // carry another request.
-func (c *conn) serveOne(req *http.Request) (keep bool) {
+func (c *conn) serveOne(req *http.Request, bounded bool) (keep bool) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	req = req.WithContext(ctx)
-	req.RemoteAddr = c.nc.RemoteAddr().String()
+	req.RemoteAddr = c.remote
 	w := &response{c: c, req: req, header: make(http.Header, 8), contentLength: -1}
 	if ex := req.Header.Get("Expect"); ex != "" {
 		if !req.ProtoAtLeast(1, 1) || !strings.EqualFold(ex, "100-continue") {
@@ -614,7 +642,7 @@ func (c *conn) serveOne(req *http.Request) (keep bool) {
 		req.Body = &continueReader{ReadCloser: req.Body, w: w}
 	}
 	body := req.Body // what the server drains; the handler's closes nothing
-	wb := c.begin(cancel, req)
+	wb := c.begin(cancel, req, bounded)
 	panicked := c.run(w, req)
 	gone := c.end()
 	if panicked {

@@ -669,3 +669,114 @@ func TestWatchLeavesPipelinedRequest(t *testing.T) {
 		t.Error("a request was cancelled while its client was there")
 	}
 }
+
+// TestBodyTimeout: a body that does not arrive within BodyTimeout fails
+// the handler's read; one read to its end lifts the deadline, so that an
+// answer streamed for longer than it is not cut off and the connection is
+// kept; a body the handler leaves unread is drained under it, and a client
+// that trickles it loses the connection after its answer.
+func TestBodyTimeout(t *testing.T) {
+	const timeout = 150 * time.Millisecond
+	readErr := make(chan error, 1)
+	_, addr := start(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/hot/read":
+			_, err := io.ReadAll(r.Body)
+			readErr <- err
+			if err != nil {
+				w.WriteHeader(http.StatusRequestTimeout)
+				return
+			}
+			// Stream for longer than the body's deadline.
+			rc := http.NewResponseController(w)
+			for i := range 3 {
+				fmt.Fprintf(w, "part %d;", i)
+				rc.Flush()
+				time.Sleep(timeout)
+			}
+		case "/hot/unread":
+			io.WriteString(w, "not read")
+		}
+	}, func(s *Server) { s.BodyTimeout = timeout })
+
+	// Whole bodies, fixed and chunked: the answer streams past the
+	// deadline, and the connection serves the next request.
+	c := dial(t, addr)
+	for _, req := range []string{
+		"POST /hot/read HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
+		"POST /hot/read HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+	} {
+		c.send(req)
+		res, body := c.read("POST")
+		if err := <-readErr; err != nil || res.StatusCode != 200 || body != "part 0;part 1;part 2;" {
+			t.Fatalf("a whole body: read error %v, answer %d %q", err, res.StatusCode, body)
+		}
+	}
+	// A request without a body, after the others: no deadline left on the
+	// connection cuts its answer off.
+	c.send("GET /hot/read HTTP/1.1\r\nHost: a\r\n\r\n")
+	if res, body := c.read("GET"); <-readErr != nil || body != "part 0;part 1;part 2;" {
+		t.Fatalf("a request without a body: %d %q", res.StatusCode, body)
+	}
+
+	// A body that stops coming: the handler's read fails at the deadline.
+	c = dial(t, addr)
+	c.send("POST /hot/read HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nhel")
+	select {
+	case err := <-readErr:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a stalled body's read: %v, want the deadline", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stalled body was waited for past its deadline")
+	}
+	if res, _ := c.read("POST"); res.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("a stalled body: status %d", res.StatusCode)
+	}
+	if !c.closed() {
+		t.Error("the connection of a stalled body was kept")
+	}
+
+	// A body the handler does not read, trickled: the answer comes, and
+	// the drain ends at the deadline with the connection.
+	c = dial(t, addr)
+	c.send("POST /hot/unread HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nhel")
+	if _, body := c.read("POST"); body != "not read" {
+		t.Errorf("an unread body's answer: %q", body)
+	}
+	if !c.closed() {
+		t.Error("the connection of a trickled, unread body was kept")
+	}
+}
+
+// TestBodyTimeoutLeavesTheWatch: once a body has been read, its deadline
+// is off the connection, so that the watch still sees a client go away
+// long after it.
+func TestBodyTimeoutLeavesTheWatch(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	cancelled := make(chan bool, 1)
+	_, addr := start(t, func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		io.WriteString(w, "head")
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+			cancelled <- true
+		case <-time.After(5 * time.Second):
+			cancelled <- false
+		}
+	}, func(s *Server) {
+		s.BodyTimeout = timeout
+		s.WatchAfter = 10 * time.Millisecond
+	})
+	c := dial(t, addr)
+	c.send("POST /hot/x HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi")
+	if _, err := http.ReadResponse(c.br, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * timeout) // past the body's deadline
+	c.nc.Close()
+	if !<-cancelled {
+		t.Error("the request's context was not cancelled when its client went away after the body's deadline")
+	}
+}
