@@ -170,15 +170,18 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	}
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(pc.nc)
-	var err error
-	if _, held := req.Body.(*heldReader); held || req.Body == nil || req.Body == http.NoBody {
+	written, err := writeHeld(bw, req)
+	_, held := req.Body.(*heldReader)
+	switch {
+	case written: // a gateway call's request
+	case held || req.Body == nil || req.Body == http.NoBody:
 		// A gateway call's body is held in memory and cannot block, so
 		// the head need not go out ahead of it: Request.Write flushes a
 		// *bufio.Writer after the head for any body it does not know,
 		// which sent the head and the body in two writes, two wake-ups of
 		// the upstream.
 		err = req.Write(oneWrite{bw})
-	} else {
+	default:
 		err = req.Write(bw)
 	}
 	if err == nil {

@@ -144,8 +144,15 @@ func (g *Gateway) forward(w http.ResponseWriter, out *http.Request, c *call) {
 	dst := w.Header()
 	named := connectionTokens(res.Header)
 	for k, vs := range res.Header {
-		if !hopHeaders[k] && !named[k] {
-			dst[k] = append(dst[k], vs...)
+		if hopHeaders[k] || named[k] {
+			continue
+		}
+		// The response's own values, not a copy of each (an allocation
+		// per header per call): nothing changes them after this.
+		if have := dst[k]; have != nil {
+			dst[k] = append(have, vs...)
+		} else {
+			dst[k] = vs
 		}
 	}
 	announced := len(res.Trailer)
