@@ -37,18 +37,25 @@ type usage struct {
 
 // wireUsage is Anthropic's usage object. A count tells absent from zero.
 type wireUsage struct {
-	InputTokens              count `json:"input_tokens"`
-	OutputTokens             count `json:"output_tokens"`
-	CacheCreationInputTokens count `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     count `json:"cache_read_input_tokens"`
-	CacheCreation            *struct {
-		Ephemeral5m count `json:"ephemeral_5m_input_tokens"`
-		Ephemeral1h count `json:"ephemeral_1h_input_tokens"`
-	} `json:"cache_creation"`
-	ServerToolUse *struct {
-		WebSearchRequests count `json:"web_search_requests"`
-		WebFetchRequests  count `json:"web_fetch_requests"`
-	} `json:"server_tool_use"`
+	InputTokens              count          `json:"input_tokens"`
+	OutputTokens             count          `json:"output_tokens"`
+	CacheCreationInputTokens count          `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     count          `json:"cache_read_input_tokens"`
+	CacheCreation            *cacheCreation `json:"cache_creation"`
+	ServerToolUse            *serverToolUse `json:"server_tool_use"`
+}
+
+// cacheCreation is a usage's cache_creation: its cache writes by time to
+// live.
+type cacheCreation struct {
+	Ephemeral5m count `json:"ephemeral_5m_input_tokens"`
+	Ephemeral1h count `json:"ephemeral_1h_input_tokens"`
+}
+
+// serverToolUse is a usage's server_tool_use.
+type serverToolUse struct {
+	WebSearchRequests count `json:"web_search_requests"`
+	WebFetchRequests  count `json:"web_fetch_requests"`
 }
 
 // count is an integer of a usage object that tells absent (or null) from
@@ -308,6 +315,28 @@ func (p *sseUsage) dispatch() {
 	if !p.wanted() {
 		return
 	}
+	var ev event
+	if !ev.scan(p.data, false) {
+		p.dispatchJSON()
+		return
+	}
+	switch eventKind(ev.typ) {
+	case evMessageStart:
+		if ev.message {
+			if contract.ValidModelName(string(ev.model)) {
+				p.u.Model = string(ev.model)
+			}
+			ev.msgUsage.applyTo(&p.u, false)
+		}
+	case evMessageDelta:
+		ev.usage.applyTo(&p.u, true)
+		p.final = true
+	}
+}
+
+// dispatchJSON is dispatch by encoding/json: the answer the scanner is held
+// to, and what dispatch falls back on when the scanner cannot be sure of it.
+func (p *sseUsage) dispatchJSON() {
 	var ev struct {
 		Type    typeField `json:"type"`
 		Message *struct {
@@ -388,6 +417,19 @@ func deltaChars(data []byte) int64 {
 // jsonUsage reads the model and usage of a non-streaming response body. ok
 // is false when the body is not a JSON object.
 func jsonUsage(body []byte) (u usage, ok bool) {
+	var ev event
+	if !ev.scan(body, true) {
+		return jsonUsageJSON(body)
+	}
+	if contract.ValidModelName(string(ev.model)) {
+		u.Model = string(ev.model)
+	}
+	ev.usage.applyTo(&u, false)
+	return u, true
+}
+
+// jsonUsageJSON is jsonUsage by encoding/json, as dispatchJSON is dispatch.
+func jsonUsageJSON(body []byte) (u usage, ok bool) {
 	var msg struct {
 		Model string     `json:"model"`
 		Usage *wireUsage `json:"usage"`

@@ -224,3 +224,46 @@ func BenchmarkSSEUsage(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSSEUsageEvents prices what the meter does with the two events
+// that carry usage, on the path of a stream's first and last bytes, by the
+// scanner and by encoding/json.
+func BenchmarkSSEUsageEvents(b *testing.B) {
+	// The data of the events of hotpath_bench_test.go's eventsOf.
+	start := []byte(`{"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-6","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":4000,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`)
+	delta := []byte(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":250}}`)
+	for _, bc := range []struct {
+		name     string
+		dispatch func(*sseUsage)
+	}{{"scan", (*sseUsage).dispatch}, {"json", (*sseUsage).dispatchJSON}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				p := sseUsage{data: start}
+				bc.dispatch(&p)
+				p.data = delta
+				bc.dispatch(&p)
+				if p.u.OutputTokens != 250 || p.u.InputTokens != 4000 || !p.final {
+					b.Fatalf("wrong usage %+v", p.u)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkJSONUsage(b *testing.B) {
+	body := []byte(cannedJSON)
+	for _, bc := range []struct {
+		name      string
+		jsonUsage func([]byte) (usage, bool)
+	}{{"scan", jsonUsage}, {"json", jsonUsageJSON}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if u, ok := bc.jsonUsage(body); !ok || u.OutputTokens != 6 {
+					b.Fatal("wrong usage")
+				}
+			}
+		})
+	}
+}
