@@ -35,14 +35,25 @@ func metricsPath(p string) bool { return p == "/metrics" || path.Clean("/"+p) ==
 
 // GatewayHandler serves the requests whose path starts with
 // GatewayPrefix+"/" as HandlerFor serves them on a listener of the
-// internal group, less the way there: such a path is internal (as sent),
-// passes the cross-origin check as every internal one does, and, canonical
-// or not, reaches the gateway, which answers in Anthropic's shape. A
-// server that tells these requests apart itself (the gateway's loop,
-// internal/h1serve) serves them with it, and bounds their bodies with
-// BodyTimeout: the checks and the routing of the whole API were 5–10 µs
-// of a call's first byte that they cannot change.
+// internal group, less the way there and the bound on their bodies' time,
+// which is the caller's (BodyTimeout): such a path is internal (as sent),
+// passes the cross-origin check as every internal one does, and,
+// canonical or not, reaches the gateway, which answers in Anthropic's
+// shape. A server that tells these requests apart itself (the gateway's
+// loop, internal/h1serve) serves them with it: the checks, the routing
+// and the body's deadline wrapper of the whole API were 7 µs of a
+// serial call's first byte (p50, docs/benchmarks.md) that change nothing
+// for them. A gateway that can leave the bound to the server
+// (internal/gateway's Unbounded) is served that way.
 func (s *Server) GatewayHandler() http.Handler {
+	if u, ok := s.cfg.Gateway.(interface{ Unbounded() http.Handler }); ok {
+		return u.Unbounded()
+	}
+	return s.gateway()
+}
+
+// gateway is the handler of the gateway's route in the whole API.
+func (s *Server) gateway() http.Handler {
 	if s.cfg.Gateway != nil {
 		return s.cfg.Gateway
 	}

@@ -35,9 +35,10 @@ func TestGatewayHandlerAsRouted(t *testing.T) {
 			p + "%2e%2e/%2e%2e/%2e%2e/api/me", p + "../../../../api/me", p + "../../../../metrics",
 			p + "v1/messages?beta=true", p + "v1/messages%3Fx",
 		} {
-			for _, method := range []string{http.MethodPost, http.MethodGet, http.MethodPut} {
+			for _, method := range []string{http.MethodPost, http.MethodGet, http.MethodPut, http.MethodHead, http.MethodConnect} {
 				for _, origin := range []string{"", "https://elsewhere.example"} {
 					serve := func(hd http.Handler) (int, string) {
+						t.Helper()
 						req := httptest.NewRequest(method, target, strings.NewReader(`{"model":"m"}`))
 						if origin != "" {
 							req.Header.Set("Origin", origin)
@@ -45,7 +46,12 @@ func TestGatewayHandlerAsRouted(t *testing.T) {
 						}
 						w := httptest.NewRecorder()
 						hd.ServeHTTP(w, req)
-						return w.Code, w.Body.String()
+						// The headers the server acts on, or a client does.
+						var head strings.Builder
+						for _, k := range []string{"Connection", "Allow", "Retry-After", "Content-Type", "Location"} {
+							fmt.Fprintf(&head, "%s=%q ", k, w.Header().Values(k))
+						}
+						return w.Code, head.String() + w.Body.String()
 					}
 					code, body := serve(h.cp.GatewayHandler())
 					for rn, hd := range routed {
@@ -56,6 +62,36 @@ func TestGatewayHandlerAsRouted(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// twoWays is a gateway that can be served without its own bound on a
+// body's time (as internal/gateway's is), and says which way it was.
+type twoWays struct{}
+
+func (twoWays) ServeHTTP(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "bounded") }
+
+func (twoWays) Unbounded() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "unbounded") })
+}
+
+// TestGatewayHandlerUnbounded: GatewayHandler serves a gateway that
+// offers it unbounded (its server bounds the body), the whole API's
+// handler through its ServeHTTP (under the API's own bound).
+func TestGatewayHandlerUnbounded(t *testing.T) {
+	h := newHarness(t, harnessOptions{gateway: twoWays{}})
+	for name, c := range map[string]struct {
+		h    http.Handler
+		want string
+	}{
+		"GatewayHandler": {h.cp.GatewayHandler(), "unbounded"},
+		"Handler":        {h.cp.Handler(), "bounded"},
+	} {
+		w := httptest.NewRecorder()
+		c.h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, controlplane.GatewayPrefix+"/v1/messages", strings.NewReader("{}")))
+		if w.Body.String() != c.want {
+			t.Errorf("%s served the gateway %s, want %s", name, w.Body.String(), c.want)
 		}
 	}
 }

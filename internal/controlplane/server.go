@@ -282,7 +282,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET "+contract.IssuesPath, h(s.handleWorkerListIssues))
 	mux.Handle("POST "+contract.IssueCommentsPath, h(s.handleWorkerCommentIssue))
 
-	gw := s.GatewayHandler()
+	gw := s.gateway()
 	mux.Handle(GatewayPrefix+"/", gw)
 	mux.Handle(GatewayPrefix, gw) // not a redirect to GatewayPrefix+"/": the gateway's own 404
 

@@ -148,11 +148,12 @@ func (g *Gateway) forward(w http.ResponseWriter, out *http.Request, c *call) {
 			continue
 		}
 		// The response's own values, not a copy of each (an allocation
-		// per header per call): nothing changes them after this.
+		// per header per call), capped so that an append (a trailer of
+		// the same name) makes a copy instead of writing into them.
 		if have := dst[k]; have != nil {
 			dst[k] = append(have, vs...)
 		} else {
-			dst[k] = vs
+			dst[k] = vs[:len(vs):len(vs)]
 		}
 	}
 	announced := len(res.Trailer)

@@ -104,9 +104,11 @@ type Options struct {
 	// own latency, budget denials. Nil: no metrics.
 	Metrics Metrics
 	// BodyTimeout bounds how long a client may take to send a request's
-	// body, from the request's start (httpapi.BodyDeadline; a handler
-	// that wraps the gateway in one already keeps its own); the response
-	// that follows is not bounded. 0: httpapi.DefaultBodyTimeout.
+	// body through ServeHTTP, from the request's start
+	// (httpapi.BodyDeadline; a handler that wraps the gateway in one
+	// already keeps its own); the response that follows is not bounded.
+	// Unbounded leaves the bound to the server. 0:
+	// httpapi.DefaultBodyTimeout.
 	BodyTimeout time.Duration
 	// MaxBuffered bounds the bytes of request bodies held in memory at
 	// once, across all requests (bodies.go): a request that finds no room
@@ -137,6 +139,7 @@ type Gateway struct {
 	urls      map[string]*url.URL // the upstream URL of each forwarded path
 	buffers   *bufferPool         // copy buffers for responses
 	handler   http.Handler        // serve, with the body's deadline
+	unbounded http.Handler        // serve
 }
 
 // New returns the gateway. upstream is the Anthropic API base URL (e.g.
@@ -202,9 +205,17 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 	g.transport = o.Transport
 	g.urls = upstreamURLs(&u)
 	g.buffers = &bufferPool{}
-	g.handler = httpapi.BodyDeadline(o.BodyTimeout, http.HandlerFunc(g.serve))
+	g.unbounded = http.HandlerFunc(g.serve)
+	g.handler = httpapi.BodyDeadline(o.BodyTimeout, g.unbounded)
 	return g
 }
+
+// Unbounded serves the gateway as ServeHTTP does, less the bound on the
+// time a request's body may take: for a server that bounds it itself
+// (h1serve.Server.BodyTimeout), which does so without the copy of the
+// request, the context value and the second read deadline that
+// httpapi.BodyDeadline costs each call.
+func (g *Gateway) Unbounded() http.Handler { return g.unbounded }
 
 // Flush waits until the usage records of the calls that ended before it
 // was called are written (or, after a minute of failing writes, logged as

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/talkide/platform/internal/h1serve"
+	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -165,40 +166,47 @@ func newHarnessSetup(t testing.TB, upstream string, opts *Options, setup func(*G
 			t.Errorf("gateway Close: %v", err)
 		}
 	})
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		returned := make(chan struct{})
-		defer close(returned)
-		go func() {
-			select {
-			case <-r.Context().Done():
-				select {
-				case <-returned:
-				default:
-					select {
-					case h.gone <- struct{}{}:
-					default:
-					}
-				}
-			case <-returned:
-			}
-		}()
-		defer func() {
-			select {
-			case h.served <- struct{}{}:
-			default: // nobody is counting (a benchmark)
-			}
-		}()
-		h.gw.ServeHTTP(w, r)
-	})
 	// As the control-plane serves it: the gateway's route on a loop of
-	// its own (internal/h1serve), anything else (which the gateway
-	// answers 404) on net/http.
+	// its own (internal/h1serve), which bounds a body's time itself and
+	// calls Unbounded, anything else (which the gateway answers 404) on
+	// net/http, through ServeHTTP.
+	counted := func(gw http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			returned := make(chan struct{})
+			defer close(returned)
+			go func() {
+				select {
+				case <-r.Context().Done():
+					select {
+					case <-returned:
+					default:
+						select {
+						case h.gone <- struct{}{}:
+						default:
+						}
+					}
+				case <-returned:
+				}
+			}()
+			defer func() {
+				select {
+				case h.served <- struct{}{}:
+				default: // nobody is counting (a benchmark)
+				}
+			}()
+			gw.ServeHTTP(w, r)
+		})
+	}
+	bodyTimeout := httpapi.DefaultBodyTimeout
+	if opts != nil && opts.BodyTimeout > 0 {
+		bodyTimeout = opts.BodyTimeout
+	}
 	// The loop watches a call for its client going away after 10 ms
 	// rather than a second, so that the tests of a client that left do
 	// not wait.
-	srv := httptest.NewUnstartedServer(handler)
-	hot := &h1serve.Server{Handler: handler, HotPrefix: Prefix + "/", WatchAfter: 10 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler)}
+	srv := httptest.NewUnstartedServer(counted(h.gw))
+	hot := &h1serve.Server{Handler: counted(h.gw.Unbounded()), HotPrefix: Prefix + "/", BodyTimeout: bodyTimeout,
+		WatchAfter: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
 	srv.Listener = hot.Start(srv.Listener)
 	t.Cleanup(func() { hot.Close() })
 	srv.Start()

@@ -113,6 +113,7 @@ func TestWriteHeldAsRequestWrite(t *testing.T) {
 		{"a name with a space", "https://a.example/v1/messages", with("X A", "v"), false},
 		{"a zone", "http://[fe80::1%25en0]:8080/v1/messages", base(), false},
 		{"a host not in ASCII", "https://bücher.example/v1/messages", base(), false},
+		{"a space in the query", "https://a.example/v1/messages?a=b c", base(), false},
 	} {
 		written, held, std := writeBoth(t, c.url, c.h, body)
 		if written != c.written {
@@ -176,15 +177,7 @@ func FuzzWriteHeld(f *testing.F) {
 		if !written {
 			return
 		}
-		// A target Request.Write sends unreadably (a query with a space:
-		// not the gateway's, whose upstream URLs are fixed) is sent the
-		// same way.
-		_, herr := http.ReadRequest(bufio.NewReader(bytes.NewReader(held)))
-		_, serr := http.ReadRequest(bufio.NewReader(bytes.NewReader(std)))
-		if (herr == nil) != (serr == nil) {
-			t.Fatalf("writeHeld wrote %q (%v), Request.Write %q (%v)", held, herr, std, serr)
-		}
-		if serr == nil && !sameOnTheWire(t, held, std) {
+		if !sameOnTheWire(t, held, std) {
 			t.Fatalf("writeHeld wrote\n%q\nRequest.Write\n%q", held, std)
 		}
 	})

@@ -7,10 +7,12 @@ package gateway
 // the few fields the meter needs in place. What it reads is what the call
 // is charged, so it must give encoding/json's answer for every input, to
 // the last malformed byte: it validates the whole text as encoding/json
-// does before it decodes anything, and wherever it cannot be sure of
-// encoding/json's answer (a key or model spelt with escapes or non-ASCII
-// bytes, a value of the wrong type, deep nesting) it says so, and the
-// caller asks encoding/json (dispatchJSON, jsonUsageJSON).
+// does while it reads it, and gives up at the first fault, as it does
+// wherever it cannot be sure of encoding/json's answer (a key or model
+// spelt with escapes or non-ASCII bytes, a value of the wrong type, deep
+// nesting); its answer counts only when it read all of the text. When it
+// gives up, the caller asks encoding/json (dispatchJSON, jsonUsageJSON),
+// whose error on an invalid text drops the event as before.
 // FuzzSSEDispatchMatchesJSON and FuzzJSONUsageMatchesJSON hold it to them.
 
 // maxScanDepth is the nesting the scanner follows before it leaves the

@@ -63,10 +63,10 @@ type Server struct {
 	// BodyTimeout bounds the reading of a request's body, from the end of
 	// its head, so that a client that trickles a body cannot hold a
 	// connection and a handler's buffer; it is lifted once the body has
-	// been read to its end, so that a response streamed after it is not
-	// cut off. 0 means none. It is what a handler wrapped in
-	// httpapi.BodyDeadline gets, without the copy of the request and the
-	// second deadline that wrapper costs each call.
+	// been read to its end, so that the watch of a long answer (which
+	// reads the connection) does not fail on it. 0 means none. It is what
+	// a handler wrapped in httpapi.BodyDeadline gets, without the copy of
+	// the request and the second deadline that wrapper costs each call.
 	BodyTimeout time.Duration
 	// WatchAfter is how long a request runs, its body read, before the
 	// connection is watched for the client going away (which cancels the
@@ -320,7 +320,7 @@ type watchedBody struct {
 	// bounded is set while the body's read deadline (BodyTimeout) is
 	// on the connection: the read that ends the body lifts it.
 	bounded bool
-	nc      net.Conn
+	c       *conn
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
@@ -334,9 +334,15 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	if err == io.EOF {
 		if b.bounded {
 			// Before done: only then may the watch read the connection,
-			// which must not see the body's deadline.
+			// which must not see the body's deadline. Only while the
+			// request is on: a read that a handler left running ends
+			// late, after the loop set the next deadline.
 			b.bounded = false
-			b.nc.SetReadDeadline(time.Time{})
+			b.c.wmu.Lock()
+			if b.c.body == b {
+				b.c.nc.SetReadDeadline(time.Time{})
+			}
+			b.c.wmu.Unlock()
 		}
 		b.done.Store(true)
 	}
@@ -351,7 +357,7 @@ func (b *watchedBody) Close() error {
 // begin notes the start of a request whose context cancel cancels, and
 // gives the handler its body.
 func (c *conn) begin(cancel context.CancelFunc, req *http.Request, bounded bool) *watchedBody {
-	b := &watchedBody{rc: req.Body, bounded: bounded, nc: c.nc}
+	b := &watchedBody{rc: req.Body, bounded: bounded, c: c}
 	b.done.Store(req.Body == http.NoBody)
 	req.Body = b
 	c.wmu.Lock()
