@@ -156,7 +156,7 @@ func (s *scanner) usageValue(o *usageObject) bool {
 				o.hasCache, o.cache = false, cacheCreation{}
 			case object:
 				o.hasCache = true
-				ok = s.cacheCreationMembers(&o.cache)
+				ok = s.countMembers("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens", &o.cache.Ephemeral5m, &o.cache.Ephemeral1h)
 			default:
 				ok = false
 			}
@@ -167,7 +167,7 @@ func (s *scanner) usageValue(o *usageObject) bool {
 				o.hasTools, o.tools = false, serverToolUse{}
 			case object:
 				o.hasTools = true
-				ok = s.serverToolUseMembers(&o.tools)
+				ok = s.countMembers("web_search_requests", "web_fetch_requests", &o.tools.WebSearchRequests, &o.tools.WebFetchRequests)
 			default:
 				ok = false
 			}
@@ -180,41 +180,20 @@ func (s *scanner) usageValue(o *usageObject) bool {
 	}
 }
 
-// cacheCreationMembers reads the members of a usage's cache_creation,
-// after its '{'.
-func (s *scanner) cacheCreationMembers(c *cacheCreation) bool {
+// countMembers reads the members of an object of two counts (a usage's
+// cache_creation or server_tool_use), after its '{': the count named a
+// into ca, the one named b into cb.
+func (s *scanner) countMembers(a, b string, ca, cb *count) bool {
 	for first := true; ; first = false {
 		key, done, ok := s.member(first)
 		if !ok || done {
 			return ok
 		}
 		switch {
-		case nameIs(key, "ephemeral_5m_input_tokens"):
-			ok = s.countValue(&c.Ephemeral5m)
-		case nameIs(key, "ephemeral_1h_input_tokens"):
-			ok = s.countValue(&c.Ephemeral1h)
-		default:
-			ok = s.validValue(4)
-		}
-		if !ok {
-			return false
-		}
-	}
-}
-
-// serverToolUseMembers reads the members of a usage's server_tool_use,
-// after its '{'.
-func (s *scanner) serverToolUseMembers(t *serverToolUse) bool {
-	for first := true; ; first = false {
-		key, done, ok := s.member(first)
-		if !ok || done {
-			return ok
-		}
-		switch {
-		case nameIs(key, "web_search_requests"):
-			ok = s.countValue(&t.WebSearchRequests)
-		case nameIs(key, "web_fetch_requests"):
-			ok = s.countValue(&t.WebFetchRequests)
+		case nameIs(key, a):
+			ok = s.countValue(ca)
+		case nameIs(key, b):
+			ok = s.countValue(cb)
 		default:
 			ok = s.validValue(4)
 		}

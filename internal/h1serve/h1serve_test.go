@@ -615,9 +615,10 @@ func (l *pairListener) Close() error {
 
 func (l *pairListener) Addr() net.Addr { return &net.UnixAddr{Name: "pair", Net: "unix"} }
 
-func TestClientGoneCancels(t *testing.T) {
-	cancelled := make(chan bool, 1)
-	_, addr := start(t, func(w http.ResponseWriter, r *http.Request) {
+// awaitCancel reads a request's body, sends the head of its answer, and
+// says on cancelled whether the request's context ended within 5 s.
+func awaitCancel(cancelled chan<- bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		io.ReadAll(r.Body)
 		io.WriteString(w, "head")
 		w.(http.Flusher).Flush()
@@ -627,7 +628,12 @@ func TestClientGoneCancels(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			cancelled <- false
 		}
-	}, func(s *Server) { s.WatchAfter = 20 * time.Millisecond })
+	}
+}
+
+func TestClientGoneCancels(t *testing.T) {
+	cancelled := make(chan bool, 1)
+	_, addr := start(t, awaitCancel(cancelled), func(s *Server) { s.WatchAfter = 20 * time.Millisecond })
 	c := dial(t, addr)
 	c.send("POST /hot/x HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi")
 	if _, err := http.ReadResponse(c.br, nil); err != nil {
@@ -755,17 +761,7 @@ func TestBodyTimeout(t *testing.T) {
 func TestBodyTimeoutLeavesTheWatch(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	cancelled := make(chan bool, 1)
-	_, addr := start(t, func(w http.ResponseWriter, r *http.Request) {
-		io.ReadAll(r.Body)
-		io.WriteString(w, "head")
-		w.(http.Flusher).Flush()
-		select {
-		case <-r.Context().Done():
-			cancelled <- true
-		case <-time.After(5 * time.Second):
-			cancelled <- false
-		}
-	}, func(s *Server) {
+	_, addr := start(t, awaitCancel(cancelled), func(s *Server) {
 		s.BodyTimeout = timeout
 		s.WatchAfter = 10 * time.Millisecond
 	})
