@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -14,10 +15,10 @@ import (
 // for the order of its header lines: the map's, not sorted. On a cold
 // cache Request.Write (its sorted slice of the header's keys, its
 // transferWriter, the checks of a request it may be given) was about 10
-// µs of a call's first byte. It reports
-// false, having written nothing, for any request it would write
-// differently from Request.Write (another shape, or a header that
-// Request.Write would rewrite), which Request.Write writes then.
+// µs of a call's first byte. It reports false, having written nothing,
+// for any request it would write differently from Request.Write (another
+// shape, or a header that Request.Write would rewrite), which
+// Request.Write writes then.
 func writeHeld(bw *bufio.Writer, req *http.Request) (bool, error) {
 	hr, ok := req.Body.(*heldReader)
 	if !ok || hr.off != 0 || req.Method != http.MethodPost || req.ContentLength <= 0 ||
@@ -118,19 +119,5 @@ func plainTarget(uri string) bool {
 // is: no CR or LF (which it turns into spaces) nor another control byte
 // but tab, and no space or tab at either end (which it trims).
 func plainValue(v string) bool {
-	if v == "" {
-		return true
-	}
-	if c := v[0]; c == ' ' || c == '\t' {
-		return false
-	}
-	if c := v[len(v)-1]; c == ' ' || c == '\t' {
-		return false
-	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
+	return httpguts.ValidHeaderFieldValue(v) && strings.Trim(v, " \t") == v
 }

@@ -483,13 +483,12 @@ func (c *conn) serve() {
 		}
 		// One deadline for what is left to read of the request: its
 		// body's, or none.
-		bounded := c.s.BodyTimeout > 0 && req.Body != http.NoBody
-		if bounded {
-			c.nc.SetReadDeadline(time.Now().Add(c.s.BodyTimeout))
-		} else {
-			c.nc.SetReadDeadline(time.Time{})
+		var body time.Duration
+		if req.Body != http.NoBody {
+			body = c.s.BodyTimeout
 		}
-		if !c.serveOne(req, bounded) {
+		c.readWithin(body)
+		if !c.serveOne(req, body > 0) {
 			return
 		}
 	}
