@@ -64,12 +64,7 @@ func (s *Server) gateway() http.Handler {
 
 // BodyTimeout is how long HandlerFor's handlers give a client to send a
 // request's body.
-func (s *Server) BodyTimeout() time.Duration {
-	if s.cfg.BodyTimeout > 0 {
-		return s.cfg.BodyTimeout
-	}
-	return httpapi.DefaultBodyTimeout
-}
+func (s *Server) BodyTimeout() time.Duration { return httpapi.BodyTimeout(s.cfg.BodyTimeout) }
 
 // only serves h to the requests keep accepts and answers the others 404.
 func (s *Server) only(h http.Handler, keep func(p string) bool) http.Handler {

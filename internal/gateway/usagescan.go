@@ -150,27 +150,9 @@ func (s *scanner) usageValue(o *usageObject) bool {
 		case nameIs(key, "cache_read_input_tokens"):
 			ok = s.countValue(&o.w.CacheReadInputTokens)
 		case nameIs(key, "cache_creation"):
-			object, null := s.open()
-			switch {
-			case null:
-				o.hasCache, o.cache = false, cacheCreation{}
-			case object:
-				o.hasCache = true
-				ok = s.countMembers("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens", &o.cache.Ephemeral5m, &o.cache.Ephemeral1h)
-			default:
-				ok = false
-			}
+			ok = s.countPair(&o.hasCache, "ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens", &o.cache.Ephemeral5m, &o.cache.Ephemeral1h)
 		case nameIs(key, "server_tool_use"):
-			object, null := s.open()
-			switch {
-			case null:
-				o.hasTools, o.tools = false, serverToolUse{}
-			case object:
-				o.hasTools = true
-				ok = s.countMembers("web_search_requests", "web_fetch_requests", &o.tools.WebSearchRequests, &o.tools.WebFetchRequests)
-			default:
-				ok = false
-			}
+			ok = s.countPair(&o.hasTools, "web_search_requests", "web_fetch_requests", &o.tools.WebSearchRequests, &o.tools.WebFetchRequests)
 		default:
 			ok = s.validValue(3)
 		}
@@ -180,10 +162,21 @@ func (s *scanner) usageValue(o *usageObject) bool {
 	}
 }
 
-// countMembers reads the members of an object of two counts (a usage's
-// cache_creation or server_tool_use), after its '{': the count named a
-// into ca, the one named b into cb.
-func (s *scanner) countMembers(a, b string, ca, cb *count) bool {
+// countPair reads a value decoded into a pointer to a struct of two
+// counts (a usage's cache_creation or server_tool_use): has says the
+// pointer is not nil, the count named a goes into ca, the one named b
+// into cb. null drops the struct; an object fills it, the one before
+// included, as encoding/json fills what a pointer already points to.
+func (s *scanner) countPair(has *bool, a, b string, ca, cb *count) bool {
+	object, null := s.open()
+	if null {
+		*has, *ca, *cb = false, count{}, count{}
+		return true
+	}
+	if !object {
+		return false
+	}
+	*has = true
 	for first := true; ; first = false {
 		key, done, ok := s.member(first)
 		if !ok || done {

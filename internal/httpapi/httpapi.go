@@ -105,6 +105,15 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 // body by default (BodyDeadline, ReadBody).
 const DefaultBodyTimeout = 30 * time.Second
 
+// BodyTimeout is the bound on a body's time that timeout gives
+// BodyDeadline: timeout, or DefaultBodyTimeout for 0 (or less).
+func BodyTimeout(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		return DefaultBodyTimeout
+	}
+	return timeout
+}
+
 // bodyDeadlineKey marks a request whose body BodyDeadline bounds.
 type bodyDeadlineKey struct{}
 
@@ -120,9 +129,7 @@ type bodyDeadlineKey struct{}
 // stream) is not cut off, and a request without a body gets none. Wrapping
 // a handler twice changes nothing: the outer deadline holds.
 func BodyDeadline(timeout time.Duration, next http.Handler) http.Handler {
-	if timeout <= 0 {
-		timeout = DefaultBodyTimeout
-	}
+	timeout = BodyTimeout(timeout)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody || r.Context().Value(bodyDeadlineKey{}) != nil {
 			next.ServeHTTP(w, r)
