@@ -197,15 +197,15 @@ func newHarnessSetup(t testing.TB, upstream string, opts *Options, setup func(*G
 			gw.ServeHTTP(w, r)
 		})
 	}
-	bodyTimeout := httpapi.DefaultBodyTimeout
-	if opts != nil && opts.BodyTimeout > 0 {
+	var bodyTimeout time.Duration
+	if opts != nil {
 		bodyTimeout = opts.BodyTimeout
 	}
 	// The loop watches a call for its client going away after 10 ms
 	// rather than a second, so that the tests of a client that left do
 	// not wait.
 	srv := httptest.NewUnstartedServer(counted(h.gw))
-	hot := &h1serve.Server{Handler: counted(h.gw.Unbounded()), HotPrefix: Prefix + "/", BodyTimeout: bodyTimeout,
+	hot := &h1serve.Server{Handler: counted(h.gw.Unbounded()), HotPrefix: Prefix + "/", BodyTimeout: httpapi.BodyTimeout(bodyTimeout),
 		WatchAfter: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
 	srv.Listener = hot.Start(srv.Listener)
 	t.Cleanup(func() { hot.Close() })
