@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,6 +47,11 @@ type config struct {
 	// of beside the client in this one.
 	SimApart bool   `json:"sim_apart"`
 	SimBin   string `json:"-"`
+	// SimCPUs, when set (-upstream-cpu), are the CPUs the simulator apart
+	// has to itself, and ProxyCPUs those everything else of the run was
+	// confined to (affinity.go says why).
+	SimCPUs   []int `json:"sim_cpus,omitempty"`
+	ProxyCPUs []int `json:"proxy_cpus,omitempty"`
 }
 
 // requests returns how many requests each mode sends at concurrency c.
@@ -98,6 +104,8 @@ func main() {
 	flag.StringVar(&cfg.Talkide, "talkide", "", "the talkide binary the cp-* modes run (default: go build ./cmd/talkide into a temp dir)")
 	flag.StringVar(&cfg.TalkideBase, "talkide-base", "", "a second talkide binary (say, built from the tree before a change): the modes cp-nolimit-base and cp-limit-base go through its control-plane, in the same rounds as the rest")
 	flag.BoolVar(&cfg.SimApart, "sim-apart", false, "run the simulator as a process of its own, not beside the client in this one (which shares its CPU time with the client's reads; without the one clock, the split of each call into up, think and down is not measured)")
+	upstreamCPU := -1
+	flag.IntVar(&upstreamCPU, "upstream-cpu", -1, "give the simulator this CPU to itself and confine everything else (this client, nginx, the floor proxies, the control-planes) to the other CPUs, as a model's servers, being other machines, take no CPU from the gateway; implies -sim-apart; Linux only")
 	flag.StringVar(&cfg.ProfileDir, "profile", "", "after measuring, send -n more requests per mode under the CPU profiler and write DIR/<db>-c<c>-<mode>.cpu.pprof")
 	flag.Parse()
 
@@ -123,6 +131,14 @@ func main() {
 		os.Exit(2)
 	}
 
+	if upstreamCPU != -1 {
+		cfg.SimApart = true
+		if err := applyUpstreamCPU(&cfg, upstreamCPU); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := run(ctx, cfg, os.Stderr)
@@ -138,6 +154,28 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gateway benchmark:", err)
 		os.Exit(1)
 	}
+}
+
+// applyUpstreamCPU confines this process (and so every process it starts
+// but the simulator) to the CPUs other than upstream, and notes the
+// layout in cfg.
+func applyUpstreamCPU(cfg *config, upstream int) error {
+	allowed, err := allowedCPUs()
+	if err != nil {
+		return err
+	}
+	split, err := splitCPUs(allowed, upstream)
+	if err != nil {
+		return err
+	}
+	if err := confine(split.rest); err != nil {
+		return fmt.Errorf("-upstream-cpu: confining this process to CPUs %v: %w", split.rest, err)
+	}
+	cfg.SimCPUs, cfg.ProxyCPUs = []int{split.upstream}, split.rest
+	// The runtime would follow the smaller set within a second; the
+	// warm-up should not run with more Ps than CPUs either.
+	runtime.GOMAXPROCS(len(split.rest))
+	return nil
 }
 
 func splitList(s string) []string {
@@ -204,7 +242,7 @@ func runDatabase(ctx context.Context, cfg config, db string, body []byte, logw i
 		defer os.RemoveAll(tmp)
 	}
 	s, err := startStack(ctx, stackConfig{database: db, deltaDelay: cfg.DeltaDelay, gatewayLog: cfg.GatewayLog, tmpDir: tmp,
-		modes: cfg.Modes, talkide: cfg.Talkide, base: cfg.TalkideBase, simApart: cfg.SimApart, simBin: cfg.SimBin})
+		modes: cfg.Modes, talkide: cfg.Talkide, base: cfg.TalkideBase, simApart: cfg.SimApart, simBin: cfg.SimBin, simCPUs: cfg.SimCPUs})
 	if err != nil {
 		return nil, err
 	}

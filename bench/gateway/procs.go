@@ -138,7 +138,7 @@ func freePort() (int, error) {
 // answers at its URL. It returns the URL, the command and the function
 // that stops it, which the caller keeps: it is called here only when the
 // process did not come up.
-func startSelf(bin, out, sub string, args ...string) (string, *exec.Cmd, func() error, error) {
+func startSelf(bin, out string, cpus []int, sub string, args ...string) (string, *exec.Cmd, func() error, error) {
 	if bin == "" {
 		self, err := os.Executable()
 		if err != nil {
@@ -152,7 +152,7 @@ func startSelf(bin, out, sub string, args ...string) (string, *exec.Cmd, func() 
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command(bin, append([]string{sub, addr}, args...)...)
-	exited, stop, err := startProc(cmd, out, 10*time.Second)
+	exited, stop, err := startProc(cmd, out, 10*time.Second, cpus)
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -166,14 +166,19 @@ func startSelf(bin, out, sub string, args ...string) (string, *exec.Cmd, func() 
 
 // startProc starts cmd with its output to the file out, and returns a
 // channel closed when it has exited and the function that stops it:
-// SIGINT, then SIGKILL after grace.
-func startProc(cmd *exec.Cmd, out string, grace time.Duration) (<-chan struct{}, func() error, error) {
+// SIGINT, then SIGKILL after grace. With cpus, the process runs on those
+// CPUs alone; without, on this process's.
+func startProc(cmd *exec.Cmd, out string, grace time.Duration, cpus []int) (<-chan struct{}, func() error, error) {
 	log, err := os.Create(out)
 	if err != nil {
 		return nil, nil, err
 	}
 	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if cpus != nil {
+		start = func() error { return startOn(cmd, cpus) }
+	}
+	if err := start(); err != nil {
 		log.Close()
 		return nil, nil, err
 	}
@@ -250,8 +255,11 @@ func nginxBin(ctx context.Context) (string, error) {
 // nginxConf is a pure reverse proxy to the simulator: no buffering of the
 // response (each event goes on as it comes), the request body buffered in
 // memory (as the gateway buffers it), keep-alive connections both ways,
-// the default access log line per request, to a file.
-const nginxConf = `worker_processes auto;
+// the default access log line per request, to a file. Its workers are
+// as many as the CPUs it may run on: what auto gives on a machine where
+// nothing is confined, and not two workers on one CPU with -upstream-cpu
+// (nginx 1.22's auto counts the machine's CPUs, not its own).
+const nginxConf = `worker_processes %[5]s;
 daemon off;
 master_process on;
 pid %[1]s/nginx.pid;
@@ -303,12 +311,16 @@ func (p *procStack) startNginx(ctx context.Context, cfg procConfig) error {
 	if os.Geteuid() == 0 {
 		user = "user root;" // its workers can write the files in dir
 	}
+	workers := "auto"
+	if cpus, err := allowedCPUs(); err == nil {
+		workers = strconv.Itoa(len(cpus))
+	}
 	conf := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, dir, up, port, user), 0o644); err != nil {
+	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, dir, up, port, user, workers), 0o644); err != nil {
 		return err
 	}
 	cmd := exec.Command(bin, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "nginx-error.log"))
-	exited, stop, err := startProc(cmd, filepath.Join(dir, "stderr"), 10*time.Second)
+	exited, stop, err := startProc(cmd, filepath.Join(dir, "stderr"), 10*time.Second, nil)
 	if err != nil {
 		return err
 	}
@@ -355,7 +367,7 @@ func (p *procStack) startControlPlane(ctx context.Context, cfg procConfig, cp cp
 	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY="+apiKey)
 	// Its log, the line per call included, goes where an operator's
 	// would: a file.
-	exited, stop, err := startProc(cmd, filepath.Join(dir, "controlplane.log"), 30*time.Second)
+	exited, stop, err := startProc(cmd, filepath.Join(dir, "controlplane.log"), 30*time.Second, nil)
 	if err != nil {
 		return err
 	}

@@ -409,6 +409,9 @@ func (r *report) print(w io.Writer) {
 	if r.Config.SimApart {
 		fmt.Fprintln(w, "simulator: a process of its own (-sim-apart): up, think and down are not measured")
 	}
+	if r.Config.SimCPUs != nil {
+		fmt.Fprintf(w, "CPUs: the simulator on %v alone, this client and every proxy on %v (-upstream-cpu)\n", r.Config.SimCPUs, r.Config.ProxyCPUs)
+	}
 	for _, k := range r.Config.Modes {
 		fmt.Fprintf(w, "mode %s: %s\n", k, describeMode(k))
 	}

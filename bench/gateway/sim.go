@@ -40,7 +40,7 @@ func simMain(args []string) error {
 // startSim starts the simulator as a process of its own and returns its
 // URL once it answers.
 func (s *stack) startSim(cfg stackConfig) (string, error) {
-	url, _, stop, err := startSelf(cfg.simBin, cfg.tmpDir+"/simulator.log", "sim-server", cfg.deltaDelay.String())
+	url, _, stop, err := startSelf(cfg.simBin, cfg.tmpDir+"/simulator.log", cfg.simCPUs, "sim-server", cfg.deltaDelay.String())
 	if err != nil {
 		return "", err
 	}

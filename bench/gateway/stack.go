@@ -85,6 +85,7 @@ type stackConfig struct {
 	base       string // the talkide binary for the cp modes with baseSuffix
 	simApart   bool   // the simulator in a process of its own (simBin; "": this binary)
 	simBin     string
+	simCPUs    []int // the CPUs the simulator apart runs on; nil: this process's
 }
 
 // startStack starts everything for one database.

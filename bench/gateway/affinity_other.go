@@ -1,0 +1,14 @@
+//go:build !linux
+
+package main
+
+import (
+	"errors"
+	"os/exec"
+)
+
+var errAffinity = errors.New("-upstream-cpu: CPU affinity is set only on Linux")
+
+func allowedCPUs() ([]int, error)             { return nil, errAffinity }
+func confine([]int) error                     { return errAffinity }
+func startOn(cmd *exec.Cmd, cpus []int) error { return errAffinity }
