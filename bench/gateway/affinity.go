@@ -5,39 +5,58 @@ import (
 	"slices"
 )
 
-// With -upstream-cpu the simulator gets a CPU to itself and everything
-// else of the run (the client in this process, nginx, the floor proxies,
-// the control-planes) the machine's other CPUs. In production the model's
-// servers are other machines: they never take a CPU from the gateway. On a
-// machine this small, a simulator beside the proxy does. A serial call's
-// simulator writes its first event and goes on writing the rest for a few
-// hundred microseconds, busy on one CPU; whether the proxy then forwards
-// that first event at once or only after the simulator is done depends on
-// which CPU the kernel wakes the proxy's thread on, and that differs from
-// one program to the next (docs/benchmarks.md measured it). The layout
-// takes that placement out of the comparison: every proxy runs in the
-// same layout in the same rounds.
+// In production the gateway has its machine to itself: the model's
+// servers and the workers that call it are other machines. On a machine
+// this small, the simulator, the client and the proxy share two CPUs. A
+// serial call's simulator writes its first event and goes on writing the
+// rest, busy on its CPU; whoever must read that first event on the same
+// CPU (a proxy, or the client) may wait until it is done, and how often
+// that happened differed from one proxy to the next by more than the
+// gateway's whole work costs (docs/benchmarks.md measured it).
+// -upstream-cpu gives the simulator a CPU to itself, so that nobody
+// waits for it; -proxy-cpu gives every proxy (nginx, the floor proxies,
+// the control-planes) one, so that it never takes turns with the client.
+// The client gets the CPUs left, and every proxy runs in the same layout
+// in the same rounds.
 
-// cpuSplit is the layout: the simulator's CPU, and the rest's.
-type cpuSplit struct {
-	upstream int
-	rest     []int
+// cpuLayout is where each part of a run may run. A nil set means the
+// client's: the part is not given a CPU of its own.
+type cpuLayout struct {
+	client  []int
+	sim     []int
+	proxies []int
 }
 
-// splitCPUs returns the layout with upstream for the simulator and the
-// rest of allowed (the CPUs this process may run on) for everything else.
-func splitCPUs(allowed []int, upstream int) (cpuSplit, error) {
-	if !slices.Contains(allowed, upstream) {
-		return cpuSplit{}, fmt.Errorf("-upstream-cpu %d: not one of the CPUs this process may use (%v)", upstream, allowed)
+// planCPUs lays out the CPUs this process may use (allowed): upstream
+// for the simulator and proxy for the proxies, each -1 when not given,
+// and what is left for the client.
+func planCPUs(allowed []int, upstream, proxy int) (cpuLayout, error) {
+	var l cpuLayout
+	taken := map[int]bool{}
+	for _, f := range []struct {
+		flag string
+		cpu  int
+		set  *[]int
+	}{{"-upstream-cpu", upstream, &l.sim}, {"-proxy-cpu", proxy, &l.proxies}} {
+		if f.cpu == -1 {
+			continue
+		}
+		if !slices.Contains(allowed, f.cpu) {
+			return cpuLayout{}, fmt.Errorf("%s %d: not one of the CPUs this process may use (%v)", f.flag, f.cpu, allowed)
+		}
+		if taken[f.cpu] {
+			return cpuLayout{}, fmt.Errorf("%s %d: the simulator and the proxies cannot both have CPU %d to themselves", f.flag, f.cpu, f.cpu)
+		}
+		taken[f.cpu] = true
+		*f.set = []int{f.cpu}
 	}
-	var rest []int
 	for _, c := range allowed {
-		if c != upstream {
-			rest = append(rest, c)
+		if !taken[c] {
+			l.client = append(l.client, c)
 		}
 	}
-	if len(rest) == 0 {
-		return cpuSplit{}, fmt.Errorf("-upstream-cpu %d: it is the only CPU this process may use, none would be left for the proxies", upstream)
+	if len(l.client) == 0 {
+		return cpuLayout{}, fmt.Errorf("every CPU this process may use (%v) is given away: none is left for the client", allowed)
 	}
-	return cpuSplit{upstream: upstream, rest: rest}, nil
+	return l, nil
 }

@@ -6,29 +6,31 @@ import (
 	"testing"
 )
 
-func TestSplitCPUs(t *testing.T) {
+func TestPlanCPUs(t *testing.T) {
 	for _, tc := range []struct {
-		allowed  []int
-		upstream int
-		rest     []int
-		err      string
+		allowed              []int
+		upstream, proxy      int
+		client, sim, proxies []int
+		err                  string
 	}{
-		{allowed: []int{0, 1}, upstream: 0, rest: []int{1}},
-		{allowed: []int{0, 1}, upstream: 1, rest: []int{0}},
-		{allowed: []int{0, 1, 2, 3}, upstream: 2, rest: []int{0, 1, 3}},
-		{allowed: []int{0, 1}, upstream: 2, err: "not one of the CPUs this process may use ([0 1])"},
-		{allowed: []int{0, 1}, upstream: -2, err: "not one of the CPUs"},
-		{allowed: []int{3}, upstream: 3, err: "none would be left for the proxies"},
+		{allowed: []int{0, 1}, upstream: 0, proxy: -1, client: []int{1}, sim: []int{0}},
+		{allowed: []int{0, 1}, upstream: -1, proxy: 1, client: []int{0}, proxies: []int{1}},
+		{allowed: []int{0, 1, 2, 3}, upstream: 2, proxy: 0, client: []int{1, 3}, sim: []int{2}, proxies: []int{0}},
+		{allowed: []int{0, 1}, upstream: 2, proxy: -1, err: "-upstream-cpu 2: not one of the CPUs this process may use ([0 1])"},
+		{allowed: []int{0, 1}, upstream: -1, proxy: -2, err: "-proxy-cpu -2: not one of the CPUs"},
+		{allowed: []int{0, 1, 2}, upstream: 1, proxy: 1, err: "cannot both have CPU 1"},
+		{allowed: []int{3}, upstream: 3, proxy: -1, err: "none is left for the client"},
+		{allowed: []int{0, 1}, upstream: 0, proxy: 1, err: "none is left for the client"},
 	} {
-		got, err := splitCPUs(tc.allowed, tc.upstream)
+		got, err := planCPUs(tc.allowed, tc.upstream, tc.proxy)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%v, %d: error %v, want one saying %q", tc.allowed, tc.upstream, err, tc.err)
+				t.Errorf("%v, %d, %d: error %v, want one saying %q", tc.allowed, tc.upstream, tc.proxy, err, tc.err)
 			}
 			continue
 		}
-		if err != nil || got.upstream != tc.upstream || !slices.Equal(got.rest, tc.rest) {
-			t.Errorf("%v, %d: %+v, %v; want rest %v", tc.allowed, tc.upstream, got, err, tc.rest)
+		if err != nil || !slices.Equal(got.client, tc.client) || !slices.Equal(got.sim, tc.sim) || !slices.Equal(got.proxies, tc.proxies) {
+			t.Errorf("%v, %d, %d: %+v, %v; want client %v, simulator %v, proxies %v", tc.allowed, tc.upstream, tc.proxy, got, err, tc.client, tc.sim, tc.proxies)
 		}
 	}
 }

@@ -158,7 +158,7 @@ func (f *floor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // startFloor starts the floor proxy of server ("nethttp" or "loop") as a
 // process of its own: this binary again.
 func (p *procStack) startFloor(cfg procConfig, server string) error {
-	url, cmd, stop, err := startSelf("", fmt.Sprintf("%s/floor-%s.log", cfg.tmpDir, server), nil,
+	url, cmd, stop, err := startSelf("", fmt.Sprintf("%s/floor-%s.log", cfg.tmpDir, server), cfg.cpus,
 		"floor-proxy", strings.TrimPrefix(cfg.simURL, "http://"), server)
 	if err != nil {
 		return err

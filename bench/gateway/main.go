@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,11 +48,13 @@ type config struct {
 	// of beside the client in this one.
 	SimApart bool   `json:"sim_apart"`
 	SimBin   string `json:"-"`
-	// SimCPUs, when set (-upstream-cpu), are the CPUs the simulator apart
-	// has to itself, and ProxyCPUs those everything else of the run was
-	// confined to (affinity.go says why).
-	SimCPUs   []int `json:"sim_cpus,omitempty"`
-	ProxyCPUs []int `json:"proxy_cpus,omitempty"`
+	// Where the parts of the run were confined (-upstream-cpu,
+	// -proxy-cpu; affinity.go says why): the client (this process), the
+	// simulator apart, and every proxy. All nil when nothing was; a part
+	// without a CPU of its own ran on the client's.
+	ClientCPUs []int `json:"client_cpus,omitempty"`
+	SimCPUs    []int `json:"sim_cpus,omitempty"`
+	ProxyCPUs  []int `json:"proxy_cpus,omitempty"`
 }
 
 // requests returns how many requests each mode sends at concurrency c.
@@ -104,8 +107,9 @@ func main() {
 	flag.StringVar(&cfg.Talkide, "talkide", "", "the talkide binary the cp-* modes run (default: go build ./cmd/talkide into a temp dir)")
 	flag.StringVar(&cfg.TalkideBase, "talkide-base", "", "a second talkide binary (say, built from the tree before a change): the modes cp-nolimit-base and cp-limit-base go through its control-plane, in the same rounds as the rest")
 	flag.BoolVar(&cfg.SimApart, "sim-apart", false, "run the simulator as a process of its own, not beside the client in this one (which shares its CPU time with the client's reads; without the one clock, the split of each call into up, think and down is not measured)")
-	upstreamCPU := -1
-	flag.IntVar(&upstreamCPU, "upstream-cpu", -1, "give the simulator this CPU to itself and confine everything else (this client, nginx, the floor proxies, the control-planes) to the other CPUs, as a model's servers, being other machines, take no CPU from the gateway; implies -sim-apart; Linux only")
+	upstreamCPU, proxyCPU := -1, -1
+	flag.IntVar(&upstreamCPU, "upstream-cpu", -1, "give the simulator this CPU to itself (implies -sim-apart), as a model's servers are other machines; the client, and every proxy without -proxy-cpu, run on the CPUs left; Linux only")
+	flag.IntVar(&proxyCPU, "proxy-cpu", -1, "give every proxy that is a process of its own (nginx, the floor proxies, the control-planes) this CPU to itself, as a gateway has its machine to itself; the client, the in-process gateway modes, and the simulator without -upstream-cpu run on the CPUs left; Linux only")
 	flag.StringVar(&cfg.ProfileDir, "profile", "", "after measuring, send -n more requests per mode under the CPU profiler and write DIR/<db>-c<c>-<mode>.cpu.pprof")
 	flag.Parse()
 
@@ -131,9 +135,9 @@ func main() {
 		os.Exit(2)
 	}
 
-	if upstreamCPU != -1 {
-		cfg.SimApart = true
-		if err := applyUpstreamCPU(&cfg, upstreamCPU); err != nil {
+	if upstreamCPU != -1 || proxyCPU != -1 {
+		cfg.SimApart = cfg.SimApart || upstreamCPU != -1
+		if err := applyCPULayout(&cfg, upstreamCPU, proxyCPU); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
@@ -156,26 +160,42 @@ func main() {
 	}
 }
 
-// applyUpstreamCPU confines this process (and so every process it starts
-// but the simulator) to the CPUs other than upstream, and notes the
-// layout in cfg.
-func applyUpstreamCPU(cfg *config, upstream int) error {
+// applyCPULayout confines this process (and so every process it starts
+// without a CPU of its own) to the CPUs left by upstream and proxy (each
+// -1 when not given), and notes the layout in cfg.
+func applyCPULayout(cfg *config, upstream, proxy int) error {
 	allowed, err := allowedCPUs()
 	if err != nil {
 		return err
 	}
-	split, err := splitCPUs(allowed, upstream)
+	l, err := planCPUs(allowed, upstream, proxy)
 	if err != nil {
 		return err
 	}
-	if err := confine(split.rest); err != nil {
-		return fmt.Errorf("-upstream-cpu: confining this process to CPUs %v: %w", split.rest, err)
+	if err := confine(l.client); err != nil {
+		return fmt.Errorf("confining this process to CPUs %v: %w", l.client, err)
 	}
-	cfg.SimCPUs, cfg.ProxyCPUs = []int{split.upstream}, split.rest
+	cfg.ClientCPUs = l.client
+	cfg.SimCPUs, cfg.ProxyCPUs = l.sim, l.proxies
+	if l.sim == nil {
+		cfg.SimCPUs = l.client
+	}
+	if l.proxies == nil {
+		cfg.ProxyCPUs = l.client
+	}
 	// The runtime would follow the smaller set within a second; the
 	// warm-up should not run with more Ps than CPUs either.
-	runtime.GOMAXPROCS(len(split.rest))
+	runtime.GOMAXPROCS(len(l.client))
 	return nil
+}
+
+// ownCPUs is part's CPUs when they are not the client's, nil otherwise:
+// what a process is started with to run there.
+func ownCPUs(part, client []int) []int {
+	if slices.Equal(part, client) {
+		return nil
+	}
+	return part
 }
 
 func splitList(s string) []string {
@@ -242,7 +262,7 @@ func runDatabase(ctx context.Context, cfg config, db string, body []byte, logw i
 		defer os.RemoveAll(tmp)
 	}
 	s, err := startStack(ctx, stackConfig{database: db, deltaDelay: cfg.DeltaDelay, gatewayLog: cfg.GatewayLog, tmpDir: tmp,
-		modes: cfg.Modes, talkide: cfg.Talkide, base: cfg.TalkideBase, simApart: cfg.SimApart, simBin: cfg.SimBin, simCPUs: cfg.SimCPUs})
+		modes: cfg.Modes, talkide: cfg.Talkide, base: cfg.TalkideBase, simApart: cfg.SimApart, simBin: cfg.SimBin, simCPUs: ownCPUs(cfg.SimCPUs, cfg.ClientCPUs), proxyCPUs: ownCPUs(cfg.ProxyCPUs, cfg.ClientCPUs)})
 	if err != nil {
 		return nil, err
 	}

@@ -187,15 +187,15 @@ func TestRunSimApart(t *testing.T) {
 		t.Errorf("the report does not say where the simulator ran:\n%s", out.String())
 	}
 
-	t.Run("upstream-cpu", func(t *testing.T) { upstreamCPURun(t, bin) })
+	t.Run("cpu-layout", func(t *testing.T) { cpuLayoutRun(t, bin) })
 }
 
-// upstreamCPURun runs the benchmark's binary with the simulator on a CPU
-// of its own: the calls stream as before and the report says where each
-// part ran; a CPU this process may not use is refused before anything
-// starts.
-func upstreamCPURun(t *testing.T, bin string) {
-	args := []string{"-database", "sqlite", "-modes", "direct,nolimit", "-c", "1", "-n", "6", "-rounds", "1",
+// cpuLayoutRun runs the benchmark's binary with the simulator, then every
+// proxy, on a CPU of its own: the calls stream as before and the report
+// says where each part ran; a CPU this process may not use is refused
+// before anything starts.
+func cpuLayoutRun(t *testing.T, bin string) {
+	args := []string{"-database", "sqlite", "-modes", "direct,go-floor-loop", "-c", "1", "-n", "6", "-rounds", "1",
 		"-warmup", "2", "-request-kib", "2", "-reply-words", "30"}
 	out, err := exec.CommandContext(t.Context(), bin, append(args, "-upstream-cpu", "4096")...).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "-upstream-cpu 4096: not one of the CPUs") {
@@ -206,29 +206,38 @@ func upstreamCPURun(t *testing.T, bin string) {
 		t.Skip(err)
 	}
 	if len(allowed) < 2 {
-		t.Skipf("this process may use %v: none is left for the proxies with one given to the simulator", allowed)
+		t.Skipf("this process may use %v: none is left for the client with one given away", allowed)
 	}
-	js := filepath.Join(t.TempDir(), "run.json")
-	cpu := allowed[0]
-	out, err = exec.CommandContext(t.Context(), bin, append(args, "-upstream-cpu", strconv.Itoa(cpu), "-json", js)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	cpu, rest := allowed[0], allowed[1:]
+	for _, tc := range []struct {
+		flag                 string
+		client, sim, proxies []int
+	}{
+		{"-upstream-cpu", rest, []int{cpu}, rest},
+		{"-proxy-cpu", rest, rest, []int{cpu}},
+	} {
+		js := filepath.Join(t.TempDir(), "run.json")
+		out, err = exec.CommandContext(t.Context(), bin, append(args, "-sim-apart", tc.flag, strconv.Itoa(cpu), "-json", js)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.flag, err, out)
+		}
+		if want := fmt.Sprintf("CPUs: this client on %v, the simulator on %v, every proxy on %v", tc.client, tc.sim, tc.proxies); !strings.Contains(string(out), want) {
+			t.Errorf("%s: the report does not say %q:\n%s", tc.flag, want, out)
+		}
+		b, err := os.ReadFile(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		c := rep.Config
+		if !c.SimApart || !slices.Equal(c.ClientCPUs, tc.client) || !slices.Equal(c.SimCPUs, tc.sim) || !slices.Equal(c.ProxyCPUs, tc.proxies) || rep.Machine.GOMAXPROCS != len(tc.client) {
+			t.Errorf("%s: config %+v, machine %+v", tc.flag, c, rep.Machine)
+		}
+		checkStreams(t, rep.Databases[0].Runs[0], 6)
 	}
-	if want := fmt.Sprintf("CPUs: the simulator on [%d] alone, this client and every proxy on %v", cpu, allowed[1:]); !strings.Contains(string(out), want) {
-		t.Errorf("the report does not say %q:\n%s", want, out)
-	}
-	b, err := os.ReadFile(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
-	if !rep.Config.SimApart || !slices.Equal(rep.Config.SimCPUs, []int{cpu}) || !slices.Equal(rep.Config.ProxyCPUs, allowed[1:]) || rep.Machine.GOMAXPROCS != len(allowed)-1 {
-		t.Errorf("config %+v, machine %+v", rep.Config, rep.Machine)
-	}
-	checkStreams(t, rep.Databases[0].Runs[0], 6)
 }
 
 // smallRun is a run of n requests per mode, two at a time, on SQLite:

@@ -75,6 +75,7 @@ type procConfig struct {
 	nginx  bool       // start nginx
 	cps    []cpConfig // the control-planes to start
 	floors []string   // the floor proxies to start, by server
+	cpus   []int      // the CPUs they run on; nil: this process's
 }
 
 // cpConfig is a control-plane to start.
@@ -257,8 +258,9 @@ func nginxBin(ctx context.Context) (string, error) {
 // memory (as the gateway buffers it), keep-alive connections both ways,
 // the default access log line per request, to a file. Its workers are
 // as many as the CPUs it may run on: what auto gives on a machine where
-// nothing is confined, and not two workers on one CPU with -upstream-cpu
-// (nginx 1.22's auto counts the machine's CPUs, not its own).
+// nothing is confined, and not two workers on one CPU in a layout of
+// -upstream-cpu or -proxy-cpu (nginx 1.22's auto counts the machine's
+// CPUs, not its own).
 const nginxConf = `worker_processes %[5]s;
 daemon off;
 master_process on;
@@ -312,7 +314,9 @@ func (p *procStack) startNginx(ctx context.Context, cfg procConfig) error {
 		user = "user root;" // its workers can write the files in dir
 	}
 	workers := "auto"
-	if cpus, err := allowedCPUs(); err == nil {
+	if cfg.cpus != nil {
+		workers = strconv.Itoa(len(cfg.cpus))
+	} else if cpus, err := allowedCPUs(); err == nil {
 		workers = strconv.Itoa(len(cpus))
 	}
 	conf := filepath.Join(dir, "nginx.conf")
@@ -320,7 +324,7 @@ func (p *procStack) startNginx(ctx context.Context, cfg procConfig) error {
 		return err
 	}
 	cmd := exec.Command(bin, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "nginx-error.log"))
-	exited, stop, err := startProc(cmd, filepath.Join(dir, "stderr"), 10*time.Second, nil)
+	exited, stop, err := startProc(cmd, filepath.Join(dir, "stderr"), 10*time.Second, cfg.cpus)
 	if err != nil {
 		return err
 	}
@@ -367,7 +371,7 @@ func (p *procStack) startControlPlane(ctx context.Context, cfg procConfig, cp cp
 	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY="+apiKey)
 	// Its log, the line per call included, goes where an operator's
 	// would: a file.
-	exited, stop, err := startProc(cmd, filepath.Join(dir, "controlplane.log"), 30*time.Second, nil)
+	exited, stop, err := startProc(cmd, filepath.Join(dir, "controlplane.log"), 30*time.Second, cfg.cpus)
 	if err != nil {
 		return err
 	}

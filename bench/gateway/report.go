@@ -409,8 +409,8 @@ func (r *report) print(w io.Writer) {
 	if r.Config.SimApart {
 		fmt.Fprintln(w, "simulator: a process of its own (-sim-apart): up, think and down are not measured")
 	}
-	if r.Config.SimCPUs != nil {
-		fmt.Fprintf(w, "CPUs: the simulator on %v alone, this client and every proxy on %v (-upstream-cpu)\n", r.Config.SimCPUs, r.Config.ProxyCPUs)
+	if r.Config.ClientCPUs != nil {
+		fmt.Fprintf(w, "CPUs: this client on %v, the simulator on %v, every proxy on %v\n", r.Config.ClientCPUs, r.Config.SimCPUs, r.Config.ProxyCPUs)
 	}
 	for _, k := range r.Config.Modes {
 		fmt.Fprintf(w, "mode %s: %s\n", k, describeMode(k))

@@ -86,6 +86,7 @@ type stackConfig struct {
 	simApart   bool   // the simulator in a process of its own (simBin; "": this binary)
 	simBin     string
 	simCPUs    []int // the CPUs the simulator apart runs on; nil: this process's
+	proxyCPUs  []int // the CPUs every proxy runs on; nil: this process's
 }
 
 // startStack starts everything for one database.
@@ -201,7 +202,7 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		return nil, fmt.Errorf("seed: %w", err)
 	}
 
-	pc := procConfig{simURL: s.simURL, tmpDir: cfg.tmpDir}
+	pc := procConfig{simURL: s.simURL, tmpDir: cfg.tmpDir, cpus: cfg.proxyCPUs}
 	cps := map[string]string{} // the control-planes' binaries by variant
 	for _, m := range cfg.modes {
 		pc.nginx = pc.nginx || m == "nginx"

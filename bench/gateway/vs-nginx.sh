@@ -16,16 +16,18 @@
 # With SIM_APART=1 the simulator runs as a process of its own
 # (-sim-apart) rather than beside the client in the benchmark's process.
 #
-# With UPSTREAM_CPU=<n> the simulator runs apart on CPU n alone, and the
-# benchmark's client, nginx and the control-planes on the other CPUs
-# (-upstream-cpu): the layout of production, where the model's servers
-# take no CPU from the gateway.
+# With UPSTREAM_CPU=<n> the simulator runs apart on CPU n alone
+# (-upstream-cpu), as the model's servers take no CPU from the gateway;
+# with PROXY_CPU=<n>, nginx and the control-planes run on CPU n alone
+# (-proxy-cpu), as a gateway has its machine to itself. The benchmark's
+# client, and whatever was given no CPU, run on the CPUs left.
 #
 #   ./bench/gateway/vs-nginx.sh            # 3 repeats, SQLite
 #   DATABASE=postgres://… ./bench/gateway/vs-nginx.sh 1
 #   BASE=HEAD~1 ./bench/gateway/vs-nginx.sh 3
 #   SIM_APART=1 ./bench/gateway/vs-nginx.sh 3
 #   UPSTREAM_CPU=0 ./bench/gateway/vs-nginx.sh 3
+#   SIM_APART=1 PROXY_CPU=1 ./bench/gateway/vs-nginx.sh 3
 set -eu
 cd "$(dirname "$0")/../.."
 repeats=${1:-3}
@@ -47,9 +49,9 @@ if [ -n "${BASE:-}" ]; then
 fi
 i=1
 while [ "$i" -le "$repeats" ]; do
-	"$out/bench-gateway" -database "$db" -modes "$modes" -c 1 -n 4000 -rounds 8 ${SIM_APART:+-sim-apart} ${UPSTREAM_CPU:+-upstream-cpu "$UPSTREAM_CPU"} \
+	"$out/bench-gateway" -database "$db" -modes "$modes" -c 1 -n 4000 -rounds 8 ${SIM_APART:+-sim-apart} ${UPSTREAM_CPU:+-upstream-cpu "$UPSTREAM_CPU"} ${PROXY_CPU:+-proxy-cpu "$PROXY_CPU"} \
 		-talkide "$out/talkide" ${BASE:+-talkide-base "$out/talkide-base"} -json "$out/serial-$i.json" >"$out/serial-$i.txt"
-	"$out/bench-gateway" -database "$db" -modes "$modes" -c 64 -delta-delay 5ms -n 3200 -rounds 4 ${SIM_APART:+-sim-apart} ${UPSTREAM_CPU:+-upstream-cpu "$UPSTREAM_CPU"} \
+	"$out/bench-gateway" -database "$db" -modes "$modes" -c 64 -delta-delay 5ms -n 3200 -rounds 4 ${SIM_APART:+-sim-apart} ${UPSTREAM_CPU:+-upstream-cpu "$UPSTREAM_CPU"} ${PROXY_CPU:+-proxy-cpu "$PROXY_CPU"} \
 		-talkide "$out/talkide" ${BASE:+-talkide-base "$out/talkide-base"} -json "$out/paced-$i.json" >"$out/paced-$i.txt"
 	i=$((i + 1))
 done
