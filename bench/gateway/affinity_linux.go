@@ -75,7 +75,7 @@ func startOn(cmd *exec.Cmd, cpus []int) error {
 	err := cmd.Start()
 	if rerr := unix.SchedSetaffinity(0, &own); rerr != nil {
 		// The goroutine stays locked to this thread, so that the runtime
-		// runs nothing else on the simulator's CPU; the run stops here.
+		// runs nothing else on cmd's CPUs; the run stops here.
 		if err == nil {
 			cmd.Process.Kill()
 			cmd.Wait()

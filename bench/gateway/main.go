@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,6 +54,9 @@ type config struct {
 	ClientCPUs []int `json:"client_cpus,omitempty"`
 	SimCPUs    []int `json:"sim_cpus,omitempty"`
 	ProxyCPUs  []int `json:"proxy_cpus,omitempty"`
+	// layout is the same, with nil for a part that starts where the
+	// client runs.
+	layout cpuLayout
 }
 
 // requests returns how many requests each mode sends at concurrency c.
@@ -175,8 +177,8 @@ func applyCPULayout(cfg *config, upstream, proxy int) error {
 	if err := confine(l.client); err != nil {
 		return fmt.Errorf("confining this process to CPUs %v: %w", l.client, err)
 	}
-	cfg.ClientCPUs = l.client
-	cfg.SimCPUs, cfg.ProxyCPUs = l.sim, l.proxies
+	cfg.layout = l
+	cfg.ClientCPUs, cfg.SimCPUs, cfg.ProxyCPUs = l.client, l.sim, l.proxies
 	if l.sim == nil {
 		cfg.SimCPUs = l.client
 	}
@@ -187,15 +189,6 @@ func applyCPULayout(cfg *config, upstream, proxy int) error {
 	// warm-up should not run with more Ps than CPUs either.
 	runtime.GOMAXPROCS(len(l.client))
 	return nil
-}
-
-// ownCPUs is part's CPUs when they are not the client's, nil otherwise:
-// what a process is started with to run there.
-func ownCPUs(part, client []int) []int {
-	if slices.Equal(part, client) {
-		return nil
-	}
-	return part
 }
 
 func splitList(s string) []string {
@@ -262,7 +255,7 @@ func runDatabase(ctx context.Context, cfg config, db string, body []byte, logw i
 		defer os.RemoveAll(tmp)
 	}
 	s, err := startStack(ctx, stackConfig{database: db, deltaDelay: cfg.DeltaDelay, gatewayLog: cfg.GatewayLog, tmpDir: tmp,
-		modes: cfg.Modes, talkide: cfg.Talkide, base: cfg.TalkideBase, simApart: cfg.SimApart, simBin: cfg.SimBin, simCPUs: ownCPUs(cfg.SimCPUs, cfg.ClientCPUs), proxyCPUs: ownCPUs(cfg.ProxyCPUs, cfg.ClientCPUs)})
+		modes: cfg.Modes, talkide: cfg.Talkide, base: cfg.TalkideBase, simApart: cfg.SimApart, simBin: cfg.SimBin, simCPUs: cfg.layout.sim, proxyCPUs: cfg.layout.proxies})
 	if err != nil {
 		return nil, err
 	}
