@@ -7,7 +7,7 @@ import (
 	"os/exec"
 )
 
-var errAffinity = errors.New("-upstream-cpu: CPU affinity is set only on Linux")
+var errAffinity = errors.New("-upstream-cpu, -proxy-cpu: CPU affinity is set only on Linux")
 
 func allowedCPUs() ([]int, error)             { return nil, errAffinity }
 func confine([]int) error                     { return errAffinity }
