@@ -99,6 +99,7 @@ func newDirectTransport(scheme, host string, tlsConf *tls.Config, fallback http.
 type directConn struct {
 	t         *directTransport
 	nc        net.Conn
+	sock      net.Conn        // the socket under nc's TLS, read raw (internal/rawio)
 	raw       syscall.RawConn // the TCP connection's, for the idle check; nil if none
 	br        *bufio.Reader
 	head      headlimit.Reader // what br may read while a response's head is read
@@ -192,6 +193,11 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	if err != nil {
 		return fail(err)
 	}
+	// The response's reads are held (rawio.Hold): an event of the stream
+	// costs one read, not a read and an empty one. Released when the
+	// connection goes back to the pool, whose check peeks at the socket;
+	// Close ends a held read itself.
+	rawio.Hold(pc.sock)
 	var res *http.Response
 	// What br holds already was read under an earlier bound.
 	pc.head.Left = maxResponseHead
@@ -267,6 +273,7 @@ func (b *directBody) done(eof bool) {
 	// stop reports false when the call's context ended, and with it the
 	// connection's deadline is set in the past.
 	if b.stop() && eof && b.reuse {
+		rawio.Release(pc.sock)
 		pc.t.put(pc)
 		return
 	}
@@ -333,7 +340,7 @@ func (t *directTransport) dial(ctx context.Context) (*directConn, error) {
 	// Read and written with raw system calls (internal/rawio): no wake-up
 	// of the runtime's monitor thread per event.
 	nc = rawio.Wrap(nc)
-	pc.nc = nc
+	pc.nc, pc.sock = nc, nc
 	if t.tls != nil {
 		tc := tls.Client(nc, t.tls)
 		hctx, cancel := context.WithTimeout(ctx, tlsHandshakeTimeout)

@@ -2,10 +2,13 @@ package rawio
 
 import (
 	"io"
+	"iter"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -23,6 +26,7 @@ func Wrap(c net.Conn) net.Conn {
 	}
 	r := &conn{Conn: c, rc: rc}
 	r.readFn, r.writeFn = r.read, r.write
+	r.heldFn, r.heldSeqFn = r.heldRead, r.heldSeq
 	return r
 }
 
@@ -46,6 +50,22 @@ type conn struct {
 	wn      int
 	werr    syscall.Errno
 	writeFn func(fd uintptr) bool
+
+	// The held read (Hold). hold, next and stop are guarded by rmu; yield,
+	// wait and herr belong to the coroutine, which runs only while a
+	// Read holding rmu resumes it.
+	hold      bool
+	next      func() (struct{}, bool) // resumes the coroutine; nil when none runs
+	stop      func()
+	yield     func(struct{}) bool
+	wait      bool  // the last read was short: wait in the poller before the next
+	herr      error // RawConn.Read's own error, once it has returned
+	heldFn    func(fd uintptr) bool
+	heldSeqFn func(yield func(struct{}) bool)
+
+	held    atomic.Bool  // a coroutine runs or is being started: Close must end it
+	closing atomic.Bool  // Close has begun
+	rdl     atomic.Int64 // the read deadline in Unix nanoseconds; 0 for none
 }
 
 func (c *conn) read(fd uintptr) bool {
@@ -68,6 +88,9 @@ func (c *conn) Read(p []byte) (int, error) {
 	}
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
+	if c.hold {
+		return c.readHeld(p)
+	}
 	c.rp, c.rn, c.rerr = p, 0, 0
 	err := c.rc.Read(c.readFn)
 	c.rp = nil
@@ -116,6 +139,164 @@ func (c *conn) Write(p []byte) (int, error) {
 		return c.wn, c.opError("write", c.werr)
 	}
 	return c.wn, nil
+}
+
+// Hold makes c's reads, from the next one until Release or Close, parts
+// of one RawConn.Read held open, when c is a connection Wrap made raw; it
+// does nothing otherwise.
+//
+// The runtime's poller forgets that a socket is readable whenever a read
+// begins, so after a read that returned data the next read must make a
+// system call that fails with EAGAIN before it may wait: a proxy that
+// relays a stream of small events makes two reads per event, one of them
+// empty. Held, the read function hands each read's bytes to the caller
+// from a coroutine instead of returning, so nothing is forgotten, and
+// after a read shorter than its buffer it waits for the poller before it
+// reads again, as nginx does. A TCP or Unix stream read stops short only
+// when the socket has nothing more queued; bytes that arrive later wake
+// the poller anew.
+//
+// While the coroutine runs it holds the descriptor's read lock, so
+// nothing else may read c's descriptor directly (a peek through
+// SyscallConn would wait for Release); Release before handing c to
+// anyone who might.
+func Hold(c net.Conn) {
+	if r, ok := c.(*conn); ok {
+		r.rmu.Lock()
+		r.hold = true
+		r.rmu.Unlock()
+	}
+}
+
+// Release ends what Hold began: c's reads are plain again, and the
+// coroutine of a held read, if one runs, has ended. It waits for a Read in
+// progress on c.
+func Release(c net.Conn) {
+	if r, ok := c.(*conn); ok {
+		r.rmu.Lock()
+		r.hold = false
+		r.endHeld()
+		r.rmu.Unlock()
+	}
+}
+
+// endHeld stops the coroutine, with rmu held.
+func (c *conn) endHeld() {
+	if c.stop != nil {
+		c.stop()
+		c.next, c.stop = nil, nil
+	}
+	c.held.Store(false)
+}
+
+// heldSeq is the coroutine: one RawConn.Read, which heldRead keeps open.
+func (c *conn) heldSeq(yield func(struct{}) bool) {
+	c.yield, c.wait = yield, false
+	c.herr = c.rc.Read(c.heldFn)
+	c.yield = nil
+}
+
+// heldRead is the held RawConn.Read's function. It returns true only to
+// end the held read: at EOF, on an error, or when the coroutine is
+// stopped.
+func (c *conn) heldRead(fd uintptr) bool {
+	for {
+		if c.wait {
+			c.wait = false
+			return false // wait until readable, without forgetting what the poller saw
+		}
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rp[0])), uintptr(len(c.rp)))
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		c.rn, c.rerr = int(n), e
+		if e != 0 || n == 0 {
+			return true
+		}
+		c.wait = int(n) < len(c.rp)
+		if !c.yield(struct{}{}) {
+			return true
+		}
+		// Resumed by the next Read, with its buffer in c.rp.
+	}
+}
+
+// readHeld is Read while c is held, with rmu held.
+func (c *conn) readHeld(p []byte) (int, error) {
+	// Between reads the coroutine is not waiting in the poller, which is
+	// where a deadline is checked; a read after its deadline fails as
+	// net's does, even with bytes waiting.
+	if d := c.rdl.Load(); d != 0 && time.Now().UnixNano() >= d {
+		return 0, c.opError("read", os.ErrDeadlineExceeded)
+	}
+	if c.next == nil {
+		// Close looks at held after it sets closing: one of the two sees
+		// the other, so no coroutine starts that Close would not end.
+		c.held.Store(true)
+		if c.closing.Load() {
+			c.held.Store(false)
+			return 0, c.opError("read", net.ErrClosed)
+		}
+		c.herr = nil
+		c.next, c.stop = iter.Pull(c.heldSeqFn)
+	}
+	c.rp, c.rn, c.rerr = p, 0, 0
+	_, ok := c.next()
+	c.rp = nil
+	if ok {
+		return c.rn, nil
+	}
+	// The held read has ended; the next Read starts another.
+	herr := c.herr
+	c.endHeld()
+	switch {
+	case c.closing.Load():
+		return 0, c.opError("read", net.ErrClosed)
+	case herr != nil: // from the poller: a deadline passed, or the socket closed
+		return 0, c.opError("read", herr)
+	case c.rerr != 0:
+		return 0, c.opError("read", c.rerr)
+	}
+	return 0, io.EOF
+}
+
+// Close ends a held read's coroutine, which holds the descriptor's read
+// lock and would keep the descriptor's close waiting, and then closes c.
+func (c *conn) Close() error {
+	c.closing.Store(true)
+	if c.held.Load() {
+		// A Read waiting in the poller holds rmu; a deadline in the past
+		// sends it back.
+		c.Conn.SetReadDeadline(time.Unix(1, 0))
+		c.rmu.Lock()
+		c.endHeld()
+		c.rmu.Unlock()
+	}
+	return c.Conn.Close()
+}
+
+// SetDeadline and SetReadDeadline keep the read deadline for readHeld.
+func (c *conn) SetDeadline(t time.Time) error {
+	c.rdl.Store(unixNano(t))
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.rdl.Store(unixNano(t))
+	return c.Conn.SetReadDeadline(t)
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	if n := t.UnixNano(); n > 0 {
+		return n
+	}
+	return 1 // long past
 }
 
 // opError is the error net's Read and Write return for err: an errno
