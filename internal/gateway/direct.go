@@ -193,11 +193,6 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 	if err != nil {
 		return fail(err)
 	}
-	// The response's reads are held (rawio.Hold): an event of the stream
-	// costs one read, not a read and an empty one. Released when the
-	// connection goes back to the pool, whose check peeks at the socket;
-	// Close ends a held read itself.
-	rawio.Hold(pc.sock)
 	var res *http.Response
 	// What br holds already was read under an earlier bound.
 	pc.head.Left = maxResponseHead
@@ -218,6 +213,15 @@ func (pc *directConn) roundTrip(ctx context.Context, req *http.Request) (*http.R
 		}
 	}
 	pc.head.Left = -1
+	if res.ContentLength >= 0 || len(res.TransferEncoding) > 0 {
+		// The body's reads are held (rawio.Hold): an event of the stream
+		// costs one read, not a read and an empty one. Released when the
+		// connection goes back to the pool, whose check peeks at the
+		// socket; Close ends a held read itself. A body that only the
+		// connection's close ends is read plainly: a held read notices a
+		// close that came with the last bytes only after a while.
+		rawio.Hold(pc.sock)
+	}
 	res.Body = &directBody{pc: pc, ctx: ctx, rc: res.Body, stop: stop, reuse: !res.Close && !req.Close}
 	return res, nil
 }

@@ -423,3 +423,101 @@ func BenchmarkHeldStartStop(b *testing.B) {
 		})
 	}
 }
+
+// TestHeldEndAfterData: an end (a FIN, or a reset) that came with the
+// last bytes, before they were read, ends the next read within
+// probeAfter, with EOF or the reset's errno, where the poller alone would
+// never wake the held read again.
+func TestHeldEndAfterData(t *testing.T) {
+	for _, rst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fin", true: "reset"}[rst], func(t *testing.T) {
+			c, peer := pair(t)
+			raw(t, c)
+			Hold(c)
+			peer.Write([]byte("last"))
+			if rst {
+				peer.(*net.TCPConn).SetLinger(0)
+			}
+			peer.Close()
+			time.Sleep(50 * time.Millisecond) // the end arrives before the read
+			buf := make([]byte, 64)
+			if n, err := c.Read(buf); err != nil || string(buf[:n]) != "last" {
+				t.Fatalf("first read: %q, %v", buf[:n], err)
+			}
+			res := make(chan error, 1)
+			go func() {
+				_, err := c.Read(buf)
+				res <- err
+			}()
+			select {
+			case err := <-res:
+				if rst && !errors.Is(err, syscall.ECONNRESET) {
+					t.Fatalf("read after a reset: %v, want ECONNRESET", err)
+				}
+				if !rst && err != io.EOF {
+					t.Fatalf("read after a FIN: %v, want EOF", err)
+				}
+			case <-time.After(10 * probeAfter):
+				t.Fatal("the held read waited on past the end")
+			}
+		})
+	}
+}
+
+// TestHeldPause: a stream that pauses for longer than probeAfter goes on
+// (the probe's read finds nothing and waits), and neither the probe's
+// deadline nor the caller's is lost: after Release, a read that waits
+// longer than probeAfter is not cut short, and a caller's deadline set
+// before still holds.
+func TestHeldPause(t *testing.T) {
+	c, peer := pair(t)
+	raw(t, c)
+	Hold(c)
+	buf := make([]byte, 64)
+	for _, msg := range []string{"one", "two", "three"} {
+		go func() {
+			time.Sleep(probeAfter + probeAfter/2)
+			peer.Write([]byte(msg))
+		}()
+		if n, err := c.Read(buf); err != nil || string(buf[:n]) != msg {
+			t.Fatalf("read after a pause: %q, %v, want %q", buf[:n], err, msg)
+		}
+	}
+	// Two events close together: the second read waits under the probe's
+	// deadline, which is still on the descriptor at Release.
+	peer.Write([]byte("a"))
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "a" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	time.AfterFunc(10*time.Millisecond, func() { peer.Write([]byte("b")) })
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "b" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	if !c.(*conn).probe {
+		t.Fatal("the probe's deadline is not on the descriptor")
+	}
+	Release(c)
+	go func() {
+		time.Sleep(probeAfter + probeAfter/2)
+		peer.Write([]byte("plain"))
+	}()
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "plain" {
+		t.Fatalf("plain read after Release: %q, %v", buf[:n], err)
+	}
+
+	// The caller's deadline, a little later than the probe's, holds.
+	Hold(c)
+	peer.Write([]byte("x"))
+	if _, err := c.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c.SetReadDeadline(start.Add(probeAfter + probeAfter/2))
+	_, err := c.Read(buf)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the caller's deadline: %v, want a timeout", err)
+	}
+	if d := time.Since(start); d < probeAfter+probeAfter/2 {
+		t.Fatalf("the read timed out after %v, before the caller's deadline", d)
+	}
+}

@@ -1,6 +1,7 @@
 package rawio
 
 import (
+	"errors"
 	"io"
 	"iter"
 	"net"
@@ -65,7 +66,13 @@ type conn struct {
 
 	held    atomic.Bool  // a coroutine runs or is being started: Close must end it
 	closing atomic.Bool  // Close has begun
-	rdl     atomic.Int64 // the read deadline in Unix nanoseconds; 0 for none
+	rdl     atomic.Int64 // the caller's read deadline in Unix nanoseconds; 0 for none
+
+	// The descriptor's read deadline as last set (Unix nanoseconds, 0 for
+	// none), and whether it is the probe's (armProbe) or the caller's.
+	dmu   sync.Mutex
+	fdl   int64
+	probe bool
 }
 
 func (c *conn) read(fd uintptr) bool {
@@ -91,6 +98,11 @@ func (c *conn) Read(p []byte) (int, error) {
 	if c.hold {
 		return c.readHeld(p)
 	}
+	return c.readPlain(p)
+}
+
+// readPlain is Read not held, with rmu held.
+func (c *conn) readPlain(p []byte) (int, error) {
 	c.rp, c.rn, c.rerr = p, 0, 0
 	err := c.rc.Read(c.readFn)
 	c.rp = nil
@@ -180,13 +192,58 @@ func Release(c net.Conn) {
 	}
 }
 
-// endHeld stops the coroutine, with rmu held.
+// endHeld stops the coroutine, with rmu held, and gives the descriptor
+// back the caller's deadline if the probe's is on it.
 func (c *conn) endHeld() {
 	if c.stop != nil {
 		c.stop()
 		c.next, c.stop = nil, nil
 	}
 	c.held.Store(false)
+	c.dmu.Lock()
+	if c.probe {
+		d := c.rdl.Load()
+		c.Conn.SetReadDeadline(fromUnixNano(d))
+		c.fdl, c.probe = d, false
+	}
+	c.dmu.Unlock()
+}
+
+// probeAfter bounds a held read's wait after a short read.
+//
+// A read stops short when the socket has nothing more queued, and the
+// poller wakes for whatever comes later. The one thing it does not wake
+// for again is an end (a FIN, or a reset) that came with the last bytes,
+// before they were read: the wake-up that brought the bytes brought the
+// end too, and a plain read after them would return it at once, where a
+// held read would wait for good. nginx knows of such an end from epoll's
+// EPOLLRDHUP; Go's poller does not say. So the held read waits under a
+// deadline of its own, no later than probeAfter, and when that passes
+// with the caller's own deadline still ahead, a plain read finds what is
+// there (bytes, nothing, the end or an error) and waits as net's does.
+// An upstream that goes away with a response unfinished is noticed
+// within probeAfter, and a stream that pauses for longer costs one read
+// more per pause. The deadline is set again only when less than half of
+// probeAfter is left, so a stream's events do not each pay for it.
+const probeAfter = 500 * time.Millisecond
+
+// armProbe puts the probe's deadline on the descriptor, unless the
+// caller's comes sooner or the probe's is far enough ahead.
+func (c *conn) armProbe() {
+	now := time.Now().UnixNano()
+	c.dmu.Lock()
+	if f := c.fdl; f == 0 || f > now+int64(probeAfter) || (c.probe && f-now < int64(probeAfter/2)) {
+		d := now + int64(probeAfter)
+		c.Conn.SetReadDeadline(time.Unix(0, d))
+		c.fdl, c.probe = d, true
+	}
+	c.dmu.Unlock()
+}
+
+// deadlinePassed says whether the caller's read deadline has passed.
+func (c *conn) deadlinePassed() bool {
+	d := c.rdl.Load()
+	return d != 0 && time.Now().UnixNano() >= d
 }
 
 // heldSeq is the coroutine: one RawConn.Read, which heldRead keeps open.
@@ -203,6 +260,7 @@ func (c *conn) heldRead(fd uintptr) bool {
 	for {
 		if c.wait {
 			c.wait = false
+			c.armProbe()
 			return false // wait until readable, without forgetting what the poller saw
 		}
 		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rp[0])), uintptr(len(c.rp)))
@@ -229,7 +287,7 @@ func (c *conn) readHeld(p []byte) (int, error) {
 	// Between reads the coroutine is not waiting in the poller, which is
 	// where a deadline is checked; a read after its deadline fails as
 	// net's does, even with bytes waiting.
-	if d := c.rdl.Load(); d != 0 && time.Now().UnixNano() >= d {
+	if c.deadlinePassed() {
 		return 0, c.opError("read", os.ErrDeadlineExceeded)
 	}
 	if c.next == nil {
@@ -255,6 +313,9 @@ func (c *conn) readHeld(p []byte) (int, error) {
 	switch {
 	case c.closing.Load():
 		return 0, c.opError("read", net.ErrClosed)
+	case errors.Is(herr, os.ErrDeadlineExceeded) && !c.deadlinePassed():
+		// The probe's deadline, now the caller's again (endHeld).
+		return c.readPlain(p)
 	case herr != nil: // from the poller: a deadline passed, or the socket closed
 		return 0, c.opError("read", herr)
 	case c.rerr != 0:
@@ -270,7 +331,10 @@ func (c *conn) Close() error {
 	if c.held.Load() {
 		// A Read waiting in the poller holds rmu; a deadline in the past
 		// sends it back.
+		c.dmu.Lock()
 		c.Conn.SetReadDeadline(time.Unix(1, 0))
+		c.fdl, c.probe = 1, false
+		c.dmu.Unlock()
 		c.rmu.Lock()
 		c.endHeld()
 		c.rmu.Unlock()
@@ -278,15 +342,31 @@ func (c *conn) Close() error {
 	return c.Conn.Close()
 }
 
-// SetDeadline and SetReadDeadline keep the read deadline for readHeld.
+// SetDeadline and SetReadDeadline keep the read deadline for readHeld,
+// and replace the probe's on the descriptor.
 func (c *conn) SetDeadline(t time.Time) error {
-	c.rdl.Store(unixNano(t))
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	d := unixNano(t)
+	c.rdl.Store(d)
+	c.fdl, c.probe = d, false
 	return c.Conn.SetDeadline(t)
 }
 
 func (c *conn) SetReadDeadline(t time.Time) error {
-	c.rdl.Store(unixNano(t))
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	d := unixNano(t)
+	c.rdl.Store(d)
+	c.fdl, c.probe = d, false
 	return c.Conn.SetReadDeadline(t)
+}
+
+func fromUnixNano(d int64) time.Time {
+	if d == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, d)
 }
 
 func unixNano(t time.Time) int64 {
