@@ -353,24 +353,6 @@ func TestHeldRelease(t *testing.T) {
 	goroutines(t, base)
 }
 
-// TestHeldReset: a reset ends a held read with the errno, as net's.
-func TestHeldReset(t *testing.T) {
-	c, peer := pair(t)
-	raw(t, c)
-	Hold(c)
-	peer.(*net.TCPConn).SetLinger(0)
-	peer.Close()
-	time.Sleep(50 * time.Millisecond)
-	_, err := c.Read(make([]byte, 10))
-	if !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("read after a reset: %v, want ECONNRESET", err)
-	}
-	var oe *net.OpError
-	if !errors.As(err, &oe) || oe.Op != "read" {
-		t.Fatalf("read error %#v is not a *net.OpError of a read", err)
-	}
-}
-
 // BenchmarkHeldStartStop is what a held read adds to a call: its
 // coroutine started with the first read and stopped by Release.
 func BenchmarkHeldStartStop(b *testing.B) {

@@ -345,21 +345,20 @@ func (c *conn) Close() error {
 // SetDeadline and SetReadDeadline keep the read deadline for readHeld,
 // and replace the probe's on the descriptor.
 func (c *conn) SetDeadline(t time.Time) error {
-	c.dmu.Lock()
-	defer c.dmu.Unlock()
-	d := unixNano(t)
-	c.rdl.Store(d)
-	c.fdl, c.probe = d, false
-	return c.Conn.SetDeadline(t)
+	return c.setReadDeadline(t, c.Conn.SetDeadline)
 }
 
 func (c *conn) SetReadDeadline(t time.Time) error {
+	return c.setReadDeadline(t, c.Conn.SetReadDeadline)
+}
+
+func (c *conn) setReadDeadline(t time.Time, set func(time.Time) error) error {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
 	d := unixNano(t)
 	c.rdl.Store(d)
 	c.fdl, c.probe = d, false
-	return c.Conn.SetReadDeadline(t)
+	return set(t)
 }
 
 func fromUnixNano(d int64) time.Time {

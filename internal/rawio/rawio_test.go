@@ -165,20 +165,28 @@ func TestDeadlineAndClose(t *testing.T) {
 	}
 }
 
-// TestReset: a reset by the peer is the errno it was, as net reports it.
+// TestReset: a reset by the peer is the errno it was, as net reports it,
+// whether the read is plain or held.
 func TestReset(t *testing.T) {
-	c, peer := pair(t)
-	raw(t, c)
-	peer.(*net.TCPConn).SetLinger(0)
-	peer.Close()
-	time.Sleep(50 * time.Millisecond)
-	_, err := c.Read(make([]byte, 10))
-	if !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("read after a reset: %v, want ECONNRESET", err)
-	}
-	var oe *net.OpError
-	if !errors.As(err, &oe) || oe.Op != "read" {
-		t.Fatalf("read error %#v is not a *net.OpError of a read", err)
+	for _, held := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "held"}[held], func(t *testing.T) {
+			c, peer := pair(t)
+			raw(t, c)
+			if held {
+				Hold(c)
+			}
+			peer.(*net.TCPConn).SetLinger(0)
+			peer.Close()
+			time.Sleep(50 * time.Millisecond)
+			_, err := c.Read(make([]byte, 10))
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("read after a reset: %v, want ECONNRESET", err)
+			}
+			var oe *net.OpError
+			if !errors.As(err, &oe) || oe.Op != "read" {
+				t.Fatalf("read error %#v is not a *net.OpError of a read", err)
+			}
+		})
 	}
 }
 
