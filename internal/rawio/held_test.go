@@ -113,20 +113,7 @@ func TestHeldLargeTransfer(t *testing.T) {
 		}
 		peer.Close()
 	}()
-	h := sha256.New()
-	sizes := []int{1, 7, 512, 4096, 65536, 1 << 20}
-	for i := 0; ; i++ {
-		buf := make([]byte, sizes[i%len(sizes)])
-		n, err := c.Read(buf)
-		h.Write(buf[:n])
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !bytes.Equal(h.Sum(nil), want[:]) {
+	if !bytes.Equal(readHash(t, c, 1, 7, 512, 4096, 65536, 1<<20), want[:]) {
 		t.Fatal("read other bytes than the peer wrote")
 	}
 	if n, err := c.Read(make([]byte, 10)); n != 0 || err != io.EOF {

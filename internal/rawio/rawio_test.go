@@ -77,20 +77,26 @@ func TestLargeTransfer(t *testing.T) {
 		peer.Write(data)
 		peer.Close()
 	}()
+	if !bytes.Equal(readHash(t, c, 1000), want[:]) {
+		t.Fatal("read other bytes than the peer wrote")
+	}
+}
+
+// readHash reads c to its EOF, in reads of the given sizes in turn, and
+// returns the SHA-256 of what it read.
+func readHash(t *testing.T, c net.Conn, sizes ...int) []byte {
+	t.Helper()
 	h := sha256.New()
-	buf := make([]byte, 1000)
-	for {
+	for i := 0; ; i++ {
+		buf := make([]byte, sizes[i%len(sizes)])
 		n, err := c.Read(buf)
 		h.Write(buf[:n])
 		if err == io.EOF {
-			break
+			return h.Sum(nil)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	if !bytes.Equal(h.Sum(nil), want[:]) {
-		t.Fatal("read other bytes than the peer wrote")
 	}
 }
 
