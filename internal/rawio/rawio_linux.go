@@ -68,11 +68,10 @@ type conn struct {
 	closing atomic.Bool  // Close has begun
 	rdl     atomic.Int64 // the caller's read deadline in Unix nanoseconds; 0 for none
 
-	// The descriptor's read deadline as last set (Unix nanoseconds, 0 for
-	// none), and whether it is the probe's (armProbe) or the caller's.
-	dmu   sync.Mutex
-	fdl   int64
-	probe bool
+	// The probe's deadline (armProbe) in Unix nanoseconds while it is the
+	// one on the descriptor, 0 while the caller's (rdl) is.
+	dmu sync.Mutex
+	pdl int64
 }
 
 func (c *conn) read(fd uintptr) bool {
@@ -201,10 +200,9 @@ func (c *conn) endHeld() {
 	}
 	c.held.Store(false)
 	c.dmu.Lock()
-	if c.probe {
-		d := c.rdl.Load()
-		c.Conn.SetReadDeadline(fromUnixNano(d))
-		c.fdl, c.probe = d, false
+	if c.pdl != 0 {
+		c.Conn.SetReadDeadline(fromUnixNano(c.rdl.Load()))
+		c.pdl = 0
 	}
 	c.dmu.Unlock()
 }
@@ -232,10 +230,14 @@ const probeAfter = 500 * time.Millisecond
 func (c *conn) armProbe() {
 	now := time.Now().UnixNano()
 	c.dmu.Lock()
-	if f := c.fdl; f == 0 || f > now+int64(probeAfter) || (c.probe && f-now < int64(probeAfter/2)) {
-		d := now + int64(probeAfter)
-		c.Conn.SetReadDeadline(time.Unix(0, d))
-		c.fdl, c.probe = d, true
+	arm := c.pdl-now < int64(probeAfter/2) // the probe's, near or past
+	if c.pdl == 0 {
+		d := c.rdl.Load()
+		arm = d == 0 || d > now+int64(probeAfter) // the caller's, none or later
+	}
+	if arm {
+		c.pdl = now + int64(probeAfter)
+		c.Conn.SetReadDeadline(time.Unix(0, c.pdl))
 	}
 	c.dmu.Unlock()
 }
@@ -284,6 +286,9 @@ func (c *conn) heldRead(fd uintptr) bool {
 
 // readHeld is Read while c is held, with rmu held.
 func (c *conn) readHeld(p []byte) (int, error) {
+	if c.closing.Load() {
+		return 0, c.opError("read", net.ErrClosed)
+	}
 	// Between reads the coroutine is not waiting in the poller, which is
 	// where a deadline is checked; a read after its deadline fails as
 	// net's does, even with bytes waiting.
@@ -332,8 +337,9 @@ func (c *conn) Close() error {
 		// A Read waiting in the poller holds rmu; a deadline in the past
 		// sends it back.
 		c.dmu.Lock()
+		c.rdl.Store(1) // long past: armProbe leaves it on the descriptor
+		c.pdl = 0
 		c.Conn.SetReadDeadline(time.Unix(1, 0))
-		c.fdl, c.probe = 1, false
 		c.dmu.Unlock()
 		c.rmu.Lock()
 		c.endHeld()
@@ -355,9 +361,8 @@ func (c *conn) SetReadDeadline(t time.Time) error {
 func (c *conn) setReadDeadline(t time.Time, set func(time.Time) error) error {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
-	d := unixNano(t)
-	c.rdl.Store(d)
-	c.fdl, c.probe = d, false
+	c.rdl.Store(unixNano(t))
+	c.pdl = 0
 	return set(t)
 }
 
