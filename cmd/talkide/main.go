@@ -30,6 +30,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "talkide:", err)
 		os.Exit(exitError)
 	}
+	// A descriptor inherited from whoever started talkide (a shell's
+	// 9<file) must reach no process it starts.
+	if err := sandbox.CloseOnExecInherited(); err != nil {
+		fmt.Fprintln(os.Stderr, "talkide:", err)
+		os.Exit(exitError)
+	}
 	// Each command decides what a signal means: the servers stop on the
 	// first (talkide dev cuts its grace period short on the second); the
 	// chat client interrupts the running turn on the first Ctrl-C.

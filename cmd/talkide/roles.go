@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,7 +58,7 @@ func registerAgentFlags(fs *pflag.FlagSet, a *agentFlags) {
 	fs.StringVar(&a.toolPolicy, "tool-policy", "", "JSON file of tool allow/deny rules checked before every tool call (docs/tools.md)")
 	fs.StringVar(&a.mcpAllow, "mcp-allow", "", "JSON file of the MCP servers a workspace's .mcp.json may start (docs/mcp.md); default none")
 	fs.StringVar(&a.sandbox, "sandbox", "auto", "how agent commands are confined (docs/sandbox.md): auto (every layer this machine supports; refuse commands when none can be applied), landlock (the first layer only), none (no sandbox: a warning at start and in every session)")
-	fs.StringSliceVar(&a.sandboxReadOnly, "sandbox-read-only", nil, "more paths agent commands may read and execute, beyond "+strings.Join(sandbox.DefaultReadOnly, ",")+" (a toolchain outside /usr or /opt); repeat or separate with commas")
+	fs.StringSliceVar(&a.sandboxReadOnly, "sandbox-read-only", nil, "more paths agent commands may read and execute, beyond the system's (/usr, /opt, the parts of /etc a userland reads: talkide sandbox check lists them), such as a toolchain elsewhere or another file of /etc; repeat or separate with commas")
 	fs.StringVar(&a.sandboxHelper, "sandbox-helper", "", "the sandbox's helper, started for every agent command: a talkide-sandbox binary built from the same source (default: talkide-sandbox beside this executable when there is one, else this executable)")
 	fs.StringVar(&a.egressAllow, "egress-allow", "", "JSON file of the destinations agent commands may reach through the egress proxy (docs/egress.md); default none")
 	bindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow", "sandbox", "sandbox-read-only", "sandbox-helper", "egress-allow")

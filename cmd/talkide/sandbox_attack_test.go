@@ -137,9 +137,23 @@ func acceptGreet(ln net.Listener, greeting string) {
 // result the model saw.
 func (s *attackStack) bash(t *testing.T, conv, command string) contract.ToolEvent {
 	t.Helper()
+	return bashIn(t, s.base, conv, command)
+}
+
+// bashIn runs command with conversation conv's Bash, through the
+// control-plane at base, and returns the result the model saw.
+func bashIn(t *testing.T, base, conv, command string) contract.ToolEvent {
+	t.Helper()
 	in, _ := json.Marshal(map[string]any{"command": command, "timeout": 60000})
-	r := send(t, s.base, conv, "[[tool:Bash "+string(in)+"]]")
-	got := readStream(t, s.base, conv, 0, turnEnded(r.TurnID))
+	return toolCall(t, base, conv, "[[tool:Bash "+string(in)+"]]")
+}
+
+// toolCall sends msg, which makes the simulator call one tool, and
+// returns the tool's result.
+func toolCall(t *testing.T, base, conv, msg string) contract.ToolEvent {
+	t.Helper()
+	r := send(t, base, conv, msg)
+	got := readStream(t, base, conv, 0, turnEnded(r.TurnID))
 	for _, e := range got {
 		if e.ev.Kind == contract.KindToolFinished && e.ev.TurnID == r.TurnID {
 			return *e.ev.Tool
@@ -261,6 +275,11 @@ func (s *attackStack) attacks() map[string]string {
 		// The same through a CONNECT tunnel (-p), as HTTPS goes.
 		"egress elsewhere, CONNECT": `curl -s -f -p --noproxy '' -x "$HTTPS_PROXY" http://` + s.other.Addr().String() + "/",
 	}
+	if os.Geteuid() == 0 {
+		// The host's secrets in /etc, which a worker running as root
+		// could read itself.
+		attacks["/etc/shadow"] = "head -c 5 /etc/shadow"
+	}
 	for what, cmd := range attacks {
 		attacks[what] = "set -o pipefail; " + cmd
 	}
@@ -318,6 +337,9 @@ func TestSandboxAttacksWorkBare(t *testing.T) {
 		"the browser API": "connected", "the worker's commands": "connected", "the model simulator": "connected",
 		"another loopback port": "connected", "UDP": "", "write into B": "", "write via a symlink": "", "write the data dir": "",
 		"the worker's memory": " ",
+	}
+	if os.Geteuid() == 0 {
+		leaks["/etc/shadow"] = "root:"
 	}
 	attacks := s.attacks()
 	for what := range attacks {

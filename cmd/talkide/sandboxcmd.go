@@ -48,6 +48,7 @@ func newSandboxCheckCmd(std stdio) *cobra.Command {
 			}
 			fmt.Fprintf(std.out, "mode %s: every agent command gets %s\n", sb.Mode(), strings.Join(sb.Layers(), ", "))
 			fmt.Fprintf(std.out, "helper: %s\n", sb.Helper())
+			fmt.Fprintf(std.out, "read-only: %s\n", strings.Join(sb.ReadOnly(), " "))
 			return nil
 		},
 	}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,7 +103,19 @@ func BenchmarkCommand(b *testing.B) {
 	}
 	if bwrap, err := exec.LookPath("bwrap"); err == nil {
 		args := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}
-		for _, p := range sandbox.DefaultReadOnly {
+		// The system as the namespace layer mounts it: /etc whole (which
+		// Landlock then narrows to sandbox.SystemConfig; bubblewrap has no
+		// such second layer), the rest path by path.
+		var system []string
+		for _, p := range sandbox.Existing(sandbox.DefaultReadOnly) {
+			if strings.HasPrefix(p, "/etc/") {
+				p = "/etc"
+			}
+			if !slices.Contains(system, p) {
+				system = append(system, p)
+			}
+		}
+		for _, p := range system {
 			if target, err := os.Readlink(p); err == nil {
 				args = append(args, "--symlink", target, p)
 			} else if _, err := os.Stat(p); err == nil {

@@ -148,11 +148,19 @@ func (c *pidsCgroups) create(max int) (string, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", fmt.Errorf("cgroup: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(max)), 0); err != nil {
+	if err := setPidsMax(dir, max); err != nil {
 		os.Remove(dir)
-		return "", fmt.Errorf("cgroup pids.max: %w", err)
+		return "", err
 	}
 	return dir, nil
+}
+
+// setPidsMax bounds the tasks of a command's group.
+func setPidsMax(dir string, max int) error {
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(max)), 0); err != nil {
+		return fmt.Errorf("cgroup pids.max: %w", err)
+	}
+	return nil
 }
 
 // remove ends whatever is left in a command's group and removes it. It

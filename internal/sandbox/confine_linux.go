@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,8 +58,22 @@ func confineAndFork(cfg helperConfig) (int, error) {
 	if err := landlock(cfg); err != nil {
 		return 0, err
 	}
-	if err := seccomp(); err != nil {
+	if err := seccomp(!cfg.InNamespace); err != nil {
 		return 0, err
+	}
+	// The command runs a little behind the worker and the supervisors:
+	// the nice value is this thread's, and the command inherits it. A
+	// busy command then cannot take the CPU from the worker's streams and
+	// leases, nor from the supervisor that has to end it; on an idle
+	// machine it changes nothing. (RLIMIT_NICE 0 keeps it from going back.)
+	unix.Setpriority(unix.PRIO_PROCESS, 0, commandNice)
+	// Nothing but stdin, stdout and stderr reaches the command: not the
+	// supervisor's pipes, and not a descriptor the worker inherited from
+	// whoever started it and never knew of (talkide dev 9<file). Every
+	// descriptor above 2 is closed on exec, in whatever way the helper
+	// was started.
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return 0, fmt.Errorf("close_range: %w", err)
 	}
 	// Confined already: what the thread cannot see is not found.
 	path, err := lookPath(p.Path, p.Env)
@@ -106,11 +121,16 @@ func lookPath(file string, env []string) (string, error) {
 	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
 }
 
-// setRlimits sets the limits every process of the command inherits.
-// RLIMIT_DATA, not RLIMIT_AS: the address space a JavaScript engine or a
-// JVM reserves without touching is not memory, and an AS limit would stop
-// them before they start.
-func setRlimits(l Limits) error {
+// commandNice is the nice value commands start with.
+const commandNice = 5
+
+// setRlimits sets the limits every process of the command inherits, and
+// the call's marker when there is one. RLIMIT_DATA, not RLIMIT_AS: the
+// address space a JavaScript engine or a JVM reserves without touching is
+// not memory, and an AS limit would stop them before they start.
+// RLIMIT_RTPRIO and RLIMIT_NICE 0: no real-time scheduling (which would
+// starve everything else of the CPU) and no way back from commandNice.
+func setRlimits(l Limits, marker uint64) error {
 	set := func(res int, v uint64) error {
 		var cur unix.Rlimit
 		if err := unix.Getrlimit(res, &cur); err != nil {
@@ -135,9 +155,18 @@ func setRlimits(l Limits) error {
 		{unix.RLIMIT_CPU, uint64(l.MaxCPU.Seconds())},
 		{unix.RLIMIT_CORE, 0},
 		{unix.RLIMIT_NPROC, nproc},
+		{unix.RLIMIT_RTPRIO, 0},
+		{unix.RLIMIT_NICE, 0},
 	} {
 		if err := set(r.res, r.v); err != nil {
 			return err
+		}
+	}
+	if marker != 0 {
+		// Exactly, or not at all: the worker finds the tree by this
+		// number (the worker checked that its hard limit allows it).
+		if err := unix.Setrlimit(unix.RLIMIT_RTTIME, &unix.Rlimit{Cur: marker, Max: marker}); err != nil {
+			return fmt.Errorf("the call marker: %w", err)
 		}
 	}
 	return nil
@@ -174,6 +203,18 @@ func dropCapabilities() error {
 	var data [2]unix.CapUserData
 	if _, _, errno := unix.Syscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
 		return errno
+	}
+	return nil
+}
+
+// CloseOnExecInherited marks every descriptor above stderr close-on-exec.
+// The Go runtime opens its own files so, but a descriptor the process
+// inherited from whoever started it (a shell's 9<file) stays open across
+// every exec it makes: call it first in main, once the process has read
+// what it was handed. The helper closes them for each command too.
+func CloseOnExecInherited() error {
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close-on-exec: %w", err)
 	}
 	return nil
 }

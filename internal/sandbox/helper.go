@@ -39,6 +39,9 @@ type helperConfig struct {
 	// StatusFD is where the helper says why it could not set up: fdStatus,
 	// or 2 (stderr) for a caller that starts the helper itself.
 	StatusFD int `json:"status_fd"`
+	// Marker is the call's marker (marker_linux.go), set as RLIMIT_RTTIME
+	// of every process of the tree; 0 for none.
+	Marker uint64 `json:"marker,omitempty"`
 }
 
 // helperResult is how the supervisor ended the command.

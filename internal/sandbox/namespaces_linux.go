@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -78,7 +79,7 @@ func buildRoot(cfg helperConfig) (map[int]string, error) {
 		}
 	}
 	p := cfg.Policy
-	for _, path := range append(append([]string(nil), cfg.ReadOnly...), p.ReadOnly...) {
+	for _, path := range mountPoints(append(append([]string(nil), cfg.ReadOnly...), p.ReadOnly...)) {
 		if err := bindInto(root, path, true); err != nil {
 			return nil, err
 		}
@@ -149,6 +150,26 @@ func buildRoot(cfg helperConfig) (map[int]string, error) {
 		return nil, fmt.Errorf("read-only root: %w", err)
 	}
 	return sockets, nil
+}
+
+// mountPoints returns what to bind for the read-only paths: the entries
+// of /etc as /etc itself, once. Landlock, applied in this layer too,
+// grants no more of it than the entries; a bind mount apiece would cost
+// the command a mount for each of dozens of files.
+func mountPoints(paths []string) []string {
+	out := make([]string, 0, len(paths))
+	etc := false
+	for _, p := range paths {
+		if p == "/etc" || strings.HasPrefix(p, "/etc/") {
+			if !etc {
+				out = append(out, "/etc")
+			}
+			etc = true
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // bindInto binds path of the host to the same path under root: read-only

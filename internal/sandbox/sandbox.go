@@ -18,10 +18,39 @@ import (
 )
 
 // DefaultReadOnly is the system the sandboxed commands may read and
-// execute: programs, libraries, configuration, toolchains under /usr and
-// /opt. Everything else of the host is invisible to them. A path missing
-// on the machine is skipped.
-var DefaultReadOnly = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"}
+// execute: programs, libraries and toolchains under /usr and /opt, and of
+// /etc what a userland reads (SystemConfig). Everything else of the host
+// is invisible to them. A path missing on the machine is skipped; a path
+// with a * is a pattern (filepath.Match) for the entries it matches.
+var DefaultReadOnly = append([]string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}, SystemConfig...)
+
+// SystemConfig are the files and directories of /etc that programs,
+// shells, toolchains and their resolvers read: not /etc whole, which holds
+// the host's secrets too (shadow, gshadow, SSH host keys, private TLS
+// keys), readable wherever the worker runs as root. A program that needs
+// another is given it with Options.ReadOnly (talkide's
+// --sandbox-read-only).
+var SystemConfig = []string{
+	// users, names and the network's configuration
+	"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts", "/etc/host.conf", "/etc/resolv.conf",
+	"/etc/gai.conf", "/etc/hostname", "/etc/networks", "/etc/protocols", "/etc/services", "/etc/ethertypes",
+	"/etc/rpc", "/etc/netconfig",
+	// the dynamic loader, time, locale, the system's identity
+	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/timezone",
+	"/etc/locale.alias", "/etc/locale.conf", "/etc/default/locale", "/etc/os-release", "/etc/lsb-release",
+	"/etc/debian_version", "/etc/alpine-release", "/etc/redhat-release",
+	// certificates: the public ones, never /etc/ssl/private
+	"/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates", "/etc/ca-certificates.conf",
+	"/etc/pki/tls/certs", "/etc/pki/ca-trust", "/etc/crypto-policies",
+	// shells and terminals
+	"/etc/alternatives", "/etc/environment", "/etc/profile", "/etc/profile.d", "/etc/bash.bashrc", "/etc/inputrc",
+	"/etc/shells", "/etc/terminfo", "/etc/magic", "/etc/magic.mime", "/etc/mime.types", "/etc/manpath.config",
+	"/etc/groff", "/etc/vim", "/etc/nanorc",
+	// toolchains and their clients
+	"/etc/gitconfig", "/etc/npmrc", "/etc/pip.conf", "/etc/wgetrc", "/etc/python3", "/etc/python3.*", "/etc/perl",
+	"/etc/java-*", "/etc/maven", "/etc/gradle", "/etc/fonts", "/etc/xml", "/etc/sgml",
+	"/etc/ssh/ssh_config", "/etc/ssh/ssh_config.d", "/etc/ssh/ssh_known_hosts",
+}
 
 // MinLandlockABI is the Landlock ABI the first layer relies on: 4 brought
 // TCP port rules, 5 device ioctls, 6 the scoping of signals and abstract
@@ -52,6 +81,9 @@ type Options struct {
 	// layer missing: tests of what happens on machines without them.
 	PretendNoLandlock   bool
 	PretendNoNamespaces bool
+	// PretendNoCgroups keeps a worker running as root from making pids
+	// cgroups: tests of what an unprivileged worker gets.
+	PretendNoCgroups bool
 }
 
 // Sandbox starts confined commands. It is safe for concurrent use.
@@ -68,6 +100,11 @@ type Sandbox struct {
 	// cgroups makes a pids cgroup per command; nil where the worker may
 	// not make cgroups.
 	cgroups *pidsCgroups
+	// readOnly is Options.ReadOnly as found on this machine (Existing).
+	readOnly []string
+	// markers hands out the commands' call markers; nil where the worker's
+	// own RLIMIT_RTTIME leaves no room for them.
+	markers *markers
 
 	// The helper started ahead of its command (warm_linux.go): keepWarm
 	// makes the one in ready whenever wanted, until closing is closed.
@@ -139,7 +176,13 @@ func New(opts *Options) (*Sandbox, error) {
 	// pids cgroup instead. (Moving a process into a cgroup waits for an
 	// RCU grace period, some milliseconds a command, so a worker that
 	// RLIMIT_NPROC protects does without.)
-	if s.unavailable == nil && os.Getuid() == 0 {
+	s.readOnly = Existing(o.ReadOnly)
+	if s.unavailable == nil {
+		if s.markers, err = newMarkers(); err != nil {
+			o.Logger.Warn("sandbox: commands get no call marker: what a command leaves behind when its supervisor is killed may live on", "err", err)
+		}
+	}
+	if s.unavailable == nil && os.Getuid() == 0 && !o.PretendNoCgroups {
 		var err error
 		if s.cgroups, err = newPidsCgroups(); err != nil {
 			o.Logger.Warn("sandbox: a worker running as root without a pids cgroup of its own: the supervisor's count is the only bound on a fork bomb", "err", err)
@@ -182,6 +225,10 @@ func (s *Sandbox) Layers() []string {
 // none.
 func (s *Sandbox) Helper() string { return s.helper }
 
+// ReadOnly returns the paths every command may read and execute beside
+// its own, as found on this machine.
+func (s *Sandbox) ReadOnly() []string { return slices.Clone(s.readOnly) }
+
 // Unavailable returns why no command can run, or nil.
 func (s *Sandbox) Unavailable() error { return s.unavailable }
 
@@ -205,6 +252,8 @@ type Cmd struct {
 	result     *os.File // read end: the supervisor's outcome
 	callDir    string   // the per-command directory (the temporary directory, the namespace's root)
 	cgroup     string   // the command's pids cgroup, removed after it
+	marker     uint64   // the call's marker; 0 for none
+	cfg        helperConfig
 	goAhead    *os.File // closed once the worker has moved the helper into the cgroup
 
 	// warm says the command was handed to a helper started ahead of it;
@@ -310,55 +359,70 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 	}
 	c.policy.Writable = append(slices.Clone(p.Writable), tmp)
 	c.policy.Env = setEnv(c.policy.Env, "TMPDIR", tmp)
-	cfg := helperConfig{
+	c.cfg = helperConfig{
 		Stage:      1,
 		Policy:     c.policy,
-		ReadOnly:   existing(s.opts.ReadOnly),
+		ReadOnly:   s.readOnly,
 		Namespaces: s.namespaces,
 		Helper:     s.helper,
 		StatusFD:   fdStatus,
+		Marker:     s.markers.next(),
 	}
+	c.marker = c.cfg.Marker
 	if !statusPipe {
-		cfg.StatusFD = 2
+		c.cfg.StatusFD = 2
 	}
 	if s.namespaces {
-		cfg.RootDir = filepath.Join(c.callDir, "root")
-		if err := os.Mkdir(cfg.RootDir, 0o700); err != nil {
+		c.cfg.RootDir = filepath.Join(c.callDir, "root")
+		if err := os.Mkdir(c.cfg.RootDir, 0o700); err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 	}
+	c.Cmd = s.helperCmd()
+	if statusPipe {
+		return c, nil // Start prepares the rest, once it knows which helper runs it
+	}
+	// The caller starts the helper itself: it has to be ready now, and the
+	// helper moves itself into its cgroup.
+	cgroup := ""
 	if s.cgroups != nil {
-		if cfg.Cgroup, err = s.cgroups.create(p.Limits.MaxProcs + supervisorTasks); err != nil {
+		if cgroup, err = s.cgroups.create(p.Limits.MaxProcs + supervisorTasks); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		c.cgroup = cfg.Cgroup
-		// Moving the helper in takes a while: when the worker starts the
-		// helper itself, it does the move while the helper initialises,
-		// and the helper waits for it (its go pipe) before it starts the
-		// command. Otherwise the helper moves itself.
-		cfg.CgroupByWorker = statusPipe
 	}
+	if err := c.prepare(cgroup, cgroup, false); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// prepare makes the helper's files (fds 3 to 6: the configuration, the
+// status and result pipes, the go-ahead) and gives them to the exec.Cmd.
+// cgroup is the command's pids cgroup, removed after it; enter is the one
+// the supervisor has to enter itself (byWorker: the worker moves it in
+// and gives it the go-ahead), empty when it runs there already (a helper
+// started ahead in it) or there is none.
+func (c *Cmd) prepare(cgroup, enter string, byWorker bool) error {
+	c.cgroup = cgroup
+	cfg := c.cfg
+	cfg.Cgroup, cfg.CgroupByWorker = enter, byWorker && enter != ""
 	conf, err := configFile(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.childFiles = append(c.childFiles, conf)
 	var statusW *os.File
-	if statusPipe {
+	if cfg.StatusFD == fdStatus {
 		if c.status, statusW, err = os.Pipe(); err != nil {
-			return nil, fmt.Errorf("sandbox: %w", err)
+			return fmt.Errorf("sandbox: %w", err)
 		}
-		c.childFiles = append(c.childFiles, statusW)
-	} else {
-		// fd 4 unused: the helper reports on stderr.
-		if statusW, err = os.Open(os.DevNull); err != nil {
-			return nil, fmt.Errorf("sandbox: %w", err)
-		}
-		c.childFiles = append(c.childFiles, statusW)
+	} else if statusW, err = os.Open(os.DevNull); err != nil { // fd 4 unused: the helper reports on stderr
+		return fmt.Errorf("sandbox: %w", err)
 	}
+	c.childFiles = append(c.childFiles, statusW)
 	resultR, resultW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return fmt.Errorf("sandbox: %w", err)
 	}
 	c.result = resultR
 	c.childFiles = append(c.childFiles, resultW)
@@ -366,16 +430,28 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 	if cfg.CgroupByWorker {
 		goR, goW, err := os.Pipe()
 		if err != nil {
-			return nil, fmt.Errorf("sandbox: %w", err)
+			return fmt.Errorf("sandbox: %w", err)
 		}
 		c.goAhead = goW
 		c.childFiles = append(c.childFiles, goR)
 		extra = append(extra, goR) // fd 6
 	}
-	cmd := s.helperCmd()
-	cmd.ExtraFiles = extra
-	c.Cmd = cmd
-	return c, nil
+	c.Cmd.ExtraFiles = extra
+	return nil
+}
+
+// unprepare closes what prepare made, for another try.
+func (c *Cmd) unprepare() {
+	for _, f := range []*os.File{c.status, c.result, c.goAhead} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	for _, f := range c.childFiles {
+		f.Close()
+	}
+	c.status, c.result, c.goAhead, c.childFiles, c.cgroup = nil, nil, nil, nil, ""
+	c.Cmd.ExtraFiles = nil
 }
 
 // helperCmd is the helper's process, with args after HelperArg.
@@ -437,17 +513,14 @@ func setEnv(env []string, name, value string) []string {
 // once it runs confined, or with the error that kept the sandbox from
 // confining it (wrapping ErrUnavailable): the command never runs bare.
 func (c *Cmd) Start() error {
-	var err error
-	if h := c.takeWarm(); h == nil || c.hand(h) != nil {
-		err = c.Cmd.Start()
-	}
+	err := c.start()
 	for _, f := range c.childFiles {
 		f.Close()
 	}
 	c.childFiles = nil
 	if err != nil {
 		c.Release()
-		if c.s.opts.Mode == ModeNone {
+		if c.s.opts.Mode == ModeNone || errors.Is(err, ErrUnavailable) {
 			return err
 		}
 		return fmt.Errorf("%w: the helper could not start: %v", ErrUnavailable, err)
@@ -474,6 +547,49 @@ func (c *Cmd) Start() error {
 		return fmt.Errorf("%w: %s", ErrUnavailable, strings.TrimSpace(string(msg)))
 	}
 	return nil
+}
+
+// start hands the command to the helper waiting for one, or starts a
+// helper for it.
+func (c *Cmd) start() error {
+	if c.s.opts.Mode == ModeNone {
+		return c.Cmd.Start()
+	}
+	if h := c.takeWarm(); h != nil {
+		// A helper started ahead sits in its cgroup already: the move,
+		// an RCU grace period of milliseconds, was made while it waited.
+		err := c.prepare(h.cgroup, "", false)
+		if err == nil && h.cgroup != "" && c.policy.Limits.MaxProcs != c.s.opts.Limits.MaxProcs {
+			err = setPidsMax(h.cgroup, c.policy.Limits.MaxProcs+supervisorTasks)
+		}
+		if err == nil {
+			err = c.hand(h)
+		} else {
+			h.discard()
+			c.s.wantWarm()
+		}
+		if err == nil {
+			return nil
+		}
+		c.unprepare() // h is gone, and its cgroup with it: a helper of its own
+	}
+	cgroup := ""
+	if c.s.cgroups != nil {
+		var err error
+		if cgroup, err = c.s.cgroups.create(c.policy.Limits.MaxProcs + supervisorTasks); err != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+	}
+	// The worker moves the helper into the cgroup while it initialises;
+	// the helper waits for that (its go-ahead) before it starts the
+	// command.
+	if err := c.prepare(cgroup, cgroup, true); err != nil {
+		if cgroup != "" {
+			c.s.cgroups.remove(cgroup)
+		}
+		return err
+	}
+	return c.Cmd.Start()
 }
 
 // takeWarm returns the helper waiting for a command when this one can
@@ -592,8 +708,12 @@ func (c *Cmd) Outcome(waitErr error) Outcome {
 		return o
 	}
 	// The supervisor died without a word (it was killed): its session
-	// goes with it.
+	// goes with it, and so does every process of the tree, which no
+	// subreaper watches any more: they are found by the call's marker.
 	syscall.Kill(-c.Cmd.Process.Pid, syscall.SIGKILL)
+	if n := killMarked(c.marker); n > 0 {
+		c.s.opts.Logger.Warn("sandbox: the supervisor was gone; killed the processes its command left", "processes", n)
+	}
 	o := Outcome{Ending: EndStopped, ExitCode: -1, Signal: syscall.SIGKILL}
 	if c.cgroup != "" && hitMax(c.cgroup) {
 		// A tree that filled its cgroup leaves the supervisor, which
@@ -715,13 +835,25 @@ func outcomeOf(err error) Outcome {
 	return Outcome{Ending: EndStopped, ExitCode: -1}
 }
 
-// existing returns the paths that exist, cleaned, without duplicates.
-func existing(paths []string) []string {
+// Existing returns the paths that exist, cleaned, without duplicates, a
+// pattern replaced by the entries it matches: what a list like
+// DefaultReadOnly grants on this machine.
+func Existing(paths []string) []string {
 	var out []string
-	for _, p := range paths {
+	add := func(p string) {
 		p = filepath.Clean(p)
 		if _, err := os.Lstat(p); err == nil && !slices.Contains(out, p) {
 			out = append(out, p)
+		}
+	}
+	for _, p := range paths {
+		if !strings.Contains(p, "*") {
+			add(p)
+			continue
+		}
+		matches, _ := filepath.Glob(p)
+		for _, m := range matches {
+			add(m)
 		}
 	}
 	return out

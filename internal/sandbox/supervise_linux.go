@@ -71,7 +71,7 @@ func supervise(cfg helperConfig, status *os.File, fail func(string, ...any)) int
 
 	// rlimits are the process's: the supervisor's own too, which it
 	// easily stays within.
-	if err := setRlimits(p.Limits); err != nil {
+	if err := setRlimits(p.Limits, cfg.Marker); err != nil {
 		fail("sandbox: rlimits: %v", err)
 	}
 	cfg.InNamespace = cfg.Namespaces

@@ -45,6 +45,10 @@ const maxCallFiles = 7
 type warmHelper struct {
 	cmd  *exec.Cmd
 	sock *os.File // the worker's end of the socket pair
+	// cgroup is the pids cgroup of its command, which it sits in already;
+	// the command's to remove once handed, discard's before that.
+	cgroup  string
+	cgroups *pidsCgroups
 }
 
 // discard ends a helper that no command will take.
@@ -52,6 +56,9 @@ func (h *warmHelper) discard() {
 	h.sock.Close() // it exits when it reads the end
 	h.cmd.Process.Kill()
 	h.cmd.Wait()
+	if h.cgroup != "" {
+		h.cgroups.remove(h.cgroup)
+	}
 }
 
 // startWarm starts a helper that waits for a command.
@@ -78,7 +85,22 @@ func (s *Sandbox) startWarm() (*warmHelper, error) {
 		ours.Close()
 		return nil, err
 	}
-	return &warmHelper{cmd: cmd, sock: ours}, nil
+	h := &warmHelper{cmd: cmd, sock: ours, cgroups: s.cgroups}
+	if s.cgroups != nil {
+		// Its command's cgroup, entered now: moving a process into a
+		// cgroup waits for an RCU grace period, milliseconds that a
+		// command handed to it then does not wait for.
+		cg, err := s.cgroups.create(s.opts.Limits.MaxProcs + supervisorTasks)
+		if err == nil {
+			h.cgroup = cg
+			err = enterCgroup(cg, cmd.Process.Pid)
+		}
+		if err != nil {
+			h.discard()
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
+	}
+	return h, nil
 }
 
 // keepWarm keeps one helper waiting until the Sandbox closes: it starts
@@ -190,7 +212,7 @@ func (s *Sandbox) stopWarm() {
 // have none), and its stdio are files or nothing, which can be handed
 // over as they are.
 func (c *Cmd) warmable() bool {
-	if c.s.opts.Cold || c.status == nil || c.execPipes {
+	if c.s.opts.Cold || c.cfg.StatusFD != fdStatus || c.execPipes {
 		return false
 	}
 	return c.stdioFiles()

@@ -115,7 +115,10 @@ func (w *Workspace) Rel(abs string) string {
 // (a file Write will create) are kept as given. It refuses, with an error
 // wrapping ErrOutsideWorkspace, any path with a ".." component, an absolute
 // path outside the root, and a path that leads through a symlink to outside
-// the root.
+// the root. The refusal names the path as given, never where it leads:
+// the walk is the worker's, and a link to /proc/self/fd/9 or
+// /proc/self/exe would otherwise tell the model the worker's open files
+// and binary, one error at a time.
 //
 // The check is made in user space, by path, and names the file: opening
 // what it returns is confined by the root descriptor, not by this check
@@ -147,19 +150,31 @@ func (w *Workspace) Resolve(p string) (string, error) {
 		rel = filepath.Clean(p)
 	}
 	real, err := w.walk(rel)
+	if err == nil && !within(w.root, real) {
+		err = errLeadsOut
+	}
 	if err != nil {
 		return "", fmt.Errorf("%q: %w", p, err)
 	}
-	if !within(w.root, real) {
-		return "", fmt.Errorf("%q: %w: it leads through a symlink to %s", p, ErrOutsideWorkspace, real)
-	}
 	return real, nil
+}
+
+// errLeadsOut is a path that a symlink leads out of the workspace.
+var errLeadsOut = fmt.Errorf("%w: a symlink on the way leads out of it", ErrOutsideWorkspace)
+
+// onTheWay reports whether p is inside the root or one of the directories
+// on the way to it (as given or real): the only places a walk may pass
+// through. Anywhere else, it has left the workspace and looks no further,
+// so that nothing outside is even examined.
+func (w *Workspace) onTheWay(p string) bool {
+	return within(w.root, p) || within(p, w.root) || within(p, w.given)
 }
 
 // walk resolves rel, component by component from the root, following every
 // symlink that exists (relative targets from the link's directory, absolute
 // ones from /) and keeping components that do not exist as they are. The
-// result has no symlink in any existing component and no ".." at all.
+// result has no symlink in any existing component and no ".." at all. A
+// step off the way to the root (onTheWay) ends the walk with errLeadsOut.
 func (w *Workspace) walk(rel string) (string, error) {
 	cur := w.root
 	todo := splitPath(rel)
@@ -174,9 +189,15 @@ func (w *Workspace) walk(rel string) (string, error) {
 			// Only from symlink targets: cur is real, so its lexical
 			// parent is its physical parent.
 			cur = filepath.Dir(cur)
+			if !w.onTheWay(cur) {
+				return "", errLeadsOut
+			}
 			continue
 		}
 		next := filepath.Join(cur, name)
+		if !w.onTheWay(next) {
+			return "", errLeadsOut
+		}
 		fi, err := os.Lstat(next)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {

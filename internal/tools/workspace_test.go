@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -205,4 +206,76 @@ func FuzzResolve(f *testing.F) {
 			t.Fatalf("Resolve(%q) = %q, which resolves to %q outside %q", p, got, real, root)
 		}
 	})
+}
+
+// TestResolveNamesOnlyTheGivenPath: the walk runs in the worker, so a
+// symlink to /proc/self/… would lead it to the worker's own files. A
+// refusal names the path the model gave and nothing the walk found:
+// not the worker's open files, not its binary, not what lies outside.
+func TestResolveNamesOnlyTheGivenPath(t *testing.T) {
+	ws, outside := confinementTree(t)
+	secret := filepath.Join(outside, "secret")
+	f, err := os.Open(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	exe, _ := os.Executable()
+	links := map[string]string{
+		"fd":      "/proc/self/fd/" + strconv.Itoa(int(f.Fd())),
+		"exe":     "/proc/self/exe",
+		"cwd":     "/proc/self/cwd",
+		"procdir": "/proc/self/fd",
+		"via":     "etc/secret", // through the link to outside
+	}
+	for link, target := range links {
+		if err := os.Symlink(target, filepath.Join(ws.Root(), link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link := range links {
+		for _, p := range []string{link, link + "/x"} {
+			_, err := ws.Resolve(p)
+			if !errors.Is(err, ErrOutsideWorkspace) {
+				t.Fatalf("Resolve(%q): %v, want ErrOutsideWorkspace", p, err)
+			}
+			msg := err.Error()
+			for _, leak := range []string{"/proc", outside, secret, exe, "secret"} {
+				if strings.Contains(msg, leak) {
+					t.Errorf("Resolve(%q): %q names %q", p, msg, leak)
+				}
+			}
+			if !strings.Contains(msg, strconv.Quote(p)) {
+				t.Errorf("Resolve(%q): %q does not name the path given", p, msg)
+			}
+		}
+	}
+}
+
+// TestResolveThroughTheGivenRoot: a workspace given through a symlinked
+// parent (/tmp on some systems) still resolves an absolute link that
+// names it as given: the walk may pass through the directories on the
+// way to either form of the root.
+func TestResolveThroughTheGivenRoot(t *testing.T) {
+	parent := t.TempDir()
+	real := filepath.Join(parent, "real")
+	if err := os.MkdirAll(filepath.Join(real, "ws", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(parent, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	given := filepath.Join(parent, "alias", "ws")
+	ws, err := NewWorkspace(given)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := os.Symlink(filepath.Join(given, "sub"), filepath.Join(ws.Root(), "link")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ws.Resolve("link/f.txt")
+	if want := filepath.Join(ws.Root(), "sub", "f.txt"); err != nil || got != want {
+		t.Errorf("Resolve = %q, %v; want %q", got, err, want)
+	}
 }
