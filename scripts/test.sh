@@ -23,13 +23,19 @@ go vet ./...
 # The PostgreSQL tests use TALKIDE_TEST_DATABASE_URL; without it, start a
 # throwaway server for this run and remove it afterwards, however the run
 # ends. TALKIDE_TEST_DATABASE_URL=skip skips those tests (docs/storage.md).
+# What the run started is stopped however it ends: the throwaway
+# PostgreSQL and the cluster.
+cleanup() {
+  if [ -n "${cluster_up:-}" ]; then ./scripts/cluster.sh down || true; fi
+  if [ -n "${TALKIDE_TESTDB_DIR:-}" ]; then ./scripts/testdb.sh stop "$TALKIDE_TESTDB_DIR"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 if [ -z "${TALKIDE_TEST_DATABASE_URL:-}" ]; then
   echo "== PostgreSQL (scripts/testdb.sh)"
   testdb=$(./scripts/testdb.sh start)
   eval "$testdb"
-  trap './scripts/testdb.sh stop "$TALKIDE_TESTDB_DIR"' EXIT
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
 elif [ "$TALKIDE_TEST_DATABASE_URL" = skip ]; then
   echo "== PostgreSQL: TALKIDE_TEST_DATABASE_URL=skip, the PostgreSQL tests are skipped"
 fi
@@ -69,4 +75,29 @@ export TALKIDE_CHROMIUM TALKIDE_REQUIRE_BROWSER=1
 echo "== go test"
 # -race needs cgo and gcc, which these machines have. Fuzz targets run their
 # seed corpora here; longer fuzzing is a separate command (docs/testing.md).
-go test -race -count=1 -timeout 15m ./...
+# The tests on a real cluster (e2e/cluster) run below, on their own.
+TALKIDE_CLUSTER=skip go test -race -count=1 -timeout 15m ./...
+
+# The platform on a real single-node Kubernetes cluster (scripts/cluster.sh):
+# brought up after the other tests, since its build and its pods take the
+# machine's CPUs; its tests run; then it is taken down and a test checks
+# that nothing of it is left. Needs root. TALKIDE_CLUSTER=skip skips it.
+if [ "${TALKIDE_CLUSTER:-}" = skip ]; then
+  echo "== cluster: TALKIDE_CLUSTER=skip, the tests on a real cluster are skipped"
+else
+  if [ "$(id -u)" != 0 ]; then
+    echo "test.sh: the tests on a real cluster need root (scripts/cluster.sh); TALKIDE_CLUSTER=skip skips them" >&2
+    exit 1
+  fi
+  echo "== cluster (scripts/cluster.sh up)"
+  cluster_up=1
+  cluster_env=$(./scripts/cluster.sh up)
+  eval "$cluster_env"
+  export KUBECONFIG TALKIDE_NETNS TALKIDE_URL TALKIDE_TOKEN_FILE
+  echo "== go test ./e2e/cluster"
+  go test -count=1 -timeout 30m ./e2e/cluster
+  echo "== cluster down (scripts/cluster.sh down)"
+  ./scripts/cluster.sh down
+  cluster_up=
+  TALKIDE_CLUSTER_DOWN=1 go test -count=1 -run TestDownLeftNothing ./e2e/cluster
+fi

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,7 +20,36 @@ import (
 
 func newAdminKeysCmd(std stdio) *cobra.Command {
 	return newGroup("keys", "The control-plane's signing keys: the command secret and the WorkerToken keys, rotated by key id",
-		newAdminKeysRotateCmd(std), newAdminKeysListCmd(std))
+		newAdminKeysInitCmd(std), newAdminKeysRotateCmd(std), newAdminKeysListCmd(std))
+}
+
+// newAdminKeysInitCmd makes a control-plane's secrets file before any
+// control-plane has run: what an operator puts into the Secret the
+// control-plane's pods mount (docs/operations.md).
+func newAdminKeysInitCmd(std stdio) *cobra.Command {
+	var dataDir string
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Create the control-plane's secrets file (fresh signing keys) in --data-dir; refuses to replace one",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dataDir == "" {
+				return usageErrorf(cmd, "--data-dir is required")
+			}
+			path := filepath.Join(dataDir, "controlplane-secrets.json")
+			if _, err := os.Stat(path); err == nil {
+				return fmt.Errorf("%s exists: its keys sign what workers and browsers hold; rotate them with talkide admin keys rotate", path)
+			}
+			if _, err := loadOrCreateSecrets(path); err != nil {
+				return err
+			}
+			fmt.Fprintf(std.err, "created %s\n", path)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "the directory to create controlplane-secrets.json in (created if missing)")
+	bindEnv(cmd.Flags(), "data-dir")
+	return cmd
 }
 
 // Defaults of a key rotation. The publish delay covers the time for every

@@ -158,6 +158,7 @@ func newRoot(std stdio) *cobra.Command {
   talkide admin          operate tenant-envs, identity tokens, users, API tokens, budgets, usage, operator tokens
   talkide sessions       list, archive or delete sessions on a session volume
   talkide sandbox        see and try the sandbox the agent's commands run in
+  talkide simulator      run the model simulator on its own (a test and demo tool, not a model)
 
 Every flag can also be set by an environment variable where that is safe;
 the flag's help names it ([$TALKIDE_…]). See docs/cli.md.`,
@@ -183,6 +184,7 @@ the flag's help names it ([$TALKIDE_…]). See docs/cli.md.`,
 		newAdminCmd(std),
 		newSessionsCmd(std),
 		newSandboxCmd(std),
+		newSimulatorCmd(std),
 	)
 	return root
 }

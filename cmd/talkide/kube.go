@@ -37,6 +37,7 @@ type kubeFlags struct {
 	rotateBefore time.Duration
 	grace        time.Duration
 	resync       time.Duration
+	envPoll      time.Duration
 }
 
 func (k *kubeFlags) add(fs *pflag.FlagSet) {
@@ -52,8 +53,9 @@ func (k *kubeFlags) add(fs *pflag.FlagSet) {
 	fs.DurationVar(&k.rotateBefore, "rotate-before", 7*24*time.Hour, "rotate an identity token automatically this long before it expires")
 	fs.DurationVar(&k.grace, "rotation-grace", 10*time.Minute, "how long a rotated-out identity token stays valid (longer than the kubelet takes to update a mounted Secret)")
 	fs.DurationVar(&k.resync, "resync", 5*time.Minute, "how often the reconciler syncs every tenant-env without an event")
+	fs.DurationVar(&k.envPoll, "env-poll", 10*time.Second, "how often the reconciler looks in the store for tenant-envs it has not synced yet (talkide admin env add), and syncs those at once")
 	bindEnv(fs, "kubeconfig", "worker-image", "worker-controlplane-url", "controlplane-namespace", "sessions-storage-class",
-		"sessions-size", "worker-egress-allow", "worker-arg", "token-ttl", "rotate-before", "rotation-grace", "resync")
+		"sessions-size", "worker-egress-allow", "worker-arg", "token-ttl", "rotate-before", "rotation-grace", "resync", "env-poll")
 }
 
 func (k *kubeFlags) client() (kubernetes.Interface, error) {
@@ -88,7 +90,7 @@ func (k *kubeFlags) options() (*kubeprovision.Options, error) {
 		}
 		egress = append(egress, peer)
 	}
-	for name, d := range map[string]time.Duration{"--token-ttl": k.tokenTTL, "--rotate-before": k.rotateBefore, "--rotation-grace": k.grace, "--resync": k.resync} {
+	for name, d := range map[string]time.Duration{"--token-ttl": k.tokenTTL, "--rotate-before": k.rotateBefore, "--rotation-grace": k.grace, "--resync": k.resync, "--env-poll": k.envPoll} {
 		if d <= 0 {
 			return nil, fmt.Errorf("%s %s: want a positive duration", name, d)
 		}
@@ -99,7 +101,7 @@ func (k *kubeFlags) options() (*kubeprovision.Options, error) {
 	return &kubeprovision.Options{
 		Image: k.image, ControlPlaneURL: k.cpURL, ControlPlaneNamespace: k.cpNamespace,
 		StorageClass: k.storageClass, SessionsSize: size, EgressAllow: egress, WorkerArgs: k.workerArgs,
-		TokenTTL: k.tokenTTL, RotateBefore: k.rotateBefore, Grace: k.grace, Resync: k.resync,
+		TokenTTL: k.tokenTTL, RotateBefore: k.rotateBefore, Grace: k.grace, Resync: k.resync, EnvPoll: k.envPoll,
 	}, nil
 }
 

@@ -22,8 +22,9 @@ import (
 
 // secretEnv are the variables each role may be given a secret in.
 var secretEnv = map[string][]string{
-	"worker": {"TALKIDE_WORKER_IDENTITY_TOKEN", "TALKIDE_WORKER_COMMAND_KEY"},
-	"dev":    {"ANTHROPIC_API_KEY"},
+	"worker":    {"TALKIDE_WORKER_IDENTITY_TOKEN", "TALKIDE_WORKER_COMMAND_KEY"},
+	"dev":       {"ANTHROPIC_API_KEY"},
+	"simulator": {"ANTHROPIC_API_KEY"},
 }
 
 // handOverFD names the descriptor of the handed-over secrets after the

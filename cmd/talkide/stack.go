@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/talkide/platform/internal/auth"
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
@@ -410,9 +411,37 @@ func openStore(ctx context.Context, spec, defaultPath string, logger *slog.Logge
 		return nil, err
 	}
 	if db.postgresURL != "" {
-		return postgres.Open(ctx, db.postgresURL, &postgres.Options{Logger: logger})
+		return openPostgres(ctx, db.postgresURL, logger)
 	}
 	return sqlite.Open(ctx, db.sqlitePath, &sqlite.Options{Logger: logger})
+}
+
+// dbWait is how long a control-plane waits for PostgreSQL at start.
+const dbWait = 2 * time.Minute
+
+// openPostgres opens the store, waiting for the database for up to dbWait
+// and saying why at every try: a control-plane started together with its
+// database (a cluster coming up, a node restarting both) waits for it
+// rather than exiting, which would cost it a crash-loop back-off of
+// minutes once the database is there.
+func openPostgres(ctx context.Context, url string, logger *slog.Logger) (store.Store, error) {
+	wctx, cancel := context.WithTimeout(ctx, dbWait)
+	defer cancel()
+	b := backoff.New(backoff.Policy{Base: 250 * time.Millisecond, Max: 5 * time.Second})
+	for {
+		st, err := postgres.Open(wctx, url, &postgres.Options{Logger: logger})
+		if err == nil {
+			return st, nil
+		}
+		if ctx.Err() != nil || wctx.Err() != nil {
+			return nil, err
+		}
+		d := b.Next()
+		logger.Warn("waiting for the database", "err", err, "retry_in", d)
+		if backoff.Sleep(wctx, d) != nil {
+			return nil, err
+		}
+	}
 }
 
 func (p *cpProc) shutdown(ctx context.Context) error {

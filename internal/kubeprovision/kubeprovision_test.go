@@ -343,6 +343,35 @@ func TestReconcilerRepairsDrift(t *testing.T) {
 	}
 }
 
+// An env added to the store while the reconciler runs (talkide admin env
+// add writes only the store) is synced at its next look at the store,
+// long before a resync.
+func TestReconcilerFindsANewEnv(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	p := f.provisioner(shippedClient(t, f.srv), &Options{Resync: time.Hour, EnvPoll: 100 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	admin := f.srv.Client(t)
+	waitFor(t, "the first sync", func(ctx context.Context) (bool, error) {
+		_, err := admin.AppsV1().Deployments(f.ns).Get(ctx, WorkerName, metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if _, err := provision.EnsureEnv(ctx, f.st, f.tenant, "staging", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new env's worker", func(ctx context.Context) (bool, error) {
+		_, err := admin.AppsV1().Deployments(provision.Namespace(f.tenant, "staging")).Get(ctx, WorkerName, metav1.GetOptions{})
+		return err == nil, nil
+	})
+}
+
 func waitFor(t *testing.T, what string, cond wait.ConditionWithContextFunc) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, cond); err != nil {

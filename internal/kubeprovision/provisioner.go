@@ -125,6 +125,10 @@ type Options struct {
 	// Resync is how often the reconciler syncs every env even without an
 	// event. Default 5 minutes.
 	Resync time.Duration
+	// EnvPoll is how often the reconciler looks for envs the store has and
+	// it has not synced (talkide admin env add writes only the store):
+	// each found is synced at once. Default 10 seconds.
+	EnvPoll time.Duration
 	// Workers is how many envs the reconciler syncs at once. Default 2.
 	Workers int
 	// Now is the clock. Default time.Now.
@@ -170,6 +174,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Resync == 0 {
 		o.Resync = 5 * time.Minute
+	}
+	if o.EnvPoll == 0 {
+		o.EnvPoll = 10 * time.Second
 	}
 	if o.Workers == 0 {
 		o.Workers = 2

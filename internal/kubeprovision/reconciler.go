@@ -75,23 +75,35 @@ func (p *Provisioner) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	p.log.Info("provisioner running", "resync", p.o.Resync, "workers", p.o.Workers)
+	p.log.Info("provisioner running", "resync", p.o.Resync, "env_poll", p.o.EnvPoll, "workers", p.o.Workers)
 	t := time.NewTicker(p.o.Resync)
 	defer t.Stop()
+	poll := time.NewTicker(p.o.EnvPoll)
+	defer poll.Stop()
+	// known are the live envs of the last look at the store: a poll queues
+	// only those it finds beside them.
+	known := map[envKey]bool{}
+	all := true
 	for {
-		p.resync(ctx, q)
+		p.resync(ctx, q, known, all)
 		select {
 		case <-ctx.Done():
 			q.ShutDown()
 			return nil
 		case <-t.C:
+			all = true
 		case <-p.kick:
+			all = true
+		case <-poll.C:
+			all = false
 		}
 	}
 }
 
-// resync queues every live env of the store.
-func (p *Provisioner) resync(ctx context.Context, q workqueue.TypedRateLimitingInterface[envKey]) {
+// resync queues the live envs of the store: every one when all is set,
+// else those not in known (new, or made live again). known becomes the
+// store's live envs.
+func (p *Provisioner) resync(ctx context.Context, q workqueue.TypedRateLimitingInterface[envKey], known map[envKey]bool, all bool) {
 	envs, err := p.st.ListEnvs(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -99,10 +111,20 @@ func (p *Provisioner) resync(ctx context.Context, q workqueue.TypedRateLimitingI
 		}
 		return
 	}
+	live := map[envKey]bool{}
 	for _, e := range envs {
-		if e.RetiredAt.IsZero() {
-			q.Add(envKey{e.Tenant, e.Name})
+		if !e.RetiredAt.IsZero() {
+			continue
 		}
+		k := envKey{e.Tenant, e.Name}
+		live[k] = true
+		if all || !known[k] {
+			q.Add(k)
+		}
+	}
+	clear(known)
+	for k := range live {
+		known[k] = true
 	}
 }
 

@@ -82,9 +82,14 @@ var (
 	smallErr  error
 )
 
-// smallHelper builds cmd/talkide-sandbox once for the test binary.
+// smallHelper builds cmd/talkide-sandbox once for the test binary, or
+// returns TALKIDE_TEST_SANDBOX_HELPER: a built one, where the tests run
+// without Go (inside the worker's pod, e2e/cluster).
 func smallHelper(t *testing.T) string {
 	t.Helper()
+	if p := os.Getenv("TALKIDE_TEST_SANDBOX_HELPER"); p != "" {
+		return p
+	}
 	smallOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "talkide-sandbox-test-")
 		if err != nil {
@@ -398,6 +403,10 @@ func TestSeccompRefuses(t *testing.T) {
 				case want == 0 && errno != 0:
 					t.Errorf("%s: errno %d, want it allowed", call, errno)
 				case want == 0:
+				case name == "bare" && errno == int(syscall.EPERM) && !wantNamespaces():
+					// A restricted container (the worker's pod) refuses it
+					// itself: the control cannot be made here.
+					t.Logf("%s: EPERM without the sandbox: this environment refuses it itself", call)
 				case name == "bare" && errno == int(syscall.EPERM):
 					t.Errorf("%s: EPERM without a sandbox too: the test proves nothing", call)
 				case name != "bare" && call == "x32":

