@@ -131,6 +131,11 @@ func (p *Provisioner) deployment(tenant, env, ns string, l map[string]string) *a
 		// worker with the Secret, with no new argument and no restart.
 		"--command-key-file", SecretMount + "/" + provision.KeyCommandKey,
 		"--workspaces", SessionsMount + "/workspaces",
+		// Build Jobs mount the same claim with a workspace as subPath,
+		// worked out from where this pod mounts it, and run as the owner
+		// of the workspace files: this pod's user.
+		"--build-claim-mount", SessionsMount,
+		"--build-run-as-user", strconv.Itoa(workerUID),
 	}
 	args = append(args, p.o.WorkerArgs...)
 	probe := func(path string, period, failures int32) *corev1ac.ProbeApplyConfiguration {
