@@ -319,6 +319,9 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 maxPods: 60
 serializeImagePulls: false
+# A mounted Secret reaches its pods at the next pod sync (1 minute by
+# default): sooner here, so that a rotation test need not wait minutes.
+syncFrequency: 20s
 EOF
   start kubelet "$kb/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
     --root-dir "$dir/kubelet" --node-ip "$node_ip" --hostname-override "$node"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,8 +17,8 @@ import (
 
 // env is the cluster as scripts/cluster.sh up describes it.
 type env struct {
-	url, kubeconfig string
-	client          *chatclient.Client
+	url, kubeconfig, token string
+	client                 *chatclient.Client
 }
 
 // clusterEnv returns the cluster under test. Without scripts/cluster.sh's
@@ -37,7 +38,8 @@ func clusterEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.client, err = chatclient.New(e.url, &chatclient.Options{Token: strings.TrimSpace(string(token))}); err != nil {
+	e.token = strings.TrimSpace(string(token))
+	if e.client, err = chatclient.New(e.url, &chatclient.Options{Token: e.token}); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -57,12 +59,23 @@ func (e *env) kubectl(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-// conversation creates a conversation of the user e2e.
+// conversation creates a conversation of the user e2e in acme/dev, named
+// (the user may belong to other envs of acme that tests add).
 func (e *env) conversation(t *testing.T) string {
 	t.Helper()
-	c, err := e.client.CreateConversation(t.Context(), "", "")
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, e.url+"/api/conversations", strings.NewReader(`{"tenant":"acme","env":"dev"}`))
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var c struct {
+		ID string `json:"id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create a conversation: %s %v", resp.Status, err)
 	}
 	return c.ID
 }

@@ -431,6 +431,35 @@ func TestConversationEnv(t *testing.T) {
 	}
 }
 
+// TestRetiredEnvNotOffered: a tenant-env retired by talkide admin env
+// delete is no longer one a new conversation can go to: a member of the
+// tenant whose default is gone gets their only live env, a member of only
+// the retired env belongs to none, and naming it is refused.
+func TestRetiredEnvNotOffered(t *testing.T) {
+	tn := newTenancy(t, nil)
+	must(t, tn.store.RetireEnv(t.Context(), "acme", "prod", start))
+	for name, tt := range map[string]struct {
+		user, body string
+		status     int
+		wantEnv    string
+	}{
+		"the only live one": {user: "alice", body: `{"id":"r1"}`, status: 201, wantEnv: "acme/staging"},
+		"named, retired":    {user: "alice", body: `{"id":"r2","tenant":"acme","env":"prod"}`, status: 404},
+	} {
+		resp, body := tn.as(tt.user, http.MethodPost, "/api/conversations", tt.body, nil)
+		if resp.StatusCode != tt.status {
+			t.Errorf("%s: status %d, want %d: %s", name, resp.StatusCode, tt.status, body)
+		}
+		if tt.wantEnv != "" && !strings.Contains(string(body), `"env":"staging"`) {
+			t.Errorf("%s: %s, want %s", name, body, tt.wantEnv)
+		}
+	}
+	must(t, tn.store.RetireEnv(t.Context(), "acme", "staging", start))
+	if resp, body := tn.as("frank", http.MethodPost, "/api/conversations", `{"id":"r3"}`, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a member of only a retired env: %d %s, want 403", resp.StatusCode, body)
+	}
+}
+
 // TestCrossOriginRefused: with the victim's session cookie, a cross-origin
 // page's form POST and fetch POST are refused with 403 and start no turn;
 // the same request from the control-plane's own origin goes through.

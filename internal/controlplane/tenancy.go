@@ -27,10 +27,24 @@ func viewOf(c store.Conversation) ConversationView {
 
 // callerEnvs returns the tenant-envs the caller may create conversations
 // in, ordered: the envs of their memberships, every env of the tenant for a
-// tenant-wide one.
+// tenant-wide one; never a retired env (talkide admin env delete), which
+// has no worker any more.
 func (s *Server) callerEnvs(r *http.Request, c *auth.Caller) ([]TenantEnv, error) {
 	if c.Local() {
 		return []TenantEnv{{Tenant: s.cfg.DefaultTenant, Env: s.cfg.DefaultEnv}}, nil
+	}
+	if len(c.Memberships) == 0 {
+		return nil, nil
+	}
+	envs, err := s.cfg.Store.ListEnvs(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	retired := map[TenantEnv]bool{}
+	for _, e := range envs {
+		if !e.RetiredAt.IsZero() {
+			retired[TenantEnv{Tenant: e.Tenant, Env: e.Name}] = true
+		}
 	}
 	var out []TenantEnv
 	wide := false
@@ -39,15 +53,13 @@ func (s *Server) callerEnvs(r *http.Request, c *auth.Caller) ([]TenantEnv, error
 			wide = true
 			continue
 		}
-		out = append(out, TenantEnv{Tenant: m.Tenant, Env: m.Env})
+		if te := (TenantEnv{Tenant: m.Tenant, Env: m.Env}); !retired[te] {
+			out = append(out, te)
+		}
 	}
 	if wide {
-		envs, err := s.cfg.Store.ListEnvs(r.Context())
-		if err != nil {
-			return nil, err
-		}
 		for _, e := range envs {
-			if c.Member(e.Tenant, e.Name) {
+			if e.RetiredAt.IsZero() && c.Member(e.Tenant, e.Name) {
 				out = append(out, TenantEnv{Tenant: e.Tenant, Env: e.Name})
 			}
 		}

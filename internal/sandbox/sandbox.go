@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultReadOnly is the system the sandboxed commands may read and
@@ -177,6 +179,12 @@ func New(opts *Options) (*Sandbox, error) {
 	// RCU grace period, some milliseconds a command, so a worker that
 	// RLIMIT_NPROC protects does without.)
 	s.readOnly = Existing(o.ReadOnly)
+	// What a supervisor leaves when it dies comes back to this process,
+	// not to init or a container's PID 1, which might not reap it: the
+	// call's marker finds it, and the sweep reaps what it killed.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		o.Logger.Warn("sandbox: not a child subreaper: what a killed supervisor leaves goes to init", "err", err)
+	}
 	if s.unavailable == nil {
 		if s.markers, err = newMarkers(); err != nil {
 			o.Logger.Warn("sandbox: commands get no call marker: what a command leaves behind when its supervisor is killed may live on", "err", err)

@@ -715,6 +715,14 @@ func TestSupervisorKilled(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
+			// They came back to this process (a subreaper, as the worker
+			// is) and were reaped: no zombie holds a slot of the user's
+			// process count.
+			for _, pid := range sleeps {
+				if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+					t.Errorf("the killed sleep %d is still there: %s", pid, st)
+				}
+			}
 		})
 	}
 }

@@ -1,0 +1,138 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+)
+
+// rollout restarts a Deployment and returns a channel closed once its
+// rollout has finished.
+func (e *env) rollout(t *testing.T, ns, deployment string) <-chan struct{} {
+	t.Helper()
+	e.kubectl(t, "-n", ns, "rollout", "restart", "deployment/"+deployment)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.kubectl(t, "-n", ns, "rollout", "status", "deployment/"+deployment, "--timeout=5m")
+	}()
+	return done
+}
+
+// turnsDuring sends messages one after another, each once its turn has
+// ended, until done is closed (and at least n), and returns what the
+// control-plane acknowledged: the turn ids, by message text.
+func (e *env) turnsDuring(t *testing.T, ctx context.Context, id string, stream *browserStream, done <-chan struct{}, n int) map[string]string {
+	t.Helper()
+	sent := map[string]string{}
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			if i >= n {
+				return sent
+			}
+		default:
+		}
+		text := fmt.Sprintf("message %d during the rollout", i)
+		r, err := e.client.Send(ctx, id, text)
+		if err != nil {
+			t.Fatalf("send %q: %v", text, err)
+		}
+		sent[text] = r.TurnID
+		stream.await(t, "the end of "+r.TurnID, 3*time.Minute, func(ev contract.Event) bool {
+			return ev.TurnID == r.TurnID && contract.Terminal(ev.Kind)
+		})
+	}
+}
+
+// checkTurns fails unless every acknowledged message is in the stream once,
+// and its turn finished with the simulator's answer to it.
+func checkTurns(t *testing.T, stream *browserStream, sent map[string]string) {
+	t.Helper()
+	stream.mu.Lock()
+	defer stream.mu.Unlock()
+	users := map[string]int{}
+	replies := map[string]string{}
+	finished := map[string]bool{}
+	for _, ev := range stream.events {
+		switch ev.Kind {
+		case contract.KindUserMessage:
+			users[ev.Text]++
+		case contract.KindMessage:
+			replies[ev.TurnID] += ev.Text
+		case contract.KindTurnFinished:
+			finished[ev.TurnID] = true
+		}
+	}
+	for text, turn := range sent {
+		if users[text] != 1 {
+			t.Errorf("%q is in the stream %d times", text, users[text])
+		}
+		if !finished[turn] || !strings.Contains(replies[turn], text) {
+			t.Errorf("%q (turn %s): finished %v, reply %q", text, turn, finished[turn], replies[turn])
+		}
+	}
+}
+
+// TestRolloutRestartOfTheWorker: the worker's Deployment is restarted
+// while a turn streams a command's output and while messages keep coming:
+// the old pod finishes the running turn and hands the conversation over;
+// the browser's stream carries every event once, and no acknowledged
+// message is lost.
+func TestRolloutRestartOfTheWorker(t *testing.T) {
+	e := clusterEnv(t)
+	id := e.conversation(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	stream := e.openStream(t, ctx, id)
+	in, _ := json.Marshal(map[string]any{"command": "for i in $(seq 1 20); do echo line $i; sleep 0.5; done", "timeout": 120000})
+	long, err := e.client.Send(ctx, id, "[[tool:Bash "+string(in)+"]]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.await(t, "the command's first line", time.Minute, func(ev contract.Event) bool {
+		return ev.TurnID == long.TurnID && ev.Kind == contract.KindToolOutput
+	})
+	done := e.rollout(t, "acme-dev", "talkide-worker")
+	var output strings.Builder
+	end := stream.await(t, "the streaming turn's end", 3*time.Minute, func(ev contract.Event) bool {
+		if ev.TurnID == long.TurnID && ev.Kind == contract.KindToolOutput {
+			output.WriteString(ev.Tool.Output)
+		}
+		return ev.TurnID == long.TurnID && contract.Terminal(ev.Kind)
+	})
+	if end.Kind != contract.KindTurnFinished || !strings.Contains(output.String(), "line 20\n") {
+		t.Errorf("the turn across the rollout ended %s with the output %q", end.Kind, output.String())
+	}
+	sent := e.turnsDuring(t, ctx, id, stream, done, 3)
+	cancel()
+	<-stream.done
+	stream.exactlyOnce(t)
+	checkTurns(t, stream, sent)
+	t.Logf("%d messages acknowledged during the worker's rollout, the stream reconnected %d times", len(sent), stream.connections-1)
+}
+
+// TestRolloutRestartOfTheControlPlane: both control-plane replicas are
+// replaced, one after the other, while a browser follows a conversation
+// and messages keep coming. The browser's stream, cut when its replica
+// goes, comes back with Last-Event-ID and carries every event once; no
+// acknowledged message is lost.
+func TestRolloutRestartOfTheControlPlane(t *testing.T) {
+	e := clusterEnv(t)
+	id := e.conversation(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	stream := e.openStream(t, ctx, id)
+	done := e.rollout(t, "talkide", "talkide-controlplane")
+	sent := e.turnsDuring(t, ctx, id, stream, done, 3)
+	cancel()
+	<-stream.done
+	stream.exactlyOnce(t)
+	checkTurns(t, stream, sent)
+	t.Logf("%d messages acknowledged during the control-plane's rollout, the stream reconnected %d times", len(sent), stream.connections-1)
+}
