@@ -183,6 +183,14 @@ pki() {
 
 # ---------------------------------------------------------------- processes
 
+# running PID: whether PID is a process that has not exited (a zombie
+# whose parent does not reap it counts as exited).
+running() {
+  local state
+  state=$(sed 's/.*) //; s/ .*//' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
 # start NAME CMD...: runs CMD in the namespace, in the background, logging
 # to $dir/logs/NAME.log; its pid in $dir/pids/NAME.
 start() {
@@ -359,19 +367,23 @@ EOF
 }
 
 node_ready() {
-  kctl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
+  [ "$(kctl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
 
 # ---------------------------------------------------------------- images
 
-images() {
+# import_images imports the archives that scripts/images.sh listed (NAME
+# ARCHIVE lines on stdin).
+import_images() {
   local ref archive
   while read -r ref archive; do
     log "importing $ref"
-    ctr --address "$dir/containerd/containerd.sock" -n k8s.io images import --no-unpack=false "$archive" >/dev/null ||
+    ctr --address "$dir/containerd/containerd.sock" -n k8s.io images import "$archive" >/dev/null ||
       die "ctr images import $archive failed"
-  done < <(./scripts/images.sh "$@")
+  done
 }
+
+images() { ./scripts/images.sh "$@" | import_images; }
 
 # ---------------------------------------------------------------- the platform
 
@@ -446,7 +458,11 @@ admin() {
 
 provision() {
   local bin=$1 pw=$2
-  if ! admin "$bin" "$pw" env list 2>/dev/null | grep -q '^acme[[:space:]]*dev'; then
+  # Captured first: with pipefail, grep -q leaving early could fail the
+  # listing by SIGPIPE and add the env again over its worker's address.
+  local envs
+  envs=$(admin "$bin" "$pw" env list) || die "talkide admin env list failed"
+  if ! grep -q '^acme[[:space:]]*dev' <<<"$envs"; then
     admin "$bin" "$pw" env add --tenant acme --env dev --worker-url http://placeholder:8080 >&2
   fi
   log "waiting for the control-plane's reconciler to make acme-dev's worker"
@@ -495,9 +511,22 @@ down() {
     fi
   done
   sleep 1
+  local pids=()
   for name in "$dir"/pids/*; do
     [ -e "$name" ] || continue
-    kill -KILL "$(cat "$name")" 2>/dev/null || true
+    pids+=("$(cat "$name")")
+    kill -KILL "${pids[-1]}" 2>/dev/null || true
+  done
+  # A process killed is gone only once it is reaped; containerd still
+  # listed would keep its shims' sockets below.
+  local i
+  for i in $(seq 50); do
+    local alive=0
+    for pid in "${pids[@]}"; do
+      running "$pid" && alive=1
+    done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
   done
   # Whatever is still in the pods' cgroups.
   local cg
@@ -517,7 +546,7 @@ down() {
   [ -e "$netns_path" ] && ip netns delete "$netns"
   # The shims' sockets: containerd 1.6 keeps them in /run/containerd/s
   # whatever its state directory. Only when no other containerd runs.
-  if ! pgrep -x containerd >/dev/null; then
+  if ! ps -eo stat=,comm= | awk '$1 !~ /^Z/ && $2 == "containerd" {found=1} END {exit !found}'; then
     rm -rf /run/containerd/s /run/containerd/runc/k8s.io
     rmdir /run/containerd/runc /run/containerd 2>/dev/null || true
   fi
@@ -537,13 +566,22 @@ case "$cmd" in
   up)
     start_time=$(date +%s)
     packages
-    kb=$(./scripts/kube-node.sh)
     mkdir -p "$dir"
+    # The images (mostly Debian's mirror and dpkg) are made while the
+    # Kubernetes binaries compile: on a new machine that is minutes saved.
+    ./scripts/images.sh >"$dir/images.list" 2>"$dir/images.log" &
+    images_pid=$!
+    kb=$(./scripts/kube-node.sh)
     network
     pki
     control_plane "$kb"
     containerd_up
-    images
+    if ! wait "$images_pid"; then
+      cat "$dir/images.log" >&2
+      die "scripts/images.sh failed"
+    fi
+    cat "$dir/images.log" >&2
+    import_images <"$dir/images.list"
     node_up "$kb"
     platform
     log "up in $(( $(date +%s) - start_time ))s"

@@ -50,10 +50,14 @@ func (e *env) turnsDuring(t *testing.T, ctx context.Context, id string, stream *
 	}
 }
 
-// checkTurns fails unless every acknowledged message is in the stream once,
-// and its turn finished with the simulator's answer to it.
-func checkTurns(t *testing.T, stream *browserStream, sent map[string]string) {
+// checkRollout waits for the stream, whose context has been cancelled, to
+// end, and fails unless it carried every event once and every
+// acknowledged message once, its turn finished with the simulator's
+// answer to it.
+func checkRollout(t *testing.T, whose string, stream *browserStream, sent map[string]string) {
 	t.Helper()
+	<-stream.done
+	stream.exactlyOnce(t)
 	stream.mu.Lock()
 	defer stream.mu.Unlock()
 	users := map[string]int{}
@@ -77,6 +81,7 @@ func checkTurns(t *testing.T, stream *browserStream, sent map[string]string) {
 			t.Errorf("%q (turn %s): finished %v, reply %q", text, turn, finished[turn], replies[turn])
 		}
 	}
+	t.Logf("%d messages acknowledged during %s rollout, the stream reconnected %d times", len(sent), whose, stream.connections-1)
 }
 
 // TestRolloutRestartOfTheWorker: the worker's Deployment is restarted
@@ -111,10 +116,7 @@ func TestRolloutRestartOfTheWorker(t *testing.T) {
 	}
 	sent := e.turnsDuring(t, ctx, id, stream, done, 3)
 	cancel()
-	<-stream.done
-	stream.exactlyOnce(t)
-	checkTurns(t, stream, sent)
-	t.Logf("%d messages acknowledged during the worker's rollout, the stream reconnected %d times", len(sent), stream.connections-1)
+	checkRollout(t, "the worker's", stream, sent)
 }
 
 // TestRolloutRestartOfTheControlPlane: both control-plane replicas are
@@ -131,8 +133,5 @@ func TestRolloutRestartOfTheControlPlane(t *testing.T) {
 	done := e.rollout(t, "talkide", "talkide-controlplane")
 	sent := e.turnsDuring(t, ctx, id, stream, done, 3)
 	cancel()
-	<-stream.done
-	stream.exactlyOnce(t)
-	checkTurns(t, stream, sent)
-	t.Logf("%d messages acknowledged during the control-plane's rollout, the stream reconnected %d times", len(sent), stream.connections-1)
+	checkRollout(t, "the control-plane's", stream, sent)
 }

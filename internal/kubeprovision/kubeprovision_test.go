@@ -294,16 +294,8 @@ func ownedObjects(t *testing.T, cs kubernetes.Interface, ns string) []metav1.Obj
 // that manager set.
 func TestReconcilerRepairsDrift(t *testing.T) {
 	f := newFixture(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	p := f.provisioner(shippedClient(t, f.srv), &Options{Resync: time.Hour})
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := t.Context()
+	defer run(t, f.provisioner(shippedClient(t, f.srv), &Options{Resync: time.Hour}))()
 	admin := f.srv.Client(t)
 	waitFor(t, "the first sync", func(ctx context.Context) (bool, error) {
 		_, err := admin.NetworkingV1().NetworkPolicies(f.ns).Get(ctx, WorkerName, metav1.GetOptions{})
@@ -348,16 +340,8 @@ func TestReconcilerRepairsDrift(t *testing.T) {
 // long before a resync.
 func TestReconcilerFindsANewEnv(t *testing.T) {
 	f := newFixture(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	p := f.provisioner(shippedClient(t, f.srv), &Options{Resync: time.Hour, EnvPoll: 100 * time.Millisecond})
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := t.Context()
+	defer run(t, f.provisioner(shippedClient(t, f.srv), &Options{Resync: time.Hour, EnvPoll: 100 * time.Millisecond}))()
 	admin := f.srv.Client(t)
 	waitFor(t, "the first sync", func(ctx context.Context) (bool, error) {
 		_, err := admin.AppsV1().Deployments(f.ns).Get(ctx, WorkerName, metav1.GetOptions{})
@@ -370,6 +354,21 @@ func TestReconcilerFindsANewEnv(t *testing.T) {
 		_, err := admin.AppsV1().Deployments(provision.Namespace(f.tenant, "staging")).Get(ctx, WorkerName, metav1.GetOptions{})
 		return err == nil, nil
 	})
+}
+
+// run runs p's reconciler until the returned stop is called, which waits
+// for it to return.
+func run(t *testing.T, p *Provisioner) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
 }
 
 func waitFor(t *testing.T, what string, cond wait.ConditionWithContextFunc) {
