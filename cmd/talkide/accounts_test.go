@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // TestAdminUsersAndAPITokens: memberships and API tokens kept with talkide
@@ -67,10 +68,10 @@ func TestAdminUsersAndAPITokens(t *testing.T) {
 	}
 
 	var logs syncBuffer
-	cp, err := startControlPlane(t.Context(), cpOptions{
-		listen: "127.0.0.1:0", internalListen: "127.0.0.1:0", metricsListen: "127.0.0.1:0",
-		dbPath: filepath.Join(dir, "controlplane.db"), secretsPath: filepath.Join(dir, "controlplane-secrets.json"),
-		tenant: "acme", env: "prod", logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+	cp, err := roles.StartControlPlane(t.Context(), roles.ControlPlaneConfig{
+		Listen: "127.0.0.1:0", InternalListen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
+		DBPath: filepath.Join(dir, "controlplane.db"), SecretsPath: filepath.Join(dir, "controlplane-secrets.json"),
+		Tenant: "acme", Env: "prod", Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +79,7 @@ func TestAdminUsersAndAPITokens(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		cp.shutdown(ctx)
+		cp.Stop(ctx)
 	})
 	call := func(base, method, path, token string) int {
 		t.Helper()
@@ -94,7 +95,7 @@ func TestAdminUsersAndAPITokens(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	pub, internal, metrics := cp.http.url(), cp.internal.url(), cp.metricsL.url()
+	pub, internal, metrics := cp.HTTP.URL(), cp.Internal.URL(), cp.Metrics.URL()
 	if got := call(pub, http.MethodGet, "/api/conversations", tok); got != http.StatusOK {
 		t.Errorf("list with the token: %d", got)
 	}

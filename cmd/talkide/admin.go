@@ -15,7 +15,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/talkide/platform/internal/provision"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/trust"
 )
 
 func newAdminCmd(std stdio) *cobra.Command {
@@ -118,27 +120,27 @@ func (l *cpLocation) missingHint() string {
 // issued into a fresh database would be worthless.
 func (l *cpLocation) open(ctx context.Context, stderr io.Writer) (store.Store, error) {
 	def := filepath.Join(l.dataDir, "controlplane.db")
-	db, err := parseDatabase(l.database, def)
+	db, err := roles.ParseDatabase(l.database, def)
 	if err != nil {
 		return nil, err
 	}
-	if db.sqlitePath != "" {
-		if _, err := os.Stat(db.sqlitePath); err != nil {
-			return nil, fmt.Errorf("no control-plane database at %s (%s; or --database): %w", db.sqlitePath, l.missingHint(), err)
+	if db.SQLitePath != "" {
+		if _, err := os.Stat(db.SQLitePath); err != nil {
+			return nil, fmt.Errorf("no control-plane database at %s (%s; or --database): %w", db.SQLitePath, l.missingHint(), err)
 		}
 	}
 	// Migrations are logged (the only lines the stores log).
-	return openStore(ctx, l.database, def, slog.New(slog.NewTextHandler(stderr, nil)))
+	return roles.OpenStore(ctx, l.database, def, slog.New(slog.NewTextHandler(stderr, nil)))
 }
 
 // secrets loads the control-plane's secrets file, which must exist: keys
 // made up here would not be the running control-plane's.
-func (l *cpLocation) secrets() (*cpSecrets, error) {
+func (l *cpLocation) secrets() (*trust.Secrets, error) {
 	path := filepath.Join(l.dataDir, "controlplane-secrets.json")
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("no control-plane secrets at %s (%s): %w", path, l.missingHint(), err)
 	}
-	return loadOrCreateSecrets(path)
+	return trust.LoadOrCreateSecrets(path)
 }
 
 func newAdminEnvAddCmd(std stdio) *cobra.Command {
@@ -227,7 +229,7 @@ func newAdminTokenIssueCmd(std stdio) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		ck := secrets.newestCommandKey()
+		ck := secrets.Commands().Newest()
 		ws := provision.NewWorkerSecret(ck.Secret, ck.ID, tenant, env, token)
 		ws.ExpiresAt = rec.ExpiresAt
 		switch output {

@@ -16,13 +16,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // openBudgetStore opens the SQLite database of a data directory as a
 // budget store, to seed the ledger as the gateway would have.
 func openBudgetStore(t *testing.T, dir string) budget.Store {
 	t.Helper()
-	st, err := openStore(t.Context(), "", filepath.Join(dir, "controlplane.db"), nil)
+	st, err := roles.OpenStore(t.Context(), "", filepath.Join(dir, "controlplane.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,9 +247,9 @@ func TestOperatorAPIEndToEnd(t *testing.T) {
 	dir, _ := newControlPlaneDir(t)
 	d := "--data-dir=" + dir
 	var logs syncBuffer
-	cp, err := startControlPlane(t.Context(), cpOptions{
-		listen: "127.0.0.1:0", dbPath: filepath.Join(dir, "controlplane.db"), secretsPath: filepath.Join(dir, "controlplane-secrets.json"),
-		tenant: "local", env: "dev", logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+	cp, err := roles.StartControlPlane(t.Context(), roles.ControlPlaneConfig{
+		Listen: "127.0.0.1:0", DBPath: filepath.Join(dir, "controlplane.db"), SecretsPath: filepath.Join(dir, "controlplane-secrets.json"),
+		Tenant: "local", Env: "dev", Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -256,9 +257,9 @@ func TestOperatorAPIEndToEnd(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		cp.shutdown(ctx)
+		cp.Stop(ctx)
 	})
-	base := cp.http.url()
+	base := cp.HTTP.URL()
 	call := func(method, path, token, body string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
@@ -324,14 +325,14 @@ func TestOperatorAPIEndToEnd(t *testing.T) {
 // /metrics counts its model calls and the tokens the ledger charged them.
 func TestMetricsAfterChatTurn(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	r := send(t, base, c.ID, "hello, metrics")
 	readStream(t, base, c.ID, 0, turnEnded(r.TurnID))
-	if err := st.cp.budget.Flush(t.Context()); err != nil {
+	if err := st.ControlPlane.Budget.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	es, err := st.cp.budget.Ledger(t.Context(), budget.LedgerQuery{Conversation: c.ID})
+	es, err := st.ControlPlane.Budget.Ledger(t.Context(), budget.LedgerQuery{Conversation: c.ID})
 	if err != nil || len(es) == 0 {
 		t.Fatalf("ledger: %v, %v", es, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/talkide/platform/internal/buildcache"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/provision"
+	"github.com/talkide/platform/internal/roles"
 )
 
 func newAdminBuildCacheCmd(std stdio) *cobra.Command {
@@ -28,7 +29,7 @@ func newAdminBuildCacheCmd(std stdio) *cobra.Command {
 // same values place and shape it as the build Jobs.
 func newAdminBuildCacheSeedCmd(std stdio) *cobra.Command {
 	var (
-		b                           buildFlags
+		b                           roles.BuildConfig
 		tenant, env, namespace      string
 		project, gradle, talkideImg string
 		timeout                     time.Duration
@@ -55,14 +56,14 @@ returns once the Job exists). See docs/builds.md.`,
 			if err := requireEnv(tenant, env); err != nil {
 				return err
 			}
-			if project == "" || b.cacheClaim == "" || b.image == "" {
+			if project == "" || b.CacheClaim == "" || b.Image == "" {
 				return errors.New("--project, --build-cache-claim and --build-image are required")
 			}
-			if _, err := parseTolerations(b.tolerations); err != nil {
+			if _, err := roles.ParseTolerations(b.Tolerations); err != nil {
 				return contract.Invalid(nil, "build-toleration", "%v", err)
 			}
-			tols, _ := parseTolerations(b.tolerations)
-			resources, err := b.resources()
+			tols, _ := roles.ParseTolerations(b.Tolerations)
+			resources, err := b.Resources()
 			if err != nil {
 				return err
 			}
@@ -71,14 +72,14 @@ returns once the Job exists). See docs/builds.md.`,
 			}
 			o := &buildcache.SeedOptions{
 				Namespace: namespace, Tenant: tenant, Env: env,
-				CacheClaim: b.cacheClaim, SessionClaim: b.claim, Project: project,
-				Gradle: strings.Fields(gradle), Image: b.image, PromoteImage: talkideImg, RunAsUser: b.runAsUser,
-				NodeSelector: b.nodeSelector, Tolerations: tols, Resources: resources, Timeout: timeout,
+				CacheClaim: b.CacheClaim, SessionClaim: b.Claim, Project: project,
+				Gradle: strings.Fields(gradle), Image: b.Image, PromoteImage: talkideImg, RunAsUser: b.RunAsUser,
+				NodeSelector: b.NodeSelector, Tolerations: tols, Resources: resources, Timeout: timeout,
 			}
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			cs, err := seedClient(b.kubeconfig)
+			cs, err := seedClient(b.Kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -103,22 +104,22 @@ returns once the Job exists). See docs/builds.md.`,
 	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
 	fs.StringVar(&env, "env", "", "env (required)")
 	fs.StringVar(&namespace, "namespace", "", "namespace of the seeding Job (default: the tenant-env's, TENANT-ENV)")
-	fs.StringVar(&b.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster ServiceAccount)")
+	fs.StringVar(&b.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster ServiceAccount)")
 	fs.StringVar(&project, "project", "", "the seed project (required): its directory on --build-claim, relative to the claim's root, holding ./gradlew (like build-seed/gradle)")
 	fs.StringVar(&gradle, "gradle", "build", "the Gradle tasks and options run in the seed project, space-separated (dependencies alone downloads no jars)")
 	fs.StringVar(&talkideImg, "talkide-image", buildcache.DefaultPromoteImage, "image holding /talkide, which promotes the new generation (the worker's or the control-plane's image)")
 	fs.DurationVar(&timeout, "timeout", buildcache.DefaultTimeout, "deadline of the seeding Job (activeDeadlineSeconds), at most "+build.MaxTimeout.String())
 	fs.BoolVar(&noWait, "no-wait", false, "return once the Job is created instead of waiting for it")
-	fs.StringVar(&b.image, "build-image", "", "Gradle builder image (required): the build Jobs'")
-	fs.StringVar(&b.claim, "build-claim", build.DefaultClaimName, "the session claim, which holds the seed project (mounted read-only)")
-	fs.StringVar(&b.cacheClaim, "build-cache-claim", "", "the cache's ReadWriteMany claim (required): the build Jobs' --build-cache-claim")
-	fs.StringToStringVar(&b.nodeSelector, "build-node-selector", nil, "node labels of the build node pool, KEY=VALUE,...")
-	fs.StringSliceVar(&b.tolerations, "build-toleration", nil, "taints the Job tolerates, KEY[=VALUE]:EFFECT; repeat or separate with commas")
-	fs.Int64Var(&b.runAsUser, "build-run-as-user", build.DefaultRunAsUser, "uid and gid of the seeding: the build Jobs' (the cache's files are theirs)")
-	fs.StringVar(&b.cpuRequest, "build-cpu-request", build.DefaultCPURequest, "CPU request of the Gradle container")
-	fs.StringVar(&b.cpuLimit, "build-cpu-limit", build.DefaultCPULimit, "CPU limit of the Gradle container")
-	fs.StringVar(&b.memoryRequest, "build-memory-request", build.DefaultMemoryRequest, "memory request of the Gradle container")
-	fs.StringVar(&b.memoryLimit, "build-memory-limit", build.DefaultMemoryLimit, "memory limit of the Gradle container")
+	fs.StringVar(&b.Image, "build-image", "", "Gradle builder image (required): the build Jobs'")
+	fs.StringVar(&b.Claim, "build-claim", build.DefaultClaimName, "the session claim, which holds the seed project (mounted read-only)")
+	fs.StringVar(&b.CacheClaim, "build-cache-claim", "", "the cache's ReadWriteMany claim (required): the build Jobs' --build-cache-claim")
+	fs.StringToStringVar(&b.NodeSelector, "build-node-selector", nil, "node labels of the build node pool, KEY=VALUE,...")
+	fs.StringSliceVar(&b.Tolerations, "build-toleration", nil, "taints the Job tolerates, KEY[=VALUE]:EFFECT; repeat or separate with commas")
+	fs.Int64Var(&b.RunAsUser, "build-run-as-user", build.DefaultRunAsUser, "uid and gid of the seeding: the build Jobs' (the cache's files are theirs)")
+	fs.StringVar(&b.CPURequest, "build-cpu-request", build.DefaultCPURequest, "CPU request of the Gradle container")
+	fs.StringVar(&b.CPULimit, "build-cpu-limit", build.DefaultCPULimit, "CPU limit of the Gradle container")
+	fs.StringVar(&b.MemoryRequest, "build-memory-request", build.DefaultMemoryRequest, "memory request of the Gradle container")
+	fs.StringVar(&b.MemoryLimit, "build-memory-limit", build.DefaultMemoryLimit, "memory limit of the Gradle container")
 	bindEnv(fs, "kubeconfig", "build-image", "build-claim", "build-cache-claim", "build-node-selector", "build-toleration",
 		"build-run-as-user", "build-cpu-request", "build-cpu-limit", "build-memory-request", "build-memory-limit")
 	return cmd

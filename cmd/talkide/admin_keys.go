@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,7 +39,7 @@ func newAdminKeysInitCmd(std stdio) *cobra.Command {
 			if _, err := os.Stat(path); err == nil {
 				return fmt.Errorf("%s exists: its keys sign what workers and browsers hold; rotate them with talkide admin keys rotate", path)
 			}
-			if _, err := loadOrCreateSecrets(path); err != nil {
+			if _, err := trust.LoadOrCreateSecrets(path); err != nil {
 				return err
 			}
 			fmt.Fprintf(std.err, "created %s\n", path)
@@ -104,23 +103,19 @@ func newAdminKeysRotateCmd(std stdio) *cobra.Command {
 		signFrom, retireAt := now.Add(publish), now.Add(publish+grace)
 		var lines []string
 		if rotateCommands {
-			next, keys := rotateRing(s.commands.Keys(), "c", signFrom, retireAt, now)
-			s.CommandKeyring = toFileKeys(keys)
-			lines = append(lines, rotationLine("command key", next, keys))
+			lines = append(lines, rotationLine("command key", s.RotateCommands(signFrom, retireAt, now)))
 		}
 		if rotateTokens {
-			next, keys := rotateRing(s.tokens.Keys(), "k", signFrom, retireAt, now)
-			s.TokenKeyring = toFileKeys(keys)
-			lines = append(lines, rotationLine("WorkerToken key", next, keys))
+			lines = append(lines, rotationLine("WorkerToken key", s.RotateTokens(signFrom, retireAt, now)))
 		}
 		// The OIDC login key is written down, so that it outlives the
 		// command secret it may have been derived from.
 		path := filepath.Join(loc.dataDir, "controlplane-secrets.json")
 		if secretName != "" {
-			if err := writeSecretManifest(stdout, ns, name, secretsJSON(s)); err != nil {
+			if err := writeSecretManifest(stdout, ns, name, s.JSON()); err != nil {
 				return err
 			}
-		} else if err := s.save(path); err != nil {
+		} else if err := s.Save(path); err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
 		for _, l := range lines {
@@ -139,28 +134,10 @@ func newAdminKeysRotateCmd(std stdio) *cobra.Command {
 	return cmd
 }
 
-// rotateRing adds a key with a new id to keys: it signs from signFrom,
-// every older key retires at retireAt, keys already retired are dropped.
-func rotateRing(keys []trust.Key, prefix string, signFrom, retireAt, now time.Time) (trust.Key, []trust.Key) {
-	next := trust.Key{ID: nextKeyID(keys, prefix), Secret: trust.NewKey(), SignFrom: signFrom}
-	return next, trust.Rotated(keys, next, retireAt, now)
-}
-
-// nextKeyID is prefix followed by one more than the highest number of an id
-// of that form in keys: c1, c2, ...
-func nextKeyID(keys []trust.Key, prefix string) string {
-	highest := 0
-	for _, k := range keys {
-		if n, err := strconv.Atoi(strings.TrimPrefix(k.ID, prefix)); err == nil && strings.HasPrefix(k.ID, prefix) && n > highest {
-			highest = n
-		}
-	}
-	return prefix + strconv.Itoa(highest+1)
-}
-
-func rotationLine(what string, next trust.Key, keys []trust.Key) string {
+func rotationLine(what string, r trust.Rotation) string {
+	next := r.Next
 	var old []string
-	for _, k := range keys {
+	for _, k := range r.Keys {
 		if k.ID != next.ID {
 			old = append(old, fmt.Sprintf("%s until %s", k.ID, k.RetireAt.Format(time.RFC3339)))
 		}
@@ -201,7 +178,7 @@ func newAdminKeysListCmd(std stdio) *cobra.Command {
 		for _, ring := range []struct {
 			kind string
 			r    *trust.Keyring
-		}{{"command", s.commands}, {"token", s.tokens}} {
+		}{{"command", s.Commands()}, {"token", s.Tokens()}} {
 			signing := ring.r.Signing(now).ID
 			for _, k := range ring.r.Keys() {
 				state := "verifies"

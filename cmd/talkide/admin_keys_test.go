@@ -23,17 +23,19 @@ func TestAdminKeysRotate(t *testing.T) {
 	dir, before := newControlPlaneDir(t)
 	d := "--data-dir=" + dir
 	path := filepath.Join(dir, "controlplane-secrets.json")
-	running, err := loadOrCreateSecrets(path)
+	running, err := trust.LoadOrCreateSecrets(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := running.watch(ctx, path, slog.New(slog.DiscardHandler)); err != nil {
+	watch, err := running.Watcher(path, slog.New(slog.DiscardHandler))
+	if err != nil {
 		t.Fatal(err)
 	}
+	go watch.Run(ctx)
 	reloaded := make(chan struct{}, 4)
-	running.onReload(func() { reloaded <- struct{}{} })
+	running.OnReload(func() { reloaded <- struct{}{} })
 
 	_, note := mustAdmin(t, "keys", "rotate", d, "--publish", "5m", "--grace", "10m")
 	if !strings.Contains(note, "new command key c2 signs from") || !strings.Contains(note, "new WorkerToken key k2") || !strings.Contains(note, "c1 until") {
@@ -45,7 +47,7 @@ func TestAdminKeysRotate(t *testing.T) {
 		t.Fatal("the watching control-plane did not reload the file")
 	}
 	now := time.Now()
-	for name, ring := range map[string]*trust.Keyring{"command": running.commands, "token": running.tokens} {
+	for name, ring := range map[string]*trust.Keyring{"command": running.Commands(), "token": running.Tokens()} {
 		keys := ring.Keys()
 		if len(keys) != 2 {
 			t.Fatalf("%s keys after the rotation: %d", name, len(keys))
@@ -65,8 +67,8 @@ func TestAdminKeysRotate(t *testing.T) {
 			t.Errorf("%s: the old key after the grace: %v", name, err)
 		}
 	}
-	if running.commands.Keys()[0].ID != before.CommandKeyID {
-		t.Errorf("the oldest command key is %s, want %s", running.commands.Keys()[0].ID, before.CommandKeyID)
+	if running.Commands().Keys()[0].ID != before.CommandKeyID {
+		t.Errorf("the oldest command key is %s, want %s", running.Commands().Keys()[0].ID, before.CommandKeyID)
 	}
 	loginKey := running.LoginKey
 
@@ -79,7 +81,7 @@ func TestAdminKeysRotate(t *testing.T) {
 	if !strings.Contains(out, "command  c1  signs") || !strings.Contains(out, "command  c2  published") || !strings.Contains(out, "token    k2  published") {
 		t.Errorf("keys list:\n%s", out)
 	}
-	for _, secret := range [][]byte{before.CommandSecret, running.commands.Newest().Secret} {
+	for _, secret := range [][]byte{before.CommandSecret, running.Commands().Newest().Secret} {
 		b, _ := json.Marshal(secret)
 		if strings.Contains(out+note, strings.Trim(string(b), `"`)) {
 			t.Error("keys rotate or list printed a secret")
@@ -97,8 +99,8 @@ func TestAdminKeysRotate(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &m); err != nil || m.Kind != "Secret" || m.Metadata.Namespace != "talkide" {
 		t.Fatalf("--print-secret printed %q (%v)", out, err)
 	}
-	printed, err := parseSecrets("printed", m.Data["controlplane-secrets.json"])
-	if err != nil || printed.tokens.Newest().ID != "k3" || printed.commands.Newest().ID != "c2" || string(printed.LoginKey) != string(loginKey) {
+	printed, err := trust.ParseSecrets("printed", m.Data["controlplane-secrets.json"])
+	if err != nil || printed.Tokens().Newest().ID != "k3" || printed.Commands().Newest().ID != "c2" || string(printed.LoginKey) != string(loginKey) {
 		t.Fatalf("the printed file: %v", err)
 	}
 	if now, _ := os.ReadFile(path); string(now) != string(was) {

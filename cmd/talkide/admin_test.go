@@ -13,20 +13,21 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/provision"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
 
 // newControlPlaneDir makes a data directory as talkide controlplane leaves
 // it: a secrets file and a migrated SQLite database.
-func newControlPlaneDir(t *testing.T) (string, *cpSecrets) {
+func newControlPlaneDir(t *testing.T) (string, *trust.Secrets) {
 	t.Helper()
 	dir := t.TempDir()
-	secrets, err := loadOrCreateSecrets(filepath.Join(dir, "controlplane-secrets.json"))
+	secrets, err := trust.LoadOrCreateSecrets(filepath.Join(dir, "controlplane-secrets.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := openStore(t.Context(), "", filepath.Join(dir, "controlplane.db"), nil)
+	st, err := roles.OpenStore(t.Context(), "", filepath.Join(dir, "controlplane.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestAdminProvisioning(t *testing.T) {
 
 func openTestStore(t *testing.T, dir string) store.Store {
 	t.Helper()
-	st, err := openStore(t.Context(), "", filepath.Join(dir, "controlplane.db"), nil)
+	st, err := roles.OpenStore(t.Context(), "", filepath.Join(dir, "controlplane.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/roles"
 )
 
 // BenchmarkTurn measures one whole turn through the real stack on loopback:
@@ -13,16 +15,16 @@ import (
 // turn.finished reaches the client. The simulator answers at once, so this
 // is the platform's own overhead per turn.
 func BenchmarkTurn(b *testing.B) {
-	st, err := startDev(context.Background(), devConfig{dataDir: b.TempDir(), addr: "127.0.0.1:0", logger: slog.New(slog.DiscardHandler)})
+	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: b.TempDir(), Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		st.shutdown(ctx)
+		st.Stop(ctx)
 	}()
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(b, base)
 	b.ReportAllocs()
 	var last int64

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/roles"
 )
 
 // TestDevBinaryStartsAndStopsOnSIGTERM runs the real binary as a newcomer
@@ -75,9 +77,9 @@ func TestDevBinaryStartsAndStopsOnSIGTERM(t *testing.T) {
 
 // waitDevJSON waits until a talkide dev process has written data/dev.json
 // and returns it; output says what the process printed, for a failure.
-func waitDevJSON(t *testing.T, data string, output func() string) devInfo {
+func waitDevJSON(t *testing.T, data string, output func() string) roles.DevInfo {
 	t.Helper()
-	var info devInfo
+	var info roles.DevInfo
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		b, err := os.ReadFile(filepath.Join(data, "dev.json"))

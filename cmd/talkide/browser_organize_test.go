@@ -11,6 +11,7 @@ import (
 
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/store"
 )
 
@@ -22,7 +23,7 @@ func TestBrowserOrganize(t *testing.T) {
 	st, _ := startTestStack(t)
 	res := runScenario(t, st, "organize", noSteps(t))
 	id, _ := res["conversation"].(string)
-	c, err := st.cp.store.GetConversation(t.Context(), id)
+	c, err := st.ControlPlane.Store.GetConversation(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,16 +39,16 @@ func TestBrowserBudget(t *testing.T) {
 	browserReady(t)
 	st, _ := startTestStack(t)
 	limit := 5 * budget.Dollar
-	if err := st.cp.budget.SetLimit(t.Context(), budget.Limit{Subject: budget.User(devUser), Kind: budget.SpendPerDay, Max: int64(limit)}); err != nil {
+	if err := st.ControlPlane.Budget.SetLimit(t.Context(), budget.Limit{Subject: budget.User(roles.DevUser), Kind: budget.SpendPerDay, Max: int64(limit)}); err != nil {
 		t.Fatal(err)
 	}
 	res := runScenario(t, st, "budget", noSteps(t))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := st.cp.budget.Flush(ctx); err != nil {
+	if err := st.ControlPlane.Budget.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ls, err := st.cp.budget.Status(ctx, budget.User(devUser))
+	ls, err := st.ControlPlane.Budget.Status(ctx, budget.User(roles.DevUser))
 	if err != nil || len(ls) != 1 {
 		t.Fatalf("status %+v, %v", ls, err)
 	}
@@ -75,30 +76,30 @@ func TestBrowserBudget(t *testing.T) {
 // budget service counts, and the member's spend as the ledger has it.
 func TestBrowserTenantBudget(t *testing.T) {
 	browserReady(t)
-	st := startDevT(t, devConfig{
-		dataDir: t.TempDir(), addr: "127.0.0.1:0",
-		login:  &authFlags{trustedHeader: auth.DefaultTrustedHeader, sessionIdle: time.Hour, sessionAbsolute: 2 * time.Hour},
-		logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	st := startDevT(t, roles.DevConfig{
+		DataDir: t.TempDir(), Addr: "127.0.0.1:0",
+		Login:  &roles.AuthConfig{TrustedHeader: auth.DefaultTrustedHeader, SessionIdle: time.Hour, SessionAbsolute: 2 * time.Hour},
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
 	})
 	ctx := t.Context()
 	now := time.Now().UTC()
 	tokens := map[string]string{}
 	for user, role := range map[string]store.Role{"alice": store.RoleMember, "carol": store.RoleTenantAdmin} {
-		must(t, st.cp.store.PutUser(ctx, store.User{ID: user, Name: user, CreatedAt: now}))
-		_, err := st.cp.store.PutMembership(ctx, store.Membership{UserID: user, Tenant: devTenant, Role: role, CreatedAt: now})
+		must(t, st.ControlPlane.Store.PutUser(ctx, store.User{ID: user, Name: user, CreatedAt: now}))
+		_, err := st.ControlPlane.Store.PutMembership(ctx, store.Membership{UserID: user, Tenant: roles.DevTenant, Role: role, CreatedAt: now})
 		must(t, err)
-		tok, _, err := auth.IssueAPIToken(ctx, st.cp.store, user, "browser", 0, now)
+		tok, _, err := auth.IssueAPIToken(ctx, st.ControlPlane.Store, user, "browser", 0, now)
 		must(t, err)
 		tokens[user] = tok
 	}
 	for _, l := range []budget.Limit{
-		{Subject: budget.Tenant(devTenant), Kind: budget.SpendPerDay, Max: int64(50 * budget.Dollar)},
+		{Subject: budget.Tenant(roles.DevTenant), Kind: budget.SpendPerDay, Max: int64(50 * budget.Dollar)},
 		{Subject: budget.User("alice"), Kind: budget.SpendPerDay, Max: int64(5 * budget.Dollar)},
 	} {
-		must(t, st.cp.budget.SetLimit(ctx, l))
+		must(t, st.ControlPlane.Budget.SetLimit(ctx, l))
 	}
 	env := func(user, expect string) []string {
-		return []string{"TALKIDE_AUTHORIZATION=Bearer " + tokens[user], "TALKIDE_EXPECT=" + expect, "TALKIDE_TENANT=" + devTenant}
+		return []string{"TALKIDE_AUTHORIZATION=Bearer " + tokens[user], "TALKIDE_EXPECT=" + expect, "TALKIDE_TENANT=" + roles.DevTenant}
 	}
 
 	member := runScenarioEnv(t, st, "tenantbudget", env("alice", "member"), noSteps(t))
@@ -107,8 +108,8 @@ func TestBrowserTenantBudget(t *testing.T) {
 	}
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	must(t, st.cp.budget.Flush(fctx))
-	rep, err := st.cp.budget.Report(ctx, budget.ReportQuery{Tenant: devTenant, By: []budget.Dimension{budget.ByUser}})
+	must(t, st.ControlPlane.Budget.Flush(fctx))
+	rep, err := st.ControlPlane.Budget.Report(ctx, budget.ReportQuery{Tenant: roles.DevTenant, By: []budget.Dimension{budget.ByUser}})
 	must(t, err)
 	if len(rep.Rows) != 1 || rep.Rows[0].Key[0] != "alice" || rep.Rows[0].Cost <= 0 {
 		t.Fatalf("the ledger after alice's turn: %+v", rep.Rows)
@@ -123,7 +124,7 @@ func TestBrowserTenantBudget(t *testing.T) {
 		m, _ := l.(map[string]any)
 		got[fmt.Sprint(m["subject"], " ", m["kind"])] = m
 	}
-	for _, key := range []string{devTenant + " spend_per_day", "alice spend_per_day"} {
+	for _, key := range []string{roles.DevTenant + " spend_per_day", "alice spend_per_day"} {
 		l := got[key]
 		if l == nil || l["withheld"] != "0" || l["used"] != usd(spent.Cost) {
 			t.Errorf("%s in the tenant's budget: %v, want %s used (all: %v)", key, l, usd(spent.Cost), limits)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/store"
 )
 
@@ -56,13 +57,13 @@ func browserReady(t testing.TB) string {
 // runScenario drives one scenario of web/test/scenarios.mjs against st and
 // returns what it reported; onStep does what the scenario asks of the Go
 // side. Screenshots stay in the printed directory when the test fails.
-func runScenario(t testing.TB, st *devStack, name string, onStep func(string)) map[string]any {
+func runScenario(t testing.TB, st *roles.Dev, name string, onStep func(string)) map[string]any {
 	t.Helper()
 	return runScenarioEnv(t, st, name, nil, onStep)
 }
 
 // runScenarioEnv is runScenario with more of the scenario's environment.
-func runScenarioEnv(t testing.TB, st *devStack, name string, env []string, onStep func(string)) map[string]any {
+func runScenarioEnv(t testing.TB, st *roles.Dev, name string, env []string, onStep func(string)) map[string]any {
 	t.Helper()
 	exe := browserReady(t)
 	shots := os.Getenv("TALKIDE_ARTIFACTS")
@@ -84,7 +85,7 @@ func runScenarioEnv(t testing.TB, st *devStack, name string, env []string, onSte
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "../../web/test/driver.mjs", name)
-	cmd.Env = append(append(os.Environ(), "TALKIDE_URL="+st.info.ControlPlane, "TALKIDE_CHROMIUM="+exe, "TALKIDE_ARTIFACTS="+shots), env...)
+	cmd.Env = append(append(os.Environ(), "TALKIDE_URL="+st.Info.ControlPlane, "TALKIDE_CHROMIUM="+exe, "TALKIDE_ARTIFACTS="+shots), env...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	var stderr strings.Builder
@@ -149,21 +150,21 @@ func TestBrowserLogin(t *testing.T) {
 	t.Cleanup(op.Close)
 
 	logs := &syncBuffer{}
-	st := startDevT(t, devConfig{
-		dataDir: filepath.Join(dir, "data"), addr: cpAddr,
-		login: &authFlags{
-			oidcIssuer: issuer, oidcClientID: clientID, oidcSecretFile: secretFile,
-			oidcRedirect: "http://" + cpAddr + "/auth/callback", oidcUserClaim: auth.DefaultUserClaim,
-			sessionIdle: time.Hour, sessionAbsolute: 2 * time.Hour,
+	st := startDevT(t, roles.DevConfig{
+		DataDir: filepath.Join(dir, "data"), Addr: cpAddr,
+		Login: &roles.AuthConfig{
+			OIDCIssuer: issuer, OIDCClientID: clientID, OIDCClientSecretFile: secretFile,
+			OIDCRedirectURL: "http://" + cpAddr + "/auth/callback", OIDCUserClaim: auth.DefaultUserClaim,
+			SessionIdle: time.Hour, SessionAbsolute: 2 * time.Hour,
 		},
-		logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	ctx := t.Context()
-	must(t, st.cp.store.PutUser(ctx, store.User{ID: "test-user2", Name: "test-user2", CreatedAt: time.Now().UTC()}))
-	_, err = st.cp.store.PutMembership(ctx, store.Membership{UserID: "test-user2", Tenant: devTenant, Role: store.RoleMember, CreatedAt: time.Now().UTC()})
+	must(t, st.ControlPlane.Store.PutUser(ctx, store.User{ID: "test-user2", Name: "test-user2", CreatedAt: time.Now().UTC()}))
+	_, err = st.ControlPlane.Store.PutMembership(ctx, store.Membership{UserID: "test-user2", Tenant: roles.DevTenant, Role: store.RoleMember, CreatedAt: time.Now().UTC()})
 	must(t, err)
 	// Without a login the API refuses, as the page will find.
-	if code := api(t, "GET", st.info.ControlPlane+"/api/conversations", nil, nil); code != http.StatusUnauthorized {
+	if code := api(t, "GET", st.Info.ControlPlane+"/api/conversations", nil, nil); code != http.StatusUnauthorized {
 		t.Fatalf("the API without a login: %d, want 401", code)
 	}
 
@@ -179,7 +180,7 @@ func TestBrowserLogin(t *testing.T) {
 		t.Errorf("the session cookie expires at %v, want within --session-absolute", ck["expires"])
 	}
 	conv, _ := res["conversation"].(string)
-	c, err := st.cp.store.GetConversation(ctx, conv)
+	c, err := st.ControlPlane.Store.GetConversation(ctx, conv)
 	if err != nil || c.UserID != "test-user2" {
 		t.Errorf("the conversation the browser started: %+v, %v", c, err)
 	}
@@ -208,7 +209,7 @@ func TestBrowserReload(t *testing.T) {
 // missing, and,
 // with inOrder, in the log's order (a page without sub-agents, whose
 // nested cards put a Task's own later events before its sub-agent's).
-func domMatchesLog(t *testing.T, st *devStack, res map[string]any, inOrder bool) []int64 {
+func domMatchesLog(t *testing.T, st *roles.Dev, res map[string]any, inOrder bool) []int64 {
 	t.Helper()
 	conv, _ := res["conversation"].(string)
 	raw, _ := res["domSeqs"].([]any)
@@ -234,7 +235,7 @@ func domMatchesLog(t *testing.T, st *devStack, res map[string]any, inOrder bool)
 		}
 		t.Logf("the reloaded page opened with the log up to %d", upTo)
 	}
-	for _, e := range readStream(t, st.info.ControlPlane, conv, 0, func(ev contract.Event) bool { return contract.Terminal(ev.Kind) }) {
+	for _, e := range readStream(t, st.Info.ControlPlane, conv, 0, func(ev contract.Event) bool { return contract.Terminal(ev.Kind) }) {
 		if e.ev.Seq > upTo {
 			logged = append(logged, e.ev.Seq)
 		}
@@ -275,7 +276,7 @@ func TestBrowserRestartControlPlane(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if err := st.restartControlPlane(ctx); err != nil {
+		if err := st.RestartControlPlane(ctx); err != nil {
 			t.Errorf("restart: %v", err)
 		}
 	})
@@ -293,7 +294,7 @@ func TestBrowserSubAgent(t *testing.T) {
 	logged := domMatchesLog(t, st, res, false)
 	// The sub-agent's events in the log carry the Task call's id.
 	var parents int
-	for _, e := range readStream(t, st.info.ControlPlane, res["conversation"].(string), 0, func(ev contract.Event) bool { return contract.Terminal(ev.Kind) }) {
+	for _, e := range readStream(t, st.Info.ControlPlane, res["conversation"].(string), 0, func(ev contract.Event) bool { return contract.Terminal(ev.Kind) }) {
 		if e.ev.ParentToolUseID != "" {
 			parents++
 		}
@@ -305,7 +306,7 @@ func TestBrowserSubAgent(t *testing.T) {
 	var page struct {
 		Events []contract.Event `json:"events"`
 	}
-	api(t, "GET", st.info.ControlPlane+"/api/conversations/"+res["conversation"].(string)+"/events?limit=1000", nil, &page)
+	api(t, "GET", st.Info.ControlPlane+"/api/conversations/"+res["conversation"].(string)+"/events?limit=1000", nil, &page)
 	var want []int64
 	for _, ev := range page.Events {
 		want = append(want, ev.Seq)
@@ -344,7 +345,7 @@ func TestBrowserEditDiffAndIssue(t *testing.T) {
 // API, whose unknown paths stay JSON.
 func TestHistoryEndpoint(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	r := send(t, base, c.ID, `list [[tool:Bash {"command":"echo one; echo two"}]]`)
 	readStream(t, base, c.ID, 0, turnEnded(r.TurnID))
@@ -417,7 +418,7 @@ func TestHistoryEndpoint(t *testing.T) {
 func BenchmarkWebUILongConversation(b *testing.B) {
 	browserReady(b)
 	st, _ := startTestStack(b)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(b, base)
 	// 300 words: the simulator streams three words a delta.
 	text := "Seed the conversation. " + strings.Repeat("lorem ipsum dolor ", 100)

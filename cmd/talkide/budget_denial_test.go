@@ -12,15 +12,16 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // spendThenLimit runs one turn of conv, waits until the budget has charged
 // it, and sets the dev user's daily limit to one and a half times what
 // that turn cost: spent, for another turn like it. It returns what was
 // used and the limit.
-func spendThenLimit(t *testing.T, st *devStack, conv string) (used, limit budget.Money) {
+func spendThenLimit(t *testing.T, st *roles.Dev, conv string) (used, limit budget.Money) {
 	t.Helper()
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	r := send(t, base, conv, "hello before the limit")
 	got := readStream(t, base, conv, 0, turnEnded(r.TurnID))
 	if last := got[len(got)-1].ev; last.Kind != contract.KindTurnFinished {
@@ -28,11 +29,11 @@ func spendThenLimit(t *testing.T, st *devStack, conv string) (used, limit budget
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := st.cp.budget.Flush(ctx); err != nil {
+	if err := st.ControlPlane.Budget.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	setDailyLimit(t, st, budget.Dollar)
-	ls, err := st.cp.budget.Status(t.Context(), budget.User(devUser))
+	ls, err := st.ControlPlane.Budget.Status(t.Context(), budget.User(roles.DevUser))
 	if err != nil || len(ls) != 1 || ls[0].Used <= 0 {
 		t.Fatalf("budget status: %+v, %v; want what the first turn cost", ls, err)
 	}
@@ -42,9 +43,9 @@ func spendThenLimit(t *testing.T, st *devStack, conv string) (used, limit budget
 	return used, limit
 }
 
-func setDailyLimit(t *testing.T, st *devStack, max budget.Money) {
+func setDailyLimit(t *testing.T, st *roles.Dev, max budget.Money) {
 	t.Helper()
-	if err := st.cp.budget.SetLimit(t.Context(), budget.Limit{Subject: budget.User(devUser), Kind: budget.SpendPerDay, Max: int64(max)}); err != nil {
+	if err := st.ControlPlane.Budget.SetLimit(t.Context(), budget.Limit{Subject: budget.User(roles.DevUser), Kind: budget.SpendPerDay, Max: int64(max)}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -53,9 +54,9 @@ func setDailyLimit(t *testing.T, st *devStack, max budget.Money) {
 // failed with budget_exhausted within within, and that it says what the
 // limit is, what was used and when the limit resets; details: in fields
 // too (failure.budget).
-func deniedTurn(t *testing.T, st *devStack, conv, text string, after int64, used, limit budget.Money, within time.Duration, details bool) []streamed {
+func deniedTurn(t *testing.T, st *roles.Dev, conv, text string, after int64, used, limit budget.Money, within time.Duration, details bool) []streamed {
 	t.Helper()
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	start := time.Now()
 	r := send(t, base, conv, text)
 	got := readStream(t, base, conv, after, turnEnded(r.TurnID))
@@ -87,7 +88,7 @@ func deniedTurn(t *testing.T, st *devStack, conv, text string, after int64, used
 			t.Fatalf("failure %+v, want its budget details", f)
 		}
 		f.Budget.NeedUSD, f.Budget.RetryAfterSeconds = "", 0 // an estimate; the clock's
-		want.Budget = &contract.BudgetDenial{Scope: "user", Subject: devUser, Kind: "spend_per_day",
+		want.Budget = &contract.BudgetDenial{Scope: "user", Subject: roles.DevUser, Kind: "spend_per_day",
 			MaxUSD: strings.TrimPrefix(limit.String(), "$"), UsedUSD: strings.TrimPrefix(used.String(), "$"), HeldUSD: "0.00", ResetsAt: &resets}
 	}
 	if diff := cmp.Diff(want, f); diff != "" {
@@ -111,7 +112,7 @@ func deniedTurn(t *testing.T, st *devStack, conv, text string, after int64, used
 // raised the next turn runs.
 func TestBudgetDeniedTurnEndsAtOnce(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	used, limit := spendThenLimit(t, st, c.ID)
 
@@ -148,7 +149,7 @@ func TestBudgetDeniedTurnEndsAtOnce(t *testing.T) {
 func TestClaudeCodeBudgetDenied(t *testing.T) {
 	logs := &syncBuffer{}
 	st := startClaudeCodeStack(t, slog.New(slog.NewJSONHandler(logs, nil)))
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	used, limit := spendThenLimit(t, st, c.ID)
 

@@ -25,6 +25,7 @@ import (
 	"github.com/talkide/platform/internal/build"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/kubetest"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/sandbox"
 )
 
@@ -33,9 +34,9 @@ import (
 // and the test summary reaches the model and the chat.
 func TestBuildToolInDev(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	conv := createConversation(t, base).ID
-	ws := filepath.Join(st.info.Workspaces, conv)
+	ws := filepath.Join(st.Info.Workspaces, conv)
 	b, err := os.ReadFile("../../internal/build/testdata/fakegradle/gradlew")
 	if err != nil {
 		t.Fatal(err)
@@ -75,118 +76,6 @@ func TestBuildToolInDev(t *testing.T) {
 	// The simulator quotes the tool result it was given: the model saw it.
 	if !strings.Contains(final.String(), "Build FAILED") {
 		t.Errorf("the model's reply does not quote the build result: %q", final.String())
-	}
-}
-
-func TestParseTolerations(t *testing.T) {
-	got, err := parseTolerations([]string{"talkide.dev/builds:NoSchedule", "pool=builds:NoExecute"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0].Operator != corev1.TolerationOpExists || got[0].Key != "talkide.dev/builds" ||
-		got[1].Operator != corev1.TolerationOpEqual || got[1].Value != "builds" || got[1].Effect != corev1.TaintEffectNoExecute {
-		t.Errorf("parseTolerations = %+v", got)
-	}
-	for _, bad := range []string{"x", ":NoSchedule", "x:Sometimes"} {
-		if _, err := parseTolerations([]string{bad}); err == nil {
-			t.Errorf("parseTolerations(%q) accepted it", bad)
-		}
-	}
-	if err := (&buildFlags{runner: "cloud"}).check(); err == nil || !strings.Contains(err.Error(), "want local, kubernetes or none") {
-		t.Errorf("--builds cloud: %v", err)
-	}
-}
-
-// --builds kubernetes with --kubeconfig, as talkide dev and a worker
-// outside the cluster take it: the namespace comes from the kubeconfig's
-// context, and a build becomes a Job there (an interrupt deletes it).
-func TestKubernetesBuildsFromKubeconfig(t *testing.T) {
-	srv := kubetest.Start(t)
-	ns := srv.Namespace(t)
-	admin := srv.Config()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: admin.CAData}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: admin.CertData, ClientKeyData: admin.KeyData}
-	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin", Namespace: ns}
-	cfg.CurrentContext = "test"
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	o := workerOptions{tenant: "acme", env: "dev", claudeConfigDir: filepath.Join(dir, "claude"), workspaceRoot: filepath.Join(dir, "workspaces")}
-	flags := parsedBuildFlags(t, "--builds", "kubernetes", "--kubeconfig", kubeconfig, "--build-image", "builder.example.com/jdk:21",
-		"--build-cpu-request", "500m", "--build-cpu-limit", "3", "--build-memory-request", "1Gi", "--build-memory-limit", "6Gi",
-		"--build-timeout", "45m", "--build-node-selector", "pool=builds", "--build-toleration", "dedicated=builds:NoSchedule")
-	r, err := newBuildRunner(flags, o, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Name() != "kubernetes" {
-		t.Fatalf("runner %s", r.Name())
-	}
-	ws := filepath.Join(o.workspaceRoot, "conv1")
-	os.MkdirAll(ws, 0o755)
-	os.WriteFile(filepath.Join(ws, "gradlew"), []byte("#!/bin/sh\n"), 0o755)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := r.Run(ctx, build.Request{Spec: build.Spec{Tasks: []string{"test"}}, Conversation: "conv1", ToolCall: "toolu_1", Workspace: ws})
-		done <- err
-	}()
-	cs := srv.Client(t)
-	name := build.JobName("conv1", "toolu_1")
-	for {
-		j, err := cs.BatchV1().Jobs(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err == nil {
-			if got := j.Spec.Template.Spec.Volumes[0].PersistentVolumeClaim.ClaimName; got != "claude-sessions" || j.Spec.Template.Spec.Containers[0].VolumeMounts[0].SubPath != "workspaces/conv1" {
-				t.Errorf("the Job mounts %s at subPath %s", got, j.Spec.Template.Spec.Containers[0].VolumeMounts[0].SubPath)
-			}
-			// The flags' resources, deadline and node pool, as the API
-			// server stored them.
-			res := j.Spec.Template.Spec.Containers[0].Resources
-			for name, want := range map[string]struct{ got, want string }{
-				"cpu request":    {res.Requests.Cpu().String(), "500m"},
-				"cpu limit":      {res.Limits.Cpu().String(), "3"},
-				"memory request": {res.Requests.Memory().String(), "1Gi"},
-				"memory limit":   {res.Limits.Memory().String(), "6Gi"},
-			} {
-				if want.got != want.want {
-					t.Errorf("the Job's %s is %s, want %s", name, want.got, want.want)
-				}
-			}
-			if d := j.Spec.ActiveDeadlineSeconds; d == nil || *d != 45*60 {
-				t.Errorf("the Job's activeDeadlineSeconds = %v, want 2700", d)
-			}
-			pod := j.Spec.Template.Spec
-			if pod.NodeSelector["pool"] != "builds" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "dedicated" ||
-				pod.Tolerations[0].Value != "builds" || pod.Tolerations[0].Effect != corev1.TaintEffectNoSchedule {
-				t.Errorf("the Job's node selector %v, tolerations %+v", pod.NodeSelector, pod.Tolerations)
-			}
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("Run ended before creating its Job: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Errorf("Run after the interrupt = %v", err)
-	}
-	if _, err := cs.BatchV1().Jobs(ns).Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the Job outlived the interrupt: %v", err)
-	}
-
-	// Workspaces the build Jobs could not mount refuse the start.
-	o.workspaceRoot = t.TempDir()
-	if _, err := newBuildRunner(flags, o, nil); err == nil || !strings.Contains(err.Error(), "not below the mount") {
-		t.Errorf("workspaces off the session volume: %v", err)
-	}
-	flags.kubeconfig = filepath.Join(dir, "missing")
-	if _, err := newBuildRunner(flags, o, nil); err == nil {
-		t.Error("a missing kubeconfig was accepted")
 	}
 }
 
@@ -233,19 +122,19 @@ func TestBuildToolInDevOnKubernetes(t *testing.T) {
 	kubelet.HandleFunc(kubetest.ContainerLogsPattern, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, line) })
 	node := srv.Node(t, kubelet)
 
-	st, err := startDev(ctx, devConfig{dataDir: filepath.Join(dir, "data"), addr: "127.0.0.1:0", logger: slog.New(slog.DiscardHandler),
-		agent: agentFlags{builds: buildFlags{runner: "kubernetes", kubeconfig: kubeconfig, image: "builder.example.com/jdk:21", claim: "claude-sessions"}}})
+	st, err := roles.StartDev(ctx, roles.DevConfig{DataDir: filepath.Join(dir, "data"), Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler),
+		Agent: roles.AgentConfig{Builds: roles.BuildConfig{Runner: "kubernetes", Kubeconfig: kubeconfig, Image: "builder.example.com/jdk:21", Claim: "claude-sessions"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		st.shutdown(sctx)
+		st.Stop(sctx)
 	})
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	conv := createConversation(t, base).ID
-	ws := filepath.Join(st.info.Workspaces, conv)
+	ws := filepath.Join(st.Info.Workspaces, conv)
 	os.MkdirAll(ws, 0o755)
 	os.WriteFile(filepath.Join(ws, "gradlew"), []byte("#!/bin/sh\n"), 0o755)
 
@@ -317,15 +206,15 @@ func TestBuildToolInDevOnKubernetes(t *testing.T) {
 
 // parsedBuildFlags parses args as talkide worker's build flags, with
 // their defaults, and checks them.
-func parsedBuildFlags(t *testing.T, args ...string) buildFlags {
+func parsedBuildFlags(t *testing.T, args ...string) roles.BuildConfig {
 	t.Helper()
-	var b buildFlags
+	var b roles.BuildConfig
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	registerBuildFlags(fs, &b)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.check(); err != nil {
+	if err := b.Check(); err != nil {
 		t.Fatal(err)
 	}
 	return b
@@ -347,25 +236,25 @@ func TestBuildLimitFlagsRefused(t *testing.T) {
 		{"--build-local-procs", "-1"},
 		{"--build-local-cpu-time", "10ms"},
 	} {
-		var b buildFlags
+		var b roles.BuildConfig
 		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 		registerBuildFlags(fs, &b)
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
 		}
-		err := b.check()
+		err := b.Check()
 		var fe *contract.FieldError
 		if !errors.As(err, &fe) || !strings.HasPrefix(args[0], "--"+fe.Field) {
 			t.Errorf("%v: %v, want a field error about %s", args, err, args[0])
 		}
 	}
 	b := parsedBuildFlags(t, "--build-local-memory", "6Gi", "--build-local-procs", "512", "--build-local-cpu-time", "1h", "--build-local-file-size", "2Gi")
-	l, err := b.localLimits()
+	l, err := b.LocalLimits()
 	if err != nil || l.MaxMemory != 6<<30 || l.MaxProcs != 512 || l.MaxCPU != time.Hour || l.MaxFileSize != 2<<30 {
 		t.Errorf("local limits %+v, %v", l, err)
 	}
 	def := parsedBuildFlags(t)
-	if l, err := def.localLimits(); err != nil || l != (sandbox.Limits{}) {
+	if l, err := def.LocalLimits(); err != nil || l != (sandbox.Limits{}) {
 		t.Errorf("default local limits %+v, %v: want the jail's", l, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/talkide/platform/internal/chatclient"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // chatFlags are talkide chat's flags.
@@ -108,7 +109,7 @@ func runChat(cmd *cobra.Command, f chatFlags, std stdio) error {
 	if addr == "" {
 		addr = "http://127.0.0.1:7878"
 		if b, err := os.ReadFile(filepath.Join(f.dataDir, "dev.json")); err == nil {
-			var info devInfo
+			var info roles.DevInfo
 			if json.Unmarshal(b, &info) == nil && info.ControlPlane != "" {
 				addr = info.ControlPlane
 			}

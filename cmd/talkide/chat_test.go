@@ -129,7 +129,7 @@ func TestChatShowsTheNoticeOfANewConversation(t *testing.T) {
 	st, _ := startTestStack(t)
 	ctx := chatCtx(t)
 
-	c := startChat(t, ctx, "--addr", st.info.ControlPlane)
+	c := startChat(t, ctx, "--addr", st.Info.ControlPlane)
 	c.typeLine(t, "hello")
 	c.out.waitFor(t, "you said: hello")
 	if err := c.end(t); err != nil {
@@ -142,7 +142,7 @@ func TestChatShowsTheNoticeOfANewConversation(t *testing.T) {
 	}
 
 	var once bytes.Buffer
-	if err := chatWith(ctx, []string{"--addr", st.info.ControlPlane, "--conversation", "notice-once", "-m", "hi"}, strings.NewReader(""), &once, io.Discard); err != nil {
+	if err := chatWith(ctx, []string{"--addr", st.Info.ControlPlane, "--conversation", "notice-once", "-m", "hi"}, strings.NewReader(""), &once, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(once.String(), "! model simulator in use") {
@@ -152,7 +152,7 @@ func TestChatShowsTheNoticeOfANewConversation(t *testing.T) {
 
 func TestChatReopenShowsRecentTurns(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	ctx := chatCtx(t)
 	tests := map[string]struct {
 		args   []string
@@ -232,7 +232,7 @@ func TestChatCtrlCInterruptsTheTurn(t *testing.T) {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	c := startChatSignals(t, ctx, sigs, "--addr", st.info.ControlPlane)
+	c := startChatSignals(t, ctx, sigs, "--addr", st.Info.ControlPlane)
 	c.typeLine(t, "take your time [[sleep:60000]]")
 	c.out.waitFor(t, "> take your time")
 	ctrlC(t)
@@ -270,7 +270,7 @@ func ctrlC(t *testing.T) {
 // when it is back, once.
 func TestChatQueuesWhileControlPlaneIsDown(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	ctx := chatCtx(t)
 	p := proxytest.New(t, strings.TrimPrefix(base, "http://"))
 	const conv = "outage"
@@ -340,7 +340,7 @@ func TestChatOnATerminalShowsTypedLinesOnce(t *testing.T) {
 		t.Fatal("isTerminal(a pty) = false")
 	}
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	ctx := chatCtx(t)
 	const conv = "on-a-terminal"
 	if err := chatWith(ctx, []string{"--addr", base, "--conversation", conv, "-m", "earlier"}, strings.NewReader(""), io.Discard, io.Discard); err != nil {

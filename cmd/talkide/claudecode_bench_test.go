@@ -89,8 +89,8 @@ func BenchmarkClaudeCodeSessions(b *testing.B) {
 
 func measureClaudeCodeSessions(b *testing.B, n int) {
 	st := startClaudeCodeStack(b, slog.New(slog.DiscardHandler))
-	base := st.info.ControlPlane
-	ws := st.info.Workspaces
+	base := st.Info.ControlPlane
+	ws := st.Info.Workspaces
 	ids := make([]string, n)
 	parallel(n, func(i int) { ids[i] = createConversation(b, base).ID })
 
@@ -112,7 +112,7 @@ func measureClaudeCodeSessions(b *testing.B, n int) {
 	deadline := time.Now().Add(60 * time.Second)
 	var active float64
 	for {
-		_, running := st.worker.worker.Stats()
+		_, running := st.Worker.Worker.Stats()
 		if running == n {
 			active = max(active, treeRSS(ws))
 		}

@@ -26,9 +26,9 @@ import (
 func TestClaudeCodeWorkerTools(t *testing.T) {
 	logs := &syncBuffer{}
 	st := startClaudeCodeStack(t, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
-	ws := filepath.Join(st.info.Workspaces, c.ID)
+	ws := filepath.Join(st.Info.Workspaces, c.ID)
 	gradlew, err := os.ReadFile("../../internal/build/testdata/fakegradle/gradlew")
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func TestClaudeCodeWorkerTools(t *testing.T) {
 		t.Errorf("the model's reply does not quote the build result: %q", final)
 	}
 
-	capability := st.worker.localProxy.Capability(c.ID)
+	capability := st.Worker.LocalProxy.Capability(c.ID)
 	// The CLI's command line, which every process in its sandbox can read,
 	// names the servers and not the credential.
 	procs := processesIn(ws)
@@ -137,7 +137,7 @@ func TestClaudeCodeWorkerTools(t *testing.T) {
 	// Nor is it in any file of the session volume (the transcript, the
 	// CLI's own state and session files) or of the workspace.
 	var transcripts []string // files that hold the first turn's tool call
-	for _, root := range []string{st.info.ClaudeConfigDir, ws} {
+	for _, root := range []string{st.Info.ClaudeConfigDir, ws} {
 		filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 			if err != nil || !d.Type().IsRegular() {
 				return nil

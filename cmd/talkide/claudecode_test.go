@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // claudeCodeBin is the real Claude Code CLI, installed by
@@ -39,13 +40,13 @@ func claudeCodeBin(t testing.TB) string {
 
 // startClaudeCodeStack runs talkide dev's stack with --harness claude-code
 // and the model simulator.
-func startClaudeCodeStack(t testing.TB, logger *slog.Logger) *devStack {
+func startClaudeCodeStack(t testing.TB, logger *slog.Logger) *roles.Dev {
 	t.Helper()
 	bin := claudeCodeBin(t)
-	st, err := startDev(context.Background(), devConfig{
-		dataDir: t.TempDir(), addr: "127.0.0.1:0",
-		agent:  agentFlags{harness: "claude-code", claudeBin: bin},
-		logger: logger,
+	st, err := roles.StartDev(context.Background(), roles.DevConfig{
+		DataDir: t.TempDir(), Addr: "127.0.0.1:0",
+		Agent:  roles.AgentConfig{Harness: "claude-code", ClaudeCodeBin: bin},
+		Logger: logger,
 	})
 	if err != nil {
 		t.Fatalf("startDev: %v", err)
@@ -53,7 +54,7 @@ func startClaudeCodeStack(t testing.TB, logger *slog.Logger) *devStack {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if err := st.shutdown(ctx); err != nil {
+		if err := st.Stop(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
@@ -98,7 +99,7 @@ func replyMessages(got []streamed, turnID, text string) int {
 // the history; a worker restart after which the CLI resumes its session.
 func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 	st := startClaudeCodeStack(t, slog.New(slog.DiscardHandler))
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	if c.State == nil || c.State.Harness != "claude-code" {
 		t.Fatalf("session state %+v, want harness claude-code", c.State)
@@ -150,16 +151,16 @@ func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 	// Both model calls went CLI → LocalGatewayProxy → gateway, which
 	// recorded them against this conversation (in the background: Flush
 	// waits for the records).
-	if err := st.cp.gateway.Flush(t.Context()); err != nil {
+	if err := st.ControlPlane.Gateway.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	usage, err := st.cp.store.ListUsage(context.Background(), c.ID)
+	usage, err := st.ControlPlane.Store.ListUsage(context.Background(), c.ID)
 	if err != nil || len(usage) < 2 {
 		t.Fatalf("gateway usage records = %d, %v", len(usage), err)
 	}
 
 	// The CLI stays up between turns, with exactly its environment.
-	ws := filepath.Join(st.info.Workspaces, c.ID)
+	ws := filepath.Join(st.Info.Workspaces, c.ID)
 	procs := processesIn(ws)
 	if len(procs) != 1 {
 		t.Fatalf("processes in the workspace after a turn: %v, want the one CLI", procs)
@@ -176,14 +177,14 @@ func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 	if _, ok := env["ANTHROPIC_API_KEY"]; ok {
 		t.Error("the CLI has ANTHROPIC_API_KEY")
 	}
-	if env["ANTHROPIC_BASE_URL"] != st.info.LocalProxy+"/"+c.ID || !strings.HasPrefix(env["ANTHROPIC_AUTH_TOKEN"], "tlp_") {
+	if env["ANTHROPIC_BASE_URL"] != st.Info.LocalProxy+"/"+c.ID || !strings.HasPrefix(env["ANTHROPIC_AUTH_TOKEN"], "tlp_") {
 		t.Errorf("the CLI's ANTHROPIC_BASE_URL %q, ANTHROPIC_AUTH_TOKEN prefix %.4q", env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_AUTH_TOKEN"])
 	}
 	if env["TALKIDE_MCP_TOKEN"] != env["ANTHROPIC_AUTH_TOKEN"] || env["ENABLE_TOOL_SEARCH"] != "false" {
 		t.Errorf("the CLI's MCP token is not its capability, or ENABLE_TOOL_SEARCH is %q", env["ENABLE_TOOL_SEARCH"])
 	}
-	if !strings.HasPrefix(env["CLAUDE_CONFIG_DIR"], st.info.ClaudeConfigDir+"/") {
-		t.Errorf("the CLI's CLAUDE_CONFIG_DIR %q is not on the session volume %s", env["CLAUDE_CONFIG_DIR"], st.info.ClaudeConfigDir)
+	if !strings.HasPrefix(env["CLAUDE_CONFIG_DIR"], st.Info.ClaudeConfigDir+"/") {
+		t.Errorf("the CLI's CLAUDE_CONFIG_DIR %q is not on the session volume %s", env["CLAUDE_CONFIG_DIR"], st.Info.ClaudeConfigDir)
 	}
 	// The harness's twelve (two for the worker's MCP servers), the jail's
 	// (the locale, the terminal, the egress proxy), and the command's own
@@ -218,7 +219,7 @@ func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 	// A worker restart stops the CLI; the next turn resumes its session.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := st.restartWorker(ctx); err != nil {
+	if err := st.RestartWorker(ctx); err != nil {
 		t.Fatalf("restart worker: %v", err)
 	}
 	if p := processesIn(ws); len(p) != 0 {
@@ -270,9 +271,9 @@ func toolTurn(t *testing.T, base, conv string, after int64, text string) (*contr
 // an interrupt during a long Bash command, after which the session goes on.
 func TestClaudeCodeHarnessCodingSessionAndInterrupt(t *testing.T) {
 	st := startClaudeCodeStack(t, slog.New(slog.DiscardHandler))
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
-	ws := filepath.Join(st.info.Workspaces, c.ID)
+	ws := filepath.Join(st.Info.Workspaces, c.ID)
 	app := filepath.Join(ws, "app.sh")
 
 	steps := []struct {
@@ -336,7 +337,7 @@ func TestClaudeCodeHarnessCodingSessionAndInterrupt(t *testing.T) {
 // while A's own workspace works.
 func TestClaudeCodeSandboxStopsTheAttacks(t *testing.T) {
 	st := startClaudeCodeStack(t, slog.New(slog.DiscardHandler))
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	a, b := createConversation(t, base).ID, createConversation(t, base).ID
 	bash := func(conv, command string) *contract.ToolEvent {
 		t.Helper()
@@ -353,19 +354,19 @@ func TestClaudeCodeSandboxStopsTheAttacks(t *testing.T) {
 	if res := bash(b, `echo "B's secret plans" > plans.txt`); res.IsError {
 		t.Fatalf("B's own command: %+v", res)
 	}
-	bSession := filepath.Join(st.info.ClaudeConfigDir, "projects", b)
+	bSession := filepath.Join(st.Info.ClaudeConfigDir, "projects", b)
 	cpURL, _ := url.Parse(base)
 	worker := strconv.Itoa(os.Getpid())
 	attacks := map[string]string{
-		"bws":   "cat " + filepath.Join(st.info.Workspaces, b, "plans.txt"),
+		"bws":   "cat " + filepath.Join(st.Info.Workspaces, b, "plans.txt"),
 		"btr":   "cat " + filepath.Join(bSession, "transcript.jsonl") + " " + filepath.Join(bSession, "events.jsonl"),
 		"bcli":  "ls " + filepath.Join(bSession, "claude-code", "config"),
-		"tok":   "cat " + filepath.Join(st.cfg.dataDir, "worker", "identity-token"),
-		"keys":  "cat " + filepath.Join(st.cfg.dataDir, "controlplane-secrets.json"),
+		"tok":   "cat " + filepath.Join(st.Config().DataDir, "worker", "identity-token"),
+		"keys":  "cat " + filepath.Join(st.Config().DataDir, "controlplane-secrets.json"),
 		"env":   "cat /proc/" + worker + "/environ",
 		"stop":  "kill -STOP " + worker,
 		"api":   "exec 3<>/dev/tcp/127.0.0.1/" + cpURL.Port(),
-		"write": "echo pwned > " + filepath.Join(st.info.Workspaces, b, "pwned"),
+		"write": "echo pwned > " + filepath.Join(st.Info.Workspaces, b, "pwned"),
 	}
 	var script strings.Builder
 	for short, cmd := range attacks {
@@ -381,7 +382,7 @@ func TestClaudeCodeSandboxStopsTheAttacks(t *testing.T) {
 	if !strings.Contains(res.Output, "mine") {
 		t.Errorf("A's own workspace: %s", res.Output)
 	}
-	if _, err := os.Stat(filepath.Join(st.info.Workspaces, b, "pwned")); err == nil {
+	if _, err := os.Stat(filepath.Join(st.Info.Workspaces, b, "pwned")); err == nil {
 		t.Error("A's CLI wrote into B's workspace")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/provision"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -84,15 +86,12 @@ func TestTurnsAcrossTheDataSwap(t *testing.T) {
 	logs := failureLogs(t)
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	simKey := fmt.Sprintf("sk-sim-%x", trust.NewKey())
-	sim, err := listen("127.0.0.1:0", anthropicsim.New(simKey, nil), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.close() })
-	cp, err := startControlPlane(ctx, cpOptions{
-		listen: "127.0.0.1:0", dbPath: filepath.Join(dir, "controlplane.db"), secretsPath: filepath.Join(dir, "secrets.json"),
-		upstream: sim.url(), apiKey: simKey, localUser: devUser, tenant: devTenant, env: devEnv,
-		logger: logger.With("proc", "controlplane"),
+	sim := httptest.NewServer(anthropicsim.New(simKey, nil))
+	t.Cleanup(sim.Close)
+	cp, err := roles.StartControlPlane(ctx, roles.ControlPlaneConfig{
+		Listen: "127.0.0.1:0", DBPath: filepath.Join(dir, "controlplane.db"), SecretsPath: filepath.Join(dir, "secrets.json"),
+		Upstream: sim.URL, APIKey: simKey, LocalUser: roles.DevUser, Tenant: roles.DevTenant, Env: roles.DevEnv,
+		Logger: logger.With("proc", "controlplane"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -100,17 +99,17 @@ func TestTurnsAcrossTheDataSwap(t *testing.T) {
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		cp.shutdown(sctx)
+		cp.Stop(sctx)
 	})
-	if _, err := provision.EnsureEnv(ctx, cp.store, devTenant, devEnv, ""); err != nil {
+	if _, err := provision.EnsureEnv(ctx, cp.Store, roles.DevTenant, roles.DevEnv, ""); err != nil {
 		t.Fatal(err)
 	}
-	tok1, rec1, err := provision.IssueIdentityToken(ctx, cp.store, devTenant, devEnv, 0, time.Now())
+	tok1, rec1, err := provision.IssueIdentityToken(ctx, cp.Store, roles.DevTenant, roles.DevEnv, 0, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ck := cp.secrets.newestCommandKey()
-	key := trust.DeriveEnvKey(ck.Secret, devTenant, devEnv)
+	ck := cp.Secrets.Commands().Newest()
+	key := trust.DeriveEnvKey(ck.Secret, roles.DevTenant, roles.DevEnv)
 	files := func(token string) map[string]string {
 		return map[string]string{
 			provision.KeyIdentityToken: token,
@@ -121,31 +120,32 @@ func TestTurnsAcrossTheDataSwap(t *testing.T) {
 	secret := newKubeletDir(t, files(tok1))
 
 	claudeDir := filepath.Join(dir, "claude")
-	t.Setenv("TALKIDE_GATEWAY_BASE_URL", cp.http.url())
+	t.Setenv("TALKIDE_GATEWAY_BASE_URL", cp.HTTP.URL())
 	t.Setenv("CLAUDE_CONFIG_DIR", claudeDir)
-	o := workerOptions{listen: "127.0.0.1:0", tenant: devTenant, env: devEnv, commandKeyID: "c1", commandKeyGrace: time.Minute,
-		workerID: "worker-swap", logger: logger.With("proc", "worker")}
-	if err := workerEnv(&o, filepath.Join(secret.dir, provision.KeyIdentityToken), filepath.Join(secret.dir, provision.KeyCommandKey)); err != nil {
+	o := roles.WorkerConfig{Listen: "127.0.0.1:0", Tenant: roles.DevTenant, Env: roles.DevEnv, CommandKeyID: "c1", CommandKeyGrace: time.Minute,
+		WorkerID: "worker-swap", Logger: logger.With("proc", "worker")}
+	o.IdentityTokenFile, o.CommandKeyFile = filepath.Join(secret.dir, provision.KeyIdentityToken), filepath.Join(secret.dir, provision.KeyCommandKey)
+	if err := workerEnv(&o); err != nil {
 		t.Fatal(err)
 	}
-	w, err := startWorker(o)
+	w, err := roles.StartWorker(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		w.shutdown(sctx)
+		w.Stop(sctx)
 	})
-	c := &commandClient{name: "worker", url: w.http.url(), signer: &trust.Signer{
-		Direction: trust.ToWorker, Tenant: devTenant, Env: devEnv, KeyID: ck.ID, Key: key}}
+	c := &commandClient{name: "worker", url: w.HTTP.URL(), signer: &trust.Signer{
+		Direction: trust.ToWorker, Tenant: roles.DevTenant, Env: roles.DevEnv, KeyID: ck.ID, Key: key}}
 
-	if err := cp.store.PutUser(ctx, store.User{ID: devUser, Name: devUser, CreatedAt: time.Now().UTC()}); err != nil {
+	if err := cp.Store.PutUser(ctx, store.User{ID: roles.DevUser, Name: roles.DevUser, CreatedAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
 	conversation := func(id string) {
 		t.Helper()
-		if _, _, err := cp.store.CreateConversation(ctx, store.Conversation{ID: id, Tenant: devTenant, Env: devEnv, UserID: devUser, CreatedAt: time.Now().UTC()}); err != nil {
+		if _, _, err := cp.Store.CreateConversation(ctx, store.Conversation{ID: id, Tenant: roles.DevTenant, Env: roles.DevEnv, UserID: roles.DevUser, CreatedAt: time.Now().UTC()}); err != nil {
 			t.Fatal(err)
 		}
 		if st, code := c.create(ctx, id); st != 201 {
@@ -176,7 +176,7 @@ func TestTurnsAcrossTheDataSwap(t *testing.T) {
 		})
 		if i == running/2 {
 			// Turns are running and more start after this: the swap.
-			tok2, _, err := provision.IssueIdentityToken(ctx, cp.store, devTenant, devEnv, 0, time.Now())
+			tok2, _, err := provision.IssueIdentityToken(ctx, cp.Store, roles.DevTenant, roles.DevEnv, 0, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +185,7 @@ func TestTurnsAcrossTheDataSwap(t *testing.T) {
 			// ends: revoked now.
 			deadline := time.Now().Add(30 * time.Second)
 			for {
-				if got, _ := o.identity(); got == tok2 {
+				if got, _ := w.IdentityToken(); got == tok2 {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -193,10 +193,10 @@ func TestTurnsAcrossTheDataSwap(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if _, err := provision.RevokeIdentityToken(ctx, cp.store, rec1.ID, time.Now()); err != nil {
+			if _, err := provision.RevokeIdentityToken(ctx, cp.Store, rec1.ID, time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := provision.Authenticate(ctx, cp.store, tok1, time.Now()); !errors.Is(err, provision.ErrInvalidToken) {
+			if _, err := provision.Authenticate(ctx, cp.Store, tok1, time.Now()); !errors.Is(err, provision.ErrInvalidToken) {
 				t.Fatalf("the old token after its revocation: %v, want refused", err)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // TestDevShutdownDuringATurn: the first Ctrl-C says what talkide dev waits
@@ -40,13 +41,13 @@ func TestDevShutdownDuringATurn(t *testing.T) {
 			logs, out := newWatchedOutput(), newWatchedOutput()
 			sigs := make(chan os.Signal, 2)
 			done := make(chan error, 1)
-			cfg := devConfig{dataDir: dir, addr: "127.0.0.1:0", logger: slog.New(slog.NewTextHandler(logs, nil))}
+			cfg := roles.DevConfig{DataDir: dir, Addr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))}
 			go func() { done <- runDev(context.Background(), cfg, stdio{out: out, err: logs, signals: sigs}) }()
 			out.waitFor(t, "Press Ctrl-C to stop.")
 			if !strings.Contains(out.String(), `user "local"`) || !strings.Contains(out.String(), " chat --data-dir "+dir) {
 				t.Errorf("the banner does not name the dev user and the chat command:\n%s", out.String())
 			}
-			var info devInfo
+			var info roles.DevInfo
 			b, err := os.ReadFile(filepath.Join(dir, "dev.json"))
 			if err != nil || json.Unmarshal(b, &info) != nil {
 				t.Fatalf("dev.json: %v", err)
@@ -78,12 +79,12 @@ func TestDevShutdownDuringATurn(t *testing.T) {
 
 			// The turn's end was written by the stopping worker, not left for
 			// the next start to repair.
-			st, err := startDev(context.Background(), devConfig{dataDir: dir, addr: "127.0.0.1:0", logger: slog.New(slog.DiscardHandler)})
+			st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: dir, Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { st.shutdown(context.Background()) })
-			got := readStream(t, st.info.ControlPlane, conv.ID, 0, turnEnded(sent.TurnID))
+			t.Cleanup(func() { st.Stop(context.Background()) })
+			got := readStream(t, st.Info.ControlPlane, conv.ID, 0, turnEnded(sent.TurnID))
 			end := got[len(got)-1].ev
 			if end.Kind != contract.KindTurnFailed || end.Failure == nil || end.Failure.Code != contract.FailWorkerRestarted ||
 				!strings.Contains(end.Failure.Message, "shut down before this turn finished") {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/talkide/platform/internal/kubetest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/kubetest"
+	"github.com/talkide/platform/internal/roles"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -53,29 +55,29 @@ func failureLogs(t testing.TB) *syncBuffer {
 
 // startTestStack runs talkide dev's stack in a temporary directory with the
 // model simulator, logging at debug level into the returned buffer.
-func startTestStack(t testing.TB) (*devStack, *syncBuffer) {
+func startTestStack(t testing.TB) (*roles.Dev, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
-	st := startDevT(t, devConfig{
-		dataDir: t.TempDir(),
-		addr:    "127.0.0.1:0",
-		logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	st := startDevT(t, roles.DevConfig{
+		DataDir: t.TempDir(),
+		Addr:    "127.0.0.1:0",
+		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	return st, logs
 }
 
 // startDevT runs talkide dev's stack as cfg says and shuts it down when
 // the test ends.
-func startDevT(t testing.TB, cfg devConfig) *devStack {
+func startDevT(t testing.TB, cfg roles.DevConfig) *roles.Dev {
 	t.Helper()
-	st, err := startDev(context.Background(), cfg)
+	st, err := roles.StartDev(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("startDev: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := st.shutdown(ctx); err != nil {
+		if err := st.Stop(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
@@ -204,7 +206,7 @@ func kinds(got []streamed) []string {
 
 func TestEndToEndBashTurn(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 
 	r := send(t, base, c.ID, `Please run it. [[tool:Bash {"command":"echo hello-from-bash; echo second line"}]]`)
@@ -256,15 +258,15 @@ func TestEndToEndBashTurn(t *testing.T) {
 
 	// The gateway recorded both model calls against this conversation (in
 	// the background: Flush waits for the records).
-	if err := st.cp.gateway.Flush(t.Context()); err != nil {
+	if err := st.ControlPlane.Gateway.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	usage, err := st.cp.store.ListUsage(context.Background(), c.ID)
+	usage, err := st.ControlPlane.Store.ListUsage(context.Background(), c.ID)
 	if err != nil || len(usage) != 2 {
 		t.Fatalf("usage records = %d, %v", len(usage), err)
 	}
 	for _, u := range usage {
-		if u.InputTokens == 0 || u.OutputTokens == 0 || u.Status != 200 || u.Tenant != devTenant || u.UserID != devUser {
+		if u.InputTokens == 0 || u.OutputTokens == 0 || u.Status != 200 || u.Tenant != roles.DevTenant || u.UserID != roles.DevUser {
 			t.Errorf("usage record %+v", u)
 		}
 	}
@@ -272,9 +274,9 @@ func TestEndToEndBashTurn(t *testing.T) {
 
 // lastRequestMessages returns the number of messages in the simulator's last
 // request and that request's raw body.
-func lastRequestMessages(t *testing.T, st *devStack) (int, string) {
+func lastRequestMessages(t *testing.T, st *roles.Dev) (int, string) {
 	t.Helper()
-	reqs := st.sim.Requests()
+	reqs := st.Simulator.Requests()
 	if len(reqs) == 0 {
 		t.Fatal("the simulator received no request")
 	}
@@ -289,7 +291,7 @@ func lastRequestMessages(t *testing.T, st *devStack) (int, string) {
 
 func TestWorkerRestartKeepsHistoryAndStream(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 
 	r1 := send(t, base, c.ID, "first message alpha")
@@ -298,7 +300,7 @@ func TestWorkerRestartKeepsHistoryAndStream(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := st.restartWorker(ctx); err != nil {
+	if err := st.RestartWorker(ctx); err != nil {
 		t.Fatalf("restart worker: %v", err)
 	}
 
@@ -332,7 +334,7 @@ func TestWorkerRestartKeepsHistoryAndStream(t *testing.T) {
 
 // lastRequestMessagesAfter waits for turn to end, then inspects the
 // simulator's last request.
-func lastRequestMessagesAfter(t *testing.T, st *devStack, turn, base, conv string) (int, string) {
+func lastRequestMessagesAfter(t *testing.T, st *roles.Dev, turn, base, conv string) (int, string) {
 	t.Helper()
 	var state contractView
 	api(t, http.MethodGet, base+"/api/conversations/"+conv, nil, &state)
@@ -344,18 +346,18 @@ func lastRequestMessagesAfter(t *testing.T, st *devStack, turn, base, conv strin
 
 func TestControlPlaneRestartReplaysExactlyTheMissedEvents(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	r1 := send(t, base, c.ID, "before the redeploy")
 	first := readStream(t, base, c.ID, 0, turnEnded(r1.TurnID))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := st.restartControlPlane(ctx); err != nil {
+	if err := st.RestartControlPlane(ctx); err != nil {
 		t.Fatalf("restart control-plane: %v", err)
 	}
-	if st.info.ControlPlane != base {
-		t.Fatalf("control-plane moved from %s to %s", base, st.info.ControlPlane)
+	if st.Info.ControlPlane != base {
+		t.Fatalf("control-plane moved from %s to %s", base, st.Info.ControlPlane)
 	}
 	r2 := send(t, base, c.ID, "after the redeploy")
 	seen := first[len(first)-3].ev.Seq
@@ -375,7 +377,7 @@ func TestChatCommandOnce(t *testing.T) {
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err := run(ctx, []string{"chat", "--addr", st.info.ControlPlane, "--conversation", "chat-once", "-m", "hello chat"}, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
+	err := run(ctx, []string{"chat", "--addr", st.Info.ControlPlane, "--conversation", "chat-once", "-m", "hello chat"}, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
 	if err != nil {
 		t.Fatalf("chat: %v (%s)", err, errOut.String())
 	}
@@ -384,7 +386,7 @@ func TestChatCommandOnce(t *testing.T) {
 	}
 	// The same conversation again: the history grows.
 	out.Reset()
-	if err := run(ctx, []string{"chat", "--addr", st.info.ControlPlane, "--conversation", "chat-once", "-m", "again"}, stdio{in: strings.NewReader(""), out: &out, err: &errOut}); err != nil {
+	if err := run(ctx, []string{"chat", "--addr", st.Info.ControlPlane, "--conversation", "chat-once", "-m", "again"}, stdio{in: strings.NewReader(""), out: &out, err: &errOut}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "messages=3") {
@@ -409,7 +411,7 @@ func TestMain(m *testing.M) {
 // for them until its grace period runs out; the client then reconnects.
 func TestControlPlaneShutdownEndsBrowserStreams(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	resp, err := http.Get(base + "/api/conversations/" + c.ID + "/stream")
 	if err != nil {
@@ -421,12 +423,11 @@ func TestControlPlaneShutdownEndsBrowserStreams(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := st.cp.http.shutdown(ctx); err != nil {
+	if err := st.ControlPlane.Stop(ctx); err != nil {
 		t.Fatalf("Shutdown with an open browser stream: %v", err)
 	}
 	if err := <-ended; err != nil {
 		t.Fatalf("the stream did not end cleanly: %v", err)
 	}
-	st.cp.store.Close()
-	st.cp = nil
+	st.ControlPlane = nil
 }

@@ -1,28 +1,11 @@
 package main
 
 import (
-	"log/slog"
-
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/talkide/platform/internal/controlplane"
-	"github.com/talkide/platform/internal/fdlimit"
 )
-
-// raiseFileLimit raises the soft RLIMIT_NOFILE to the hard limit, which
-// every long-running role (controlplane, worker, dev) does first thing:
-// a server holding a connection per browser stream reaches a shell's soft
-// limit long before the ceiling its administrator set. It logs the limit
-// in force once.
-func raiseFileLimit(logger *slog.Logger) {
-	n, err := fdlimit.Raise()
-	if err != nil {
-		logger.Warn("could not raise the open-file limit to its hard limit", "nofile", n, "err", err)
-		return
-	}
-	logger.Info("open-file limit", "nofile", n, "max_connections", fdlimit.MaxConns(n))
-}
 
 // streamFlags are the caps on browser event streams; talkide controlplane
 // and talkide dev share them. 0 is the control-plane's default.

@@ -8,22 +8,23 @@ import (
 	"testing"
 
 	"github.com/talkide/platform/internal/minting"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // TestDevGatewayBodyFlags: the gateway's body bounds from the flags reach
 // the gateway talkide dev runs: a model call over --gateway-max-body is
 // refused (413), one under it goes through.
 func TestDevGatewayBodyFlags(t *testing.T) {
-	st := startDevT(t, devConfig{dataDir: filepath.Join(t.TempDir(), "data"), addr: "127.0.0.1:0",
-		maxBody: 64 << 10, maxBuffered: 1 << 20, logger: slog.New(slog.DiscardHandler)})
-	conv := createConversation(t, st.info.ControlPlane).ID
-	status, tok := mint(t, st.info.ControlPlane, devIdentity(t, st), conv)
+	st := startDevT(t, roles.DevConfig{DataDir: filepath.Join(t.TempDir(), "data"), Addr: "127.0.0.1:0",
+		MaxBody: 64 << 10, MaxBuffered: 1 << 20, Logger: slog.New(slog.DiscardHandler)})
+	conv := createConversation(t, st.Info.ControlPlane).ID
+	status, tok := mint(t, st.Info.ControlPlane, devIdentity(t, st), conv)
 	if status != http.StatusOK {
 		t.Fatalf("mint: %d", status)
 	}
 	call := func(text string) (int, string) {
 		body := []byte(`{"model":"claude-sonnet-5-5","max_tokens":16,"messages":[{"role":"user","content":"` + text + `"}]}`)
-		return do(t, newReq(t, http.MethodPost, st.info.Gateway+"/v1/messages", body, map[string]string{
+		return do(t, newReq(t, http.MethodPost, st.Info.Gateway+"/v1/messages", body, map[string]string{
 			minting.ConversationHeader: conv, minting.TokenHeader: tok.Token,
 		}))
 	}

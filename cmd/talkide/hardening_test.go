@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -20,7 +21,7 @@ import (
 // prefix), never with a redirect to where they would lead.
 func TestDevRefusesRebindingAndPathTricks(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	get := func(url, host string) (int, string) {
 		t.Helper()
@@ -37,7 +38,7 @@ func TestDevRefusesRebindingAndPathTricks(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 
-	for _, url := range []string{base + "/metrics", base + "/healthz", st.info.Worker + contract.HealthPath} {
+	for _, url := range []string{base + "/metrics", base + "/healthz", st.Info.Worker + contract.HealthPath} {
 		if status, body := get(url, "evil.example:7878"); status != http.StatusForbidden || strings.Contains(body, "talkide_") || strings.Contains(body, `"ok"`) {
 			t.Errorf("GET %s with a rebound Host: %d %.200s; want 403 and nothing of the endpoint", url, status, body)
 		}
@@ -83,20 +84,20 @@ func TestDevRefusesRebindingAndPathTricks(t *testing.T) {
 // twice or in another case is a 400 naming it, and no session is made.
 func TestDevWorkerCommandsStrictJSON(t *testing.T) {
 	st, _ := startTestStack(t)
-	signer := &trust.Signer{Direction: trust.ToWorker, Tenant: devTenant, Env: devEnv, KeyID: st.cp.secrets.CommandKeyID,
-		Key: trust.DeriveEnvKey(st.cp.secrets.CommandSecret, devTenant, devEnv)}
+	signer := &trust.Signer{Direction: trust.ToWorker, Tenant: roles.DevTenant, Env: roles.DevEnv, KeyID: st.ControlPlane.Secrets.CommandKeyID,
+		Key: trust.DeriveEnvKey(st.ControlPlane.Secrets.CommandSecret, roles.DevTenant, roles.DevEnv)}
 	for body, want := range map[string]string{
 		`{"conversation_id":"dup-a","conversation_id":"dup-b"}`: `the key \"conversation_id\" twice`,
 		`{"Conversation_ID":"dup-c"}`:                           `the key \"Conversation_ID\" where \"conversation_id\" is meant`,
 	} {
-		req := newReq(t, http.MethodPost, st.info.Worker+contract.SessionsPath, []byte(body), nil)
+		req := newReq(t, http.MethodPost, st.Info.Worker+contract.SessionsPath, []byte(body), nil)
 		signer.Sign(req, []byte(body))
 		status, resp := do(t, req)
 		if status != http.StatusBadRequest || !strings.Contains(resp, want) {
 			t.Errorf("%s: %d %s; want 400 saying %s", body, status, resp, want)
 		}
 	}
-	entries, _ := os.ReadDir(filepath.Join(st.info.ClaudeConfigDir, "projects"))
+	entries, _ := os.ReadDir(filepath.Join(st.Info.ClaudeConfigDir, "projects"))
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), "dup-") {
 			t.Errorf("a session %s was created", e.Name())

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // toolResults returns the tool.finished events of one turn by tool name.
@@ -36,7 +37,7 @@ func turnFinished(t *testing.T, got []streamed) {
 // comment.
 func TestEndToEndIssueTracking(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 
 	const (
@@ -88,11 +89,11 @@ func TestEndToEndIssueTracking(t *testing.T) {
 	}
 
 	// Stored under the dev tenant-env and the conversation's user.
-	stored, err := st.cp.store.GetIssue(context.Background(), issueID)
+	stored, err := st.ControlPlane.Store.GetIssue(context.Background(), issueID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stored.Tenant != devTenant || stored.Env != devEnv || stored.UserID != devUser {
+	if stored.Tenant != roles.DevTenant || stored.Env != roles.DevEnv || stored.UserID != roles.DevUser {
 		t.Errorf("stored issue under %s/%s for %s", stored.Tenant, stored.Env, stored.UserID)
 	}
 

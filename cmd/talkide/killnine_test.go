@@ -24,6 +24,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/store/sqlite"
 )
@@ -250,7 +251,7 @@ func checkReportsStored(t *testing.T, dbPath, projects string, convs []*followed
 // devBinary is a running talkide dev process.
 type devBinary struct {
 	cmd    *exec.Cmd
-	info   devInfo
+	info   roles.DevInfo
 	stderr *syncBuffer
 	done   chan error
 }

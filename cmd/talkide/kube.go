@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/talkide/platform/internal/kubeprovision"
 	"github.com/talkide/platform/internal/provision"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // kubeFlags say which cluster to reach and how to provision workers in
@@ -105,8 +105,8 @@ func (k *kubeFlags) options() (*kubeprovision.Options, error) {
 	}, nil
 }
 
-// provisioner opens the store and the cluster for an admin command.
-func (k *kubeFlags) provisioner(ctx context.Context, loc *cpLocation, stderr io.Writer) (*kubeprovision.Provisioner, func(), error) {
+// adminProvisioner opens the store and the cluster for an admin command.
+func (k *kubeFlags) adminProvisioner(ctx context.Context, loc *cpLocation, stderr io.Writer) (*kubeprovision.Provisioner, func(), error) {
 	opts, err := k.options()
 	if err != nil {
 		return nil, nil, err
@@ -123,7 +123,7 @@ func (k *kubeFlags) provisioner(ctx context.Context, loc *cpLocation, stderr io.
 	if err != nil {
 		return nil, nil, err
 	}
-	opts.CommandKeys = secrets.commands
+	opts.CommandKeys = secrets.Commands()
 	return kubeprovision.New(cs, st, nil, "", opts), func() { st.Close() }, nil
 }
 
@@ -170,7 +170,7 @@ func kubeEnvLeaf(std stdio, use, short string, check func() error, run func(ctx 
 				return err
 			}
 		}
-		p, done, err := kf.provisioner(ctx, &loc, stderr)
+		p, done, err := kf.adminProvisioner(ctx, &loc, stderr)
 		if err != nil {
 			return err
 		}
@@ -269,29 +269,16 @@ func newAdminTokenRotateCmd(std stdio) *cobra.Command {
 
 // runProvisioner runs the reconciler beside the control-plane until ctx
 // ends, as the leader among the replicas.
-func runProvisioner(ctx context.Context, kf *kubeFlags, cp *cpProc, o cpOptions) (func(), error) {
-	opts, err := kf.options()
+// provisioner is talkide controlplane --kubernetes's provisioner: the
+// cluster and the options the flags name.
+func (k *kubeFlags) provisioner() (*roles.ProvisionerConfig, error) {
+	opts, err := k.options()
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kf.client()
+	cs, err := k.client()
 	if err != nil {
 		return nil, err
 	}
-	opts.Logger = o.logger.With("component", "provisioner")
-	opts.CommandKeys = cp.secrets.commands
-	p := kubeprovision.New(cs, cp.store, nil, "", opts)
-	// A new command key goes into every worker's Secret at once.
-	cp.secrets.onReload(p.Resync)
-	id, _ := os.Hostname()
-	id += "-" + strconv.Itoa(os.Getpid())
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := p.RunWithLeaderElection(ctx, kf.cpNamespace, id); err != nil {
-			opts.Logger.Error("provisioner stopped", "err", err)
-		}
-	}()
-	return func() { cancel(); <-done }, nil
+	return &roles.ProvisionerConfig{Client: cs, Options: opts, Namespace: k.cpNamespace}, nil
 }

@@ -20,13 +20,14 @@ import (
 
 	"github.com/talkide/platform/internal/sandbox"
 	_ "github.com/talkide/platform/internal/sandbox/helperentry" // the helper, before the rest initialises
+	"github.com/talkide/platform/internal/secretenv"
 )
 
 func main() {
 	// Re-executed as the sandbox's helper, the binary confines itself and
 	// runs an agent command; nothing else of it runs then.
 	sandbox.RunHelper()
-	if err := handOverSecrets(os.Args); err != nil {
+	if err := secretenv.HandOver(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "talkide:", err)
 		os.Exit(exitError)
 	}

@@ -49,9 +49,9 @@ func terminal(t *testing.T, evs []streamed) contract.Event {
 // command and go on.
 func TestScriptedCodingSession(t *testing.T) {
 	st, _ := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	conv := createConversation(t, base).ID
-	ws := filepath.Join(st.info.Workspaces, conv)
+	ws := filepath.Join(st.Info.Workspaces, conv)
 
 	steps := []struct {
 		name, text string
@@ -131,12 +131,12 @@ func TestScriptedCodingSession(t *testing.T) {
 	var body struct {
 		Messages []json.RawMessage `json:"messages"`
 	}
-	reqs := st.sim.Requests()
+	reqs := st.Simulator.Requests()
 	json.Unmarshal(reqs[len(reqs)-1], &body)
 	if len(body.Messages) < 20 {
 		t.Fatalf("the last request carried %d messages", len(body.Messages))
 	}
-	checkTranscriptValid(t, st.info.ClaudeConfigDir, conv)
+	checkTranscriptValid(t, st.Info.ClaudeConfigDir, conv)
 }
 
 // checkTranscriptValid reads a session read-only and validates its

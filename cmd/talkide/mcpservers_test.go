@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // A workspace's .mcp.json declares the echo MCP server, which the
@@ -29,7 +30,7 @@ func TestMCPServerFromWorkspace(t *testing.T) {
 	}
 	allow := filepath.Join(dir, "mcp-allow.json")
 	os.WriteFile(allow, []byte(fmt.Sprintf(`{"stdio": [{"name": "echo", "command": %q}]}`, echoBin)), 0o600)
-	st, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(dir, "data"), addr: "127.0.0.1:0", agent: agentFlags{mcpAllow: allow}, logger: slog.New(slog.DiscardHandler)})
+	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: filepath.Join(dir, "data"), Addr: "127.0.0.1:0", Agent: roles.AgentConfig{MCPAllow: allow}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,12 +39,12 @@ func TestMCPServerFromWorkspace(t *testing.T) {
 		if !stopped {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			st.shutdown(ctx)
+			st.Stop(ctx)
 		}
 	}()
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
-	ws := filepath.Join(st.info.Workspaces, c.ID)
+	ws := filepath.Join(st.Info.Workspaces, c.ID)
 	os.MkdirAll(ws, 0o755)
 	mcpJSON, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
 		"echo":   map[string]any{"command": echoBin},
@@ -93,7 +94,7 @@ func TestMCPServerFromWorkspace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stopped = true
-	if err := st.shutdown(ctx); err != nil {
+	if err := st.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if processRuns(pid) || len(processesRunning(echoBin, ws)) > 0 {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/roles"
 )
 
 // rssBytes is this process's resident set size.
@@ -74,17 +76,17 @@ func BenchmarkSessionMemory(b *testing.B) {
 }
 
 func measureSessions(b *testing.B, n int) {
-	st, err := startDev(context.Background(), devConfig{dataDir: b.TempDir(), addr: "127.0.0.1:0", logger: slog.New(slog.DiscardHandler)})
+	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: b.TempDir(), Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		st.shutdown(ctx)
+		st.Stop(ctx)
 	}()
 	http.DefaultTransport.(*http.Transport).MaxIdleConnsPerHost = 64
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	// live is the memory Go holds for live objects and stacks: unlike RSS
 	// it goes down when memory is freed, so deltas between sub-benchmarks
 	// in one process stay meaningful.
@@ -105,7 +107,7 @@ func measureSessions(b *testing.B, n int) {
 	parallel(n, func(i int) { send(b, base, ids[i], "[[sleep:1500]] hold this turn open for a while") })
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, running := st.worker.worker.Stats(); running == n {
+		if _, running := st.Worker.Worker.Stats(); running == n {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -116,7 +118,7 @@ func measureSessions(b *testing.B, n int) {
 	active := live()
 	rss := rssBytes(b)
 	for {
-		if _, running := st.worker.worker.Stats(); running == 0 {
+		if _, running := st.Worker.Worker.Stats(); running == 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // A deployment's tool policy reaches the harness: a denied call is a result
@@ -18,16 +19,16 @@ func TestToolPolicyFromFile(t *testing.T) {
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.json")
 	os.WriteFile(policy, []byte(`{"rules":[{"name":"no-touch","tool":"Bash","action":"deny","commands":["touch *"],"reason":"no new files"}]}`), 0o600)
-	st, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(dir, "data"), addr: "127.0.0.1:0", agent: agentFlags{toolPolicy: policy}, logger: slog.New(slog.DiscardHandler)})
+	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: filepath.Join(dir, "data"), Addr: "127.0.0.1:0", Agent: roles.AgentConfig{ToolPolicy: policy}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		st.shutdown(ctx)
+		st.Stop(ctx)
 	}()
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	r := send(t, base, c.ID, `[[tool:Bash {"command":"echo ok && touch marker"}]]`)
 	got := readStream(t, base, c.ID, 0, turnEnded(r.TurnID))
@@ -40,10 +41,10 @@ func TestToolPolicyFromFile(t *testing.T) {
 	if denied == nil || !denied.IsError || !strings.Contains(denied.Output, "no-touch") {
 		t.Fatalf("tool.finished = %+v", denied)
 	}
-	if _, err := os.Stat(filepath.Join(st.info.Workspaces, c.ID, "marker")); err == nil {
+	if _, err := os.Stat(filepath.Join(st.Info.Workspaces, c.ID, "marker")); err == nil {
 		t.Fatal("the denied command ran")
 	}
-	if _, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(dir, "bad"), addr: "127.0.0.1:0", agent: agentFlags{toolPolicy: filepath.Join(dir, "missing.json")}, logger: slog.New(slog.DiscardHandler)}); err == nil {
+	if _, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: filepath.Join(dir, "bad"), Addr: "127.0.0.1:0", Agent: roles.AgentConfig{ToolPolicy: filepath.Join(dir, "missing.json")}, Logger: slog.New(slog.DiscardHandler)}); err == nil {
 		t.Fatal("a missing policy file was accepted")
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/talkide/platform/internal/chatclient"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // TestReplicaStreamCaps: two replicas on one PostgreSQL with a per-user cap
@@ -25,9 +26,9 @@ func TestReplicaStreamCaps(t *testing.T) {
 	// The TTL is long beside the interval, so that the step that relies on
 	// a crashed replica's counts still being counted has seconds of slack.
 	const interval, ttl = 100 * time.Millisecond, 4 * time.Second
-	rs := startReplicaStackWith(t, 2, logs, "", func(o *cpOptions) {
-		o.streams.perUser = 2
-		o.shareInterval, o.shareTTL = interval, ttl
+	rs := startReplicaStackWith(t, 2, logs, "", func(o *roles.ControlPlaneConfig) {
+		o.MaxStreamsPerUser = 2
+		o.ShareInterval, o.ShareTTL = interval, ttl
 	})
 	token := rs.addUser("ann")
 	client, err := chatclient.New(rs.url(0), &chatclient.Options{Token: token})
@@ -58,7 +59,7 @@ func TestReplicaStreamCaps(t *testing.T) {
 	pollUntil(t, "B refuses a third stream of the user", func() bool {
 		return tryStream(t, b, conv.ID, token, false) == http.StatusTooManyRequests
 	})
-	if got, want := rs.replicas[0].server.StreamsOpen()+rs.replicas[1].server.StreamsOpen(), 2; got != want {
+	if got, want := rs.replicas[0].Server.StreamsOpen()+rs.replicas[1].Server.StreamsOpen(), 2; got != want {
 		t.Errorf("streams open on both replicas: %d, want %d", got, want)
 	}
 
@@ -164,14 +165,11 @@ func (rs *replicaStack) crash(i int) {
 	cp := rs.replicas[i]
 	rs.replicas[i] = nil
 	rs.mu.Unlock()
-	cp.stopSharing()
-	cp.stopSharing = nil
-	cp.http.close()
-	cp.internal.close()
+	cp.Crash()
 	rs.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		cp.shutdown(ctx)
+		cp.Stop(ctx)
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/proxytest"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/postgres/pgtest"
@@ -39,23 +41,23 @@ type replicaStack struct {
 	t        *testing.T
 	dir      string
 	database string
-	sim      *server
+	sim      *httptest.Server
 	simKey   string
 	logger   *slog.Logger
 	// localUser, when set, is served without credentials on loopback (as
 	// talkide dev's one user), for the browser; else callers bring API
 	// tokens.
 	localUser string
-	tune      func(*cpOptions) // nil: the options as they are
+	tune      func(*roles.ControlPlaneConfig) // nil: the options as they are
 
-	mu       sync.Mutex // guards replicas
-	replicas []*cpProc  // nil while killed
+	mu       sync.Mutex            // guards replicas
+	replicas []*roles.ControlPlane // nil while killed
 	// addrs are each replica's public and internal listener addresses,
 	// kept across a restart so that the balancers find it again.
 	addrs [][2]string
 
 	public, internal *proxytest.Proxy
-	worker           *workerProc
+	worker           *roles.Worker
 	projects         string
 }
 
@@ -66,7 +68,7 @@ func startReplicaStack(t *testing.T, n int, logs io.Writer, localUser string) *r
 
 // startReplicaStackWith is startReplicaStack with tune applied to each
 // replica's options.
-func startReplicaStackWith(t *testing.T, n int, logs io.Writer, localUser string, tune func(*cpOptions)) *replicaStack {
+func startReplicaStackWith(t *testing.T, n int, logs io.Writer, localUser string, tune func(*roles.ControlPlaneConfig)) *replicaStack {
 	t.Helper()
 	rs := &replicaStack{
 		t: t, dir: t.TempDir(), database: pgtest.URL(t), localUser: localUser, tune: tune,
@@ -74,11 +76,9 @@ func startReplicaStackWith(t *testing.T, n int, logs io.Writer, localUser string
 		logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	var err error
-	if rs.sim, err = listen("127.0.0.1:0", anthropicsim.New(rs.simKey, nil), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rs.sim.close() })
-	rs.replicas = make([]*cpProc, n)
+	rs.sim = httptest.NewServer(anthropicsim.New(rs.simKey, nil))
+	t.Cleanup(rs.sim.Close)
+	rs.replicas = make([]*roles.ControlPlane, n)
 	rs.addrs = make([][2]string, n)
 	for i := range n {
 		rs.addrs[i] = [2]string{"127.0.0.1:0", "127.0.0.1:0"}
@@ -96,22 +96,22 @@ func startReplicaStackWith(t *testing.T, n int, logs io.Writer, localUser string
 	rs.public, rs.internal = proxytest.NewBalancer(t, pub...), proxytest.NewBalancer(t, in...)
 
 	ctx := t.Context()
-	st := rs.replicas[0].store
-	secrets := rs.replicas[0].secrets
+	st := rs.replicas[0].Store
+	secrets := rs.replicas[0].Secrets
 	tokenPath := filepath.Join(rs.dir, "identity-token")
-	if err := ensureIdentityToken(ctx, st, tokenPath, devTenant, devEnv); err != nil {
+	if err := roles.EnsureIdentityToken(ctx, st, tokenPath, roles.DevTenant, roles.DevEnv); err != nil {
 		t.Fatal(err)
 	}
 	claudeDir := filepath.Join(rs.dir, "claude")
 	rs.projects = filepath.Join(claudeDir, "projects")
-	rs.worker, err = startWorker(workerOptions{
-		listen: "127.0.0.1:0", tenant: devTenant, env: devEnv, cpURL: rs.internal.URL(),
-		identity: identityFromFile(tokenPath), commandKeyID: secrets.CommandKeyID,
-		commandKey:      trust.DeriveEnvKey(secrets.CommandSecret, devTenant, devEnv),
-		claudeConfigDir: claudeDir, workspaceRoot: filepath.Join(rs.dir, "workspaces"),
+	rs.worker, err = roles.StartWorker(ctx, roles.WorkerConfig{
+		Listen: "127.0.0.1:0", Tenant: roles.DevTenant, Env: roles.DevEnv, ControlPlaneURL: rs.internal.URL(),
+		IdentityTokenFile: tokenPath,
+		CommandKey:        trust.Key{ID: secrets.CommandKeyID, Secret: trust.DeriveEnvKey(secrets.CommandSecret, roles.DevTenant, roles.DevEnv)},
+		ClaudeConfigDir:   claudeDir, WorkspaceRoot: filepath.Join(rs.dir, "workspaces"),
 		// As talkide dev with the simulator: every conversation says so.
-		notices:  []string{simulatorNotice},
-		workerID: "worker-1", logger: rs.logger.With("proc", "worker"),
+		Notices:  []string{roles.SimulatorNotice},
+		WorkerID: "worker-1", Logger: rs.logger.With("proc", "worker"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -119,9 +119,9 @@ func startReplicaStackWith(t *testing.T, n int, logs io.Writer, localUser string
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		rs.worker.shutdown(sctx)
+		rs.worker.Stop(sctx)
 	})
-	if err := st.PutEnv(ctx, store.Env{Tenant: devTenant, Name: devEnv, WorkerURL: rs.worker.http.url(), CreatedAt: time.Now().UTC()}); err != nil {
+	if err := st.PutEnv(ctx, store.Env{Tenant: roles.DevTenant, Name: roles.DevEnv, WorkerURL: rs.worker.HTTP.URL(), CreatedAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
 	return rs
@@ -130,23 +130,23 @@ func startReplicaStackWith(t *testing.T, n int, logs io.Writer, localUser string
 // start starts replica i on its addresses (new ones the first time).
 func (rs *replicaStack) start(i int) {
 	rs.t.Helper()
-	o := cpOptions{
-		listen: rs.addrs[i][0], internalListen: rs.addrs[i][1],
-		database: rs.database, secretsPath: filepath.Join(rs.dir, "secrets.json"),
-		upstream: rs.sim.url(), apiKey: rs.simKey, tenant: devTenant, env: devEnv, localUser: rs.localUser,
-		logger: rs.logger.With("proc", fmt.Sprintf("cp-%d", i)),
+	o := roles.ControlPlaneConfig{
+		Listen: rs.addrs[i][0], InternalListen: rs.addrs[i][1],
+		Database: rs.database, SecretsPath: filepath.Join(rs.dir, "secrets.json"),
+		Upstream: rs.sim.URL, APIKey: rs.simKey, Tenant: roles.DevTenant, Env: roles.DevEnv, LocalUser: rs.localUser,
+		Logger: rs.logger.With("proc", fmt.Sprintf("cp-%d", i)),
 	}
 	if rs.tune != nil {
 		rs.tune(&o)
 	}
-	cp, err := startControlPlane(context.Background(), o)
+	cp, err := roles.StartControlPlane(context.Background(), o)
 	if err != nil {
 		rs.t.Fatalf("replica %d: %v", i, err)
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.replicas[i] = cp
-	rs.addrs[i] = [2]string{cp.http.ln.Addr().String(), cp.internal.ln.Addr().String()}
+	rs.addrs[i] = [2]string{cp.HTTP.Addr().String(), cp.Internal.Addr().String()}
 }
 
 // kill takes replica i away as a crash does for its clients: its listeners
@@ -159,11 +159,11 @@ func (rs *replicaStack) kill(i int) {
 	cp := rs.replicas[i]
 	rs.replicas[i] = nil
 	rs.mu.Unlock()
-	cp.http.close()
-	cp.internal.close()
+	cp.HTTP.Close()
+	cp.Internal.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cp.shutdown(ctx)
+	cp.Stop(ctx)
 }
 
 func (rs *replicaStack) stop(i int) {
@@ -176,7 +176,7 @@ func (rs *replicaStack) stop(i int) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cp.shutdown(ctx)
+	cp.Stop(ctx)
 }
 
 // streaming returns the replica serving browser streams now, or -1.
@@ -184,7 +184,7 @@ func (rs *replicaStack) streaming() int {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	for i, cp := range rs.replicas {
-		if cp != nil && cp.server.StreamsOpen() > 0 {
+		if cp != nil && cp.Server.StreamsOpen() > 0 {
 			return i
 		}
 	}
@@ -198,9 +198,9 @@ func (rs *replicaStack) url(i int) string { return "http://" + rs.addrs[i][0] }
 // theirs.
 func (rs *replicaStack) addUser(id string) string {
 	rs.t.Helper()
-	ctx, st, now := rs.t.Context(), rs.replicas[0].store, time.Now().UTC()
+	ctx, st, now := rs.t.Context(), rs.replicas[0].Store, time.Now().UTC()
 	must(rs.t, st.PutUser(ctx, store.User{ID: id, Name: id, CreatedAt: now}))
-	_, err := st.PutMembership(ctx, store.Membership{UserID: id, Tenant: devTenant, Env: devEnv, Role: store.RoleMember, CreatedAt: now})
+	_, err := st.PutMembership(ctx, store.Membership{UserID: id, Tenant: roles.DevTenant, Env: roles.DevEnv, Role: store.RoleMember, CreatedAt: now})
 	must(rs.t, err)
 	tok, _, err := auth.IssueAPIToken(ctx, st, id, "replicas", time.Hour, now)
 	must(rs.t, err)
@@ -559,8 +559,8 @@ func streamAs(ctx context.Context, t *testing.T, base, conv, token string, after
 func TestBrowserReplicaKilled(t *testing.T) {
 	browserReady(t)
 	logs := failureLogs(t)
-	rs := startReplicaStack(t, 2, logs, devUser)
-	runScenario(t, &devStack{info: devInfo{ControlPlane: rs.public.URL()}}, "restart", func(step string) {
+	rs := startReplicaStack(t, 2, logs, roles.DevUser)
+	runScenario(t, &roles.Dev{Info: roles.DevInfo{ControlPlane: rs.public.URL()}}, "restart", func(step string) {
 		if step != "restart-controlplane" {
 			t.Errorf("unexpected step %q", step)
 			return

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // The attacks of a hostile prompt, run from conversation A's Bash in a
@@ -28,7 +29,7 @@ import (
 // attackStack is a dev stack with an egress allow-list naming one
 // loopback test host, and conversation B to attack.
 type attackStack struct {
-	st       *devStack
+	st       *roles.Dev
 	logs     *syncBuffer
 	base     string
 	a, b     string // conversation ids
@@ -37,7 +38,7 @@ type attackStack struct {
 	other    net.Listener // a loopback service nobody may reach
 }
 
-func startAttackStack(t *testing.T, cfg devConfig) *attackStack {
+func startAttackStack(t *testing.T, cfg roles.DevConfig) *attackStack {
 	t.Helper()
 	allowed := httpGreeter(t, "allowed host\n")
 	other := greeter(t, "other service\n")
@@ -45,35 +46,35 @@ func startAttackStack(t *testing.T, cfg devConfig) *attackStack {
 	allowFile := filepath.Join(dir, "egress.json")
 	os.WriteFile(allowFile, []byte(fmt.Sprintf(`{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, allowed.Addr().(*net.TCPAddr).Port)), 0o600)
 	logs := &syncBuffer{}
-	cfg.dataDir = filepath.Join(dir, "data")
-	cfg.addr = "127.0.0.1:0"
-	cfg.agent.egressAllow = allowFile
-	cfg.logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	st, err := startDev(context.Background(), cfg)
+	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.Addr = "127.0.0.1:0"
+	cfg.Agent.EgressAllow = allowFile
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	st, err := roles.StartDev(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("startDev: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		st.shutdown(ctx)
+		st.Stop(ctx)
 	})
 	// CI has both layers: a missing one fails here, it is never skipped
 	// (TALKIDE_TEST_SANDBOX=landlock on a machine without namespaces).
-	sb := st.worker.jails.sb
-	switch mode := cfg.agent.sandbox; {
-	case cfg.pretendNoLandlock, mode == "none":
+	sb := st.Worker.Sandbox()
+	switch mode := cfg.Agent.Sandbox; {
+	case cfg.PretendNoLandlock, mode == "none":
 	case sb.Unavailable() != nil:
 		t.Fatalf("no sandbox on this machine: %v", sb.Unavailable())
 	case (mode == "" || mode == "auto") && os.Getenv("TALKIDE_TEST_SANDBOX") != "landlock" && !sb.Namespaces():
 		t.Fatalf("--sandbox auto applies %v: the namespace layer is missing", sb.Layers())
 	}
-	s := &attackStack{st: st, logs: logs, base: st.info.ControlPlane, allowed: allowed, other: other}
+	s := &attackStack{st: st, logs: logs, base: st.Info.ControlPlane, allowed: allowed, other: other}
 	s.a, s.b = createConversation(t, s.base).ID, createConversation(t, s.base).ID
-	s.aWS, s.bWS = filepath.Join(st.info.Workspaces, s.a), filepath.Join(st.info.Workspaces, s.b)
+	s.aWS, s.bWS = filepath.Join(st.Info.Workspaces, s.a), filepath.Join(st.Info.Workspaces, s.b)
 	// B has a transcript, an event log and a file of its own (where
 	// commands run at all).
-	if res := s.bash(t, s.b, `echo "B's secret plans" > plans.txt`); res.IsError && !cfg.pretendNoLandlock {
+	if res := s.bash(t, s.b, `echo "B's secret plans" > plans.txt`); res.IsError && !cfg.PretendNoLandlock {
 		t.Fatalf("B's own command: %+v", res)
 	}
 	return s
@@ -173,18 +174,18 @@ func TestSandboxStopsTheAttacks(t *testing.T) {
 }
 
 func testAttacks(t *testing.T, mode, helper string) {
-	s := startAttackStack(t, devConfig{agent: agentFlags{sandbox: mode, sandboxHelper: helper}})
-	if got := s.st.worker.jails.sb.Helper(); helper != "" && got != helper {
+	s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode, SandboxHelper: helper}})
+	if got := s.st.Worker.Sandbox().Helper(); helper != "" && got != helper {
 		t.Fatalf("the worker's helper is %s, want %s", got, helper)
 	}
 	st := s.st
 	// The worker says at start-up which layers every command gets.
-	if want := fmt.Sprintf("layers=%q", fmt.Sprint(st.worker.jails.sb.Layers())); !strings.Contains(s.logs.String(), "agent commands run in the sandbox") || !strings.Contains(s.logs.String(), want) {
+	if want := fmt.Sprintf("layers=%q", fmt.Sprint(st.Worker.Sandbox().Layers())); !strings.Contains(s.logs.String(), "agent commands run in the sandbox") || !strings.Contains(s.logs.String(), want) {
 		t.Errorf("no start-up line naming the layers (%s)", want)
 	}
-	ns := st.worker.jails.sb.Namespaces()
+	ns := st.Worker.Sandbox().Namespaces()
 	for what, cmd := range s.attacks() {
-		if ns && attackWrites[what] && strings.HasPrefix(st.cfg.dataDir, "/tmp/") {
+		if ns && attackWrites[what] && strings.HasPrefix(st.Config().DataDir, "/tmp/") {
 			// With namespaces a test's data under /tmp shows as empty
 			// directories of the command's private /tmp: a write there
 			// lands nowhere on the host, which the check below makes sure
@@ -210,7 +211,7 @@ func testAttacks(t *testing.T, mode, helper string) {
 	}
 	// With namespaces, B's workspace is not even listed.
 	if ns {
-		if res := s.bash(t, s.a, "ls "+st.info.Workspaces); res.IsError || strings.TrimSpace(res.Output) != s.a {
+		if res := s.bash(t, s.a, "ls "+st.Info.Workspaces); res.IsError || strings.TrimSpace(res.Output) != s.a {
 			t.Errorf("the workspaces shown: %+v, want only A's", res)
 		}
 	}
@@ -236,11 +237,11 @@ func testAttacks(t *testing.T, mode, helper string) {
 // a reason of its own.
 func (s *attackStack) attacks() map[string]string {
 	st := s.st
-	projects := filepath.Join(st.info.ClaudeConfigDir, "projects")
+	projects := filepath.Join(st.Info.ClaudeConfigDir, "projects")
 	worker := strconv.Itoa(os.Getpid()) // the worker runs in this process
-	workerURL, _ := url.Parse(st.info.Worker)
+	workerURL, _ := url.Parse(st.Info.Worker)
 	cpURL, _ := url.Parse(s.base)
-	simURL, _ := url.Parse(st.info.Simulator)
+	simURL, _ := url.Parse(st.Info.Simulator)
 	tcp := func(hostport string) string {
 		host, port, _ := net.SplitHostPort(hostport)
 		return fmt.Sprintf("exec 3<>/dev/tcp/%s/%s && echo connected", host, port)
@@ -250,9 +251,9 @@ func (s *attackStack) attacks() map[string]string {
 		"B's event log":          "cat " + filepath.Join(projects, s.b, "events.jsonl"),
 		"B's workspace":          "cat " + filepath.Join(s.bWS, "plans.txt"),
 		"list the sessions":      "ls " + projects,
-		"the identity token":     "cat " + filepath.Join(st.cfg.dataDir, "worker", "identity-token"),
-		"the control-plane keys": "cat " + filepath.Join(st.cfg.dataDir, "controlplane-secrets.json"),
-		"the database":           "head -c 16 " + filepath.Join(st.cfg.dataDir, "controlplane.db"),
+		"the identity token":     "cat " + filepath.Join(st.Config().DataDir, "worker", "identity-token"),
+		"the control-plane keys": "cat " + filepath.Join(st.Config().DataDir, "controlplane-secrets.json"),
+		"the database":           "head -c 16 " + filepath.Join(st.Config().DataDir, "controlplane.db"),
 		"the worker's environ":   "cat /proc/" + worker + "/environ",
 		// At the first mapped address: offset 0 is unmapped (EIO) anyway.
 		"the worker's memory":   "a=$(head -n 1 /proc/" + worker + "/maps) && dd if=/proc/" + worker + "/mem bs=16 count=1 skip=$((16#${a%%-*})) iflag=skip_bytes status=none | od -An -tx1",
@@ -267,8 +268,8 @@ func (s *attackStack) attacks() map[string]string {
 		"write via a symlink":   "ln -s " + s.bWS + " b && echo pwned > b/pwned-link",
 		// A hard link in the workspace would make the token a file of the
 		// workspace's, to Landlock and to the file tools alike.
-		"hard-link the token": "ln " + filepath.Join(st.cfg.dataDir, "worker", "identity-token") + " tok && cat tok",
-		"write the data dir":  "echo pwned > " + filepath.Join(st.cfg.dataDir, "pwned"),
+		"hard-link the token": "ln " + filepath.Join(st.Config().DataDir, "worker", "identity-token") + " tok && cat tok",
+		"write the data dir":  "echo pwned > " + filepath.Join(st.Config().DataDir, "pwned"),
 		// Refused by the proxies themselves, not by the sandbox.
 		"the model for B":  `curl -s -f -X POST "${ANTHROPIC_BASE_URL%/*}/` + s.b + `/v1/messages" -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" -d '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}'`,
 		"egress elsewhere": `curl -s -f --noproxy '' -x "$HTTPS_PROXY" http://` + s.other.Addr().String() + "/",
@@ -292,7 +293,7 @@ var attackWrites = map[string]bool{"write into B": true, "write via a symlink": 
 // checkNothingWritten fails the test when a write attack left its file.
 func (s *attackStack) checkNothingWritten(t *testing.T) {
 	t.Helper()
-	for _, f := range []string{filepath.Join(s.bWS, "pwned"), filepath.Join(s.bWS, "pwned-link"), filepath.Join(s.st.cfg.dataDir, "pwned")} {
+	for _, f := range []string{filepath.Join(s.bWS, "pwned"), filepath.Join(s.bWS, "pwned-link"), filepath.Join(s.st.Config().DataDir, "pwned")} {
 		if _, err := os.Stat(f); err == nil {
 			t.Errorf("%s was written", f)
 		}
@@ -320,7 +321,7 @@ func (s *attackStack) logged(parts ...string) bool {
 // would stop this test; not those the proxies refuse.) It also checks
 // what --sandbox none must say: a warning at start, a notice in the session.
 func TestSandboxAttacksWorkBare(t *testing.T) {
-	s := startAttackStack(t, devConfig{agent: agentFlags{sandbox: "none"}})
+	s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: "none"}})
 	if !s.logged("level=WARN", "WITHOUT a sandbox") {
 		t.Error("no warning at start that commands run without a sandbox")
 	}
@@ -353,7 +354,7 @@ func TestSandboxAttacksWorkBare(t *testing.T) {
 			t.Errorf("%s: %q did not work without a sandbox (want %q in the output): %+v", what, attacks[what], want, res)
 		}
 	}
-	for _, f := range []string{filepath.Join(s.bWS, "pwned"), filepath.Join(s.bWS, "pwned-link"), filepath.Join(s.st.cfg.dataDir, "pwned")} {
+	for _, f := range []string{filepath.Join(s.bWS, "pwned"), filepath.Join(s.bWS, "pwned-link"), filepath.Join(s.st.Config().DataDir, "pwned")} {
 		if _, err := os.Stat(f); err != nil {
 			t.Errorf("%s was not written without a sandbox", f)
 		}
@@ -372,7 +373,7 @@ func TestSandboxBoundsATurnsProcesses(t *testing.T) {
 }
 
 func testBounds(t *testing.T, mode string) {
-	s := startAttackStack(t, devConfig{agent: agentFlags{sandbox: mode}})
+	s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode}})
 	// B's command runs until the test lets it go, after A's attacks:
 	// it is running while every one of them is.
 	in, _ := json.Marshal(map[string]any{"command": "while [ ! -e go-on ]; do sleep 0.05; done; echo B done", "timeout": 600000})
@@ -418,7 +419,7 @@ func testBounds(t *testing.T, mode string) {
 	if b == nil || b.IsError || !strings.Contains(b.Output, "B done") {
 		t.Errorf("B's turn: %+v", b)
 	}
-	resp, err := http.Get(s.st.info.Worker + "/healthz")
+	resp, err := http.Get(s.st.Info.Worker + "/healthz")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("the worker is not healthy: %v %v", resp, err)
 	}
@@ -445,7 +446,7 @@ func sleepers(arg string) []int {
 // --sandbox auto refuses the agent's commands with a clear tool error and
 // says so in the session; it never runs them bare.
 func TestSandboxMissingRefusesCommands(t *testing.T) {
-	s := startAttackStack(t, devConfig{pretendNoLandlock: true})
+	s := startAttackStack(t, roles.DevConfig{PretendNoLandlock: true})
 	res := s.bash(t, s.a, "touch ran")
 	if !res.IsError || !strings.Contains(res.Output, "Landlock") || !strings.Contains(res.Output, "refused") {
 		t.Errorf("result %+v, want a refusal naming Landlock", res)
@@ -484,7 +485,7 @@ func testMCPServer(t *testing.T, mode string) {
 	dir := t.TempDir()
 	allow := filepath.Join(dir, "mcp-allow.json")
 	os.WriteFile(allow, []byte(`{"stdio": [{"command": "/bin/bash"}]}`), 0o600)
-	s := startAttackStack(t, devConfig{agent: agentFlags{sandbox: mode, mcpAllow: allow}})
+	s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode, MCPAllow: allow}})
 	attacks := s.attacks()
 	var script strings.Builder
 	for short, what := range mcpAttacks {
@@ -529,7 +530,7 @@ func testMCPServer(t *testing.T, mode string) {
 func TestSandboxBuildAttacks(t *testing.T) {
 	for _, mode := range []string{"auto", "landlock"} {
 		t.Run(mode, func(t *testing.T) {
-			s := startAttackStack(t, devConfig{agent: agentFlags{sandbox: mode}})
+			s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode}})
 			attacks := s.attacks()
 			script := "#!/bin/bash\n"
 			for short, what := range mcpAttacks {
@@ -561,7 +562,7 @@ func TestSandboxBuildAttacks(t *testing.T) {
 // one: see "hard-link the token" above), is not read, searched or edited
 // by A's file tools, which run in the worker, outside the sandbox.
 func TestSandboxHardLinkRevealsNothing(t *testing.T) {
-	s := startAttackStack(t, devConfig{})
+	s := startAttackStack(t, roles.DevConfig{})
 	os.MkdirAll(s.aWS, 0o755)
 	if err := os.Link(filepath.Join(s.bWS, "plans.txt"), filepath.Join(s.aWS, "hl.txt")); err != nil {
 		t.Fatal(err)
@@ -598,7 +599,7 @@ func TestSandboxCannotSignalAnotherConversation(t *testing.T) {
 }
 
 func testCannotSignal(t *testing.T, mode string) {
-	s := startAttackStack(t, devConfig{agent: agentFlags{sandbox: mode}})
+	s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode}})
 	marker := strconv.Itoa(900 + os.Getpid()%90)
 	done := make(chan contract.ToolEvent, 1)
 	go func() {
@@ -618,7 +619,7 @@ func testCannotSignal(t *testing.T, mode string) {
 	}
 	res := s.bash(t, s.a, fmt.Sprintf("kill -KILL %d", pids[0]))
 	want := "Operation not permitted"
-	if s.st.worker.jails.sb.Namespaces() {
+	if s.st.Worker.Sandbox().Namespaces() {
 		want = "No such process"
 	}
 	if !res.IsError || !strings.Contains(res.Output, want) {
@@ -650,7 +651,7 @@ func TestSandboxWriteRacesASymlinkSwap(t *testing.T) {
 	}
 	allow := filepath.Join(dir, "mcp-allow.json")
 	os.WriteFile(allow, []byte(fmt.Sprintf(`{"stdio": [{"name": "race", "command": %q}]}`, echoBin)), 0o600)
-	s := startAttackStack(t, devConfig{agent: agentFlags{mcpAllow: allow}})
+	s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{MCPAllow: allow}})
 	mcpJSON, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
 		"race": map[string]any{"command": echoBin, "args": []string{"-swap", "sw:swlink"}},
 	}})

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/roles"
 )
 
 // The first layer alone, as a restricted Kubernetes pod gives it: the
@@ -35,7 +37,7 @@ type unprivilegedDev struct {
 	secret string
 	cmd    *exec.Cmd
 	stderr *syncBuffer
-	info   devInfo
+	info   roles.DevInfo
 	a, b   string // conversation ids
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/sandbox"
 )
 
@@ -122,7 +123,7 @@ func newCLISandbox(cmd *cobra.Command, mode, helper string) (*sandbox.Sandbox, e
 	explicit := helper != ""
 	if m != sandbox.ModeNone && !explicit {
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-		helper = sandboxHelper("", executable(), log)
+		helper = roles.SandboxHelper("", log)
 	}
 	// One command, so no helper is started ahead of it: the next would
 	// never be used.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,61 +9,10 @@ import (
 	"testing"
 )
 
-// builtHelper builds cmd/talkide-sandbox for the test.
-func builtHelper(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), helperName)
-	if out, err := exec.Command("go", "build", "-o", bin, "../talkide-sandbox").CombinedOutput(); err != nil {
-		t.Fatalf("go build talkide-sandbox: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// The worker takes talkide-sandbox from beside its executable only when
-// it was built from the same code, and says at start-up which helper it
-// uses.
-func TestSandboxHelperIsFoundBesideTheExecutable(t *testing.T) {
-	built := builtHelper(t)
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "talkide")
-	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
-
-	if got := sandboxHelper("", exe, log); got != "" {
-		t.Errorf("nothing beside: helper %q, want the executable itself", got)
-	}
-	if !strings.Contains(logs.String(), "re-executed for every command") {
-		t.Errorf("the fallback is not said: %s", logs.String())
-	}
-
-	beside := filepath.Join(dir, helperName)
-	os.WriteFile(beside, []byte("#!/bin/sh\necho stale\n"), 0o755)
-	logs.Reset()
-	if got := sandboxHelper("", exe, log); got != "" {
-		t.Errorf("a stale helper beside: %q was taken", got)
-	}
-	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "other code") {
-		t.Errorf("a stale helper is not warned about: %s", logs.String())
-	}
-
-	b, err := os.ReadFile(built)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(beside, b, 0o755)
-	logs.Reset()
-	if got := sandboxHelper("", exe, log); got != beside {
-		t.Errorf("talkide-sandbox of this build beside: helper %q, want %q (%s)", got, beside, logs.String())
-	}
-	if got := sandboxHelper("/some/where", exe, log); got != "/some/where" {
-		t.Errorf("--sandbox-helper: %q", got)
-	}
-}
-
 // A stale --sandbox-helper keeps the worker from starting, with the flag
 // named in the error.
 func TestSandboxHelperFlagMustMatch(t *testing.T) {
-	stale := filepath.Join(t.TempDir(), helperName)
+	stale := filepath.Join(t.TempDir(), "talkide-sandbox")
 	os.WriteFile(stale, []byte("#!/bin/sh\necho stale\n"), 0o755)
 	var out, errOut bytes.Buffer
 	code := execute(t.Context(), []string{"sandbox", "check", "--sandbox-helper", stale}, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
@@ -77,4 +25,14 @@ func TestSandboxHelperFlagMustMatch(t *testing.T) {
 	if code := execute(t.Context(), []string{"sandbox", "check", "--sandbox", "landlock", "--sandbox-helper", built}, stdio{in: strings.NewReader(""), out: &out, err: &errOut}); code != 0 || !strings.Contains(out.String(), "helper: "+built) {
 		t.Fatalf("sandbox check with talkide-sandbox: exit %d\n%s%s", code, out.String(), errOut.String())
 	}
+}
+
+// builtHelper builds cmd/talkide-sandbox for the test.
+func builtHelper(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "talkide-sandbox")
+	if out, err := exec.Command("go", "build", "-o", bin, "../talkide-sandbox").CombinedOutput(); err != nil {
+		t.Fatalf("go build talkide-sandbox: %v\n%s", err, out)
+	}
+	return bin
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talkide/platform/internal/anthropicsim"
+	"github.com/talkide/platform/internal/secretenv"
 )
 
 // TestSecretsLeaveTheEnvironment: talkide dev given ANTHROPIC_API_KEY in
@@ -110,7 +111,7 @@ func TestSecretsLeaveTheEnvironment(t *testing.T) {
 }
 
 func TestUndumpable(t *testing.T) {
-	if err := undumpable(); err != nil {
+	if err := secretenv.Undumpable(); err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/minting"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -62,10 +63,10 @@ func mint(t *testing.T, base, identity, conv string) (int, contract.MintResponse
 
 // otherEnv provisions tenant acme / env other with a conversation and an
 // identity token of its own.
-func otherEnv(t *testing.T, st *devStack) (identity, conv string) {
+func otherEnv(t *testing.T, st *roles.Dev) (identity, conv string) {
 	t.Helper()
 	ctx := context.Background()
-	s := st.cp.store
+	s := st.ControlPlane.Store
 	if err := s.PutEnv(ctx, store.Env{Tenant: "acme", Name: "other", WorkerURL: "http://127.0.0.1:1", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -80,9 +81,9 @@ func otherEnv(t *testing.T, st *devStack) (identity, conv string) {
 	return tok.Token, "c-acme"
 }
 
-func devIdentity(t *testing.T, st *devStack) string {
+func devIdentity(t *testing.T, st *roles.Dev) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(st.cfg.dataDir, "worker", "identity-token"))
+	b, err := os.ReadFile(filepath.Join(st.Config().DataDir, "worker", "identity-token"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func devIdentity(t *testing.T, st *devStack) string {
 
 func TestSecurityBoundaries(t *testing.T) {
 	st, logs := startTestStack(t)
-	base := st.info.ControlPlane
+	base := st.Info.ControlPlane
 	a := createConversation(t, base).ID
 	b := createConversation(t, base).ID
 	identity := devIdentity(t, st)
@@ -105,14 +106,14 @@ func TestSecurityBoundaries(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("mint for the other env's own conversation: %d", status)
 	}
-	keyring, _ := st.cp.secrets.keyring()
-	expired, _ := keyring.MintWorkerToken(devTenant, devEnv, a, time.Now().Add(-3*time.Minute))
+	keyring := st.ControlPlane.Secrets.Tokens()
+	expired, _ := keyring.MintWorkerToken(roles.DevTenant, roles.DevEnv, a, time.Now().Add(-3*time.Minute))
 	tampered := []byte(tokA.Token)
 	tampered[len("wt1.k1.")+3] ^= 1
 
 	t.Run("gateway", func(t *testing.T) {
 		body := []byte(`{"model":"claude-sonnet-5-5","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`)
-		url := st.info.Gateway + "/v1/messages?beta=true"
+		url := st.Info.Gateway + "/v1/messages?beta=true"
 		tests := map[string]struct {
 			token, conv string
 			want        int
@@ -193,14 +194,14 @@ func TestSecurityBoundaries(t *testing.T) {
 
 	t.Run("worker commands", func(t *testing.T) {
 		body, _ := json.Marshal(contract.CreateSessionRequest{ConversationID: "zzz"})
-		url := st.info.Worker + contract.SessionsPath
-		good := &trust.Signer{Direction: trust.ToWorker, Tenant: devTenant, Env: devEnv, KeyID: st.cp.secrets.CommandKeyID,
-			Key: trust.DeriveEnvKey(st.cp.secrets.CommandSecret, devTenant, devEnv)}
+		url := st.Info.Worker + contract.SessionsPath
+		good := &trust.Signer{Direction: trust.ToWorker, Tenant: roles.DevTenant, Env: roles.DevEnv, KeyID: st.ControlPlane.Secrets.CommandKeyID,
+			Key: trust.DeriveEnvKey(st.ControlPlane.Secrets.CommandSecret, roles.DevTenant, roles.DevEnv)}
 		wrongKey := *good
 		wrongKey.Key = trust.NewKey()
 		otherEnvKey := *good
 		otherEnvKey.Tenant, otherEnvKey.Env = "acme", "other"
-		otherEnvKey.Key = trust.DeriveEnvKey(st.cp.secrets.CommandSecret, "acme", "other")
+		otherEnvKey.Key = trust.DeriveEnvKey(st.ControlPlane.Secrets.CommandSecret, "acme", "other")
 		wrongDirection := *good
 		wrongDirection.Direction = trust.ToControlPlane
 
@@ -232,8 +233,8 @@ func TestSecurityBoundaries(t *testing.T) {
 	})
 
 	t.Run("conversation ids", func(t *testing.T) {
-		signer := &trust.Signer{Direction: trust.ToWorker, Tenant: devTenant, Env: devEnv, KeyID: st.cp.secrets.CommandKeyID,
-			Key: trust.DeriveEnvKey(st.cp.secrets.CommandSecret, devTenant, devEnv)}
+		signer := &trust.Signer{Direction: trust.ToWorker, Tenant: roles.DevTenant, Env: roles.DevEnv, KeyID: st.ControlPlane.Secrets.CommandKeyID,
+			Key: trust.DeriveEnvKey(st.ControlPlane.Secrets.CommandSecret, roles.DevTenant, roles.DevEnv)}
 		for _, bad := range []string{"../x", "a/b", "..", ".", "x y", strings.Repeat("a", 200)} {
 			esc := strings.NewReplacer("/", "%2F", ".", "%2E", " ", "%20").Replace(bad)
 			body, _ := json.Marshal(map[string]string{"id": bad})
@@ -244,12 +245,12 @@ func TestSecurityBoundaries(t *testing.T) {
 				newReq(t, http.MethodPost, base+"/api/conversations/"+esc+"/interrupt", nil, nil),
 				newReq(t, http.MethodGet, base+"/api/conversations/"+esc+"/stream", nil, nil),
 				newReq(t, http.MethodPost, base+minting.MintPath, mustJSON(contract.MintRequest{ConversationID: bad}), map[string]string{"Authorization": "Bearer " + identity}),
-				newReq(t, http.MethodPost, st.info.LocalProxy+"/"+esc+"/v1/messages", []byte(`{}`), nil),
+				newReq(t, http.MethodPost, st.Info.LocalProxy+"/"+esc+"/v1/messages", []byte(`{}`), nil),
 			}
 			wbody := mustJSON(contract.CreateSessionRequest{ConversationID: bad})
-			create := newReq(t, http.MethodPost, st.info.Worker+contract.SessionsPath, wbody, nil)
+			create := newReq(t, http.MethodPost, st.Info.Worker+contract.SessionsPath, wbody, nil)
 			signer.Sign(create, wbody)
-			state := newReq(t, http.MethodGet, st.info.Worker+"/v1/sessions/"+esc, nil, nil)
+			state := newReq(t, http.MethodGet, st.Info.Worker+"/v1/sessions/"+esc, nil, nil)
 			signer.Sign(state, nil)
 			checks = append(checks, create, state)
 			for _, req := range checks {
@@ -258,7 +259,7 @@ func TestSecurityBoundaries(t *testing.T) {
 				}
 			}
 		}
-		entries, _ := os.ReadDir(filepath.Join(st.info.ClaudeConfigDir, "projects"))
+		entries, _ := os.ReadDir(filepath.Join(st.Info.ClaudeConfigDir, "projects"))
 		for _, e := range entries {
 			if strings.Contains(e.Name(), ".") {
 				t.Errorf("a session directory %q was created", e.Name())
@@ -272,7 +273,7 @@ func TestSecurityBoundaries(t *testing.T) {
 		readStream(t, base, a, 0, turnEnded(r.TurnID))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := st.restartWorker(ctx); err != nil {
+		if err := st.RestartWorker(ctx); err != nil {
 			t.Fatal(err)
 		}
 		text := logs.String()
@@ -280,14 +281,14 @@ func TestSecurityBoundaries(t *testing.T) {
 			t.Fatalf("the logs look empty; the check would prove nothing:\n%s", text)
 		}
 		secrets := map[string]string{
-			"simulator API key":      st.simKey,
+			"simulator API key":      st.SimulatorKey(),
 			"identity token":         identity,
 			"identity token secret":  identity[strings.Index(identity, ".")+1:],
 			"other identity token":   otherIdentity,
 			"minted token":           tokA.Token,
 			"minted token signature": tokA.Token[strings.LastIndex(tokA.Token, ".")+1:],
-			"command secret":         base64.StdEncoding.EncodeToString(st.cp.secrets.CommandSecret),
-			"derived command key":    base64.StdEncoding.EncodeToString(trust.DeriveEnvKey(st.cp.secrets.CommandSecret, devTenant, devEnv)),
+			"command secret":         base64.StdEncoding.EncodeToString(st.ControlPlane.Secrets.CommandSecret),
+			"derived command key":    base64.StdEncoding.EncodeToString(trust.DeriveEnvKey(st.ControlPlane.Secrets.CommandSecret, roles.DevTenant, roles.DevEnv)),
 		}
 		for name, secret := range secrets {
 			if secret == "" {

@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/talkide/platform/internal/anthropicsim"
+	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/secretenv"
 )
 
 // talkide simulator: the model simulator as a process of its own, for a
@@ -33,22 +35,16 @@ ANTHROPIC_API_KEY: the simulator checks it as the API does.`,
 			if err != nil {
 				return err
 			}
-			key := secret("ANTHROPIC_API_KEY")
+			key := secretenv.Get("ANTHROPIC_API_KEY")
 			if key == "" {
 				return usageErrorf(cmd, "ANTHROPIC_API_KEY must name the key clients present")
 			}
-			sim := anthropicsim.New(key, &anthropicsim.Options{Logger: logger, ChunkDelay: chunkDelay})
-			srv, err := listen(listenAddr, sim, nil, logger)
-			if err != nil {
-				return err
-			}
-			logger.Warn("the model SIMULATOR is serving: a test and demo tool, not a real model", "url", srv.url())
 			ctx, _, stop := untilSignal(cmd.Context(), std.signals)
 			defer stop()
-			<-ctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := srv.shutdown(sctx); err != nil && !errors.Is(err, context.Canceled) {
+			err = roles.RunSimulator(ctx, listenAddr, key, &anthropicsim.Options{Logger: logger, ChunkDelay: chunkDelay}, func(url string) {
+				logger.Warn("the model SIMULATOR is serving: a test and demo tool, not a real model", "url", url)
+			})
+			if err != nil && !errors.Is(err, context.Canceled) {
 				return err
 			}
 			return nil

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/sse"
 )
 
@@ -18,13 +19,13 @@ import (
 // through talkide dev's own wiring: its flags, its real worker, its
 // metrics.
 func TestDevStreamCaps(t *testing.T) {
-	st, err := startDev(context.Background(), devConfig{dataDir: filepath.Join(t.TempDir(), "data"), addr: "127.0.0.1:0",
-		streams: streamFlags{perUser: 2, perConversation: 16}, logger: slog.New(slog.DiscardHandler)})
+	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: filepath.Join(t.TempDir(), "data"), Addr: "127.0.0.1:0",
+		MaxStreamsPerUser: 2, MaxStreamsPerConversation: 16, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.shutdown(context.Background()) })
-	base := st.info.ControlPlane
+	t.Cleanup(func() { st.Stop(context.Background()) })
+	base := st.Info.ControlPlane
 	conv := createConversation(t, base)
 	open := func() *http.Response {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/api/conversations/"+conv.ID+"/stream", nil)

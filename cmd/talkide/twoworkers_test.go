@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
@@ -47,15 +49,12 @@ func TestTwoWorkersShareSessions(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	simKey := fmt.Sprintf("sk-sim-%x", trust.NewKey())
-	sim, err := listen("127.0.0.1:0", anthropicsim.New(simKey, nil), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.close() })
-	cp, err := startControlPlane(ctx, cpOptions{
-		listen: "127.0.0.1:0", dbPath: filepath.Join(dir, "controlplane.db"), secretsPath: filepath.Join(dir, "secrets.json"),
-		upstream: sim.url(), apiKey: simKey, localUser: devUser, tenant: devTenant, env: devEnv,
-		logger: logger.With("proc", "controlplane"),
+	sim := httptest.NewServer(anthropicsim.New(simKey, nil))
+	t.Cleanup(sim.Close)
+	cp, err := roles.StartControlPlane(ctx, roles.ControlPlaneConfig{
+		Listen: "127.0.0.1:0", DBPath: filepath.Join(dir, "controlplane.db"), SecretsPath: filepath.Join(dir, "secrets.json"),
+		Upstream: sim.URL, APIKey: simKey, LocalUser: roles.DevUser, Tenant: roles.DevTenant, Env: roles.DevEnv,
+		Logger: logger.With("proc", "controlplane"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -63,29 +62,29 @@ func TestTwoWorkersShareSessions(t *testing.T) {
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		cp.shutdown(sctx)
+		cp.Stop(sctx)
 	})
 	tokenPath := filepath.Join(dir, "identity-token")
-	if err := ensureIdentityToken(ctx, cp.store, tokenPath, devTenant, devEnv); err != nil {
+	if err := roles.EnsureIdentityToken(ctx, cp.Store, tokenPath, roles.DevTenant, roles.DevEnv); err != nil {
 		t.Fatal(err)
 	}
-	key := trust.DeriveEnvKey(cp.secrets.CommandSecret, devTenant, devEnv)
+	key := trust.DeriveEnvKey(cp.Secrets.CommandSecret, roles.DevTenant, roles.DevEnv)
 	claudeDir, workspaces := filepath.Join(dir, "claude"), filepath.Join(dir, "workspaces")
 	projects := filepath.Join(claudeDir, "projects")
-	start := func(id string) (*workerProc, *commandClient) {
+	start := func(id string) (*roles.Worker, *commandClient) {
 		t.Helper()
-		w, err := startWorker(workerOptions{
-			listen: "127.0.0.1:0", tenant: devTenant, env: devEnv, cpURL: cp.http.url(),
-			identity: identityFromFile(tokenPath), commandKeyID: cp.secrets.CommandKeyID, commandKey: key,
-			claudeConfigDir: claudeDir, workspaceRoot: workspaces,
-			workerID: id, leaseTTL: twoWorkerLeaseTTL,
-			logger: logger.With("proc", id),
+		w, err := roles.StartWorker(ctx, roles.WorkerConfig{
+			Listen: "127.0.0.1:0", Tenant: roles.DevTenant, Env: roles.DevEnv, ControlPlaneURL: cp.HTTP.URL(),
+			IdentityTokenFile: tokenPath, CommandKey: trust.Key{ID: cp.Secrets.CommandKeyID, Secret: key},
+			ClaudeConfigDir: claudeDir, WorkspaceRoot: workspaces,
+			WorkerID: id, LeaseTTL: twoWorkerLeaseTTL,
+			Logger: logger.With("proc", id),
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return w, &commandClient{name: id, url: w.http.url(), signer: &trust.Signer{
-			Direction: trust.ToWorker, Tenant: devTenant, Env: devEnv, KeyID: cp.secrets.CommandKeyID, Key: key}}
+		return w, &commandClient{name: id, url: w.HTTP.URL(), signer: &trust.Signer{
+			Direction: trust.ToWorker, Tenant: roles.DevTenant, Env: roles.DevEnv, KeyID: cp.Secrets.CommandKeyID, Key: key}}
 	}
 	procA, a := start("worker-a")
 	stoppedA := false
@@ -93,25 +92,25 @@ func TestTwoWorkersShareSessions(t *testing.T) {
 		if !stoppedA {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			procA.shutdown(sctx)
+			procA.Stop(sctx)
 		}
 	})
 	procB, b := start("worker-b")
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		procB.shutdown(sctx)
+		procB.Stop(sctx)
 	})
 	workers := []*commandClient{a, b}
 
 	// The control-plane knows the conversations, so that the workers may
 	// mint for them and report on them.
 	convs := []string{"shared-0", "shared-1", "shared-2", "shared-3"}
-	if err := cp.store.PutUser(ctx, store.User{ID: devUser, Name: devUser, CreatedAt: time.Now().UTC()}); err != nil {
+	if err := cp.Store.PutUser(ctx, store.User{ID: roles.DevUser, Name: roles.DevUser, CreatedAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range convs {
-		if _, _, err := cp.store.CreateConversation(ctx, store.Conversation{ID: id, Tenant: devTenant, Env: devEnv, UserID: devUser, CreatedAt: time.Now().UTC()}); err != nil {
+		if _, _, err := cp.Store.CreateConversation(ctx, store.Conversation{ID: id, Tenant: roles.DevTenant, Env: roles.DevEnv, UserID: roles.DevUser, CreatedAt: time.Now().UTC()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -247,7 +246,7 @@ func TestTwoWorkersShareSessions(t *testing.T) {
 	go func() {
 		sctx, cancel := context.WithTimeout(ctx, grace)
 		defer cancel()
-		shutdownDone <- procA.shutdown(sctx)
+		shutdownDone <- procA.Stop(sctx)
 	}()
 	stoppedA = true
 	var next contract.SendMessageResponse
@@ -335,13 +334,13 @@ func TestTwoWorkersShareSessions(t *testing.T) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := procB.shutdown(sctx); err != nil {
+	if err := procB.Stop(sctx); err != nil {
 		t.Fatalf("B's shutdown: %v", err)
 	}
 	for _, id := range convs {
 		checkSharedSession(t, projects, id, true)
 	}
-	checkReports(t, cp.store, projects, convs)
+	checkReports(t, cp.Store, projects, convs)
 }
 
 // checkSharedSession validates a session two workers wrote: the store's
@@ -437,7 +436,7 @@ func (c *commandClient) do(ctx context.Context, method, path string, in, out any
 }
 
 func (c *commandClient) create(ctx context.Context, id string) (int, string) {
-	st, code, err := c.do(ctx, http.MethodPost, contract.SessionsPath, contract.CreateSessionRequest{ConversationID: id, UserID: devUser}, nil)
+	st, code, err := c.do(ctx, http.MethodPost, contract.SessionsPath, contract.CreateSessionRequest{ConversationID: id, UserID: roles.DevUser}, nil)
 	if err != nil {
 		return 0, err.Error()
 	}

@@ -45,6 +45,7 @@ type File struct {
 	poll     time.Duration
 	log      *slog.Logger
 	onChange func(string)
+	watch    *dirWatch // nil: polling only
 
 	mu      sync.Mutex // guards value and loadErr
 	value   string
@@ -70,10 +71,21 @@ type Options struct {
 	onEvent func(name string)
 }
 
-// Watch reads path (it must be readable and non-empty now) and keeps
-// re-reading it after each event in its directory that concerns it, and
-// every Poll, until ctx ends.
+// Watch is Open and Run in a goroutine of its own, which ends when ctx
+// does; a role runs Run in a goroutine it owns and waits for instead.
 func Watch(ctx context.Context, path string, opts *Options) (*File, error) {
+	f, err := Open(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	go f.Run(ctx)
+	return f, nil
+}
+
+// Open reads path, which must be readable and non-empty now, and starts
+// watching its directory; Run must follow, which keeps the file up to
+// date and ends the watch.
+func Open(path string, opts *Options) (*File, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -88,6 +100,8 @@ func Watch(ctx context.Context, path string, opts *Options) (*File, error) {
 	if _, err := f.reload(); err != nil {
 		return nil, err
 	}
+	// The watch starts here, not in Run: a change made once Open has
+	// returned is seen.
 	base := filepath.Base(path)
 	w, err := watchDir(filepath.Dir(path), func(name string) bool {
 		if o.onEvent != nil {
@@ -99,8 +113,23 @@ func Watch(ctx context.Context, path string, opts *Options) (*File, error) {
 		f.log.Warn("secretfile: cannot watch the directory, polling only", "path", path, "err", err)
 		w = nil
 	}
-	go f.run(ctx, w)
+	f.watch = w
 	return f, nil
+}
+
+// Run re-reads the file after each event in its directory that concerns
+// it, and every Poll, until ctx ends; it returns nil then.
+func (f *File) Run(ctx context.Context) error {
+	f.run(ctx, f.watch)
+	return nil
+}
+
+// Close ends the watch of a File whose Run is never called (a start
+// that failed after Open).
+func (f *File) Close() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f.run(ctx, f.watch)
 }
 
 // Get returns the file's latest good contents, trimmed of surrounding

@@ -1,4 +1,4 @@
-package main
+package roles
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/talkide/platform/internal/egress"
@@ -23,24 +24,28 @@ type jails struct {
 	lp     *localproxy.Server
 	runDir string // the proxies' sockets; private to the worker
 	mode   sandbox.Mode
+	// serving delivers what the egress proxy's Serve on its socket
+	// returned; close waits for it.
+	serving chan error
 }
 
 // startJails starts the sandbox and the egress proxy for o, beside the
 // local proxy lp, and says at start-up which layers every agent command
 // gets.
-func startJails(o workerOptions, lp *localproxy.Server) (_ *jails, err error) {
-	mode := o.sandbox
-	if mode == "" {
-		mode = sandbox.ModeAuto
-	}
-	log := o.logger.With("component", "sandbox")
+func startJails(o WorkerConfig, lp *localproxy.Server) (_ *jails, err error) {
+	mode := o.Agent.mode
+	log := o.Logger.With("component", "sandbox")
 	var helper string
 	if mode != sandbox.ModeNone {
-		helper = sandboxHelper(o.sandboxHelper, executable(), log)
+		helper = SandboxHelper(o.Agent.SandboxHelper, log)
 	}
-	sb, err := sandbox.New(&sandbox.Options{Mode: mode, Helper: helper, ReadOnly: o.sandboxReadOnly, Logger: log, PretendNoLandlock: o.pretendNoLandlock})
+	var readOnly []string // nil: sandbox.DefaultReadOnly
+	if len(o.Agent.SandboxReadOnly) > 0 {
+		readOnly = append(slices.Clone(sandbox.DefaultReadOnly), o.Agent.SandboxReadOnly...)
+	}
+	sb, err := sandbox.New(&sandbox.Options{Mode: mode, Helper: helper, ReadOnly: readOnly, Logger: log, PretendNoLandlock: o.PretendNoLandlock})
 	if err != nil {
-		if o.sandboxHelper != "" {
+		if o.Agent.SandboxHelper != "" {
 			return nil, fmt.Errorf("--sandbox-helper: %w", err)
 		}
 		return nil, err
@@ -67,13 +72,13 @@ func startJails(o workerOptions, lp *localproxy.Server) (_ *jails, err error) {
 		return nil, err
 	}
 	allow := &egress.AllowList{}
-	if o.egressAllow != "" {
-		if allow, err = egress.LoadAllowList(o.egressAllow); err != nil {
+	if o.Agent.EgressAllow != "" {
+		if allow, err = egress.LoadAllowList(o.Agent.EgressAllow); err != nil {
 			return nil, fmt.Errorf("--egress-allow: %w", err)
 		}
 	}
 	j.egress = egress.New(allow, lp.Capability, &egress.Options{
-		Logger:        o.logger.With("component", "egress"),
+		Logger:        o.Logger.With("component", "egress"),
 		AllowListName: "the worker's --egress-allow list",
 	})
 	if err := j.egress.Listen("127.0.0.1:0"); err != nil {
@@ -83,7 +88,8 @@ func startJails(o workerOptions, lp *localproxy.Server) (_ *jails, err error) {
 	if err != nil {
 		return nil, err
 	}
-	go j.egress.Serve(ln)
+	j.serving = make(chan error, 1)
+	go func() { j.serving <- j.egress.Serve(ln) }()
 	log.Info("egress proxy serving", "allowed_destinations", allow.Len())
 	return j, nil
 }
@@ -92,13 +98,17 @@ func startJails(o workerOptions, lp *localproxy.Server) (_ *jails, err error) {
 // for beside its own executable.
 const helperName = "talkide-sandbox"
 
-// sandboxHelper returns the helper the sandbox starts for every command,
+// SandboxHelper returns the helper the sandbox starts for every command,
 // and says at start-up which it is: flag when set (sandbox.New checks
 // it); else talkide-sandbox beside exe, this executable, when it was
 // built from the same code; else "", exe itself. The small binary
 // starts a command milliseconds sooner, as it loads and initialises only
 // the sandbox; re-executing talkide keeps "go run ./cmd/talkide dev"
 // working with nothing else built.
+func SandboxHelper(flag string, log *slog.Logger) string {
+	return sandboxHelper(flag, executable(), log)
+}
+
 func sandboxHelper(flag, exe string, log *slog.Logger) string {
 	if flag != "" {
 		log.Info("sandbox helper: --sandbox-helper", "helper", flag)
@@ -175,6 +185,9 @@ func (j *jails) notices() []string {
 func (j *jails) close(ctx context.Context) {
 	if j.egress != nil {
 		j.egress.Shutdown(ctx)
+	}
+	if j.serving != nil {
+		<-j.serving
 	}
 	if j.runDir != "" {
 		os.RemoveAll(j.runDir)

@@ -1,7 +1,6 @@
-package main
+package trust
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/json"
@@ -11,14 +10,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/talkide/platform/internal/secretfile"
-	"github.com/talkide/platform/internal/trust"
 )
 
-// cpSecrets are the control-plane's own keys, kept in a 0600 JSON file:
+// Secrets are the control-plane's own keys, kept in a 0600 JSON file:
 // the master secrets of command/report signatures and the WorkerToken keys.
 // In production the file comes from a Kubernetes Secret.
 //
@@ -27,7 +27,7 @@ import (
 // when it retires. A file from before rotation holds one command secret and
 // a map of token keys; it loads as rings of those, and a rotation writes
 // the new form.
-type cpSecrets struct {
+type Secrets struct {
 	// CommandKeyID and CommandSecret are the newest command secret when
 	// the file was read: what a one-shot command (or a test) signs with.
 	// A long-running control-plane uses the rings, which follow the file.
@@ -41,15 +41,15 @@ type cpSecrets struct {
 	// down first, so logins in flight survive the old secret's removal.
 	LoginKey []byte `json:"oidc_login_key,omitempty"`
 
-	commands, tokens *trust.Keyring
+	commands, tokens *Keyring
 
 	mu sync.Mutex
 	// guarded by mu: called after each reload that installed keys
 	reloaded []func()
 }
 
-// onReload registers f to run after each reload of the file.
-func (s *cpSecrets) onReload(f func()) {
+// OnReload registers f to run after each reload of the file.
+func (s *Secrets) OnReload(f func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reloaded = append(s.reloaded, f)
@@ -63,7 +63,7 @@ type legacySecrets struct {
 	TokenKeys     map[string][]byte `json:"token_keys"`
 }
 
-// fileKey is a trust.Key in the secrets file.
+// fileKey is a Key in the secrets file.
 type fileKey struct {
 	ID       string     `json:"id"`
 	Secret   []byte     `json:"secret"`
@@ -71,7 +71,7 @@ type fileKey struct {
 	RetireAt *time.Time `json:"retire_at,omitempty"`
 }
 
-func toFileKeys(keys []trust.Key) []fileKey {
+func toFileKeys(keys []Key) []fileKey {
 	out := make([]fileKey, len(keys))
 	for i, k := range keys {
 		out[i] = fileKey{ID: k.ID, Secret: k.Secret}
@@ -87,10 +87,10 @@ func toFileKeys(keys []trust.Key) []fileKey {
 	return out
 }
 
-func fromFileKeys(keys []fileKey) []trust.Key {
-	out := make([]trust.Key, len(keys))
+func fromFileKeys(keys []fileKey) []Key {
+	out := make([]Key, len(keys))
 	for i, k := range keys {
-		out[i] = trust.Key{ID: k.ID, Secret: k.Secret}
+		out[i] = Key{ID: k.ID, Secret: k.Secret}
 		if k.SignFrom != nil {
 			out[i].SignFrom = *k.SignFrom
 		}
@@ -101,30 +101,31 @@ func fromFileKeys(keys []fileKey) []trust.Key {
 	return out
 }
 
-// loadOrCreateSecrets reads path, creating it with fresh keys if missing.
-func loadOrCreateSecrets(path string) (*cpSecrets, error) {
+// LoadOrCreateSecrets reads path, creating it with fresh keys if missing.
+func LoadOrCreateSecrets(path string) (*Secrets, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		s := &cpSecrets{
-			CommandKeyring: []fileKey{{ID: "c1", Secret: trust.NewKey()}},
-			TokenKeyring:   []fileKey{{ID: "k1", Secret: trust.NewKey()}},
-			LoginKey:       trust.NewKey(),
+		s := &Secrets{
+			CommandKeyring: []fileKey{{ID: "c1", Secret: NewKey()}},
+			TokenKeyring:   []fileKey{{ID: "k1", Secret: NewKey()}},
+			LoginKey:       NewKey(),
 		}
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, err
 		}
-		if err := s.save(path); err != nil {
+		if err := s.Save(path); err != nil {
 			return nil, err
 		}
-		return parseSecrets(path, secretsJSON(s))
+		return ParseSecrets(path, s.JSON())
 	}
 	if err != nil {
 		return nil, err
 	}
-	return parseSecrets(path, b)
+	return ParseSecrets(path, b)
 }
 
-func secretsJSON(s *cpSecrets) []byte {
+// JSON is the file's contents for s.
+func (s *Secrets) JSON() []byte {
 	out, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		panic(err)
@@ -132,9 +133,9 @@ func secretsJSON(s *cpSecrets) []byte {
 	return out
 }
 
-// parseSecrets reads the file's contents and builds its keyrings.
-func parseSecrets(path string, b []byte) (*cpSecrets, error) {
-	var s cpSecrets
+// ParseSecrets reads the file's contents and builds its keyrings.
+func ParseSecrets(path string, b []byte) (*Secrets, error) {
+	var s Secrets
 	var old legacySecrets
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("secrets file %s: %w", path, err)
@@ -152,17 +153,17 @@ func parseSecrets(path string, b []byte) (*cpSecrets, error) {
 		if len(old.TokenKeys[old.TokenKeyID]) < 32 {
 			return nil, fmt.Errorf("secrets file %s is incomplete", path)
 		}
-		ring, err := trust.NewKeyring(old.TokenKeyID, old.TokenKeys)
+		ring, err := NewKeyring(old.TokenKeyID, old.TokenKeys)
 		if err != nil {
 			return nil, fmt.Errorf("secrets file %s: %w", path, err)
 		}
 		s.TokenKeyring = toFileKeys(ring.Keys())
 	}
 	var err error
-	if s.commands, err = trust.NewRotatingKeyring(fromFileKeys(s.CommandKeyring)); err != nil {
+	if s.commands, err = NewRotatingKeyring(fromFileKeys(s.CommandKeyring)); err != nil {
 		return nil, fmt.Errorf("secrets file %s: command keys: %w", path, err)
 	}
-	if s.tokens, err = trust.NewRotatingKeyring(fromFileKeys(s.TokenKeyring)); err != nil {
+	if s.tokens, err = NewRotatingKeyring(fromFileKeys(s.TokenKeyring)); err != nil {
 		return nil, fmt.Errorf("secrets file %s: token keys: %w", path, err)
 	}
 	newest := s.commands.Newest()
@@ -175,15 +176,15 @@ func parseSecrets(path string, b []byte) (*cpSecrets, error) {
 	return &s, nil
 }
 
-// save writes the keyrings to path in place of what is there: a new file
+// Save writes the keyrings to path in place of what is there: a new file
 // renamed over the old, so a reader sees one or the other whole.
-func (s *cpSecrets) save(path string) error {
+func (s *Secrets) Save(path string) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".controlplane-secrets-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(secretsJSON(s)); err != nil {
+	if _, err := tmp.Write(s.JSON()); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -197,19 +198,22 @@ func (s *cpSecrets) save(path string) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// keyring is the WorkerToken keyring.
-func (s *cpSecrets) keyring() (*trust.Keyring, error) { return s.tokens, nil }
+// Tokens is the WorkerToken keyring, kept in step with the file by the
+// watch.
+func (s *Secrets) Tokens() *Keyring { return s.tokens }
 
-// newestCommandKey is the master secret workers are given.
-func (s *cpSecrets) newestCommandKey() trust.Key { return s.commands.Newest() }
+// Commands is the keyring of the command secrets, from which each
+// tenant-env's command key is derived (DeriveEnvKey).
+func (s *Secrets) Commands() *Keyring { return s.commands }
 
-// watch keeps the keyrings in step with the file at path until ctx ends:
-// a rotation written there (or a Secret the kubelet swaps in) takes effect
-// with no restart. A file that does not parse changes nothing and is
-// logged; the keys already held keep working.
-func (s *cpSecrets) watch(ctx context.Context, path string, log *slog.Logger) error {
-	_, err := secretfile.Watch(ctx, path, &secretfile.Options{Logger: log, OnChange: func(text string) {
-		next, err := parseSecrets(path, []byte(text))
+// Watcher returns the file at path, watched: while its Run runs, the
+// keyrings follow the file, so a rotation written there (or a Secret the
+// kubelet swaps in) takes effect with no restart. A file that does not
+// parse changes nothing and is logged; the keys already held keep
+// working.
+func (s *Secrets) Watcher(path string, log *slog.Logger) (*secretfile.File, error) {
+	return secretfile.Open(path, &secretfile.Options{Logger: log, OnChange: func(text string) {
+		next, err := ParseSecrets(path, []byte(text))
 		if err == nil {
 			if err = s.commands.Set(next.commands.Keys()); err == nil {
 				err = s.tokens.Set(next.tokens.Keys())
@@ -227,5 +231,44 @@ func (s *cpSecrets) watch(ctx context.Context, path string, log *slog.Logger) er
 			f()
 		}
 	}})
-	return err
+}
+
+// Rotation is one keyring's rotation: the key added, and the ring after.
+type Rotation struct {
+	Next Key
+	Keys []Key
+}
+
+// RotateCommands adds a new command secret that signs from signFrom; the
+// older ones retire at retireAt, those retired already are dropped.
+func (s *Secrets) RotateCommands(signFrom, retireAt, now time.Time) Rotation {
+	r := rotateRing(s.commands.Keys(), "c", signFrom, retireAt, now)
+	s.CommandKeyring = toFileKeys(r.Keys)
+	return r
+}
+
+// RotateTokens is RotateCommands for the WorkerToken keys.
+func (s *Secrets) RotateTokens(signFrom, retireAt, now time.Time) Rotation {
+	r := rotateRing(s.tokens.Keys(), "k", signFrom, retireAt, now)
+	s.TokenKeyring = toFileKeys(r.Keys)
+	return r
+}
+
+// rotateRing adds a key with a new id to keys: it signs from signFrom,
+// every older key retires at retireAt, keys already retired are dropped.
+func rotateRing(keys []Key, prefix string, signFrom, retireAt, now time.Time) Rotation {
+	next := Key{ID: nextKeyID(keys, prefix), Secret: NewKey(), SignFrom: signFrom}
+	return Rotation{Next: next, Keys: Rotated(keys, next, retireAt, now)}
+}
+
+// nextKeyID is prefix followed by one more than the highest number of an id
+// of that form in keys: c1, c2, ...
+func nextKeyID(keys []Key, prefix string) string {
+	highest := 0
+	for _, k := range keys {
+		if n, err := strconv.Atoi(strings.TrimPrefix(k.ID, prefix)); err == nil && strings.HasPrefix(k.ID, prefix) && n > highest {
+			highest = n
+		}
+	}
+	return prefix + strconv.Itoa(highest+1)
 }

@@ -1,4 +1,12 @@
-package main
+// Package secretenv takes a role's secrets out of its environment. A
+// secret given in the environment stays in /proc/<pid>/environ for the
+// life of the process, whatever os.Unsetenv does, and every process the
+// worker starts would inherit it unless each start scrubs it. So the roles
+// that take secrets from the environment (as the seam names them) read
+// them once: the process re-executes itself without them, handing them
+// over in an unlinked memory file that it reads and closes at once. After
+// that no environment of any process holds them.
+package secretenv
 
 import (
 	"encoding/json"
@@ -12,16 +20,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A secret given in the environment stays in /proc/<pid>/environ for the
-// life of the process, whatever os.Unsetenv does, and every process the
-// worker starts would inherit it unless each start scrubs it. So the roles
-// that take secrets from the environment (as the seam names them) read
-// them once: the process re-executes itself without them, handing them
-// over in an unlinked memory file that it reads and closes at once. After
-// that no environment of any process holds them.
 
-// secretEnv are the variables each role may be given a secret in.
-var secretEnv = map[string][]string{
+// Roles are the variables each role (a subcommand of talkide) may be given a secret in.
+var Roles = map[string][]string{
 	"worker":    {"TALKIDE_WORKER_IDENTITY_TOKEN", "TALKIDE_WORKER_COMMAND_KEY"},
 	"dev":       {"ANTHROPIC_API_KEY"},
 	"simulator": {"ANTHROPIC_API_KEY"},
@@ -31,15 +32,15 @@ var secretEnv = map[string][]string{
 // re-execution; its value is a number, not a secret.
 const handOverFD = "TALKIDE_HANDED_OVER_SECRETS_FD"
 
-// handedOver holds the secrets read back after the re-execution; main
-// fills it before any command runs.
+// handedOver holds the secrets read back after the re-execution: one
+// process, one hand-over, before any role starts.
 var handedOver map[string]string
 
-// handOverSecrets is called first in main. After a re-execution it reads
+// HandOver is called first in main, with os.Args. After a re-execution it reads
 // the secrets back; otherwise, when the command's role was given secrets
 // in its environment, it re-executes the binary without them (and does
 // not return).
-func handOverSecrets(args []string) error {
+func HandOver(args []string) error {
 	if v, ok := os.LookupEnv(handOverFD); ok {
 		os.Unsetenv(handOverFD)
 		fd, err := strconv.Atoi(v)
@@ -53,7 +54,7 @@ func handOverSecrets(args []string) error {
 	if len(args) < 2 {
 		return nil
 	}
-	names := secretEnv[args[1]]
+	names := Roles[args[1]]
 	secrets := map[string]string{}
 	for _, n := range names {
 		if v, ok := os.LookupEnv(n); ok {
@@ -86,18 +87,18 @@ func handOverSecrets(args []string) error {
 	return fmt.Errorf("hand over the environment's secrets: %w", syscall.Exec(exe, args, env))
 }
 
-// secret returns the secret named name: handed over, or (a process that
+// Get returns the secret named name: handed over, or (a process that
 // did not re-execute, such as a test) from the environment.
-func secret(name string) string {
+func Get(name string) string {
 	if v, ok := handedOver[name]; ok {
 		return v
 	}
 	return os.Getenv(name)
 }
 
-// undumpable makes the process's memory, environment and descriptors
+// Undumpable makes the process's memory, environment and descriptors
 // unreadable through /proc to every process but root's: one of the same
 // user (an agent command run without a sandbox) cannot read them.
-func undumpable() error {
+func Undumpable() error {
 	return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 }

@@ -1,0 +1,312 @@
+package roles
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/talkide/platform/internal/anthropicsim"
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/lifecycle"
+	"github.com/talkide/platform/internal/provision"
+	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/trust"
+)
+
+// What talkide dev serves: one tenant-env, one local user.
+const (
+	DevTenant = "local"
+	DevEnv    = "dev"
+	DevUser   = "local"
+)
+
+// DevGrace is how long talkide dev lets running turns finish when asked
+// to stop.
+const DevGrace = 30 * time.Second
+
+// SimulatorNotice labels the simulated model wherever a user can see it.
+const SimulatorNotice = "model simulator in use: replies come from TalkIDE's built-in Anthropic API simulator (a test and demo tool, not a real model); set ANTHROPIC_API_KEY to talk to the real API"
+
+// DevConfig configures talkide dev.
+type DevConfig struct {
+	DataDir string
+	// Addr is the browser API's loopback HOST:PORT.
+	Addr string
+	// APIKey is the Anthropic API key; empty runs the model simulator (a
+	// test and demo tool, not a model) as the gateway's upstream.
+	APIKey       string
+	AnthropicURL string
+	Agent        AgentConfig
+	// Stream caps and gateway bounds, as ControlPlaneConfig's.
+	MaxStreamsPerUser, MaxStreamsPerConversation, MaxStreams int
+	MaxBody, MaxBuffered                                     int64
+	// PretendNoLandlock: the worker's sandbox finds no Landlock (tests).
+	PretendNoLandlock bool
+	// Login, when set, runs the control-plane without the local user,
+	// authenticating as a shared deployment does (the browser login
+	// test).
+	Login  *AuthConfig
+	Logger *slog.Logger
+}
+
+// Dev is everything talkide dev runs.
+type Dev struct {
+	cfg          DevConfig
+	simulator    lifecycle.Group // the simulator's server, when it runs
+	ControlPlane *ControlPlane
+	Worker       *Worker
+	// Simulator is the model simulator, nil with an API key.
+	Simulator *anthropicsim.Simulator
+	simKey    string
+	Info      DevInfo
+}
+
+// DevInfo is written to DIR/dev.json.
+type DevInfo struct {
+	ControlPlane    string `json:"controlplane"`
+	Worker          string `json:"worker"`
+	Gateway         string `json:"gateway"`
+	LocalProxy      string `json:"localproxy"`
+	Simulator       string `json:"simulator,omitempty"`
+	ClaudeConfigDir string `json:"claude_config_dir"`
+	Workspaces      string `json:"workspaces"`
+	SimulatedModel  bool   `json:"simulated_model"`
+}
+
+// StartDev starts the control-plane, the simulator (without an API key)
+// and the worker, each on its own loopback port, and writes DIR/dev.json.
+func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if !httpapi.LoopbackHost(cfg.Addr) {
+		return nil, fmt.Errorf("--addr %s is not a loopback address: talkide dev serves one local user without credentials", cfg.Addr)
+	}
+	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	s := &Dev{cfg: cfg}
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			s.Stop(sctx)
+		}
+	}()
+	upstream, key := cfg.AnthropicURL, cfg.APIKey
+	if key == "" {
+		key = fmt.Sprintf("sk-sim-%x", trust.NewKey())
+		s.simKey = key
+		s.Simulator = anthropicsim.New(key, &anthropicsim.Options{Logger: cfg.Logger.With("component", "simulator")})
+		srv, err := listen(&s.simulator, "simulator", "127.0.0.1:0", s.Simulator, nil, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		upstream = srv.URL()
+		s.Info.Simulator = upstream
+		s.Info.SimulatedModel = true
+		cfg.Logger.Warn("no ANTHROPIC_API_KEY: using the model simulator, a test and demo tool, not a real model", "url", upstream)
+	}
+	if err := s.startControlPlane(ctx, upstream, key); err != nil {
+		return nil, err
+	}
+	if err := s.startWorker(ctx); err != nil {
+		return nil, err
+	}
+	return s, s.writeInfo()
+}
+
+func (s *Dev) startControlPlane(ctx context.Context, upstream, key string) error {
+	user, login := DevUser, AuthConfig{}
+	if s.cfg.Login != nil {
+		user, login = "", *s.cfg.Login
+	}
+	cp, err := StartControlPlane(ctx, ControlPlaneConfig{
+		Listen:      s.cfg.Addr,
+		DBPath:      filepath.Join(s.cfg.DataDir, "controlplane.db"),
+		SecretsPath: filepath.Join(s.cfg.DataDir, "controlplane-secrets.json"),
+		Upstream:    upstream, APIKey: key,
+		LocalUser: user, Auth: login, Tenant: DevTenant, Env: DevEnv,
+		MaxStreamsPerUser: s.cfg.MaxStreamsPerUser, MaxStreamsPerConversation: s.cfg.MaxStreamsPerConversation, MaxStreams: s.cfg.MaxStreams,
+		MaxBody: s.cfg.MaxBody, MaxBuffered: s.cfg.MaxBuffered,
+		Logger: s.cfg.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	s.ControlPlane = cp
+	// A restarted control-plane comes back on the same address.
+	s.cfg.Addr = cp.HTTP.Addr().String()
+	s.Info.ControlPlane = cp.HTTP.URL()
+	s.Info.Gateway = cp.HTTP.URL() + contract.GatewayPrefix
+	return nil
+}
+
+// startWorker provisions tenant local / env dev (its identity token in a
+// file, as a Kubernetes Secret would deliver it) and starts the worker.
+func (s *Dev) startWorker(ctx context.Context) error {
+	tokenPath := filepath.Join(s.cfg.DataDir, "worker", "identity-token")
+	if err := EnsureIdentityToken(ctx, s.ControlPlane.Store, tokenPath, DevTenant, DevEnv); err != nil {
+		return err
+	}
+	claudeDir := filepath.Join(s.cfg.DataDir, "claude")
+	workspaces := filepath.Join(s.cfg.DataDir, "workspaces")
+	var notices []string
+	if s.Simulator != nil {
+		notices = append(notices, SimulatorNotice)
+	}
+	// One worker per data directory, under one name across restarts: after
+	// a crash it takes its sessions back at once instead of answering
+	// session_elsewhere until the dead process's leases expire.
+	host, _ := os.Hostname()
+	newest := s.ControlPlane.Secrets.Commands().Newest()
+	w, err := StartWorker(ctx, WorkerConfig{
+		Listen: "127.0.0.1:0", Tenant: DevTenant, Env: DevEnv,
+		ControlPlaneURL:   s.ControlPlane.HTTP.URL(),
+		IdentityTokenFile: tokenPath,
+		CommandKey:        trust.Key{ID: newest.ID, Secret: trust.DeriveEnvKey(newest.Secret, DevTenant, DevEnv)},
+		ClaudeConfigDir:   claudeDir, WorkspaceRoot: workspaces,
+		Agent:             s.cfg.Agent,
+		Notices:           notices,
+		WorkerID:          "dev-" + host,
+		PretendNoLandlock: s.cfg.PretendNoLandlock,
+		Logger:            s.cfg.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	s.Worker = w
+	if err := s.ControlPlane.Store.PutEnv(ctx, store.Env{Tenant: DevTenant, Name: DevEnv, WorkerURL: w.HTTP.URL(), CreatedAt: time.Now().UTC()}); err != nil {
+		return err
+	}
+	s.Info.Worker = w.HTTP.URL()
+	s.Info.LocalProxy = w.LocalProxy.URL()
+	s.Info.ClaudeConfigDir = claudeDir
+	s.Info.Workspaces = workspaces
+	return nil
+}
+
+// EnsureIdentityToken keeps a valid identity token for tenant/env in path,
+// issuing a new one (stored hashed) when the file is missing or stale.
+func EnsureIdentityToken(ctx context.Context, st store.Store, path, tenant, env string) error {
+	if _, err := provision.EnsureEnv(ctx, st, tenant, env, ""); err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	if b, err := os.ReadFile(path); err == nil {
+		rec, err := provision.Authenticate(ctx, st, strings.TrimSpace(string(b)), now)
+		if err == nil && rec.RevokedAt.IsZero() && rec.Tenant == tenant && rec.Env == env && rec.ExpiresAt.Sub(now) > 24*time.Hour {
+			return nil
+		}
+	}
+	token, _, err := provision.IssueIdentityToken(ctx, st, tenant, env, provision.DefaultTokenTTL, now)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(token+"\n"), 0o600)
+}
+
+func (s *Dev) writeInfo() error {
+	b, _ := json.MarshalIndent(s.Info, "", "  ")
+	return os.WriteFile(filepath.Join(s.cfg.DataDir, "dev.json"), append(b, '\n'), 0o600)
+}
+
+// Config is the configuration dev runs with.
+func (s *Dev) Config() DevConfig { return s.cfg }
+
+// SimulatorKey is the key the simulator checks ("" with a real API key):
+// what a test presents to it directly.
+func (s *Dev) SimulatorKey() string { return s.simKey }
+
+// RestartWorker stops the worker and starts a new one on the same session
+// volume, as a pod restart would.
+func (s *Dev) RestartWorker(ctx context.Context) error {
+	if err := s.Worker.Stop(ctx); err != nil {
+		return err
+	}
+	s.Worker = nil
+	if err := s.startWorker(ctx); err != nil {
+		return err
+	}
+	return s.writeInfo()
+}
+
+// RestartControlPlane stops the control-plane and starts it again on the
+// same address, database and secrets, as a redeploy would.
+func (s *Dev) RestartControlPlane(ctx context.Context) error {
+	if err := s.ControlPlane.Stop(ctx); err != nil {
+		return err
+	}
+	s.ControlPlane = nil
+	upstream, key := s.cfg.AnthropicURL, s.cfg.APIKey
+	if s.Simulator != nil {
+		upstream, key = s.Info.Simulator, s.simKey
+	}
+	return s.startControlPlane(ctx, upstream, key)
+}
+
+// Wait waits until ctx ends (nil) or a part of the control-plane or the
+// worker fails (its error).
+func (s *Dev) Wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-s.ControlPlane.Fatal():
+		return err
+	case err := <-s.Worker.Fatal():
+		return err
+	}
+}
+
+// Stop stops the worker first (its turns finish or are interrupted and
+// its last reports reach the control-plane), then the control-plane, then
+// the simulator.
+func (s *Dev) Stop(ctx context.Context) error {
+	var errs []error
+	if s.Worker != nil {
+		errs = append(errs, s.Worker.Stop(ctx))
+	}
+	if s.ControlPlane != nil {
+		errs = append(errs, s.ControlPlane.Stop(ctx))
+		s.ControlPlane = nil
+	}
+	errs = append(errs, s.simulator.Stop(ctx))
+	err := errors.Join(errs...)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// SimulatorGrace is how long the simulator lets streams finish when
+// asked to stop.
+const SimulatorGrace = 10 * time.Second
+
+// RunSimulator serves the model simulator (a test and demo tool, not a
+// model) on addr until ctx ends, checking key as the API does; started
+// is told its URL.
+func RunSimulator(ctx context.Context, addr, key string, o *anthropicsim.Options, started func(url string)) error {
+	var g lifecycle.Group
+	srv, err := listen(&g, "simulator", addr, anthropicsim.New(key, o), nil, o.Logger)
+	if err != nil {
+		return err
+	}
+	if started != nil {
+		started(srv.URL())
+	}
+	return runUntil(ctx, o.Logger, SimulatorGrace, g.Fatal(), g.Stop)
+}

@@ -1,0 +1,96 @@
+package roles
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// Every goroutine a role starts is owned: after Stop, none is left. dev
+// runs all three roles (the simulator, the control-plane, the worker with
+// its sandbox, proxies and reporter) and a turn through them, so that
+// what only a turn starts (streams, sessions, a sandboxed command) is
+// stopped too.
+func TestStopLeavesNoGoroutine(t *testing.T) {
+	// What the test itself runs before the roles start, and the HTTP
+	// client's idle connections, which the client owns.
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+	ctx := context.Background()
+	var logs bytes.Buffer
+	d, err := StartDev(ctx, DevConfig{
+		DataDir: filepath.Join(t.TempDir(), "data"), Addr: "127.0.0.1:0",
+		Agent:  AgentConfig{Sandbox: "landlock"},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn(t, d.Info.ControlPlane, `[[tool:Bash {"command":"echo from-the-sandbox"}]]`)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := d.Stop(sctx); err != nil {
+		t.Fatalf("Stop: %v\n%s", err, logs.String())
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// turn creates a conversation at base, sends text, and waits for the
+// turn's end in the conversation's event stream.
+func turn(t *testing.T, base, text string) {
+	t.Helper()
+	resp, err := http.Post(base+"/api/conversations", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conv struct{ ID string }
+	json.NewDecoder(resp.Body).Decode(&conv)
+	resp.Body.Close()
+	if conv.ID == "" {
+		t.Fatalf("no conversation created: %s", resp.Status)
+	}
+	body, _ := json.Marshal(map[string]string{"text": text})
+	resp, err = http.Post(base+"/api/conversations/"+conv.ID+"/messages", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("send: %s", resp.Status)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/conversations/"+conv.ID+"/stream", nil)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 64<<10)
+	var seen strings.Builder
+	for {
+		n, err := resp.Body.Read(buf)
+		seen.Write(buf[:n])
+		if strings.Contains(seen.String(), "turn.finished") || strings.Contains(seen.String(), "turn.failed") {
+			if !strings.Contains(seen.String(), "from-the-sandbox") {
+				t.Errorf("the command's output is not in the turn's events")
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("the turn did not end: %v\n%s", err, seen.String())
+		}
+	}
+}

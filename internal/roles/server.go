@@ -1,0 +1,130 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/talkide/platform/internal/fdlimit"
+	"github.com/talkide/platform/internal/h1serve"
+	"github.com/talkide/platform/internal/lifecycle"
+	"github.com/talkide/platform/internal/rawio"
+)
+
+// Server is an http.Server on its own listener, and, on a listener that
+// serves the gateway, the loop that serves the gateway's route.
+type Server struct {
+	srv *http.Server
+	hot *h1serve.Server // nil unless a hot route was given
+	ln  net.Listener
+}
+
+// hotRoute is a route served on a loop of HTTP/1.1 of our own
+// (internal/h1serve): the requests whose target starts with prefix go to
+// handler, their bodies bounded by bodyTimeout.
+type hotRoute struct {
+	prefix      string
+	handler     http.Handler
+	bodyTimeout time.Duration
+}
+
+// Connections' timeouts: a client has 10 s for a request's headers (the
+// control-plane and the worker give it httpapi.DefaultBodyTimeout for its
+// body); a keep-alive connection idle for 2 minutes is closed, which
+// without an IdleTimeout (or a ReadTimeout, which would cut event streams
+// off) would stay open for as long as the client liked.
+const (
+	headerTimeout = 10 * time.Second
+	idleTimeout   = 2 * time.Minute
+)
+
+// listen serves h on addr until g stops, which shuts the server down
+// (lets the requests being served end until its context is done, then
+// closes what is left: an SSE stream never ends on its own). A Serve
+// that fails before is g's fatal error. With hot set, the requests of its
+// route are served on a loop of HTTP/1.1 of our own (internal/h1serve)
+// and the rest by net/http: what the gateway's calls cost in net/http's
+// server was as much as the gateway's own work (docs/gateway.md).
+func listen(g *lifecycle.Group, name, addr string, h http.Handler, hot *hotRoute, logger *slog.Logger) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	// Its connections are read and written without the runtime's
+	// system-call state (internal/rawio): what a stream's every event
+	// cost in wake-ups of the runtime's monitor thread.
+	ln = rawio.Listen(ln)
+	// Connections beyond the open-file limit less a reserve are told 503
+	// and closed at once, so that accept never meets EMFILE while the
+	// process still has descriptors for the work it has taken on
+	// (docs/operations.md).
+	if limit, err := fdlimit.Current(); err == nil {
+		ln = fdlimit.Listen(ln, fdlimit.MaxConns(limit))
+	}
+	s := &Server{srv: &http.Server{Handler: h, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}, ln: ln}
+	serve := net.Listener(ln)
+	if hot != nil {
+		s.hot = &h1serve.Server{Handler: hot.handler, HotPrefix: hot.prefix, ReadHeaderTimeout: headerTimeout,
+			BodyTimeout: hot.bodyTimeout, IdleTimeout: idleTimeout, Logger: logger}
+		serve = s.hot.Start(ln)
+	}
+	g.Go(name+" server", func(context.Context) error {
+		if err := s.srv.Serve(serve); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Defer(name+" server", s.shutdown)
+	return s, nil
+}
+
+// shutdown stops accepting and lets the requests being served end, until
+// ctx is done (its grace is over); then it closes what is left.
+func (s *Server) shutdown(ctx context.Context) error {
+	hot := make(chan error, 1)
+	if s.hot == nil {
+		hot <- nil
+	} else {
+		go func() { hot <- s.hot.Shutdown(ctx) }()
+	}
+	err := errors.Join(s.srv.Shutdown(ctx), <-hot)
+	if graceOver(err) {
+		err = s.Close()
+	}
+	return err
+}
+
+// Close closes the listener and every connection at once, as a process
+// that dies would; the role's Stop then has nothing left to drain.
+func (s *Server) Close() error {
+	err := s.srv.Close()
+	if s.hot != nil {
+		err = errors.Join(err, s.hot.Close())
+	}
+	return err
+}
+
+// URL is the server's base URL.
+func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// graceOver reports whether a server's Shutdown returned because its grace
+// period ended with requests still open: by its timeout, or cut short (a
+// second Ctrl-C of talkide dev cancels it). Either way the shutdown goes
+// on by closing what is left; it is no failure of the role's.
+func graceOver(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// afterGrace is the context of a last step that must run even when the
+// servers' shutdown used its context up (the last usage records before
+// the store closes): 10 s more, whatever ctx says.
+func afterGrace(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+}

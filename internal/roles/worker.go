@@ -1,0 +1,427 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/harness/claudecode"
+	"github.com/talkide/platform/internal/harness/native"
+	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/lifecycle"
+	"github.com/talkide/platform/internal/localproxy"
+	"github.com/talkide/platform/internal/mcp/issuetracking"
+	mcpservers "github.com/talkide/platform/internal/mcp/servers"
+	"github.com/talkide/platform/internal/mcp/workermcp"
+	"github.com/talkide/platform/internal/minting"
+	"github.com/talkide/platform/internal/readiness"
+	"github.com/talkide/platform/internal/sandbox"
+	"github.com/talkide/platform/internal/secretfile"
+	"github.com/talkide/platform/internal/sessionstore"
+	"github.com/talkide/platform/internal/tools"
+	"github.com/talkide/platform/internal/trust"
+	"github.com/talkide/platform/internal/worker"
+)
+
+// WorkerGrace is how long a worker lets running turns finish when asked
+// to stop; the Deployment's terminationGracePeriodSeconds must exceed it.
+const WorkerGrace = 60 * time.Second
+
+// WorkerConfig configures a tenant-env's worker.
+type WorkerConfig struct {
+	Listen      string
+	Tenant, Env string
+	// ControlPlaneURL is the control-plane's base URL
+	// (TALKIDE_GATEWAY_BASE_URL): the gateway, the mint, the reports.
+	ControlPlaneURL string
+	// The identity token: a file, watched (a rotated Secret takes effect
+	// without a restart), or the token itself.
+	IdentityTokenFile string
+	IdentityToken     string
+	// The command key: a file (ID:BASE64 or bare base64 named by
+	// CommandKeyID), watched, a replaced key verifying CommandKeyGrace
+	// more; or the key itself.
+	CommandKeyFile  string
+	CommandKeyID    string
+	CommandKeyGrace time.Duration
+	CommandKey      trust.Key
+	// ClaudeConfigDir is the session volume; WorkspaceRoot the
+	// conversations' workspaces.
+	ClaudeConfigDir string
+	WorkspaceRoot   string
+	Agent           AgentConfig
+	// Notices are told to every session (the model simulator in use).
+	Notices []string
+	// PretendNoLandlock makes the sandbox find no Landlock (tests of a
+	// machine without it).
+	PretendNoLandlock bool
+	WorkerID          string        // names the worker in session leases; default host-pid
+	LeaseTTL          time.Duration // session lease lifetime; default sessionstore.DefaultLeaseTTL
+	Logger            *slog.Logger
+}
+
+// AgentConfig shapes the agent: talkide dev and talkide worker share it.
+type AgentConfig struct {
+	Model         string
+	Harness       string // native (default) or claude-code (docs/harnesses.md)
+	ClaudeCodeBin string // the claude executable, for the claude-code harness
+	// ToolPolicy is a tool policy JSON file (docs/tools.md); empty allows
+	// every call. MCPAllow the MCP server allow-list (docs/mcp.md); empty
+	// allows no .mcp.json server.
+	ToolPolicy, MCPAllow string
+	// Sandbox is how agent commands are confined: auto (default),
+	// landlock or none (docs/sandbox.md).
+	Sandbox string
+	// SandboxReadOnly are paths agent commands may read beyond
+	// sandbox.DefaultReadOnly.
+	SandboxReadOnly []string
+	// SandboxHelper is the sandbox's helper; empty: talkide-sandbox beside
+	// the executable, or the executable itself.
+	SandboxHelper string
+	// EgressAllow is the egress allow-list file; empty allows no
+	// destination.
+	EgressAllow string
+	Builds      BuildConfig
+
+	mode sandbox.Mode // Sandbox, parsed by Check
+}
+
+// Check validates the configuration, naming the flag of what is wrong.
+func (a *AgentConfig) Check() error {
+	a.mode = sandbox.ModeAuto
+	if a.Sandbox != "" {
+		var err error
+		if a.mode, err = sandbox.ParseMode(a.Sandbox); err != nil {
+			return contract.Invalid(nil, "sandbox", "%q: %v", a.Sandbox, err)
+		}
+	}
+	return a.Builds.Check()
+}
+
+// Worker is a running worker.
+type Worker struct {
+	group      lifecycle.Group
+	jails      *jails
+	identity   func() (string, error)
+	HTTP       *Server
+	Worker     *worker.Worker
+	LocalProxy *localproxy.Server
+}
+
+// StartWorker starts a worker; Stop ends it.
+func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := o.Agent.Check(); err != nil {
+		return nil, err
+	}
+	cpURL, err := url.Parse(o.ControlPlaneURL)
+	if err != nil || cpURL.Scheme == "" || cpURL.Host == "" {
+		return nil, fmt.Errorf("bad control-plane URL %q", o.ControlPlaneURL)
+	}
+	p := &Worker{}
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			p.group.Stop(sctx)
+		}
+	}()
+	identity, identityReadable, err := p.identitySource(o)
+	if err != nil {
+		return nil, err
+	}
+	p.identity = identity
+	commandKey, commandKeys, err := p.commandKeys(o)
+	if err != nil {
+		return nil, err
+	}
+	gatewayURL, _ := url.Parse(strings.TrimRight(o.ControlPlaneURL, "/") + contract.GatewayPrefix)
+	minter := minting.New(o.ControlPlaneURL, identity, nil)
+	client := anthropic.NewClient(
+		option.WithBaseURL(gatewayURL.String()+"/"),
+		option.WithHTTPClient(&http.Client{Transport: &minting.Transport{Minter: minter}}),
+		// The transport replaces this with a WorkerToken; the SDK wants a
+		// credential to be present.
+		option.WithAPIKey("talkide-inert"),
+	)
+	policy, mcpAllow, err := readAgentFiles(o.Agent)
+	if err != nil {
+		return nil, err
+	}
+	// Reports and the issue tracker's calls travel the same signed channel.
+	reportSigner := &trust.Signer{
+		Direction: trust.ToControlPlane, Tenant: o.Tenant, Env: o.Env, KeyID: commandKey.ID, Key: commandKey.Secret,
+		Ring: commandKeys,
+	}
+	// The reporter delivers until everything else has stopped: the last
+	// reports of the turns that ended in the shutdown.
+	reporter := worker.NewReporter(o.ControlPlaneURL, reportSigner, &worker.ReporterOptions{Logger: o.Logger.With("component", "reporter")})
+	p.group.Go("reporter", func(ctx context.Context) error { reporter.Run(ctx); return nil })
+	issuesClient := issuetracking.NewClient(o.ControlPlaneURL, reportSigner, nil)
+	issues := issuetracking.NewSource(issuesClient,
+		&issuetracking.SourceOptions{Logger: o.Logger.With("component", "issuetracking")})
+	p.group.Defer("issue tracker", func(context.Context) error { return issues.Close() })
+	builds, err := newBuildRunner(o.Agent.Builds, o, o.Logger.With("component", "builds"))
+	if err != nil {
+		return nil, err
+	}
+	// The Claude Code harness reaches the same tools over MCP on the local
+	// proxy's listener; the harness, made below, ties each call to its turn.
+	var (
+		proxy    *localproxy.Proxy
+		resolver atomic.Pointer[claudecode.Harness]
+		endpoint *workermcp.Handler
+		lpOpts   = &localproxy.Options{Logger: o.Logger.With("component", "localproxy")}
+	)
+	if o.Agent.Harness == claudecode.Name {
+		endpoint = workermcp.New(workermcp.Options{
+			Capability: func(id string) string { return proxy.Capability(id) },
+			Resolve: func(ctx context.Context, conv, tool, claimed string) (*harness.Turn, string, context.Context, error) {
+				cc := resolver.Load()
+				if cc == nil {
+					return nil, "", nil, claudecode.ErrNoCall
+				}
+				return cc.ResolveCall(ctx, conv, tool, claimed)
+			},
+			Issues: issuesClient, Builds: builds,
+			Logger: o.Logger.With("component", "worker-mcp"),
+		})
+		lpOpts.MCP = endpoint
+	}
+	// The LocalGatewayProxy and the sandbox first: every process the agent
+	// starts goes through the sandbox, and reaches out only through the
+	// local proxy and the egress proxy.
+	proxy = localproxy.New(gatewayURL, minter, lpOpts)
+	lp, err := localproxy.Listen(proxy)
+	if err != nil {
+		return nil, err
+	}
+	p.LocalProxy = lp
+	p.group.Defer("local proxy", func(ctx context.Context) error {
+		if err := lp.Shutdown(ctx); !graceOver(err) {
+			return err
+		}
+		return nil
+	})
+	jails, err := startJails(o, lp)
+	if err != nil {
+		return nil, err
+	}
+	p.jails = jails
+	p.group.Defer("sandbox", func(ctx context.Context) error { jails.close(ctx); return nil })
+
+	// The servers a workspace declares in .mcp.json, as far as the
+	// allow-list permits; Close stops them, after the turns.
+	mcpSource := mcpservers.New(&mcpservers.Options{AllowList: mcpAllow, Logger: o.Logger.With("component", "mcp-servers")})
+	p.group.Defer("MCP servers", func(context.Context) error { mcpSource.Close(); return nil })
+	h := native.New(client, &native.Options{
+		Model:       o.Agent.Model,
+		Tools:       tools.Default(&tools.Options{Builds: builds}),
+		Policy:      policy,
+		ToolSources: append([]native.ToolSource{issues}, mcpSource),
+		Logger:      o.Logger.With("component", "harness"),
+	})
+	selected, cc, err := selectHarness(o, h, lp, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if cc != nil {
+		resolver.Store(cc)
+		// After the turns: stops every CLI process.
+		p.group.Defer("Claude Code", func(context.Context) error { cc.Close(); return nil })
+	}
+	if o.WorkerID == "" {
+		o.WorkerID, _ = os.Hostname()
+		o.WorkerID += "-" + strconv.Itoa(os.Getpid())
+	}
+	sessions, err := sessionstore.New(filepath.Join(o.ClaudeConfigDir, "projects"), &sessionstore.Options{Holder: o.WorkerID, LeaseTTL: o.LeaseTTL})
+	if err != nil {
+		return nil, err
+	}
+	w, err := worker.New(o.Tenant, o.Env, worker.CommandKey{ID: commandKey.ID, Key: commandKey.Secret}, sessions, o.WorkspaceRoot, selected, &worker.Options{
+		WorkerID: o.WorkerID,
+		Reporter: reporter, Logger: o.Logger.With("component", "worker"),
+		Notices:     append(slices.Clone(o.Notices), jails.notices()...),
+		Jail:        jails.jail,
+		CommandKeys: commandKeys,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.Worker = w
+	wh := readiness.Handler(workerReadiness(o, identityReadable), httpapi.BodyDeadline(0, w.Handler()))
+	if httpapi.LoopbackHost(o.Listen) {
+		// On loopback (talkide dev) the unsigned /healthz would answer a
+		// page that rebinds a name of its own to 127.0.0.1; the control-plane
+		// calls a loopback worker by a loopback address.
+		wh = httpapi.LoopbackOnly(o.Logger.With("component", "worker"), wh)
+	}
+	if p.HTTP, err = listen(&p.group, "command API", o.Listen, wh, nil, o.Logger); err != nil {
+		w.Shutdown(ctx)
+		return nil, err
+	}
+	// First at a stop, while the command API still serves: no new turns,
+	// the running ones finish within the grace.
+	p.group.Defer("worker", w.Shutdown)
+	if err := w.FlushOutboxes(ctx); err != nil {
+		o.Logger.Warn("could not scan the session volume for undelivered reports", "err", err)
+	}
+	return p, nil
+}
+
+// identitySource returns the source of the identity token and its
+// readiness check; a token file is watched in the group.
+func (p *Worker) identitySource(o WorkerConfig) (get func() (string, error), readable func() error, err error) {
+	switch {
+	case o.IdentityTokenFile != "":
+		// A rotation's new Secret reaches the file by the kubelet's ..data
+		// swap, and a read during the swap falls back to the last good
+		// token.
+		f, err := secretfile.Open(o.IdentityTokenFile, &secretfile.Options{Logger: o.Logger})
+		if err != nil {
+			return nil, nil, err
+		}
+		p.group.Go("identity token watch", f.Run)
+		return f.Get, f.Healthy, nil
+	case o.IdentityToken != "":
+		tok := o.IdentityToken
+		return func() (string, error) { return tok, nil }, func() error { return nil }, nil
+	}
+	return nil, nil, errors.New("an identity token is required: --identity-token-file or TALKIDE_WORKER_IDENTITY_TOKEN")
+}
+
+// commandKeys returns the command key to start with and the keyring that
+// verifies commands; a key file is watched in the group.
+func (p *Worker) commandKeys(o WorkerConfig) (trust.Key, *trust.Keyring, error) {
+	if o.CommandKeyFile == "" {
+		if len(o.CommandKey.Secret) == 0 {
+			return trust.Key{}, nil, trust.ErrNoCommandKey
+		}
+		ring, err := trust.NewRotatingKeyring([]trust.Key{o.CommandKey})
+		return o.CommandKey, ring, err
+	}
+	kf, err := trust.OpenKeyFile(o.CommandKeyFile, o.CommandKeyID, o.CommandKeyGrace, o.Logger)
+	if err != nil {
+		return trust.Key{}, nil, err
+	}
+	p.group.Go("command key watch", kf.File.Run)
+	return kf.First, kf.Ring, nil
+}
+
+// readAgentFiles reads the tool policy and the MCP allow-list the agent
+// configuration names.
+func readAgentFiles(a AgentConfig) (*tools.Policy, *mcpservers.AllowList, error) {
+	var (
+		policy   *tools.Policy
+		mcpAllow *mcpservers.AllowList
+	)
+	if a.ToolPolicy != "" {
+		b, err := os.ReadFile(a.ToolPolicy)
+		if err != nil {
+			return nil, nil, fmt.Errorf("tool policy: %w", err)
+		}
+		if policy, err = tools.ParsePolicy(b); err != nil {
+			return nil, nil, fmt.Errorf("tool policy %s: %w", a.ToolPolicy, err)
+		}
+	}
+	if a.MCPAllow != "" {
+		b, err := os.ReadFile(a.MCPAllow)
+		if err != nil {
+			return nil, nil, fmt.Errorf("MCP allow-list: %w", err)
+		}
+		if mcpAllow, err = mcpservers.ParseAllowList(b); err != nil {
+			return nil, nil, fmt.Errorf("MCP allow-list %s: %w", a.MCPAllow, err)
+		}
+	}
+	return policy, mcpAllow, nil
+}
+
+// IdentityToken is the identity token the worker mints with now: a
+// rotated file's new token once it has been read.
+func (p *Worker) IdentityToken() (string, error) { return p.identity() }
+
+// Sandbox is the sandbox every agent command runs in.
+func (p *Worker) Sandbox() *sandbox.Sandbox { return p.jails.sb }
+
+// Stop stops taking commands, lets running turns finish within ctx, then
+// stops the rest in reverse and delivers the last reports.
+func (p *Worker) Stop(ctx context.Context) error { return p.group.Stop(ctx) }
+
+// Fatal delivers the error of a part that failed while the worker ran.
+func (p *Worker) Fatal() <-chan error { return p.group.Fatal() }
+
+// RunWorker starts a worker, calls started with it, and runs it until ctx
+// ends or a part fails; then it stops it within WorkerGrace.
+func RunWorker(ctx context.Context, o WorkerConfig, started func(*Worker)) error {
+	p, err := StartWorker(ctx, o)
+	if err != nil {
+		return err
+	}
+	if started != nil {
+		started(p)
+	}
+	return runUntil(ctx, o.Logger, WorkerGrace, p.Fatal(), p.Stop)
+}
+
+// workerReadiness are the worker's /readyz checks: the session volume
+// takes writes, the identity token is readable, the control-plane answers.
+func workerReadiness(o WorkerConfig, tokenReadable func() error) map[string]readiness.Check {
+	return map[string]readiness.Check{
+		"session volume writable": readiness.Writable(o.ClaudeConfigDir),
+		"token readable":          func(context.Context) error { return tokenReadable() },
+		"control-plane reachable": readiness.Reachable(&http.Client{Timeout: 2 * time.Second}, o.ControlPlaneURL),
+	}
+}
+
+// selectHarness returns the harness the configuration names: the native
+// one (h) or a Claude Code harness (cc) whose CLIs use the local proxy lp.
+func selectHarness(o WorkerConfig, h *native.Harness, lp *localproxy.Server, endpoint *workermcp.Handler) (harness.Harness, *claudecode.Harness, error) {
+	switch o.Agent.Harness {
+	case "", native.Name:
+		return h, nil, nil
+	case claudecode.Name:
+		bin, err := exec.LookPath(o.Agent.ClaudeCodeBin)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--harness claude-code: the Claude Code CLI (--claude-code-bin %q) was not found: %w", o.Agent.ClaudeCodeBin, err)
+		}
+		var servers []claudecode.MCPServer
+		if endpoint != nil {
+			for _, name := range endpoint.Servers() {
+				servers = append(servers, claudecode.MCPServer{Name: name, URL: func(conv string) string { return lp.BaseURLFor(conv) + "/mcp/" + name },
+					Timeout: workermcp.CallTimeout(name)})
+			}
+		}
+		cc, err := claudecode.New(bin, claudecode.Proxy{
+			BaseURLFor: lp.BaseURLFor,
+			Capability: lp.Capability,
+		}, &claudecode.Options{
+			Model:      o.Agent.Model,
+			MCPServers: servers,
+			Logger:     o.Logger.With("component", "harness"),
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return cc, cc, nil
+	default:
+		return nil, nil, fmt.Errorf("--harness %q: want %s or %s", o.Agent.Harness, native.Name, claudecode.Name)
+	}
+}
