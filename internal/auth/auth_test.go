@@ -2,6 +2,7 @@ package auth
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -343,5 +344,22 @@ func TestCallerRoles(t *testing.T) {
 		if got := tt.c.CanSend(conv); got != tt.send {
 			t.Errorf("%s: CanSend = %v", name, got)
 		}
+	}
+}
+
+// TestAPITokenIssuedBefore: a token as a store holds it from before the
+// token code was shared (its id, and the SHA-256 of its secret computed
+// outside Go) still authenticates.
+func TestAPITokenIssuedBefore(t *testing.T) {
+	a, st, _ := newAuth(t, Options{})
+	const token = "tka_AbCdEfGhIjKl.q8sY3v0mX1cJ7kR2pL9wT4nB6hD5fG0aZ-_eU1iO2yQ"
+	hash, _ := hex.DecodeString("92ae3fdcd74512c67b9028bfb9088959e0af4b8f1cf9ef97280b966c1d1ccde5")
+	rec := store.APIToken{ID: "AbCdEfGhIjKl", UserID: "bob", Hash: [32]byte(hash), CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	if err := st.AddAPIToken(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.Authenticate(request(http.Header{"Authorization": {"Bearer " + token}}, "192.0.2.1:5"))
+	if err != nil || c.UserID != "bob" || c.TokenID != rec.ID {
+		t.Fatalf("Authenticate = %+v, %v", c, err)
 	}
 }

@@ -578,6 +578,39 @@ func TestOperatorTokenFile(t *testing.T) {
 	}
 }
 
+// TestOperatorTokenFileWrittenBefore: a token file as talkide admin
+// operator-token wrote it before the token code was shared (the hash
+// computed outside Go) still admits its token, and a rewrite keeps its
+// line as it was.
+func TestOperatorTokenFileWrittenBefore(t *testing.T) {
+	const (
+		token = "tko_Qw8eRt5yUi2o.b0x5Y2hMQnV0dGVyZmx5U3BhcmtsZXNUd2lua2xlXzE"
+		line  = "Qw8eRt5yUi2o 794f3e16f5ecc81fd31b2d222a2a31333c7d18c100cb0983c0c5fef971fd0a5e 2026-11-30T16:00:00Z ci bot\n"
+	)
+	path := filepath.Join(t.TempDir(), "ops")
+	header := "# TalkIDE operator tokens: id, SHA-256 of the secret, created, name. Kept by talkide admin operator-token.\n"
+	if err := os.WriteFile(path, []byte(header+line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ops, err := controlplane.NewOperatorTokens(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ops.Verify(token); err != nil || got.ID != "Qw8eRt5yUi2o" || got.Name != "ci bot" || !got.CreatedAt.Equal(start) {
+		t.Fatalf("Verify = %+v, %v", got, err)
+	}
+	_, other := controlplane.NewOperatorToken("other", start)
+	if err := controlplane.AddOperatorToken(path, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controlplane.RemoveOperatorToken(path, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != header+line {
+		t.Errorf("rewritten as\n%s", b)
+	}
+}
+
 func FuzzParseOperatorToken(f *testing.F) {
 	tok, _ := controlplane.NewOperatorToken("", start)
 	for _, s := range []string{tok, "", "tko_", "tko_a.b", "tko_.", "tki_abc.defghijklmnopqrstuvwxyz", "tko_a.bbbbbbbbbbbbbbbb\n"} {

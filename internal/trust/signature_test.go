@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/talkide/platform/internal/tokenscheme"
 )
 
 // clock is a settable clock, safe for concurrent use.
@@ -734,7 +736,7 @@ func FuzzParseSignature(f *testing.F) {
 			t.Fatalf("accepted a %d-byte header", len(h))
 		}
 		for _, f := range []string{s.KeyID, s.Tenant, s.Env, s.Nonce} {
-			if !isB64URL(f) || len(f) > 64 {
+			if !tokenscheme.IsBase64URL(f) || len(f) > 64 {
 				t.Fatalf("accepted field %q", f)
 			}
 		}
