@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/tokenscheme"
 )
 
@@ -158,35 +158,15 @@ func RemoveOperatorToken(path, id string) (OperatorToken, error) {
 	return OperatorToken{}, fmt.Errorf("%w: %s", ErrNoOperatorToken, id)
 }
 
-// writeOperatorTokens replaces the file at once (a new file renamed over
-// the old one), so a reader never sees half of it.
+// writeOperatorTokens replaces the file at once, so a reader (the
+// control-plane, which watches it) never sees half of it.
 func writeOperatorTokens(path string, ts []OperatorToken) error {
 	var b strings.Builder
 	b.WriteString("# TalkIDE operator tokens: id, SHA-256 of the secret, created, name. Kept by talkide admin operator-token.\n")
 	for _, t := range ts {
 		b.WriteString(t.line())
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".operator-tokens-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.WriteString(b.String()); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.WriteFile(path, []byte(b.String()), 0o600)
 }
 
 // OperatorTokens checks operator tokens against a token file, which it
