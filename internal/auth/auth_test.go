@@ -8,10 +8,10 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/fakeclock"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
@@ -19,19 +19,7 @@ import (
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func newAuth(t *testing.T, opts Options) (*Authenticator, store.Store, *clock) {
+func newAuth(t *testing.T, opts Options) (*Authenticator, store.Store, *fakeclock.Clock) {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), ":memory:", nil)
 	if err != nil {
@@ -50,7 +38,7 @@ func newAuth(t *testing.T, opts Options) (*Authenticator, store.Store, *clock) {
 			t.Fatal(err)
 		}
 	}
-	clk := &clock{now: t0}
+	clk := fakeclock.New(t0)
 	opts.Now = clk.Now
 	a, err := New(st, &opts)
 	if err != nil {

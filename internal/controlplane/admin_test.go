@@ -19,6 +19,7 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/fakeclock"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/postgres"
 	"github.com/talkide/platform/internal/store/postgres/pgtest"
@@ -58,7 +59,7 @@ type adminHarness struct {
 	url    string
 	svc    *budget.Service
 	store  budgetStore
-	clock  *clock
+	clock  *fakeclock.Clock
 	tokens string // the operator token file
 	token  string // an operator token in it
 	logs   *lockedLog
@@ -76,7 +77,7 @@ func openSQLite(t *testing.T) budgetStore {
 
 func newAdminHarness(t *testing.T, st budgetStore, metrics http.Handler) *adminHarness {
 	t.Helper()
-	h := &adminHarness{t: t, store: st, clock: &clock{now: start}, logs: &lockedLog{},
+	h := &adminHarness{t: t, store: st, clock: fakeclock.New(start), logs: &lockedLog{},
 		tokens: filepath.Join(t.TempDir(), "operator-tokens")}
 	tok, rec := controlplane.NewOperatorToken("ci bot", start)
 	if err := controlplane.AddOperatorToken(h.tokens, rec); err != nil {
