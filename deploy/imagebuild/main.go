@@ -33,6 +33,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/talkide/platform/internal/atomicfile"
 )
 
 // list is a repeatable flag.
@@ -222,11 +224,11 @@ func filesLayer(path string, files, dirs []string) (v1.Layer, error) {
 
 // tarDir writes the layout in dir as a tar archive at out.
 func tarDir(dir, out string) error {
-	tmp := out + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := atomicfile.Create(out, 0o644)
 	if err != nil {
 		return err
 	}
+	defer f.Close()
 	tw := tar.NewWriter(f)
 	err = filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
 		if err != nil || path == dir {
@@ -260,12 +262,8 @@ func tarDir(dir, out string) error {
 	if err == nil {
 		err = tw.Close()
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
-		os.Remove(tmp)
 		return err
 	}
-	return os.Rename(tmp, out)
+	return f.Commit()
 }

@@ -2,15 +2,16 @@ package auth
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/fakeclock"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
@@ -18,19 +19,7 @@ import (
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func newAuth(t *testing.T, opts Options) (*Authenticator, store.Store, *clock) {
+func newAuth(t *testing.T, opts Options) (*Authenticator, store.Store, *fakeclock.Clock) {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), ":memory:", nil)
 	if err != nil {
@@ -49,7 +38,7 @@ func newAuth(t *testing.T, opts Options) (*Authenticator, store.Store, *clock) {
 			t.Fatal(err)
 		}
 	}
-	clk := &clock{now: t0}
+	clk := fakeclock.New(t0)
 	opts.Now = clk.Now
 	a, err := New(st, &opts)
 	if err != nil {
@@ -343,5 +332,22 @@ func TestCallerRoles(t *testing.T) {
 		if got := tt.c.CanSend(conv); got != tt.send {
 			t.Errorf("%s: CanSend = %v", name, got)
 		}
+	}
+}
+
+// TestAPITokenIssuedBefore: a token as a store holds it from before the
+// token code was shared (its id, and the SHA-256 of its secret computed
+// outside Go) still authenticates.
+func TestAPITokenIssuedBefore(t *testing.T) {
+	a, st, _ := newAuth(t, Options{})
+	const token = "tka_AbCdEfGhIjKl.q8sY3v0mX1cJ7kR2pL9wT4nB6hD5fG0aZ-_eU1iO2yQ"
+	hash, _ := hex.DecodeString("92ae3fdcd74512c67b9028bfb9088959e0af4b8f1cf9ef97280b966c1d1ccde5")
+	rec := store.APIToken{ID: "AbCdEfGhIjKl", UserID: "bob", Hash: [32]byte(hash), CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	if err := st.AddAPIToken(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.Authenticate(request(http.Header{"Authorization": {"Bearer " + token}}, "192.0.2.1:5"))
+	if err != nil || c.UserID != "bob" || c.TokenID != rec.ID {
+		t.Fatalf("Authenticate = %+v, %v", c, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/fakeclock"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/postgres"
@@ -18,10 +19,10 @@ import (
 // replicaAuths returns n authenticators, each on a PostgreSQL store of its
 // own (its own connection pool) on one database, as n replicas have them,
 // sharing a clock; alice and bob are members of acme.
-func replicaAuths(t *testing.T, n int, opts Options) ([]*Authenticator, store.Store, *clock) {
+func replicaAuths(t *testing.T, n int, opts Options) ([]*Authenticator, store.Store, *fakeclock.Clock) {
 	t.Helper()
 	url := pgtest.URL(t)
-	clk := &clock{now: t0}
+	clk := fakeclock.New(t0)
 	opts.Now = clk.Now
 	var as []*Authenticator
 	var first store.Store

@@ -8,12 +8,12 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/store"
-	"github.com/talkide/platform/internal/trust"
+	"github.com/talkide/platform/internal/tokenscheme"
 )
 
-// API tokens look like identity tokens with their own prefix:
-// "tka_<id>.<secret>"; the store keeps the id and the secret's SHA-256.
-const apiTokenPrefix = "tka_"
+// apiTokens are a user's API tokens, "tka_<id>.<secret>"; the store keeps
+// the id and the secret's SHA-256.
+var apiTokens = tokenscheme.New("tka_", "API token")
 
 // DefaultAPITokenTTL is an API token's lifetime when none is given.
 const DefaultAPITokenTTL = 90 * 24 * time.Hour
@@ -43,7 +43,7 @@ func IssueAPIToken(ctx context.Context, st store.Store, userID, name string, ttl
 		return "", rec, fmt.Errorf("auth: user %s: %w", userID, err)
 	}
 	now = now.UTC()
-	tok := trust.NewPrefixedToken(apiTokenPrefix)
+	tok := apiTokens.Issue()
 	rec = store.APIToken{ID: tok.ID, UserID: userID, Name: name, Hash: tok.Hash, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	if err := st.AddAPIToken(ctx, rec); err != nil {
 		return "", store.APIToken{}, fmt.Errorf("auth: %w", err)
@@ -56,7 +56,7 @@ func IssueAPIToken(ctx context.Context, st store.Store, userID, name string, ttl
 
 // RevokeAPIToken revokes the token with id at now and returns its record.
 func RevokeAPIToken(ctx context.Context, st store.Store, id string, now time.Time) (store.APIToken, error) {
-	if !isTokenID(id) {
+	if !tokenscheme.ValidID(id) {
 		// Not echoed: a whole token pasted by mistake must not reach a log.
 		return store.APIToken{}, fmt.Errorf("auth: not a token id (want the id alone, as talkide admin api-token list shows it): %w", store.ErrNotFound)
 	}
@@ -70,45 +70,23 @@ func RevokeAPIToken(ctx context.Context, st store.Store, id string, now time.Tim
 // and at now it must be neither revoked nor expired. A valid use is
 // recorded as the token's last use.
 func (a *Authenticator) apiToken(ctx context.Context, token string, now time.Time) (store.APIToken, error) {
-	id, hash, err := trust.ParsePrefixedToken(apiTokenPrefix, "an API token", token)
-	if err != nil {
+	rec, err := tokenscheme.Verify(apiTokens, token, now, func(id string) (store.APIToken, tokenscheme.Stored, bool, error) {
+		rec, err := a.st.GetAPIToken(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return rec, tokenscheme.Stored{}, false, nil
+		}
+		return rec, tokenscheme.Stored{Hash: rec.Hash, RevokedAt: rec.RevokedAt, ExpiresAt: rec.ExpiresAt}, err == nil, err
+	})
+	if errors.Is(err, tokenscheme.ErrInvalid) {
 		return store.APIToken{}, unauthorized(err)
-	}
-	rec, err := a.st.GetAPIToken(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.APIToken{}, unauthorized(fmt.Errorf("unknown API token %s", id))
 	}
 	if err != nil {
 		return store.APIToken{}, err
 	}
-	switch {
-	case !trust.HashesEqual(rec.Hash, hash):
-		return store.APIToken{}, unauthorized(fmt.Errorf("API token %s: wrong secret", id))
-	case !rec.RevokedAt.IsZero() && !now.Before(rec.RevokedAt):
-		return store.APIToken{}, unauthorized(fmt.Errorf("API token %s: revoked", id))
-	case !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt):
-		return store.APIToken{}, unauthorized(fmt.Errorf("API token %s: expired", id))
-	}
 	if now.Sub(rec.LastUsedAt) >= touchEvery {
-		if err := a.st.TouchAPIToken(ctx, id, now); err != nil {
-			a.log.Warn("recording an API token's use failed", "token", id, "err", err)
+		if err := a.st.TouchAPIToken(ctx, rec.ID, now); err != nil {
+			a.log.Warn("recording an API token's use failed", "token", rec.ID, "err", err)
 		}
 	}
 	return rec, nil
-}
-
-// isTokenID reports whether id has the shape of a token's id: base64url
-// characters (a random id may begin with '-' or '_', which ValidateID
-// refuses), nothing else; a whole token has a prefix and a dot.
-func isTokenID(id string) bool {
-	if id == "" || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
 }

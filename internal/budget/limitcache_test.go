@@ -188,7 +188,7 @@ func TestLimitReadAhead(t *testing.T) {
 	if err := e.store.PutBudgetLimit(t.Context(), budget.Limit{Subject: u1, Kind: budget.Concurrent, Max: 1}); err != nil {
 		t.Fatal(err)
 	}
-	e.clock.Add(40 * time.Second)
+	e.clock.Advance(40 * time.Second)
 	if _, err := svc.Reserve(t.Context(), call("u1")); err != nil {
 		t.Fatalf("the call that starts the read ahead: %v", err) // admitted under the cached limit, without waiting
 	}

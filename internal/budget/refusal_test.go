@@ -40,11 +40,11 @@ func TestRefused(t *testing.T) {
 		// forgotten. Once they have been read again (here: the cache has
 		// expired, so the next call reads them), the next denial is
 		// remembered anew.
-		e.clock.Add(budget.DefaultLimitCacheTTL/2 + time.Millisecond)
+		e.clock.Advance(budget.DefaultLimitCacheTTL/2 + time.Millisecond)
 		if d := e.svc.Refused(who("u1"), false); d != nil {
 			t.Errorf("remembered past the limits' read-ahead: %v", d)
 		}
-		e.clock.Add(budget.DefaultLimitCacheTTL)
+		e.clock.Advance(budget.DefaultLimitCacheTTL)
 		e.denied(t, call("u1"))
 		if e.svc.Refused(who("u1"), false) == nil {
 			t.Fatal("not remembered again")
@@ -91,7 +91,7 @@ func TestRefused(t *testing.T) {
 		if e.svc.Refused(who("u1"), true) == nil || e.svc.Refused(who("u1"), false) == nil {
 			t.Fatal("a spent requests-per-minute limit not remembered for free and paid calls")
 		}
-		e.clock.Add(time.Minute) // the next minute: room again
+		e.clock.Advance(time.Minute) // the next minute: room again
 		if d := e.svc.Refused(who("u1"), false); d != nil {
 			t.Errorf("remembered into the next minute: %v", d)
 		}

@@ -4,31 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/fakeclock"
 	"github.com/talkide/platform/internal/store/sqlite"
 )
-
-// clock is a settable time source.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time // guarded by mu
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // Test prices: "m" costs 1,000 nanodollars per input token and 2,000 per
 // output token.
@@ -43,7 +25,7 @@ var testPrices = func() *budget.Prices {
 type env struct {
 	svc   *budget.Service
 	store *sqlite.Store
-	clock *clock
+	clock *fakeclock.Clock
 }
 
 func newEnv(t *testing.T, opts budget.Options) *env {
@@ -52,7 +34,7 @@ func newEnv(t *testing.T, opts budget.Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	c := fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	opts.Now = c.Now
 	if opts.LeaseCalls == 0 {
 		// These tests are about the reservations of single calls;
@@ -162,7 +144,7 @@ func TestStaleReservation(t *testing.T) {
 	if d := e.denied(t, call("u1")); !d.InFlight {
 		t.Errorf("denial %v, want one caused by the stale reservation", d)
 	}
-	e.clock.Add(time.Minute + time.Second)
+	e.clock.Advance(time.Minute + time.Second)
 	e.reserve(t, call("u1")).Settle(settled(100))
 	e.flush(t)
 	if d := e.denied(t, call("u1")); d.InFlight || d.Used != 2*cost {
@@ -181,14 +163,14 @@ func TestRenewal(t *testing.T) {
 	// real ticker, keeps moving the expiry past it.
 	deadline := time.Now().Add(10 * time.Second)
 	for step := 0; ; step++ {
-		e.clock.Add(10 * time.Millisecond)
+		e.clock.Advance(10 * time.Millisecond)
 		held, err := e.store.BudgetHeld(t.Context(), budget.User("u1"), e.clock.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if held.Count != 1 {
 			// Not yet renewed for this step: wait for the renewer.
-			e.clock.Add(-10 * time.Millisecond)
+			e.clock.Advance(-10 * time.Millisecond)
 			if time.Now().After(deadline) {
 				t.Fatal("the reservation was not renewed")
 			}
@@ -249,7 +231,7 @@ func TestFairUse(t *testing.T) {
 	if d.Limit.Kind != budget.RequestsPerMinute || d.RetryAfter != time.Minute {
 		t.Errorf("denial %v after %v, want the minute's requests", d, d.RetryAfter)
 	}
-	e.clock.Add(time.Minute)
+	e.clock.Advance(time.Minute)
 	e.reserve(t, call("u1")).Settle(settled(100))
 	e.flush(t)
 
@@ -338,7 +320,7 @@ func TestLimitCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.reserve(t, call("u1"))
-	e.clock.Add(time.Minute)
+	e.clock.Advance(time.Minute)
 	e.denied(t, call("u1"))
 	e.limit(t, budget.Limit{Subject: budget.User("u1"), Kind: budget.Concurrent, Max: 10})
 	e.reserve(t, call("u1"))
@@ -391,7 +373,7 @@ func TestAdmitCountsFreeRequests(t *testing.T) {
 	if d := e.denied(t, call("u1")); d.Limit.Kind != budget.RequestsPerMinute {
 		t.Errorf("a paid call after a free one: denied by %s", d.Limit.Kind)
 	}
-	e.clock.Add(time.Minute)
+	e.clock.Advance(time.Minute)
 	h := e.reserve(t, call("u1"))
 	if err := e.svc.Admit(t.Context(), call("u1")); err == nil {
 		t.Error("a free call after a paid one in the same minute passed a limit of 1")

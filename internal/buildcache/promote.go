@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/build"
 )
 
@@ -259,11 +260,7 @@ func switchPointer(root, id string) error {
 
 func writeRetired(root, id string, at time.Time) error {
 	p := filepath.Join(root, retiredDir, id)
-	tmp := p + ".new"
-	if err := os.WriteFile(tmp, []byte(at.UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
-		return fmt.Errorf("buildcache: %w", err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
+	if err := atomicfile.WriteFile(p, []byte(at.UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("buildcache: %w", err)
 	}
 	return nil
@@ -398,12 +395,7 @@ func copyFile(from, to string) (int64, error) {
 var openSource = os.Open
 
 func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("buildcache: %w", err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return fmt.Errorf("buildcache: syncing %s: %w", dir, err)
 	}
 	return nil

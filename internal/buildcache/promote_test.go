@@ -158,9 +158,9 @@ func TestPromoteFailureAfterTheSwitchIsAWarning(t *testing.T) {
 	if _, err := Promote(root, gradleHome(t, "1.0"), g1, t0); err != nil {
 		t.Fatal(err)
 	}
-	// A directory where the retirement record's temporary goes makes
+	// A directory that is not empty where the retirement record goes makes
 	// writing it fail.
-	if err := os.MkdirAll(filepath.Join(root, retiredDir, g1+".new"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(root, retiredDir, g1, "in-the-way"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	res, err := Promote(root, gradleHome(t, "2.0"), g2, t0.Add(time.Hour))

@@ -17,6 +17,7 @@ import (
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/fakeclock"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
@@ -101,7 +102,7 @@ type tenancy struct {
 	url     string
 	client  *http.Client
 	store   *sqlite.Store
-	clock   *clock
+	clock   *fakeclock.Clock
 	cp      *controlplane.Server
 	workers map[string]*recordingWorker // by "tenant/env"
 	tokens  map[string]string           // API token by user
@@ -126,7 +127,7 @@ func newTenancy(t *testing.T, opts *auth.Options) *tenancy {
 func newTenancyBudget(t *testing.T, opts *auth.Options, withBudget bool) *tenancy {
 	t.Helper()
 	ctx := t.Context()
-	clk := &clock{now: start}
+	clk := fakeclock.New(start)
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "cp.db"), nil)
 	if err != nil {
 		t.Fatal(err)

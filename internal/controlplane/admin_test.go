@@ -19,6 +19,7 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/fakeclock"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/postgres"
 	"github.com/talkide/platform/internal/store/postgres/pgtest"
@@ -58,7 +59,7 @@ type adminHarness struct {
 	url    string
 	svc    *budget.Service
 	store  budgetStore
-	clock  *clock
+	clock  *fakeclock.Clock
 	tokens string // the operator token file
 	token  string // an operator token in it
 	logs   *lockedLog
@@ -76,7 +77,7 @@ func openSQLite(t *testing.T) budgetStore {
 
 func newAdminHarness(t *testing.T, st budgetStore, metrics http.Handler) *adminHarness {
 	t.Helper()
-	h := &adminHarness{t: t, store: st, clock: &clock{now: start}, logs: &lockedLog{},
+	h := &adminHarness{t: t, store: st, clock: fakeclock.New(start), logs: &lockedLog{},
 		tokens: filepath.Join(t.TempDir(), "operator-tokens")}
 	tok, rec := controlplane.NewOperatorToken("ci bot", start)
 	if err := controlplane.AddOperatorToken(h.tokens, rec); err != nil {
@@ -575,6 +576,39 @@ func TestOperatorTokenFile(t *testing.T) {
 	os.WriteFile(bad, []byte("nonsense\n"), 0o600)
 	if _, err := controlplane.NewOperatorTokens(bad, nil); err == nil {
 		t.Error("a malformed file at start is not an error")
+	}
+}
+
+// TestOperatorTokenFileWrittenBefore: a token file as talkide admin
+// operator-token wrote it before the token code was shared (the hash
+// computed outside Go) still admits its token, and a rewrite keeps its
+// line as it was.
+func TestOperatorTokenFileWrittenBefore(t *testing.T) {
+	const (
+		token = "tko_Qw8eRt5yUi2o.b0x5Y2hMQnV0dGVyZmx5U3BhcmtsZXNUd2lua2xlXzE"
+		line  = "Qw8eRt5yUi2o 794f3e16f5ecc81fd31b2d222a2a31333c7d18c100cb0983c0c5fef971fd0a5e 2026-11-30T16:00:00Z ci bot\n"
+	)
+	path := filepath.Join(t.TempDir(), "ops")
+	header := "# TalkIDE operator tokens: id, SHA-256 of the secret, created, name. Kept by talkide admin operator-token.\n"
+	if err := os.WriteFile(path, []byte(header+line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ops, err := controlplane.NewOperatorTokens(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ops.Verify(token); err != nil || got.ID != "Qw8eRt5yUi2o" || got.Name != "ci bot" || !got.CreatedAt.Equal(start) {
+		t.Fatalf("Verify = %+v, %v", got, err)
+	}
+	_, other := controlplane.NewOperatorToken("other", start)
+	if err := controlplane.AddOperatorToken(path, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controlplane.RemoveOperatorToken(path, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != header+line {
+		t.Errorf("rewritten as\n%s", b)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/fakeclock"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
@@ -43,25 +44,6 @@ var (
 	// exactly.
 	start = time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC)
 )
-
-// clock is the injected clock of the control-plane, the fake worker and the
-// test's own signers.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time // guarded by mu
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // fakeWorker is a worker that checks the control-plane's signatures like
 // the real one (direction ToWorker, the env's derived key) and answers
@@ -92,7 +74,7 @@ type fakeOptions struct {
 	stream func(w http.ResponseWriter, r *http.Request, n int)
 }
 
-func startFakeWorker(t testing.TB, clk *clock, opts fakeOptions) *fakeWorker {
+func startFakeWorker(t testing.TB, clk *fakeclock.Clock, opts fakeOptions) *fakeWorker {
 	t.Helper()
 	f := &fakeWorker{t: t, opts: opts, sessions: map[string]bool{}, messages: map[string]bool{}}
 	f.verifier = trust.NewVerifier(trust.ToWorker, func(te, e, kid string) ([]byte, bool) {
@@ -254,7 +236,7 @@ type harness struct {
 	client  *http.Client
 	store   *sqlite.Store
 	keyring *trust.Keyring
-	clock   *clock
+	clock   *fakeclock.Clock
 	worker  *fakeWorker
 	cp      *controlplane.Server
 }
@@ -281,7 +263,7 @@ type harnessOptions struct {
 
 func newHarness(t testing.TB, opts harnessOptions) *harness {
 	t.Helper()
-	clk := &clock{now: start}
+	clk := fakeclock.New(start)
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "cp.db"), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -26,28 +27,11 @@ func (s *Server) authIdentity(r *http.Request) (store.IdentityToken, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return store.IdentityToken{}, denied(errors.New("no bearer token"))
 	}
-	id, hash, err := trust.ParseIdentityToken(tok)
-	if err != nil {
+	rec, err := provision.Authenticate(r.Context(), s.cfg.Store, tok, s.cfg.Now())
+	if errors.Is(err, provision.ErrInvalidToken) {
 		return store.IdentityToken{}, denied(err)
 	}
-	rec, err := s.cfg.Store.GetIdentityToken(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.IdentityToken{}, denied(errors.New("unknown identity token id"))
-	}
-	if err != nil {
-		return store.IdentityToken{}, err
-	}
-	if !trust.HashesEqual(rec.Hash, hash) {
-		return store.IdentityToken{}, denied(trust.ErrBadSignature)
-	}
-	now := s.cfg.Now()
-	if !rec.RevokedAt.IsZero() && !now.Before(rec.RevokedAt) {
-		return store.IdentityToken{}, denied(errors.New("identity token revoked"))
-	}
-	if !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt) {
-		return store.IdentityToken{}, denied(trust.ErrExpired)
-	}
-	return rec, nil
+	return rec, err
 }
 
 func (s *Server) handleMint(w http.ResponseWriter, r *http.Request) error {

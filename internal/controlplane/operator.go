@@ -3,19 +3,18 @@ package controlplane
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/talkide/platform/internal/atomicfile"
+	"github.com/talkide/platform/internal/tokenscheme"
 )
 
 // Operator tokens authenticate the operator API (/api/admin/). They look
@@ -28,16 +27,16 @@ import (
 // Blank lines and lines starting with '#' are ignored. `talkide admin
 // operator-token issue|list|revoke` keeps the file; the control-plane reads
 // it again whenever it changes, so tokens come and go without a restart.
-const operatorPrefix = "tko_"
+var operatorTokens = tokenscheme.New("tko_", "operator token")
 
 // MaxOperatorTokenLen bounds what ParseOperatorToken reads.
-const MaxOperatorTokenLen = 256
+const MaxOperatorTokenLen = tokenscheme.MaxLen
 
 // ErrNoOperatorToken is returned for an id that the file does not hold.
 var ErrNoOperatorToken = errors.New("no such operator token")
 
-// errOperatorToken is every failure to authenticate; it never holds the
-// token.
+// errOperatorToken is every failure to authenticate: one message for all,
+// so that not even the token's id reaches the log.
 var errOperatorToken = errors.New("not a valid operator token")
 
 // OperatorToken is the stored half of an operator token: never the token.
@@ -51,44 +50,20 @@ type OperatorToken struct {
 // NewOperatorToken makes a random operator token. The token is shown once;
 // only rec is stored.
 func NewOperatorToken(name string, now time.Time) (token string, rec OperatorToken) {
-	id, secret := randomB64(9), randomB64(32)
-	return operatorPrefix + id + "." + secret, OperatorToken{
-		ID: id, Hash: sha256.Sum256([]byte(secret)), CreatedAt: now.UTC().Truncate(time.Second),
+	tok := operatorTokens.Issue()
+	return tok.Token, OperatorToken{
+		ID: tok.ID, Hash: tok.Hash, CreatedAt: now.UTC().Truncate(time.Second),
 		Name: strings.Join(strings.Fields(name), " "),
 	}
 }
 
 // ParseOperatorToken splits a token into its id and the hash of its secret.
 func ParseOperatorToken(token string) (id string, hash [32]byte, err error) {
-	if len(token) > MaxOperatorTokenLen || !strings.HasPrefix(token, operatorPrefix) {
+	p, err := operatorTokens.Parse(token)
+	if err != nil {
 		return "", hash, errOperatorToken
 	}
-	id, secret, ok := strings.Cut(token[len(operatorPrefix):], ".")
-	if !ok || !isB64URL(id) || !isB64URL(secret) || len(secret) < 16 {
-		return "", hash, errOperatorToken
-	}
-	return id, sha256.Sum256([]byte(secret)), nil
-}
-
-func randomB64(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic("controlplane: crypto/rand failed: " + err.Error())
-	}
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func isB64URL(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
+	return p.ID, p.Hash, nil
 }
 
 func (t OperatorToken) line() string {
@@ -115,7 +90,7 @@ func ParseOperatorTokens(b []byte) ([]OperatorToken, error) {
 		}
 		var t OperatorToken
 		t.ID = f[0]
-		if !isB64URL(t.ID) || len(t.ID) > 64 {
+		if !tokenscheme.ValidID(t.ID) {
 			return nil, fmt.Errorf("line %d: bad token id", n)
 		}
 		if seen[t.ID] {
@@ -183,35 +158,15 @@ func RemoveOperatorToken(path, id string) (OperatorToken, error) {
 	return OperatorToken{}, fmt.Errorf("%w: %s", ErrNoOperatorToken, id)
 }
 
-// writeOperatorTokens replaces the file at once (a new file renamed over
-// the old one), so a reader never sees half of it.
+// writeOperatorTokens replaces the file at once, so a reader (the
+// control-plane, which watches it) never sees half of it.
 func writeOperatorTokens(path string, ts []OperatorToken) error {
 	var b strings.Builder
 	b.WriteString("# TalkIDE operator tokens: id, SHA-256 of the secret, created, name. Kept by talkide admin operator-token.\n")
 	for _, t := range ts {
 		b.WriteString(t.line())
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".operator-tokens-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.WriteString(b.String()); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.WriteFile(path, []byte(b.String()), 0o600)
 }
 
 // OperatorTokens checks operator tokens against a token file, which it
@@ -285,16 +240,14 @@ func (o *OperatorTokens) refresh() {
 // Verify returns the stored token that token is, or an error that does not
 // hold token.
 func (o *OperatorTokens) Verify(token string) (OperatorToken, error) {
-	id, hash, err := ParseOperatorToken(token)
+	t, err := tokenscheme.Verify(operatorTokens, token, time.Time{}, func(id string) (OperatorToken, tokenscheme.Stored, bool, error) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.refresh()
+		t, ok := o.tokens[id]
+		return t, tokenscheme.Stored{Hash: t.Hash}, ok, nil
+	})
 	if err != nil {
-		return OperatorToken{}, err
-	}
-	o.mu.Lock()
-	o.refresh()
-	t, ok := o.tokens[id]
-	o.mu.Unlock()
-	// Compare even for an unknown id, so that timing tells nothing.
-	if subtle.ConstantTimeCompare(t.Hash[:], hash[:]) != 1 || !ok {
 		return OperatorToken{}, errOperatorToken
 	}
 	return t, nil

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/fakeclock"
 )
 
 // TestTurnOf: a call goes to the turn whose span holds it, else to the
@@ -45,8 +46,8 @@ func TestTurnOf(t *testing.T) {
 // TestActivityOrder: what describes an older position of the log than the
 // mark kept changes nothing; idle marks are forgotten after a while.
 func TestActivityOrder(t *testing.T) {
-	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	a := newActivity(func() time.Time { return now })
+	clk := fakeclock.New(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	a := newActivity(clk.Now)
 	a.learn("c", 5, true, "t2")
 	a.learn("c", 3, false, "") // a replay of turn t1's end
 	if mk, _ := a.mark("c"); !mk.running || mk.turn != "t2" {
@@ -62,7 +63,7 @@ func TestActivityOrder(t *testing.T) {
 		t.Errorf("a newer state was not taken: %+v", mk)
 	}
 	a.learn("idle", 1, false, "")
-	now = now.Add(activityForget + time.Second)
+	clk.Advance(activityForget + time.Second)
 	for i := range activitySweep {
 		a.learn("other", int64(i), false, "")
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/talkide/platform/internal/fakeclock"
 )
 
 func TestConnectTunnel(t *testing.T) {
@@ -689,7 +691,7 @@ func TestNotProxyRequests(t *testing.T) {
 }
 
 func TestRefusalLogIsRateLimited(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	h := start(t, &Options{LogBurst: 3, LogInterval: time.Minute, Now: clock.Now}, `{"allow": []}`)
 	refuse := func(conv string) {
 		t.Helper()
@@ -702,7 +704,7 @@ func TestRefusalLogIsRateLimited(t *testing.T) {
 		refuse("conv-loop")
 	}
 	refuse("conv-other")
-	clock.Add(2 * time.Minute)
+	clock.Advance(2 * time.Minute)
 	refuse("conv-loop")
 
 	var got []string

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/talkide/platform/internal/fakeclock"
 )
 
 func basic(userpass string) string {
@@ -187,8 +189,8 @@ func TestConnectControlHook(t *testing.T) {
 }
 
 func TestLogLimiter(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	l := newLogLimiter(func() time.Time { return now }, time.Minute, 3)
+	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
+	l := newLogLimiter(clk.Now, time.Minute, 3)
 	var got []string
 	try := func(key string) {
 		ok, suppressed := l.allow(key)
@@ -200,9 +202,9 @@ func TestLogLimiter(t *testing.T) {
 		try("a")
 	}
 	try("b")
-	now = now.Add(30 * time.Second)
+	clk.Advance(30 * time.Second)
 	try("a")
-	now = now.Add(31 * time.Second)
+	clk.Advance(31 * time.Second)
 	try("a")
 	try("a")
 	want := []string{"a:", "a:", "a:", "b:", "a:" + strings.Repeat("s", 8), "a:"}
@@ -212,12 +214,12 @@ func TestLogLimiter(t *testing.T) {
 }
 
 func TestLogLimiterPrunes(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	l := newLogLimiter(func() time.Time { return now }, time.Minute, 1)
+	clk := fakeclock.New(time.Unix(1_700_000_000, 0))
+	l := newLogLimiter(clk.Now, time.Minute, 1)
 	for i := range maxLogKeys {
 		l.allow(strconv.Itoa(i))
 	}
-	now = now.Add(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	l.allow("new")
 	if n := len(l.windows); n != 1 {
 		t.Errorf("%d windows after the old ones ended, want 1", n)

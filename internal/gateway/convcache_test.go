@@ -34,7 +34,10 @@ type cacheHarness struct {
 	keys  *trust.Keyring
 	store *countingStore
 	url   string
-	skew  atomic.Int64 // added to time.Now, in nanoseconds
+	// skew is added to time.Now, in nanoseconds. Not a fakeclock.Clock: the
+	// gateway checks WorkerTokens minted at real time and its transport's
+	// deadlines run in real time; only the cache's TTL is jumped over.
+	skew atomic.Int64
 }
 
 func newCacheHarness(t *testing.T, ttl time.Duration) *cacheHarness {

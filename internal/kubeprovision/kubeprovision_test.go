@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/fakeclock"
 	"github.com/talkide/platform/internal/kubetest"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/store"
@@ -38,23 +38,10 @@ func TestMain(m *testing.M) { kubetest.Main(m) }
 
 var commandSecret = bytes.Repeat([]byte{9}, 32)
 
-// clock is a settable clock shared by the provisioner and a control-plane.
-type clock struct {
-	mu  sync.Mutex // guards now
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type fixture struct {
 	srv         *kubetest.Server
 	st          store.Store
-	clk         *clock
+	clk         *fakeclock.Clock
 	tenant, env string
 	ns          string
 }
@@ -71,7 +58,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(func() { st.Close() })
 	var b [3]byte
 	rand.Read(b[:])
-	f := &fixture{srv: srv, st: st, clk: &clock{now: time.Now().UTC().Truncate(time.Millisecond)}, tenant: "t" + hex.EncodeToString(b[:]), env: "prod"}
+	f := &fixture{srv: srv, st: st, clk: fakeclock.New(time.Now().UTC().Truncate(time.Millisecond)), tenant: "t" + hex.EncodeToString(b[:]), env: "prod"}
 	f.ns = provision.Namespace(f.tenant, f.env)
 	if _, err := provision.EnsureEnv(t.Context(), st, f.tenant, f.env, ""); err != nil {
 		t.Fatal(err)
@@ -505,13 +492,13 @@ func TestRotation(t *testing.T) {
 	if newTok == old {
 		t.Fatal("the Secret still holds the old token")
 	}
-	f.clk.Add(9 * time.Minute)
+	f.clk.Advance(9 * time.Minute)
 	for name, tok := range map[string]string{"old": old, "new": newTok} {
 		if got := mintStatus(t, cp, tok); got != http.StatusOK {
 			t.Errorf("within the grace period, mint with the %s token: %d", name, got)
 		}
 	}
-	f.clk.Add(time.Minute)
+	f.clk.Advance(time.Minute)
 	if got := mintStatus(t, cp, old); got != http.StatusUnauthorized {
 		t.Errorf("after the grace period, mint with the old token: %d, want 401", got)
 	}
@@ -524,7 +511,7 @@ func TestRotation(t *testing.T) {
 	}
 
 	// Near the expiry, the lead time makes a sync rotate.
-	f.clk.Add(29*24*time.Hour + time.Minute)
+	f.clk.Advance(29*24*time.Hour + time.Minute)
 	res, err = p.Sync(ctx, f.tenant, f.env, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -16,25 +16,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/fakeclock"
 )
-
-// clock is a settable test clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time // guarded by mu
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
 
 // mintCall is what the fake mint endpoint received.
 type mintCall struct {
@@ -47,7 +30,7 @@ type mintCall struct {
 // fail when fail is set.
 type mintServer struct {
 	srv   *httptest.Server
-	clock *clock
+	clock *fakeclock.Clock
 	ttl   time.Duration
 
 	mu    sync.Mutex
@@ -55,7 +38,7 @@ type mintServer struct {
 	fail  func(w http.ResponseWriter, r *http.Request) // guarded by mu
 }
 
-func newMintServer(t *testing.T, c *clock) *mintServer {
+func newMintServer(t *testing.T, c *fakeclock.Clock) *mintServer {
 	t.Helper()
 	m := &mintServer{clock: c, ttl: 120 * time.Second}
 	m.srv = httptest.NewServer(http.HandlerFunc(m.serve))
@@ -126,7 +109,7 @@ func TestTokenCachesUntilRefresh(t *testing.T) {
 		{2*ttl - 2*refreshBefore, "c1", "tok-c1-4"},
 		{10 * ttl, "c2", "tok-c2-5"}, // long expired
 	}
-	c := &clock{now: t0}
+	c := fakeclock.New(t0)
 	ms := newMintServer(t, c)
 	m := New(ms.srv.URL+"/", staticIdentity("tki_id.secret"), &Options{Now: c.Now})
 	for i, s := range steps {
@@ -145,7 +128,7 @@ func TestTokenCachesUntilRefresh(t *testing.T) {
 }
 
 func TestIdentityReadPerMint(t *testing.T) {
-	c := &clock{now: time.Unix(1_900_000_000, 0)}
+	c := fakeclock.New(time.Unix(1_900_000_000, 0))
 	ms := newMintServer(t, c)
 	var mu sync.Mutex
 	reads := 0
@@ -218,7 +201,7 @@ func TestMintErrors(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			c := &clock{now: time.Now()}
+			c := fakeclock.New(time.Now())
 			ms := newMintServer(t, c)
 			ms.setFail(tc.fail)
 			id := tc.identity
@@ -251,7 +234,7 @@ func TestMintErrors(t *testing.T) {
 }
 
 func TestInvalidConversationRefusedWithoutRequest(t *testing.T) {
-	c := &clock{now: time.Now()}
+	c := fakeclock.New(time.Now())
 	ms := newMintServer(t, c)
 	m := New(ms.srv.URL, staticIdentity("tki_a.b"), &Options{Now: c.Now})
 	for _, id := range []string{"", "..", "a/b", "a.b", "-lead", "a b", strings.Repeat("x", contract.MaxIDLen+1)} {
@@ -312,7 +295,7 @@ func (b *trackedBody) Closed() bool {
 }
 
 func TestTransport(t *testing.T) {
-	c := &clock{now: time.Now()}
+	c := fakeclock.New(time.Now())
 	ms := newMintServer(t, c)
 	gw, gwSeen := newGateway(t)
 	tr := &Transport{Minter: New(ms.srv.URL, staticIdentity("tki_x.y"), &Options{Now: c.Now})}

@@ -3,6 +3,7 @@ package provision
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -218,6 +219,31 @@ func TestAuthenticateRejects(t *testing.T) {
 		if sec := tk[strings.IndexByte(tk, '.')+1:]; len(sec) > 8 && err != nil && strings.Contains(err.Error(), sec) {
 			t.Errorf("%s: error contains the secret", name)
 		}
+	}
+}
+
+// TestIdentityTokenIssuedBefore: a token as a store holds it from before the
+// token code was shared (its id, and the SHA-256 of its secret computed
+// outside Go) still authenticates, and a store failure is not the token's.
+func TestIdentityTokenIssuedBefore(t *testing.T) {
+	ctx := t.Context()
+	st := newStore(t)
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	if _, err := EnsureEnv(ctx, st, "acme", "prod", ""); err != nil {
+		t.Fatal(err)
+	}
+	const token = "tki_Xy3kP0qRsT1u.Zm9vYmFyYmF6cXV4cXV1eHF1dXhxdXV4cXV1eHF1dXg"
+	hash, _ := hex.DecodeString("eb61961ac2bddb064bcd491f1926db0a25ba4de9d5d4ed450011bba77844787c")
+	rec := store.IdentityToken{ID: "Xy3kP0qRsT1u", Tenant: "acme", Env: "prod", Hash: [32]byte(hash), CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := st.AddIdentityToken(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Authenticate(ctx, st, token, now); err != nil || got.ID != rec.ID || got.Env != "prod" {
+		t.Fatalf("Authenticate = %+v, %v", got, err)
+	}
+	st.Close()
+	if _, err := Authenticate(ctx, st, token, now); err == nil || errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("Authenticate on a closed store = %v, want a store error", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/tokenscheme"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -19,9 +20,6 @@ const DefaultTokenTTL = 90 * 24 * time.Hour
 // token's fault (malformed, unknown, wrong secret, revoked, expired). The
 // wrapped message says which, never the token.
 var ErrInvalidToken = errors.New("identity token not valid")
-
-// maxTokenIDLen bounds the ids RevokeIdentityToken looks up.
-const maxTokenIDLen = 64
 
 // IssueIdentityToken issues a new identity token for an existing tenant-env,
 // valid from now for ttl (DefaultTokenTTL when 0), and stores its hash. The
@@ -45,7 +43,7 @@ func IssueIdentityToken(ctx context.Context, st store.Store, tenant, env string,
 		return "", store.IdentityToken{}, fmt.Errorf("provision: %w", err)
 	}
 	now = now.UTC()
-	tok := trust.NewIdentityToken()
+	tok := trust.IdentityTokens.Issue()
 	rec = store.IdentityToken{ID: tok.ID, Tenant: tenant, Env: env, Hash: tok.Hash, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	if err := st.AddIdentityToken(ctx, rec); err != nil {
 		return "", store.IdentityToken{}, fmt.Errorf("provision: %w", err)
@@ -61,7 +59,7 @@ func IssueIdentityToken(ctx context.Context, st store.Store, tenant, env string,
 // record. A token revoked before keeps its first RevokedAt (compare it with
 // now to tell). store.ErrNotFound when no token has that id.
 func RevokeIdentityToken(ctx context.Context, st store.Store, id string, now time.Time) (store.IdentityToken, error) {
-	if !isTokenID(id) {
+	if !tokenscheme.ValidID(id) {
 		// Not echoed: a whole token pasted by mistake must not reach a
 		// terminal log.
 		return store.IdentityToken{}, fmt.Errorf("provision: not a token id (want the id alone, e.g. from the Secret's annotation, never the token): %w", store.ErrNotFound)
@@ -81,41 +79,20 @@ func RevokeIdentityToken(ctx context.Context, st store.Store, id string, now tim
 // token must be neither revoked nor expired. Failures that are the token's
 // fault wrap ErrInvalidToken; store failures are returned as they are.
 func Authenticate(ctx context.Context, st store.Store, token string, now time.Time) (store.IdentityToken, error) {
-	id, hash, err := trust.ParseIdentityToken(token)
-	if err != nil {
+	rec, err := tokenscheme.Verify(trust.IdentityTokens, token, now, func(id string) (store.IdentityToken, tokenscheme.Stored, bool, error) {
+		rec, err := st.GetIdentityToken(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return rec, tokenscheme.Stored{}, false, nil
+		}
+		return rec, tokenscheme.Stored{Hash: rec.Hash, RevokedAt: rec.RevokedAt, ExpiresAt: rec.ExpiresAt}, err == nil, err
+	})
+	if errors.Is(err, tokenscheme.ErrInvalid) {
 		return store.IdentityToken{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
-	}
-	rec, err := st.GetIdentityToken(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.IdentityToken{}, fmt.Errorf("%w: unknown token id", ErrInvalidToken)
 	}
 	if err != nil {
 		return store.IdentityToken{}, fmt.Errorf("provision: %w", err)
 	}
-	switch {
-	case !trust.HashesEqual(rec.Hash, hash):
-		return store.IdentityToken{}, fmt.Errorf("%w: wrong secret", ErrInvalidToken)
-	case !rec.RevokedAt.IsZero() && !now.Before(rec.RevokedAt):
-		return store.IdentityToken{}, fmt.Errorf("%w: revoked", ErrInvalidToken)
-	case !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt):
-		return store.IdentityToken{}, fmt.Errorf("%w: expired", ErrInvalidToken)
-	}
 	return rec, nil
-}
-
-// isTokenID reports whether id has the shape of an identity token's id:
-// base64url characters, nothing else (a token has a prefix and a dot).
-func isTokenID(id string) bool {
-	if id == "" || len(id) > maxTokenIDLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // RetireEnv marks tenant/env retired in st and revokes every identity token

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/talkide/platform/internal/atomicfile"
 )
 
 // checkpoint records where the logs stood when everything was durable, and
@@ -53,7 +55,7 @@ func (s *Session) writeCheckpointLocked() error {
 	// The checksum line goes first so a reader can check the rest.
 	sum := crc32.Checksum(b, castagnoli)
 	data := append([]byte(strconv.FormatUint(uint64(sum), 10)+"\n"), b...)
-	return replaceFile(filepath.Join(s.dir, checkpointFile), data)
+	return atomicfile.WriteFile(filepath.Join(s.dir, checkpointFile), data, 0o600)
 }
 
 // readCheckpoint returns the checkpoint when it is intact and still fits the

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/talkide/platform/internal/atomicfile"
 )
 
 // A session's lease lives in its lease/ directory as one file per fencing
@@ -197,7 +199,7 @@ func (l *lease) renew(ttl time.Duration, now time.Time) error {
 		return ErrFenced
 	}
 	l.expires = now.Add(ttl)
-	return replaceFile(filepath.Join(l.dir, leaseName(l.fence)), l.content())
+	return atomicfile.WriteFile(filepath.Join(l.dir, leaseName(l.fence)), l.content(), 0o600)
 }
 
 // release gives the lease up at once, so another owner need not wait for it
@@ -209,7 +211,7 @@ func (l *lease) release() error {
 	}
 	b, _ := json.Marshal(leaseFile{Holder: l.holder, ExpiresAt: l.expires.UTC(), Released: true})
 	l.expires = time.Time{}
-	return replaceFile(filepath.Join(l.dir, leaseName(l.fence)), b)
+	return atomicfile.WriteFile(filepath.Join(l.dir, leaseName(l.fence)), b, 0o600)
 }
 
 func writeTemp(dir string, data []byte) (string, error) {
@@ -232,17 +234,4 @@ func writeTemp(dir string, data []byte) (string, error) {
 		return "", err
 	}
 	return tmp.Name(), nil
-}
-
-// replaceFile atomically replaces path with data (temp file, fsync, rename).
-func replaceFile(path string, data []byte) error {
-	tmp, err := writeTemp(filepath.Dir(path), data)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
 }

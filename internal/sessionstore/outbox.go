@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -80,7 +81,7 @@ func (s *Session) AckReports(end int64) error {
 	if end <= s.ackedTo {
 		return nil
 	}
-	if err := replaceFile(filepath.Join(s.dir, outboxCursor), []byte(strconv.FormatInt(end, 10)+"\n")); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, outboxCursor), []byte(strconv.FormatInt(end, 10)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("sessionstore: ack reports: %w", err)
 	}
 	s.ackedTo = end

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/fakeclock"
 )
 
 // A holder that opens a session it still holds under the same name (its
@@ -16,7 +17,7 @@ import (
 // appends is ignored.
 func TestSameHolderReopenTakesNextFence(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "projects")
-	c := &clock{t: time.Unix(1_000_000, 0)}
+	c := fakeclock.New(time.Unix(1_000_000, 0))
 	st := newStoreAt(t, dir, "w", c)
 	first, _, err := st.Create("c1", Meta{})
 	if err != nil {

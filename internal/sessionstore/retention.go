@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -316,11 +317,6 @@ func dirSize(dir string) (int64, error) {
 	return n, err
 }
 
-// syncDir makes a rename in dir durable; best effort (some filesystems
-// refuse to fsync a directory).
-func syncDir(dir string) {
-	if f, err := os.Open(dir); err == nil {
-		f.Sync()
-		f.Close()
-	}
-}
+// syncDir makes a rename in dir durable; best effort: the rename is done,
+// and a failure to record it durably must not undo what follows.
+func syncDir(dir string) { atomicfile.SyncDir(dir) }

@@ -13,13 +13,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/fakeclock"
 )
 
 // retentionFixture is a store with three sessions at a fixed clock:
 // "busy" leased by worker-a (open), "done" closed (lease released), and
 // "stale" whose holder died (lease left to expire).
 type retentionFixture struct {
-	clock   *clock
+	clock   *fakeclock.Clock
 	root    string
 	archive string
 	admin   *Store   // the retention tool's store
@@ -30,7 +31,7 @@ func newRetentionFixture(t *testing.T) *retentionFixture {
 	t.Helper()
 	base := t.TempDir()
 	f := &retentionFixture{
-		clock:   &clock{t: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)},
+		clock:   fakeclock.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)),
 		root:    filepath.Join(base, "projects"),
 		archive: filepath.Join(base, "archive", "projects"),
 	}
@@ -146,7 +147,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 	if err := f.admin.Delete("busy", &RetentionOptions{DryRun: true, Force: true}); err != nil {
 		t.Errorf("dry-run forced delete: %v", err)
 	}
-	f.clock.Add(time.Hour) // every lease has expired
+	f.clock.Advance(time.Hour) // every lease has expired
 	for _, id := range []string{"busy", "done", "stale"} {
 		dest, err := f.admin.Archive(id, f.archive, &RetentionOptions{DryRun: true})
 		if err != nil || dest == "" {
@@ -202,7 +203,7 @@ func TestReleasedAndExpiredLeasesAllowed(t *testing.T) {
 		t.Errorf("archive path = %s, want %s", dest, want)
 	}
 	// "stale" can go once its lease has expired past the clock skew.
-	f.clock.Add(DefaultLeaseTTL + MaxClockSkew)
+	f.clock.Advance(DefaultLeaseTTL + MaxClockSkew)
 	if err := f.admin.Delete("stale", nil); err != nil {
 		t.Fatalf("delete after the lease expired: %v", err)
 	}

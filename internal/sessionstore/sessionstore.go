@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -159,7 +160,7 @@ func (s *Store) Create(id string, meta Meta) (sess *Session, created bool, err e
 		}
 		// Two workers creating at once write the same kind of content; the
 		// rename makes one of them win whole.
-		if err := replaceFile(filepath.Join(dir, metaFile), append(b, '\n')); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, metaFile), append(b, '\n'), 0o600); err != nil {
 			return nil, false, fmt.Errorf("sessionstore: %w", err)
 		}
 		created = true

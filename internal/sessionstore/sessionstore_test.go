@@ -11,22 +11,10 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/fakeclock"
 )
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func newStoreAt(t testing.TB, dir, holder string, c *clock) *Store {
+func newStoreAt(t testing.TB, dir, holder string, c *fakeclock.Clock) *Store {
 	t.Helper()
 	opts := &Options{Holder: holder}
 	if c != nil {
@@ -310,7 +298,7 @@ func TestOutbox(t *testing.T) {
 
 func TestLeaseOneOwner(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "projects")
-	c := &clock{t: time.Unix(1_000_000, 0)}
+	c := fakeclock.New(time.Unix(1_000_000, 0))
 	a := newStoreAt(t, dir, "worker-a", c)
 	b := newStoreAt(t, dir, "worker-b", c)
 	sa, _, err := a.Create("c1", Meta{})
@@ -322,11 +310,11 @@ func TestLeaseOneOwner(t *testing.T) {
 		t.Fatalf("second owner: %v", err)
 	}
 	// Renewal keeps it; release hands it over at once.
-	c.Add(DefaultLeaseTTL / 2)
+	c.Advance(DefaultLeaseTTL / 2)
 	if err := sa.RenewLease(); err != nil {
 		t.Fatal(err)
 	}
-	c.Add(DefaultLeaseTTL / 2)
+	c.Advance(DefaultLeaseTTL / 2)
 	if _, err := b.Load("c1"); !errors.Is(err, ErrLeaseHeld) {
 		t.Fatalf("taken over a renewed lease: %v", err)
 	}
@@ -346,7 +334,7 @@ func TestLeaseOneOwner(t *testing.T) {
 
 func TestExpiredOwnerIsFencedOff(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "projects")
-	c := &clock{t: time.Unix(1_000_000, 0)}
+	c := fakeclock.New(time.Unix(1_000_000, 0))
 	a := newStoreAt(t, dir, "worker-a", c)
 	b := newStoreAt(t, dir, "worker-b", c)
 	sa, _, _ := a.Create("c1", Meta{})
@@ -354,7 +342,7 @@ func TestExpiredOwnerIsFencedOff(t *testing.T) {
 
 	// A stops renewing (a long GC pause, a partition). Past expiry plus
 	// skew, B takes over.
-	c.Add(DefaultLeaseTTL + MaxClockSkew + time.Second)
+	c.Advance(DefaultLeaseTTL + MaxClockSkew + time.Second)
 	sb, err := b.Load("c1")
 	if err != nil {
 		t.Fatalf("take over an expired lease: %v", err)
@@ -394,7 +382,7 @@ func TestExpiredOwnerIsFencedOff(t *testing.T) {
 
 func TestConcurrentTakeoverHasOneWinner(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "projects")
-	c := &clock{t: time.Unix(1_000_000, 0)}
+	c := fakeclock.New(time.Unix(1_000_000, 0))
 	first := newStoreAt(t, dir, "w0", c)
 	s0, _, _ := first.Create("c1", Meta{})
 	s0.Close()

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/fakeclock"
 )
 
 // healthySession writes a session with two finished turns, transcript
@@ -246,14 +247,14 @@ func TestValidateCorruptIsErrCorrupt(t *testing.T) {
 // validates, with what readers see.
 func TestValidateAfterTakeover(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "projects")
-	c := &clock{t: time.Unix(1_000_000, 0)}
+	c := fakeclock.New(time.Unix(1_000_000, 0))
 	a := newStoreAt(t, dir, "a", c)
 	sa, _, err := a.Create("c1", Meta{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	appendN(t, sa, 300, contract.KindNotice) // past an index stride
-	c.Add(DefaultLeaseTTL + MaxClockSkew + time.Second)
+	c.Advance(DefaultLeaseTTL + MaxClockSkew + time.Second)
 	sb, err := newStoreAt(t, dir, "b", c).Load("c1")
 	if err != nil {
 		t.Fatal(err)

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
+
+	"github.com/talkide/platform/internal/atomicfile"
 )
 
 // ErrHardLinked is wrapped by the error for a regular file with more than
@@ -256,13 +256,10 @@ func readLimited(r io.Reader, size, limit int64) ([]byte, error) {
 	}
 }
 
-// maxTempTries bounds the names writeFile tries for its temporary file.
-const maxTempTries = 100
-
 // writeFile replaces the file at real, a path from Resolve, with data: it
 // creates missing parent directories (0o755), writes a temporary file in the
 // same directory, fsyncs it and renames it over the target, all through the
-// root descriptor. So a reader sees the old content or the new, and a hard
+// root descriptor (atomicfile.WriteFileIn). So a reader sees the old content or the new, and a hard
 // link at the target is replaced, never written through: the file it shares
 // with another name, maybe outside the workspace, is left as it was. An
 // existing file keeps its permission bits; a new one gets perm. existed
@@ -303,43 +300,5 @@ func (w *Workspace) writeFile(real string, data []byte, perm fs.FileMode) (exist
 	case !errors.Is(err, fs.ErrNotExist):
 		return false, w.confined(name, err)
 	}
-	f, tmp, err := createTemp(dir, base)
-	if err != nil {
-		return existed, w.confined(name, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			dir.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return existed, err
-	}
-	if err = f.Chmod(perm); err != nil {
-		return existed, err
-	}
-	if err = f.Sync(); err != nil {
-		return existed, err
-	}
-	if err = f.Close(); err != nil {
-		return existed, err
-	}
-	if err = dir.Rename(tmp, base); err != nil {
-		return existed, w.confined(name, err)
-	}
-	return existed, nil
-}
-
-// createTemp creates a new file ".<base>.tmp-<random>" (0o600) in dir.
-func createTemp(dir *os.Root, base string) (*os.File, string, error) {
-	for range maxTempTries {
-		tmp := "." + base + ".tmp-" + strconv.FormatUint(rand.Uint64(), 36)
-		f, err := dir.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, fs.ErrExist) {
-			continue
-		}
-		return f, tmp, err
-	}
-	return nil, "", errors.New("no free name for a temporary file")
+	return existed, w.confined(name, atomicfile.WriteFileIn(dir, base, data, perm))
 }

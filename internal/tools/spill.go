@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/talkide/platform/internal/atomicfile"
 )
 
 // SpillDir is the directory below Call.StateDir where an output too large
@@ -29,13 +31,13 @@ type spill struct {
 	limit int    // bytes buffered before a file is created
 	max   int64  // bytes kept at most: MaxSpillBytes
 
-	mu    sync.Mutex // guards the fields below
-	buf   []byte     // the output while it fits limit
-	f     *os.File   // the temporary file beyond it
-	kept  int64      // bytes written to f, at most max
-	total int64      // bytes written to the spill
-	err   error      // the first failure; nothing is kept then
-	done  bool       // finish was called
+	mu    sync.Mutex       // guards the fields below
+	buf   []byte           // the output while it fits limit
+	f     *atomicfile.File // the temporary file beyond it
+	kept  int64            // bytes written to f, at most max
+	total int64            // bytes written to the spill
+	err   error            // the first failure; nothing is kept then
+	done  bool             // finish was called
 }
 
 // newSpill returns the spill for call, or nil when the call has no
@@ -100,7 +102,7 @@ func (s *spill) open() bool {
 		s.err = err
 		return false
 	}
-	f, err := os.CreateTemp(s.dir, "."+s.name+".tmp-*") // mode 0600
+	f, err := atomicfile.Create(filepath.Join(s.dir, s.name), 0o600)
 	if err != nil {
 		s.err = err
 		return false
@@ -157,9 +159,9 @@ func (s *spill) finish(cut bool) string {
 	return fmt.Sprintf("[full output (%d bytes) kept on the session volume as %s]", s.total, rel)
 }
 
-// keep syncs the temporary file and renames it into place. The output may
-// still be in the buffer (it was cut although it fit: a tool whose notes
-// pushed it over its cap). s.mu is held.
+// keep puts the temporary file in place. The output may still be in the
+// buffer (it was cut although it fit: a tool whose notes pushed it over its
+// cap). s.mu is held.
 func (s *spill) keep() error {
 	if s.f == nil && s.err == nil {
 		s.open()
@@ -169,17 +171,7 @@ func (s *spill) keep() error {
 	}
 	f := s.f
 	s.f = nil
-	err := f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), filepath.Join(s.dir, s.name))
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return f.Commit()
 }
 
 // discard drops the buffer and the temporary file. s.mu is held.
@@ -187,7 +179,6 @@ func (s *spill) discard() {
 	s.buf = nil
 	if s.f != nil {
 		s.f.Close()
-		os.Remove(s.f.Name())
 		s.f = nil
 	}
 }

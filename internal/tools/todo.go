@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/talkide/platform/internal/atomicfile"
 )
 
 // Todo is one item of the model's todo list.
@@ -201,7 +203,7 @@ func LoadTodos(stateDir string) ([]Todo, error) {
 // existing file keeps its permission bits; a new one gets perm. It works by
 // path, so it is only for the tools' state directory, which the platform
 // names; files of the workspace are written by Workspace.writeFile.
-func writeAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+func writeAtomic(path string, data []byte, perm fs.FileMode) error {
 	dir := filepath.Dir(path)
 	if fi, err := os.Stat(path); err == nil {
 		if !fi.Mode().IsRegular() {
@@ -212,28 +214,5 @@ func writeAtomic(path string, data []byte, perm fs.FileMode) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(perm); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteFile(path, data, perm)
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/talkide/platform/internal/tokenscheme"
 )
 
 // ErrRetiredKey is a key id the keyring knew but whose grace has ended.
@@ -82,7 +84,7 @@ func ValidateKeys(keys []Key) error {
 	}
 	seen := map[string]bool{}
 	for i, key := range keys {
-		if !isB64URL(key.ID) || len(key.ID) > 32 {
+		if !tokenscheme.IsBase64URL(key.ID) || len(key.ID) > 32 {
 			return fmt.Errorf("trust: key id %q must be 1-32 base64url characters", key.ID)
 		}
 		if seen[key.ID] {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/fakeclock"
 )
 
 // A rotation of WorkerToken keys: the new key is published first and signs
@@ -81,7 +83,7 @@ func TestKeyringRotationGrace(t *testing.T) {
 // verifier: the key id in the header selects the key, and a retired one is
 // as unknown; the replacement verifies.
 func TestSignatureWithRetiredKeyRefused(t *testing.T) {
-	now := t0
+	clk := fakeclock.New(t0)
 	ring, err := NewRotatingKeyring([]Key{
 		{ID: "c1", Secret: key1, RetireAt: t0.Add(10 * time.Minute)},
 		{ID: "c2", Secret: key2},
@@ -92,12 +94,12 @@ func TestSignatureWithRetiredKeyRefused(t *testing.T) {
 	var looked []string
 	v := NewVerifier(ToWorker, func(tenant, env, kid string) ([]byte, bool) {
 		looked = append(looked, kid)
-		k, err := ring.Verifying(kid, now)
+		k, err := ring.Verifying(kid, clk.Now())
 		return k, err == nil
-	}, func() time.Time { return now })
+	}, clk.Now)
 	send := func(kid string, key []byte) error {
 		r := httptest.NewRequest("POST", "/v1/sessions", nil)
-		(&Signer{Direction: ToWorker, Tenant: "acme", Env: "prod", KeyID: kid, Key: key, Now: func() time.Time { return now }}).Sign(r, nil)
+		(&Signer{Direction: ToWorker, Tenant: "acme", Env: "prod", KeyID: kid, Key: key, Now: clk.Now}).Sign(r, nil)
 		_, err := v.Verify(r, nil)
 		return err
 	}
@@ -107,7 +109,7 @@ func TestSignatureWithRetiredKeyRefused(t *testing.T) {
 	if err := send("c2", key2); err != nil {
 		t.Fatalf("new key: %v", err)
 	}
-	now = t0.Add(10 * time.Minute)
+	clk.Set(t0.Add(10 * time.Minute))
 	if err := send("c1", key1); !errors.Is(err, ErrUnknownKey) {
 		t.Fatalf("old key after the grace: %v, want ErrUnknownKey", err)
 	}
@@ -121,7 +123,7 @@ func TestSignatureWithRetiredKeyRefused(t *testing.T) {
 
 	// A Signer on the ring follows it: the signing key at the time.
 	r := httptest.NewRequest("POST", "/x", nil)
-	(&Signer{Direction: ToWorker, Tenant: "acme", Env: "prod", Ring: ring, Now: func() time.Time { return now }}).Sign(r, nil)
+	(&Signer{Direction: ToWorker, Tenant: "acme", Env: "prod", Ring: ring, Now: clk.Now}).Sign(r, nil)
 	s, err := ParseSignature(r.Header.Get(SignatureHeader))
 	if err != nil || s.KeyID != "c2" {
 		t.Fatalf("a ring signer signed with %q (%v), want c2", s.KeyID, err)

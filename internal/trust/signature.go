@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/talkide/platform/internal/tokenscheme"
 )
 
 // SignatureHeader carries a request signature in both directions of the seam.
@@ -101,7 +103,7 @@ func ParseSignature(v string) (Signature, error) {
 		seen |= bit
 	}
 	for _, f := range []string{s.KeyID, s.Tenant, s.Env, s.Nonce} {
-		if !isB64URL(f) || len(f) > 64 {
+		if !tokenscheme.IsBase64URL(f) || len(f) > 64 {
 			return Signature{}, fmt.Errorf("%w: bad signature field value", ErrMalformed)
 		}
 	}

@@ -15,27 +15,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/talkide/platform/internal/fakeclock"
+	"github.com/talkide/platform/internal/tokenscheme"
 )
-
-// clock is a settable clock, safe for concurrent use.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time // guarded by mu
-}
-
-func newClock(t time.Time) *clock { return &clock{t: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
 
 var master = testKey(0x4d)
 
@@ -50,7 +33,7 @@ func envKeys(tenant, env, kid string) ([]byte, bool) {
 }
 
 // acmeSigner signs as acme/prod towards the worker at the clock's time.
-func acmeSigner(c *clock) *Signer {
+func acmeSigner(c *fakeclock.Clock) *Signer {
 	return &Signer{Direction: ToWorker, Tenant: "acme", Env: "prod", KeyID: "c1",
 		Key: DeriveEnvKey(master, "acme", "prod"), Now: c.Now}
 }
@@ -87,7 +70,7 @@ func mustParse(t testing.TB, h string) Signature {
 // and verifies them there: what the server sees of method, path, query and
 // body must be what the client signed.
 func TestSignVerifyOverHTTP(t *testing.T) {
-	c := newClock(t0)
+	c := fakeclock.New(t0)
 	v := NewVerifier(ToWorker, envKeys, c.Now)
 	type result struct {
 		p   Principal
@@ -143,7 +126,7 @@ func TestSignVerifyOverHTTP(t *testing.T) {
 }
 
 func TestSignatureHeaderShape(t *testing.T) {
-	c := newClock(t0)
+	c := fakeclock.New(t0)
 	r := signedRequest(t, acmeSigner(c), "GET", "http://worker/v1/sessions", nil)
 	h := r.Header.Get(SignatureHeader)
 	s := mustParse(t, h)
@@ -173,7 +156,7 @@ func TestVerifyRejects(t *testing.T) {
 		dir  Direction
 	}
 	sign := func(t *testing.T, mut func(*Signer)) *http.Request {
-		c := newClock(t0)
+		c := fakeclock.New(t0)
 		s := acmeSigner(c)
 		if mut != nil {
 			mut(s)
@@ -278,19 +261,19 @@ func TestVerifyRejects(t *testing.T) {
 			return req{sign(t, nil), nil, ToWorker}
 		}, ErrBadSignature},
 		"timestamp too old": {func(t *testing.T) req {
-			return req{sign(t, func(s *Signer) { s.Now = newClock(t0.Add(-MaxClockSkew - time.Second)).Now }), body, ToWorker}
+			return req{sign(t, func(s *Signer) { s.Now = fakeclock.New(t0.Add(-MaxClockSkew - time.Second)).Now }), body, ToWorker}
 		}, ErrExpired},
 		"timestamp too new": {func(t *testing.T) req {
-			return req{sign(t, func(s *Signer) { s.Now = newClock(t0.Add(MaxClockSkew + time.Second)).Now }), body, ToWorker}
+			return req{sign(t, func(s *Signer) { s.Now = fakeclock.New(t0.Add(MaxClockSkew + time.Second)).Now }), body, ToWorker}
 		}, ErrExpired},
 		"timestamp an hour old": {func(t *testing.T) req {
-			return req{sign(t, func(s *Signer) { s.Now = newClock(t0.Add(-time.Hour)).Now }), body, ToWorker}
+			return req{sign(t, func(s *Signer) { s.Now = fakeclock.New(t0.Add(-time.Hour)).Now }), body, ToWorker}
 		}, ErrExpired},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			in := tc.build(t)
-			v := NewVerifier(in.dir, envKeys, newClock(t0).Now)
+			v := NewVerifier(in.dir, envKeys, fakeclock.New(t0).Now)
 			h := in.r.Header.Get(SignatureHeader)
 			p, err := v.Verify(in.r, in.body)
 			if !errors.Is(err, tc.want) {
@@ -310,8 +293,8 @@ func TestVerifyRejects(t *testing.T) {
 func TestVerifyClockSkewEdges(t *testing.T) {
 	for _, d := range []time.Duration{-MaxClockSkew, -time.Second, 0, time.Second, MaxClockSkew} {
 		t.Run(d.String(), func(t *testing.T) {
-			r := signedRequest(t, acmeSigner(newClock(t0.Add(d))), "GET", "http://worker/v1/sessions", nil)
-			v := NewVerifier(ToWorker, envKeys, newClock(t0).Now)
+			r := signedRequest(t, acmeSigner(fakeclock.New(t0.Add(d))), "GET", "http://worker/v1/sessions", nil)
+			v := NewVerifier(ToWorker, envKeys, fakeclock.New(t0).Now)
 			if _, err := v.Verify(r, nil); err != nil {
 				t.Errorf("signature %v from the verifier's clock: %v", d, err)
 			}
@@ -320,7 +303,7 @@ func TestVerifyClockSkewEdges(t *testing.T) {
 }
 
 func TestVerifyReplay(t *testing.T) {
-	c := newClock(t0)
+	c := fakeclock.New(t0)
 	v := NewVerifier(ToWorker, envKeys, c.Now)
 	r := signedRequest(t, acmeSigner(c), "POST", "http://worker/v1/sessions", []byte("{}"))
 	if _, err := v.Verify(r, []byte("{}")); err != nil {
@@ -347,9 +330,9 @@ func TestVerifyReplay(t *testing.T) {
 func TestReplayAcrossTimestampEdges(t *testing.T) {
 	// A signature from the future is valid for up to 2×MaxClockSkew of the
 	// verifier's time; its nonce must be remembered that long.
-	c := newClock(t0)
+	c := fakeclock.New(t0)
 	v := NewVerifier(ToWorker, envKeys, c.Now)
-	r := signedRequest(t, acmeSigner(newClock(t0.Add(MaxClockSkew))), "GET", "http://worker/v1/x", nil)
+	r := signedRequest(t, acmeSigner(fakeclock.New(t0.Add(MaxClockSkew))), "GET", "http://worker/v1/x", nil)
 	if _, err := v.Verify(r, nil); err != nil {
 		t.Fatalf("first Verify: %v", err)
 	}
@@ -366,7 +349,7 @@ func TestReplayAcrossTimestampEdges(t *testing.T) {
 }
 
 func TestNonceScopedToTenantEnv(t *testing.T) {
-	c := newClock(t0)
+	c := fakeclock.New(t0)
 	v := NewVerifier(ToControlPlane, envKeys, c.Now)
 	const nonce = "shared-nonce-0123456789"
 	signer := func(tenant, env string) *Signer {
@@ -391,7 +374,7 @@ func TestNonceScopedToTenantEnv(t *testing.T) {
 }
 
 func TestVerifyRecordsNonceOnlyWhenValid(t *testing.T) {
-	c := newClock(t0)
+	c := fakeclock.New(t0)
 	v := NewVerifier(ToWorker, envKeys, c.Now)
 	body := []byte(`{"text":"hello"}`)
 	good := signedRequest(t, acmeSigner(c), "POST", "http://worker/v1/sessions/c_1/messages", body)
@@ -494,7 +477,7 @@ func TestNonceCacheFailsClosed(t *testing.T) {
 }
 
 func TestVerifierFullNonceCacheFailsClosed(t *testing.T) {
-	c := newClock(t0)
+	c := fakeclock.New(t0)
 	v := NewVerifier(ToWorker, envKeys, c.Now)
 	v.nonces["acme/prod"] = newNonceCache(2)
 	s := acmeSigner(c)
@@ -551,7 +534,7 @@ func TestDeriveEnvKey(t *testing.T) {
 }
 
 func TestSignerDefaultClock(t *testing.T) {
-	s := acmeSigner(newClock(t0))
+	s := acmeSigner(fakeclock.New(t0))
 	s.Now = nil
 	before := time.Now().Unix()
 	r := signedRequest(t, s, "GET", "http://worker/v1/sessions", nil)
@@ -566,7 +549,7 @@ func TestSignerDefaultClock(t *testing.T) {
 }
 
 func TestVerifyConcurrent(t *testing.T) {
-	c := newClock(t0)
+	c := fakeclock.New(t0)
 	v := NewVerifier(ToWorker, envKeys, c.Now)
 	signers := []*Signer{
 		acmeSigner(c),
@@ -708,7 +691,7 @@ func TestParseSignature(t *testing.T) {
 }
 
 func FuzzParseSignature(f *testing.F) {
-	c := newClock(t0)
+	c := fakeclock.New(t0)
 	r := signedRequest(f, acmeSigner(c), "GET", "http://worker/v1/sessions", nil)
 	f.Add(r.Header.Get(SignatureHeader))
 	sig := base64.RawURLEncoding.EncodeToString(make([]byte, 32))
@@ -734,7 +717,7 @@ func FuzzParseSignature(f *testing.F) {
 			t.Fatalf("accepted a %d-byte header", len(h))
 		}
 		for _, f := range []string{s.KeyID, s.Tenant, s.Env, s.Nonce} {
-			if !isB64URL(f) || len(f) > 64 {
+			if !tokenscheme.IsBase64URL(f) || len(f) > 64 {
 				t.Fatalf("accepted field %q", f)
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/fakeclock"
 )
 
 // A token or signature has exactly one spelling: a variant whose last
@@ -27,7 +29,7 @@ func TestNonCanonicalBase64Refused(t *testing.T) {
 		t.Error("a token with a non-canonical MAC encoding verified")
 	}
 
-	c := newClock(t0)
+	c := fakeclock.New(t0)
 	r := signedRequest(t, acmeSigner(c), "GET", "http://worker/v1/sessions", nil)
 	h := r.Header.Get(SignatureHeader)
 	if _, err := ParseSignature(h); err != nil {

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/talkide/platform/internal/tokenscheme"
 )
 
 // WorkerTokens look like "wt1.<kid>.<payload>.<mac>" with payload and mac in
@@ -87,7 +89,7 @@ func (k *Keyring) VerifyWorkerToken(token string, now time.Time) (WorkerClaims, 
 		return c, fmt.Errorf("%w: token too long", ErrMalformed)
 	}
 	parts := strings.Split(token, ".")
-	if len(parts) != 4 || parts[0] != workerTokenVersion || !isB64URL(parts[1]) || !isB64URL(parts[2]) || !isB64URL(parts[3]) {
+	if len(parts) != 4 || parts[0] != workerTokenVersion || !tokenscheme.IsBase64URL(parts[1]) || !tokenscheme.IsBase64URL(parts[2]) || !tokenscheme.IsBase64URL(parts[3]) {
 		return c, fmt.Errorf("%w: not a worker token", ErrMalformed)
 	}
 	// The token names its key: no other key is ever tried.

@@ -1318,6 +1318,10 @@ func notices(n string) []string {
 // signed with either key are taken; after it one signed with the old key
 // is refused (401), one with the new key still taken.
 func TestCommandSignedWithRetiredKeyRefused(t *testing.T) {
+	// Real time plus an offset, not a fakeclock.Clock: the worker mixes this
+	// clock (signatures, idle sessions) with real time (turn durations, the
+	// session store's leases), which must not drift apart except by the
+	// jump over the key rotation's grace.
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	ring, err := trust.NewRotatingKeyring([]trust.Key{{ID: testKeyID, Secret: testKey}})

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/sandbox"
@@ -582,21 +583,5 @@ func saveState(dir string, st state) error {
 		return nil
 	}
 	b, _ := json.Marshal(st)
-	tmp := filepath.Join(dir, stateFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, stateFile))
+	return atomicfile.WriteFile(filepath.Join(dir, stateFile), append(b, '\n'), 0o600)
 }

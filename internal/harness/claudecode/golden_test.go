@@ -105,7 +105,9 @@ type golden struct {
 }
 
 // mapTranscript feeds a transcript's lines to a mapper with a clock that
-// moves 5 ms per reading.
+// moves 5 ms per reading. Not a fakeclock.Clock: the golden files' durations
+// come from the mapper's own readings, which no test step could move
+// between, and the mapper runs on this goroutine alone.
 func mapTranscript(t *testing.T, data []byte) golden {
 	var g golden
 	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
