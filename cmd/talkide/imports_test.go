@@ -42,7 +42,7 @@ var importGroups = []importGroup{
 		pkgs: []string{"internal/contract", "internal/trust", "internal/tokenscheme", "internal/sse", "internal/httpapi",
 			"internal/backoff", "internal/atomicfile", "internal/fakeclock", "internal/fdlimit", "internal/headlimit",
 			"internal/h1serve", "internal/rawio", "internal/readiness", "internal/secretfile", "internal/kubetest",
-			"internal/proxytest"},
+			"internal/proxytest", "internal/lifecycle", "internal/secretenv"},
 		mayNotImport: []string{"worker-side", "control-plane-side", "client"},
 	},
 	{
@@ -59,14 +59,16 @@ var importGroups = []importGroup{
 		mayNotImport: []string{"worker-side", "control-plane-side", "client"},
 	},
 	{
+		// The roles are assembled from both sides' parts (internal/roles)
+		// and started by the commands.
 		name: "commands",
-		pkgs: []string{"cmd/talkide", "cmd/talkide-sandbox", "bench", "deploy", "e2e"},
+		pkgs: []string{"cmd/talkide", "cmd/talkide-sandbox", "internal/roles", "bench", "deploy", "e2e"},
 	},
 }
 
 // simulatorUsers may import internal/anthropicsim (tests may too: go list's
 // Deps leave test imports out).
-var simulatorUsers = []string{"cmd/talkide", "bench"}
+var simulatorUsers = []string{"cmd/talkide", "internal/roles", "bench"}
 
 func under(pkg string, paths []string) bool {
 	for _, p := range paths {

@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-
 // Roles are the variables each role (a subcommand of talkide) may be given a secret in.
 var Roles = map[string][]string{
 	"worker":    {"TALKIDE_WORKER_IDENTITY_TOKEN", "TALKIDE_WORKER_COMMAND_KEY"},
