@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/secretfile"
 )
 
@@ -179,23 +180,7 @@ func ParseSecrets(path string, b []byte) (*Secrets, error) {
 // Save writes the keyrings to path in place of what is there: a new file
 // renamed over the old, so a reader sees one or the other whole.
 func (s *Secrets) Save(path string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".controlplane-secrets-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(s.JSON()); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.WriteFile(path, s.JSON(), 0o600)
 }
 
 // Tokens is the WorkerToken keyring, kept in step with the file by the
