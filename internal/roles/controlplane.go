@@ -337,18 +337,33 @@ func (p *ControlPlane) Fatal() <-chan error { return p.group.Fatal() }
 // ControlPlaneGrace.
 func RunControlPlane(ctx context.Context, c ControlPlaneConfig, started func(*ControlPlane)) error {
 	p, err := StartControlPlane(ctx, c)
+	return run(ctx, c.Logger, ControlPlaneGrace, p, err, started)
+}
+
+// role is what run runs.
+type role interface {
+	Fatal() <-chan error
+	Stop(context.Context) error
+}
+
+// run tells started about the role r that started (unless err says it
+// did not), then runs it until ctx ends or a part fails.
+func run[R role](ctx context.Context, log *slog.Logger, grace time.Duration, r R, err error, started func(R)) error {
 	if err != nil {
 		return err
 	}
 	if started != nil {
-		started(p)
+		started(r)
 	}
-	return runUntil(ctx, c.Logger, ControlPlaneGrace, p.Fatal(), p.Stop)
+	return runUntil(ctx, log, grace, r.Fatal(), r.Stop)
 }
 
 // runUntil waits until ctx ends (the first signal) or fatal delivers,
 // then stops what serves, giving it grace to finish what runs.
 func runUntil(ctx context.Context, log *slog.Logger, grace time.Duration, fatal <-chan error, stop func(context.Context) error) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	var ferr error
 	select {
 	case <-ctx.Done():
