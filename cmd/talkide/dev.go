@@ -228,7 +228,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devStack, err error) {
 		key = fmt.Sprintf("sk-sim-%x", trust.NewKey())
 		s.simKey = key
 		s.sim = anthropicsim.New(key, &anthropicsim.Options{Logger: cfg.logger.With("component", "simulator")})
-		if s.simulator, err = listen("127.0.0.1:0", s.sim, nil, cfg.logger); err != nil {
+		if s.simulator, err = listen("127.0.0.1:0", s.sim); err != nil {
 			return s, err
 		}
 		upstream = s.simulator.url()

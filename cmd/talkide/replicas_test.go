@@ -74,7 +74,7 @@ func startReplicaStackWith(t *testing.T, n int, logs io.Writer, localUser string
 		logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	var err error
-	if rs.sim, err = listen("127.0.0.1:0", anthropicsim.New(rs.simKey, nil), nil, nil); err != nil {
+	if rs.sim, err = listen("127.0.0.1:0", anthropicsim.New(rs.simKey, nil)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rs.sim.close() })

@@ -38,7 +38,7 @@ ANTHROPIC_API_KEY: the simulator checks it as the API does.`,
 				return usageErrorf(cmd, "ANTHROPIC_API_KEY must name the key clients present")
 			}
 			sim := anthropicsim.New(key, &anthropicsim.Options{Logger: logger, ChunkDelay: chunkDelay})
-			srv, err := listen(listenAddr, sim, nil, logger)
+			srv, err := listen(listenAddr, sim)
 			if err != nil {
 				return err
 			}

@@ -26,11 +26,9 @@ import (
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/budget"
-	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/gateway"
-	"github.com/talkide/platform/internal/h1serve"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/harness/claudecode"
 	"github.com/talkide/platform/internal/harness/native"
@@ -41,7 +39,6 @@ import (
 	"github.com/talkide/platform/internal/mcp/workermcp"
 	"github.com/talkide/platform/internal/metrics"
 	"github.com/talkide/platform/internal/minting"
-	"github.com/talkide/platform/internal/rawio"
 	"github.com/talkide/platform/internal/readiness"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sessionstore"
@@ -54,36 +51,18 @@ import (
 	"github.com/talkide/platform/internal/worker"
 )
 
-// server is an http.Server on its own listener, and, on a listener that
-// serves the gateway, the loop that serves the gateway's route.
+// server is an http.Server on its own listener.
 type server struct {
 	srv *http.Server
-	hot *h1serve.Server // nil unless hot was given to listen
 	ln  net.Listener
 }
 
-// hotRoute is a route served on a loop of HTTP/1.1 of our own
-// (internal/h1serve): the requests whose target starts with prefix go to
-// handler, their bodies bounded by bodyTimeout.
-type hotRoute struct {
-	prefix      string
-	handler     http.Handler
-	bodyTimeout time.Duration
-}
-
-// listen serves h on addr. With hot set, the requests of its route are
-// served on a loop of HTTP/1.1 of our own (internal/h1serve) and the rest
-// by net/http: what the gateway's calls cost in net/http's server was as
-// much as the gateway's own work (docs/gateway.md).
-func listen(addr string, h http.Handler, hot *hotRoute, logger *slog.Logger) (*server, error) {
+// listen serves h on addr.
+func listen(addr string, h http.Handler) (*server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	// Its connections are read and written without the runtime's
-	// system-call state (internal/rawio): what a stream's every event
-	// cost in wake-ups of the runtime's monitor thread.
-	ln = rawio.Listen(ln)
 	// Connections beyond the open-file limit less a reserve are told 503
 	// and closed at once, so that accept never meets EMFILE while the
 	// process still has descriptors for the work it has taken on
@@ -98,13 +77,7 @@ func listen(addr string, h http.Handler, hot *hotRoute, logger *slog.Logger) (*s
 	// would stay open for as long as the client liked.
 	const headerTimeout, idleTimeout = 10 * time.Second, 2 * time.Minute
 	s := &server{srv: &http.Server{Handler: h, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout}, ln: ln}
-	serve := net.Listener(ln)
-	if hot != nil {
-		s.hot = &h1serve.Server{Handler: hot.handler, HotPrefix: hot.prefix, ReadHeaderTimeout: headerTimeout,
-			BodyTimeout: hot.bodyTimeout, IdleTimeout: idleTimeout, Logger: logger}
-		serve = s.hot.Start(ln)
-	}
-	go s.srv.Serve(serve)
+	go s.srv.Serve(ln)
 	return s, nil
 }
 
@@ -112,13 +85,7 @@ func listen(addr string, h http.Handler, hot *hotRoute, logger *slog.Logger) (*s
 // ctx is done (its grace is over); then it closes what is left (an SSE
 // stream never ends on its own).
 func (s *server) shutdown(ctx context.Context) error {
-	hot := make(chan error, 1)
-	if s.hot == nil {
-		hot <- nil
-	} else {
-		go func() { hot <- s.hot.Shutdown(ctx) }()
-	}
-	err := errors.Join(s.srv.Shutdown(ctx), <-hot)
+	err := s.srv.Shutdown(ctx)
 	if graceOver(err) {
 		err = s.close()
 	}
@@ -126,13 +93,7 @@ func (s *server) shutdown(ctx context.Context) error {
 }
 
 // close closes the listener and every connection at once.
-func (s *server) close() error {
-	err := s.srv.Close()
-	if s.hot != nil {
-		err = errors.Join(err, s.hot.Close())
-	}
-	return err
-}
+func (s *server) close() error { return s.srv.Close() }
 
 func (s *server) url() string { return "http://" + s.ln.Addr().String() }
 
@@ -299,16 +260,7 @@ func (p *cpProc) listen(cp *controlplane.Server, o cpOptions) error {
 		public |= controlplane.Metrics
 	}
 	var err error
-	// The gateway's route gets the loop of its own on the listener that
-	// serves it, which hands its requests to the gateway straight away.
-	hot := func(g controlplane.Group) *hotRoute {
-		if g&controlplane.Internal == 0 {
-			return nil
-		}
-		return &hotRoute{prefix: contract.GatewayPrefix + "/", handler: cp.GatewayHandler(), bodyTimeout: cp.BodyTimeout()}
-	}
-	log := o.logger.With("component", "http")
-	if p.http, err = listen(o.listen, cp.HandlerFor(public), hot(public), log); err != nil {
+	if p.http, err = listen(o.listen, cp.HandlerFor(public)); err != nil {
 		return err
 	}
 	p.http.srv.RegisterOnShutdown(cp.CloseStreams)
@@ -316,13 +268,13 @@ func (p *cpProc) listen(cp *controlplane.Server, o cpOptions) error {
 		p.metrics.CountShedConnections(fl.Shed)
 	}
 	if o.internalListen != "" {
-		if p.internal, err = listen(o.internalListen, cp.HandlerFor(controlplane.Internal), hot(controlplane.Internal), log); err != nil {
+		if p.internal, err = listen(o.internalListen, cp.HandlerFor(controlplane.Internal)); err != nil {
 			p.http.close()
 			return fmt.Errorf("--internal-listen: %w", err)
 		}
 	}
 	if o.metricsListen != "" {
-		if p.metricsL, err = listen(o.metricsListen, cp.HandlerFor(controlplane.Metrics), nil, log); err != nil {
+		if p.metricsL, err = listen(o.metricsListen, cp.HandlerFor(controlplane.Metrics)); err != nil {
 			p.http.close()
 			if p.internal != nil {
 				p.internal.close()
@@ -670,7 +622,7 @@ func startWorker(o workerOptions) (_ *workerProc, err error) {
 		// calls a loopback worker by a loopback address.
 		wh = httpapi.LoopbackOnly(o.logger.With("component", "worker"), wh)
 	}
-	srv, err := listen(o.listen, wh, nil, o.logger)
+	srv, err := listen(o.listen, wh)
 	if err != nil {
 		return nil, err
 	}

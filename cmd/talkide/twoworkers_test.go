@@ -47,7 +47,7 @@ func TestTwoWorkersShareSessions(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	simKey := fmt.Sprintf("sk-sim-%x", trust.NewKey())
-	sim, err := listen("127.0.0.1:0", anthropicsim.New(simKey, nil), nil, nil)
+	sim, err := listen("127.0.0.1:0", anthropicsim.New(simKey, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
