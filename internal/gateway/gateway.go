@@ -386,8 +386,8 @@ var deniedHeaders = map[string]bool{
 	"X-Api-Key":           true,
 	"X-Worker-Token":      true,
 	"Cookie":              true,
-	// The gateway reads the response, so it asks for an encoding it can
-	// read: http.Transport requests gzip itself and decompresses.
+	// The gateway reads the response, so it asks for no encoding it would
+	// have to undo (the default Transport asks for none either).
 	"Accept-Encoding": true,
 	// No protocol switches through the gateway.
 	"Upgrade":    true,

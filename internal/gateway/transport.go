@@ -20,7 +20,7 @@ const DefaultMaxIdleConns = 1024
 // newTransport is the default Transport: http.DefaultTransport's settings
 // (its dial and TLS timeouts, the proxy from the environment), with room
 // for DefaultMaxIdleConns idle connections to the upstream, over HTTP/1.1
-// only.
+// only, and without compression.
 //
 // HTTP/1.1 because a stream then has a connection of its own, whose
 // events the handler's goroutine reads straight off the socket; over
@@ -28,10 +28,15 @@ const DefaultMaxIdleConns = 1024
 // one reader goroutine, a hand-off per event, and a hundred streams would
 // share one connection's flow-control window. api.anthropic.com serves
 // both.
+//
+// Without compression because the gateway reads every event as it passes
+// and the worker's client gets it plain anyway: a gzip stream would be
+// inflated here, event by event, for nothing.
 func newTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = DefaultMaxIdleConns
 	t.MaxIdleConnsPerHost = DefaultMaxIdleConns
+	t.DisableCompression = true
 	t.ForceAttemptHTTP2 = false
 	t.Protocols = new(http.Protocols)
 	t.Protocols.SetHTTP1(true)
