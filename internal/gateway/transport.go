@@ -32,11 +32,16 @@ const DefaultMaxIdleConns = 1024
 // Without compression because the gateway reads every event as it passes
 // and the worker's client gets it plain anyway: a gzip stream would be
 // inflated here, event by event, for nothing.
+//
+// A client's "Expect: 100-continue" goes upstream as the client sent it,
+// but the body follows at once: the gateway holds all of it already, and
+// waiting for the upstream's 100 would put up to a second on the call.
 func newTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = DefaultMaxIdleConns
 	t.MaxIdleConnsPerHost = DefaultMaxIdleConns
 	t.DisableCompression = true
+	t.ExpectContinueTimeout = 0
 	t.ForceAttemptHTTP2 = false
 	t.Protocols = new(http.Protocols)
 	t.Protocols.SetHTTP1(true)
