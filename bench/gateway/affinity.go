@@ -12,9 +12,9 @@ import (
 // rest, busy on its CPU; whoever must read that first event on the same
 // CPU (a proxy, or the client) may wait until it is done, and how often
 // that happened differed from one proxy to the next by more than the
-// gateway's whole work costs (docs/benchmarks.md measured it).
+// gateway's whole work costs (bench/gateway measured it).
 // -upstream-cpu gives the simulator a CPU to itself, so that nobody
-// waits for it; -proxy-cpu gives every proxy (nginx, the floor proxies,
+// waits for it; -proxy-cpu gives every proxy (nginx, the floor proxy,
 // the control-planes) one, so that it never takes turns with the client.
 // The client gets the CPUs left, and every proxy runs in the same layout
 // in the same rounds.

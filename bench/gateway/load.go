@@ -81,15 +81,14 @@ func directHeader() http.Header {
 }
 
 var modeNames = map[string]string{
-	"direct":        "direct to the simulator",
-	"nginx":         "nginx (Debian nginx-light) as a pure reverse proxy, a process of its own",
-	"cp-nolimit":    "the talkide controlplane process (production defaults), user without limit",
-	"cp-limit":      "the talkide controlplane process (production defaults), user with a limit",
-	"go-floor":      "a bare Go proxy (net/http server, no gateway work), a process of its own",
-	"go-floor-loop": "a bare Go proxy (the gateway route's HTTP/1.1 loop, internal/h1serve; no gateway work), a process of its own",
-	"nobudget":      "gateway without a budget service",
-	"nolimit":       "gateway, user without limit",
-	"limit":         "gateway, user with a limit",
+	"direct":     "direct to the simulator",
+	"nginx":      "nginx (Debian nginx-light) as a pure reverse proxy, a process of its own",
+	"cp-nolimit": "the talkide controlplane process (production defaults), user without limit",
+	"cp-limit":   "the talkide controlplane process (production defaults), user with a limit",
+	"go-floor":   "a bare Go proxy (net/http's server, httputil.ReverseProxy; no gateway work), a process of its own",
+	"nobudget":   "gateway without a budget service",
+	"nolimit":    "gateway, user without limit",
+	"limit":      "gateway, user with a limit",
 }
 
 // before is the suffix of a mode through a gateway configured as before
@@ -152,7 +151,7 @@ func (s *stack) modes(keys []string) ([]*mode, error) {
 				}
 			}
 		default:
-			return nil, fmt.Errorf("unknown mode %q: want direct, nginx, cp-nolimit, cp-limit (either also with %s), go-floor, go-floor-loop, nobudget, nolimit or limit, the last three optionally with %s", k, baseSuffix, before)
+			return nil, fmt.Errorf("unknown mode %q: want direct, nginx, cp-nolimit, cp-limit (either also with %s), go-floor, nobudget, nolimit or limit, the last three optionally with %s", k, baseSuffix, before)
 		}
 		ms = append(ms, m)
 	}
@@ -208,12 +207,20 @@ type load struct {
 	// stagger spreads the first requests of a phase's clients over this
 	// long (the length of a paced stream); 0: they all start at once.
 	stagger time.Duration
+	// limit bounds a phase's time: requests still running then are cut
+	// and count as errors, and no more start.
+	limit time.Duration
 }
 
 // phase sends n requests of m from c concurrent clients, each sending its
 // next request as soon as its last response has ended (a closed loop).
 func (l *load) phase(ctx context.Context, m *mode, c, n int) *phaseResult {
 	res := &phaseResult{timings: make([]timing, n)}
+	if l.limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.limit)
+		defer cancel()
+	}
 	runtime.GC() // every phase starts from a collected heap
 	var (
 		next    atomic.Int64

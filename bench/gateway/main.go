@@ -24,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/talkide/platform/internal/fdlimit"
 )
 
 // config is the run's settings (flags).
@@ -39,6 +41,7 @@ type config struct {
 	ReplyWords   int           `json:"reply_words"`
 	DeltaDelay   time.Duration `json:"delta_delay_ns"`
 	GatewayLog   bool          `json:"gateway_log"`
+	PhaseLimit   time.Duration `json:"phase_limit_ns"`
 	ProfileDir   string        `json:"-"`
 	Talkide      string        `json:"-"`
 	TalkideBase  string        `json:"-"`
@@ -98,7 +101,7 @@ func main() {
 	flag.IntVar(&cfg.N, "n", 0, "requests per mode at each concurrency; 0: 2,000 up to c=16, else max(20,000, 40×c)")
 	flag.IntVar(&cfg.Rounds, "rounds", 4, "phases per mode; the modes take turns, so drift affects them alike")
 	flag.IntVar(&cfg.Warmup, "warmup", 0, "warm-up requests per mode before measuring; 0: max(200, 2×c)")
-	flag.StringVar(&modes, "modes", "direct,nobudget,nolimit,limit", "comma-separated modes: direct, nginx (a pure reverse proxy, its own process), go-floor and go-floor-loop (a bare Go proxy without the gateway's work, net/http's server or the gateway route's loop, internal/h1serve), cp-nolimit and cp-limit (the talkide controlplane process with its production defaults, a user without and with a limit; with the suffix -base, through the control-plane of -talkide-base), nobudget (a gateway without a budget service, for comparison), nolimit (gateway, user without limits), limit (gateway, user with a spending limit: a reservation in the database per call); a gateway mode with the suffix -before goes through a gateway configured as before (see -before)")
+	flag.StringVar(&modes, "modes", "direct,nobudget,nolimit,limit", "comma-separated modes: direct, nginx (a pure reverse proxy, its own process), go-floor (a bare Go proxy on the standard library without the gateway's work, its own process), cp-nolimit and cp-limit (the talkide controlplane process with its production defaults, a user without and with a limit; with the suffix -base, through the control-plane of -talkide-base), nobudget (a gateway without a budget service, for comparison), nolimit (gateway, user without limits), limit (gateway, user with a spending limit: a reservation in the database per call); a gateway mode with the suffix -before goes through a gateway configured as before (see -before)")
 	flag.IntVar(&cfg.RequestKiB, "request-kib", 16, "request body size in KiB")
 	flag.IntVar(&cfg.ReplyWords, "reply-words", 240, "words the simulator echoes back (three per delta)")
 	flag.DurationVar(&cfg.DeltaDelay, "delta-delay", 0, "the simulator's pause before each delta")
@@ -111,7 +114,8 @@ func main() {
 	flag.BoolVar(&cfg.SimApart, "sim-apart", false, "run the simulator as a process of its own, not beside the client in this one (which shares its CPU time with the client's reads; without the one clock, the split of each call into up, think and down is not measured)")
 	upstreamCPU, proxyCPU := -1, -1
 	flag.IntVar(&upstreamCPU, "upstream-cpu", -1, "give the simulator this CPU to itself (implies -sim-apart), as a model's servers are other machines; the client, and every proxy without -proxy-cpu, run on the CPUs left; Linux only")
-	flag.IntVar(&proxyCPU, "proxy-cpu", -1, "give every proxy that is a process of its own (nginx, the floor proxies, the control-planes) this CPU to itself, as a gateway has its machine to itself; the client, the in-process gateway modes, and the simulator without -upstream-cpu run on the CPUs left; Linux only")
+	flag.IntVar(&proxyCPU, "proxy-cpu", -1, "give every proxy that is a process of its own (nginx, the floor proxy, the control-planes) this CPU to itself, as a gateway has its machine to itself; the client, the in-process gateway modes, and the simulator without -upstream-cpu run on the CPUs left; Linux only")
+	flag.DurationVar(&cfg.PhaseLimit, "phase-limit", 5*time.Minute, "bound on one phase's time (a mode's share of a round, or its warm-up): requests still running then are cut and count as errors")
 	flag.StringVar(&cfg.ProfileDir, "profile", "", "after measuring, send -n more requests per mode under the CPU profiler and write DIR/<db>-c<c>-<mode>.cpu.pprof")
 	flag.Parse()
 
@@ -145,6 +149,12 @@ func main() {
 		}
 	}
 
+	// Every stream holds a connection to the proxy and, through it or
+	// directly, one to the simulator in this process, for each mode: at
+	// 1,024 streams and four modes, some 8,000 descriptors.
+	if _, err := fdlimit.Raise(); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway benchmark:", err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := run(ctx, cfg, os.Stderr)
@@ -276,7 +286,7 @@ func runDatabase(ctx context.Context, cfg config, db string, body []byte, logw i
 	// A paced stream lasts about its deltas' delays: the reply's words
 	// in deltas of three.
 	stagger := cfg.DeltaDelay * time.Duration((cfg.ReplyWords+5+2)/3)
-	l := &load{client: newClient(maxC), body: body, trace: s.trace, stagger: stagger}
+	l := &load{client: newClient(maxC), body: body, trace: s.trace, stagger: stagger, limit: cfg.PhaseLimit}
 	defer l.client.CloseIdleConnections()
 	if s.kind == "postgres" {
 		if l.pg = findPGServer(ctx, s.postgres); l.pg != nil {

@@ -199,7 +199,7 @@ func cpuLayoutRun(t *testing.T, bin string) {
 	if runtime.GOOS != "linux" {
 		t.Skip("CPU affinity is set only on Linux: elsewhere the flags are refused")
 	}
-	args := []string{"-database", "sqlite", "-modes", "direct,go-floor-loop", "-c", "1", "-n", "6", "-rounds", "1",
+	args := []string{"-database", "sqlite", "-modes", "direct,go-floor", "-c", "1", "-n", "6", "-rounds", "1",
 		"-warmup", "2", "-request-kib", "2", "-reply-words", "30"}
 	out, err := exec.CommandContext(t.Context(), bin, append(args, "-upstream-cpu", "4096")...).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "-upstream-cpu 4096: not one of the CPUs") {

@@ -39,7 +39,7 @@ import (
 
 // procModes are the modes that need the processes.
 var procModes = map[string]bool{
-	"nginx": true, "cp-nolimit": true, "cp-limit": true, "go-floor": true, "go-floor-loop": true,
+	"nginx": true, "cp-nolimit": true, "cp-limit": true, "go-floor": true,
 	"cp-nolimit" + baseSuffix: true, "cp-limit" + baseSuffix: true,
 }
 
@@ -54,11 +54,10 @@ type procStack struct {
 	cps      map[string]*controlPlane // by variant: "" and baseSuffix
 	nginxURL string
 	nginx    *exec.Cmd
-	// the floor proxies (floor.go) by server: nethttp, loop
-	floors    map[string]*exec.Cmd
-	floorURLs map[string]string
-	convs     map[string]string // conversation id by user, the same in every control-plane
-	closers   []func() error
+	floor    *exec.Cmd // the floor proxy (floor.go)
+	floorURL string
+	convs    map[string]string // conversation id by user, the same in every control-plane
+	closers  []func() error
 }
 
 // controlPlane is a running talkide controlplane.
@@ -74,7 +73,7 @@ type procConfig struct {
 	tmpDir string
 	nginx  bool       // start nginx
 	cps    []cpConfig // the control-planes to start
-	floors []string   // the floor proxies to start, by server
+	floor  bool       // start the floor proxy
 	cpus   []int      // the CPUs they run on; nil: this process's
 }
 
@@ -86,7 +85,7 @@ type cpConfig struct {
 }
 
 func startProcs(ctx context.Context, cfg procConfig) (_ *procStack, err error) {
-	p := &procStack{cps: map[string]*controlPlane{}, convs: map[string]string{}, floors: map[string]*exec.Cmd{}, floorURLs: map[string]string{}}
+	p := &procStack{cps: map[string]*controlPlane{}, convs: map[string]string{}}
 	defer func() {
 		if err != nil {
 			p.close()
@@ -97,9 +96,9 @@ func startProcs(ctx context.Context, cfg procConfig) (_ *procStack, err error) {
 			return nil, fmt.Errorf("nginx: %w", err)
 		}
 	}
-	for _, server := range cfg.floors {
-		if err := p.startFloor(cfg, server); err != nil {
-			return nil, fmt.Errorf("floor proxy (%s): %w", server, err)
+	if cfg.floor {
+		if err := p.startFloor(cfg); err != nil {
+			return nil, fmt.Errorf("floor proxy: %w", err)
 		}
 	}
 	for _, cp := range cfg.cps {
@@ -438,15 +437,13 @@ func (p *procStack) mode(m *mode, k string) error {
 		m.url = p.nginxURL + "/v1/messages"
 		m.header = directHeader
 		m.proc = func() []int { return tree(p.nginx.Process.Pid) }
-	case "go-floor", "go-floor-loop":
-		server := floorModes[k]
-		if p.floorURLs[server] == "" {
-			return fmt.Errorf("the floor proxy (%s) is not running", server)
+	case "go-floor":
+		if p.floorURL == "" {
+			return errors.New("the floor proxy is not running")
 		}
-		m.url = p.floorURLs[server] + "/v1/messages"
+		m.url = p.floorURL + "/v1/messages"
 		m.header = directHeader
-		cmd := p.floors[server]
-		m.proc = func() []int { return []int{cmd.Process.Pid} }
+		m.proc = func() []int { return []int{p.floor.Process.Pid} }
 	default: // cp-nolimit, cp-limit, and either with baseSuffix
 		name, _ := strings.CutSuffix(k, baseSuffix)
 		cp := p.cps[k[len(name):]] // by the suffix: "" or baseSuffix

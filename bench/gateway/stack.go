@@ -215,9 +215,7 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		case strings.HasPrefix(m, "cp-"):
 			cps[""] = cfg.talkide
 		}
-		if server, ok := floorModes[m]; ok {
-			pc.floors = append(pc.floors, server)
-		}
+		pc.floor = pc.floor || m == "go-floor"
 	}
 	for variant, bin := range cps {
 		cp := cpConfig{variant: variant, bin: bin, database: "sqlite"}
@@ -232,7 +230,7 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		}
 		pc.cps = append(pc.cps, cp)
 	}
-	if pc.nginx || len(pc.cps) > 0 || len(pc.floors) > 0 {
+	if pc.nginx || len(pc.cps) > 0 || pc.floor {
 		if s.procs, err = startProcs(ctx, pc); err != nil {
 			return nil, err
 		}

@@ -40,8 +40,8 @@ var importGroups = []importGroup{
 		// know neither side.
 		name: "neutral",
 		pkgs: []string{"internal/contract", "internal/trust", "internal/tokenscheme", "internal/sse", "internal/httpapi",
-			"internal/backoff", "internal/atomicfile", "internal/fakeclock", "internal/fdlimit", "internal/headlimit",
-			"internal/h1serve", "internal/rawio", "internal/readiness", "internal/secretfile", "internal/kubetest",
+			"internal/backoff", "internal/atomicfile", "internal/fakeclock", "internal/fdlimit",
+			"internal/readiness", "internal/secretfile", "internal/kubetest",
 			"internal/proxytest", "internal/lifecycle", "internal/secretenv"},
 		mayNotImport: []string{"worker-side", "control-plane-side", "client"},
 	},

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"path"
 	"strings"
-	"time"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
@@ -33,25 +32,6 @@ func internalPath(p string) bool {
 
 func metricsPath(p string) bool { return p == "/metrics" || path.Clean("/"+p) == "/metrics" }
 
-// GatewayHandler serves the requests whose path starts with
-// GatewayPrefix+"/" as HandlerFor serves them on a listener of the
-// internal group, less the way there and the bound on their bodies' time,
-// which is the caller's (BodyTimeout): such a path is internal (as sent),
-// passes the cross-origin check as every internal one does, and,
-// canonical or not, reaches the gateway, which answers in Anthropic's
-// shape. A server that tells these requests apart itself (the gateway's
-// loop, internal/h1serve) serves them with it: the checks, the routing
-// and the body's deadline wrapper of the whole API were 7 µs of a
-// serial call's first byte (p50, docs/benchmarks.md) that change nothing
-// for them. A gateway that can leave the bound to the server
-// (internal/gateway's Unbounded) is served that way.
-func (s *Server) GatewayHandler() http.Handler {
-	if u, ok := s.cfg.Gateway.(interface{ Unbounded() http.Handler }); ok {
-		return u.Unbounded()
-	}
-	return s.gateway()
-}
-
 // gateway is the handler of the gateway's route in the whole API.
 func (s *Server) gateway() http.Handler {
 	if s.cfg.Gateway != nil {
@@ -61,10 +41,6 @@ func (s *Server) gateway() http.Handler {
 		return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeUnavailable, "the gateway is not configured")
 	})
 }
-
-// BodyTimeout is how long HandlerFor's handlers give a client to send a
-// request's body.
-func (s *Server) BodyTimeout() time.Duration { return httpapi.BodyTimeout(s.cfg.BodyTimeout) }
 
 // only serves h to the requests keep accepts and answers the others 404.
 func (s *Server) only(h http.Handler, keep func(p string) bool) http.Handler {

@@ -100,3 +100,43 @@ func TestForwardHeadFirst(t *testing.T) {
 		t.Fatal("the response's head did not reach the client while the upstream held back its body")
 	}
 }
+
+// TestNoProtocolSwitch: a client's Upgrade does not reach the upstream,
+// and an upstream that switches protocols anyway gets its call a 502,
+// not a tunnel.
+func TestNoProtocolSwitch(t *testing.T) {
+	seen := make(chan http.Header, 1)
+	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		conn, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n\r\n")
+		bw.Flush()
+	}), nil)
+	req, err := http.NewRequest(http.MethodPost, h.url+"/v1/messages", strings.NewReader(requestBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = tokenHeader(h.mint(convA))
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "tunnel")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body := readAll(t, resp.Body)
+	if resp.StatusCode != http.StatusBadGateway || decodeError(t, body) != errAPI {
+		t.Errorf("got %d %q, want 502 %s", resp.StatusCode, body, errAPI)
+	}
+	up := <-seen
+	for _, k := range []string{"Upgrade", "Connection"} {
+		if v := up.Get(k); v != "" {
+			t.Errorf("upstream saw %s: %q", k, v)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"strings"
 	"time"
@@ -84,7 +85,7 @@ const DefaultDrainTimeout = 30 * time.Second
 type Options struct {
 	Logger    *slog.Logger      // nil: don't log
 	Now       func() time.Time  // nil: time.Now
-	Transport http.RoundTripper // nil: HTTP/1.1 on the handler's goroutine (direct.go), http.Transport's settings otherwise
+	Transport http.RoundTripper // nil: an http.Transport for the one upstream (newTransport)
 	MaxBody   int64             // request body cap; 0: DefaultMaxBody
 	// Budget, when set, admits each /v1/messages call before it is
 	// forwarded (a denial is a 429) and settles it when it is done. Nil:
@@ -104,11 +105,9 @@ type Options struct {
 	// own latency, budget denials. Nil: no metrics.
 	Metrics Metrics
 	// BodyTimeout bounds how long a client may take to send a request's
-	// body through ServeHTTP, from the request's start
-	// (httpapi.BodyDeadline; a handler that wraps the gateway in one
-	// already keeps its own); the response that follows is not bounded.
-	// Unbounded leaves the bound to the server. 0:
-	// httpapi.DefaultBodyTimeout.
+	// body, from the request's start (httpapi.BodyDeadline; a handler
+	// that wraps the gateway in one already keeps its own); the response
+	// that follows is not bounded. 0: httpapi.DefaultBodyTimeout.
 	BodyTimeout time.Duration
 	// MaxBuffered bounds the bytes of request bodies held in memory at
 	// once, across all requests (bodies.go): a request that finds no room
@@ -121,25 +120,23 @@ type Options struct {
 // for concurrent use. It writes usage records in the background (see
 // Flush and Close).
 type Gateway struct {
-	upstream  *url.URL
-	apiKey    string
-	keys      *trust.Keyring
-	store     Store
-	log       *slog.Logger // never nil
-	now       func() time.Time
-	maxBody   int64
-	budget    Budget // nil: budgets off
-	drain     time.Duration
-	convs     *convCache  // nil: no cache
-	tokens    *tokenCache // WorkerTokens that verified (tokencache.go)
-	metrics   Metrics     // nil: no metrics
-	rec       *recorder
-	bodies    *bodyLimiter // nil: no bound
-	transport http.RoundTripper
-	urls      map[string]*url.URL // the upstream URL of each forwarded path
-	buffers   *bufferPool         // copy buffers for responses
-	handler   http.Handler        // serve, with the body's deadline
-	unbounded http.Handler        // serve
+	upstream *url.URL
+	apiKey   string
+	keys     *trust.Keyring
+	store    Store
+	log      *slog.Logger // never nil
+	now      func() time.Time
+	maxBody  int64
+	budget   Budget // nil: budgets off
+	drain    time.Duration
+	convs    *convCache  // nil: no cache
+	tokens   *tokenCache // WorkerTokens that verified (tokencache.go)
+	metrics  Metrics     // nil: no metrics
+	rec      *recorder
+	bodies   *bodyLimiter        // nil: no bound
+	urls     map[string]*url.URL // the upstream URL of each forwarded path
+	proxy    *httputil.ReverseProxy
+	handler  http.Handler // serve, with the body's deadline
 }
 
 // New returns the gateway. upstream is the Anthropic API base URL (e.g.
@@ -167,7 +164,7 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		o.Now = time.Now
 	}
 	if o.Transport == nil {
-		o.Transport = newTransport(upstream)
+		o.Transport = newTransport()
 	}
 	if o.MaxBody <= 0 {
 		o.MaxBody = DefaultMaxBody
@@ -202,20 +199,20 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		rec:      newRecorder(st, o.Logger),
 		bodies:   newBodyLimiter(o.MaxBuffered),
 	}
-	g.transport = o.Transport
 	g.urls = upstreamURLs(&u)
-	g.buffers = &bufferPool{}
-	g.unbounded = http.HandlerFunc(g.serve)
-	g.handler = httpapi.BodyDeadline(o.BodyTimeout, g.unbounded)
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:        g.rewrite,
+		Transport:      o.Transport,
+		FlushInterval:  -1, // every read of the upstream reaches the client at once, streamed or not
+		ModifyResponse: g.modifyResponse,
+		ErrorHandler:   g.proxyError,
+		BufferPool:     &bufferPool{},
+		// Its own lines: an upstream body that failed mid-copy.
+		ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+	g.handler = httpapi.BodyDeadline(o.BodyTimeout, http.HandlerFunc(g.serve))
 	return g
 }
-
-// Unbounded serves the gateway as ServeHTTP does, less the bound on the
-// time a request's body may take: for a server that bounds it itself
-// (h1serve.Server.BodyTimeout), which does so without the copy of the
-// request, the context value and the second read deadline that
-// httpapi.BodyDeadline costs each call.
-func (g *Gateway) Unbounded() http.Handler { return g.unbounded }
 
 // Flush waits until the usage records of the calls that ended before it
 // was called are written (or, after a minute of failing writes, logged as
@@ -357,12 +354,28 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	// a response whose copy failed, records the call exactly once.
 	defer c.finish()
 
-	up := g.outgoing(out, r, c)
+	// ReverseProxy sends the held body, not the read one, on the
+	// upstream call's context, which carries c to its hooks.
+	in := r.WithContext(context.WithValue(out, callKey{}, c))
+	in.Body = held.reader()
+	in.GetBody = held.getBody
+	in.ContentLength = int64(len(body))
+	in.TransferEncoding = nil
+	// No protocol switch goes through the gateway: without an Upgrade
+	// header ReverseProxy neither asks the upstream for one nor refuses
+	// the call for an unprintable one.
+	delete(in.Header, "Upgrade")
 	if g.metrics != nil {
 		w = &firstByteWriter{ResponseWriter: w, c: c}
 	}
-	g.forward(w, up, c)
+	g.proxy.ServeHTTP(w, in)
 }
+
+// callKey carries a call to the proxy's hooks, in the upstream request's
+// context.
+type callKey struct{}
+
+func callOf(r *http.Request) *call { return r.Context().Value(callKey{}).(*call) }
 
 // deniedHeaders are removed from every forwarded request (in canonical
 // form; a key that is not canonical is compared case-insensitively, see
@@ -373,9 +386,8 @@ var deniedHeaders = map[string]bool{
 	"X-Api-Key":           true,
 	"X-Worker-Token":      true,
 	"Cookie":              true,
-	// The gateway reads the response, so it asks for an encoding it can
-	// read: the direct transport asks for none, and http.Transport (the
-	// fallback) requests gzip itself and decompresses.
+	// The gateway reads the response, so it asks for no encoding it would
+	// have to undo (the default Transport asks for none either).
 	"Accept-Encoding": true,
 	// No protocol switches through the gateway.
 	"Upgrade":    true,
@@ -399,8 +411,51 @@ func denied(k string) bool {
 	return false
 }
 
+// upstreamURLs holds the upstream URL of each forwarded path, made once.
+func upstreamURLs(upstream *url.URL) map[string]*url.URL {
+	m := make(map[string]*url.URL, len(forwarded))
+	for p := range forwarded {
+		m[p] = &url.URL{Scheme: upstream.Scheme, Host: upstream.Host, Path: strings.TrimSuffix(upstream.Path, "/") + p}
+	}
+	return m
+}
+
+// rewrite turns the inbound request into the upstream one. ReverseProxy
+// has already removed the hop-by-hop headers, those the Connection header
+// names and the X-Forwarded-* and Forwarded ones, kept "TE: trailers",
+// and sends no User-Agent of Go's own when the client sent none.
+func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+	c := callOf(pr.In)
+	out := pr.Out
+	// A copy: the inbound target's query, user info or host (an
+	// absolute-form target) go nowhere.
+	u := *g.urls[c.path]
+	out.URL = &u
+	out.Host = ""
+	for k := range out.Header {
+		if denied(k) {
+			delete(out.Header, k)
+		}
+	}
+	out.Header["X-Api-Key"] = []string{g.apiKey}
+	if out.Header.Get("Anthropic-Version") == "" {
+		out.Header["Anthropic-Version"] = []string{anthropicVersion}
+	}
+	if g.metrics != nil {
+		// ReverseProxy hands the request to the transport right after this.
+		g.metrics.ForwardLatency(g.now().Sub(c.rec.StartedAt))
+	}
+}
+
+// errSwitched refuses a 101: no protocol switch passes the gateway.
+var errSwitched = errors.New("gateway: the upstream switched protocols")
+
 // modifyResponse starts metering the response body as it passes.
-func (g *Gateway) modifyResponse(c *call, res *http.Response) {
+func (g *Gateway) modifyResponse(res *http.Response) error {
+	c := callOf(res.Request)
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		return errSwitched // to proxyError, which answers 502
+	}
 	c.body.release() // the upstream has read it
 	if g.metrics != nil {
 		c.respAt = g.now()
@@ -417,11 +472,13 @@ func (g *Gateway) modifyResponse(c *call, res *http.Response) {
 		body.tail = c.cutEvent
 	}
 	res.Body = body
+	return nil
 }
 
 // proxyError handles a call that got no upstream response: the upstream
-// could not be reached or the client went away first.
-func (g *Gateway) proxyError(w http.ResponseWriter, c *call, err error) {
+// could not be reached, answered 101, or the client went away first.
+func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	c := callOf(r)
 	c.body.release()
 	c.err = err
 	writeError(w, http.StatusBadGateway, errAPI, "upstream unavailable")

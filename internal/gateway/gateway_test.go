@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,8 +16,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/talkide/platform/internal/h1serve"
-	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -166,10 +163,8 @@ func newHarnessSetup(t testing.TB, upstream string, opts *Options, setup func(*G
 			t.Errorf("gateway Close: %v", err)
 		}
 	})
-	// As the control-plane serves it: the gateway's route on a loop of
-	// its own (internal/h1serve), which bounds a body's time itself and
-	// calls Unbounded, anything else (which the gateway answers 404) on
-	// net/http, through ServeHTTP.
+	// As the control-plane serves it: on net/http's server, through
+	// ServeHTTP.
 	counted := func(gw http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			returned := make(chan struct{})
@@ -197,18 +192,7 @@ func newHarnessSetup(t testing.TB, upstream string, opts *Options, setup func(*G
 			gw.ServeHTTP(w, r)
 		})
 	}
-	var bodyTimeout time.Duration
-	if opts != nil {
-		bodyTimeout = opts.BodyTimeout
-	}
-	// The loop watches a call for its client going away after 10 ms
-	// rather than a second, so that the tests of a client that left do
-	// not wait.
 	srv := httptest.NewUnstartedServer(counted(h.gw))
-	hot := &h1serve.Server{Handler: counted(h.gw.Unbounded()), HotPrefix: Prefix + "/", BodyTimeout: httpapi.BodyTimeout(bodyTimeout),
-		WatchAfter: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
-	srv.Listener = hot.Start(srv.Listener)
-	t.Cleanup(func() { hot.Close() })
 	srv.Start()
 	t.Cleanup(srv.Close)
 	h.url = srv.URL + Prefix

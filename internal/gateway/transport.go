@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"net/http"
-	"net/url"
 	"sync"
 )
 
@@ -18,23 +17,34 @@ import (
 // IdleConnTimeout (90 s).
 const DefaultMaxIdleConns = 1024
 
-// newTransport is the default Transport: the direct transport (direct.go)
-// for the upstream, with http.Transport (newHTTPTransport) for what it
-// does not serve.
-func newTransport(upstream *url.URL) http.RoundTripper {
-	fallback := newHTTPTransport()
-	if t := newDirectTransport(upstream.Scheme, upstream.Host, nil, fallback); t != nil {
-		return t
-	}
-	return fallback
-}
-
-// newHTTPTransport is http.DefaultTransport's settings, with room for
-// DefaultMaxIdleConns idle connections to the upstream.
-func newHTTPTransport() *http.Transport {
+// newTransport is the default Transport: http.DefaultTransport's settings
+// (its dial and TLS timeouts, the proxy from the environment), with room
+// for DefaultMaxIdleConns idle connections to the upstream, over HTTP/1.1
+// only, and without compression.
+//
+// HTTP/1.1 because a stream then has a connection of its own, whose
+// events the handler's goroutine reads straight off the socket; over
+// HTTP/2 every event of every stream would pass through the connection's
+// one reader goroutine, a hand-off per event, and a hundred streams would
+// share one connection's flow-control window. api.anthropic.com serves
+// both.
+//
+// Without compression because the gateway reads every event as it passes
+// and the worker's client gets it plain anyway: a gzip stream would be
+// inflated here, event by event, for nothing.
+//
+// A client's "Expect: 100-continue" goes upstream as the client sent it,
+// but the body follows at once: the gateway holds all of it already, and
+// waiting for the upstream's 100 would put up to a second on the call.
+func newTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = DefaultMaxIdleConns
 	t.MaxIdleConnsPerHost = DefaultMaxIdleConns
+	t.DisableCompression = true
+	t.ExpectContinueTimeout = 0
+	t.ForceAttemptHTTP2 = false
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetHTTP1(true)
 	return t
 }
 

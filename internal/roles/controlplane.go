@@ -20,7 +20,6 @@ import (
 
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/budget"
-	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/gateway"
@@ -257,16 +256,8 @@ func (p *ControlPlane) listen(c ControlPlaneConfig) error {
 		public |= controlplane.Metrics
 	}
 	var err error
-	// The gateway's route gets the loop of its own on the listener that
-	// serves it, which hands its requests to the gateway straight away.
-	hot := func(g controlplane.Group) *hotRoute {
-		if g&controlplane.Internal == 0 {
-			return nil
-		}
-		return &hotRoute{prefix: contract.GatewayPrefix + "/", handler: p.Server.GatewayHandler(), bodyTimeout: p.Server.BodyTimeout()}
-	}
 	log := c.Logger.With("component", "http")
-	if p.HTTP, err = listen(&p.group, "public", c.Listen, p.Server.HandlerFor(public), hot(public), log); err != nil {
+	if p.HTTP, err = listen(&p.group, "public", c.Listen, p.Server.HandlerFor(public), log); err != nil {
 		return err
 	}
 	p.HTTP.srv.RegisterOnShutdown(p.Server.CloseStreams)
@@ -274,12 +265,12 @@ func (p *ControlPlane) listen(c ControlPlaneConfig) error {
 		p.metrics.CountShedConnections(fl.Shed)
 	}
 	if c.InternalListen != "" {
-		if p.Internal, err = listen(&p.group, "internal", c.InternalListen, p.Server.HandlerFor(controlplane.Internal), hot(controlplane.Internal), log); err != nil {
+		if p.Internal, err = listen(&p.group, "internal", c.InternalListen, p.Server.HandlerFor(controlplane.Internal), log); err != nil {
 			return fmt.Errorf("--internal-listen: %w", err)
 		}
 	}
 	if c.MetricsListen != "" {
-		if p.Metrics, err = listen(&p.group, "metrics", c.MetricsListen, p.Server.HandlerFor(controlplane.Metrics), nil, log); err != nil {
+		if p.Metrics, err = listen(&p.group, "metrics", c.MetricsListen, p.Server.HandlerFor(controlplane.Metrics), log); err != nil {
 			return fmt.Errorf("--metrics-listen: %w", err)
 		}
 	}

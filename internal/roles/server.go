@@ -9,26 +9,13 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/fdlimit"
-	"github.com/talkide/platform/internal/h1serve"
 	"github.com/talkide/platform/internal/lifecycle"
-	"github.com/talkide/platform/internal/rawio"
 )
 
-// Server is an http.Server on its own listener, and, on a listener that
-// serves the gateway, the loop that serves the gateway's route.
+// Server is an http.Server on its own listener.
 type Server struct {
 	srv *http.Server
-	hot *h1serve.Server // nil unless a hot route was given
 	ln  net.Listener
-}
-
-// hotRoute is a route served on a loop of HTTP/1.1 of our own
-// (internal/h1serve): the requests whose target starts with prefix go to
-// handler, their bodies bounded by bodyTimeout.
-type hotRoute struct {
-	prefix      string
-	handler     http.Handler
-	bodyTimeout time.Duration
 }
 
 // Connections' timeouts: a client has 10 s for a request's headers (the
@@ -44,19 +31,12 @@ const (
 // listen serves h on addr until g stops, which shuts the server down
 // (lets the requests being served end until its context is done, then
 // closes what is left: an SSE stream never ends on its own). A Serve
-// that fails before is g's fatal error. With hot set, the requests of its
-// route are served on a loop of HTTP/1.1 of our own (internal/h1serve)
-// and the rest by net/http: what the gateway's calls cost in net/http's
-// server was as much as the gateway's own work (docs/gateway.md).
-func listen(g *lifecycle.Group, name, addr string, h http.Handler, hot *hotRoute, logger *slog.Logger) (*Server, error) {
+// that fails before is g's fatal error.
+func listen(g *lifecycle.Group, name, addr string, h http.Handler, logger *slog.Logger) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	// Its connections are read and written without the runtime's
-	// system-call state (internal/rawio): what a stream's every event
-	// cost in wake-ups of the runtime's monitor thread.
-	ln = rawio.Listen(ln)
 	// Connections beyond the open-file limit less a reserve are told 503
 	// and closed at once, so that accept never meets EMFILE while the
 	// process still has descriptors for the work it has taken on
@@ -66,14 +46,8 @@ func listen(g *lifecycle.Group, name, addr string, h http.Handler, hot *hotRoute
 	}
 	s := &Server{srv: &http.Server{Handler: h, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}, ln: ln}
-	serve := net.Listener(ln)
-	if hot != nil {
-		s.hot = &h1serve.Server{Handler: hot.handler, HotPrefix: hot.prefix, ReadHeaderTimeout: headerTimeout,
-			BodyTimeout: hot.bodyTimeout, IdleTimeout: idleTimeout, Logger: logger}
-		serve = s.hot.Start(ln)
-	}
 	g.Go(name+" server", func(context.Context) error {
-		if err := s.srv.Serve(serve); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
@@ -85,13 +59,7 @@ func listen(g *lifecycle.Group, name, addr string, h http.Handler, hot *hotRoute
 // shutdown stops accepting and lets the requests being served end, until
 // ctx is done (its grace is over); then it closes what is left.
 func (s *Server) shutdown(ctx context.Context) error {
-	hot := make(chan error, 1)
-	if s.hot == nil {
-		hot <- nil
-	} else {
-		go func() { hot <- s.hot.Shutdown(ctx) }()
-	}
-	err := errors.Join(s.srv.Shutdown(ctx), <-hot)
+	err := s.srv.Shutdown(ctx)
 	if graceOver(err) {
 		err = s.Close()
 	}
@@ -100,13 +68,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 
 // Close closes the listener and every connection at once, as a process
 // that dies would; the role's Stop then has nothing left to drain.
-func (s *Server) Close() error {
-	err := s.srv.Close()
-	if s.hot != nil {
-		err = errors.Join(err, s.hot.Close())
-	}
-	return err
-}
+func (s *Server) Close() error { return s.srv.Close() }
 
 // URL is the server's base URL.
 func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }

@@ -274,7 +274,7 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 		// calls a loopback worker by a loopback address.
 		wh = httpapi.LoopbackOnly(o.Logger.With("component", "worker"), wh)
 	}
-	if p.HTTP, err = listen(&p.group, "command API", o.Listen, wh, nil, o.Logger); err != nil {
+	if p.HTTP, err = listen(&p.group, "command API", o.Listen, wh, o.Logger); err != nil {
 		w.Shutdown(ctx)
 		return nil, err
 	}

@@ -51,7 +51,7 @@ var _ store.Store = (*Store)(nil)
 // DefaultMaxConns is the pool's size unless dsn sets pool_max_conns.
 // pgxpool's own default (4 on this 2-core machine) made the gateway's
 // store calls queue for a connection at 256 concurrent streams
-// (docs/benchmarks.md); what the control-plane runs at once is mostly
+// (bench/gateway); what the control-plane runs at once is mostly
 // short, and PostgreSQL's default max_connections (100) leaves room for
 // several replicas of 16.
 const DefaultMaxConns = 16

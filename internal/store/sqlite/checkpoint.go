@@ -16,7 +16,7 @@ import (
 // the WAL past 1,000 pages, on the committing connection: 3–4 ms of copying
 // and syncing inline in whichever write crossed the line (a gateway
 // reservation, a usage record, a settlement), which was the p99 of a model
-// call through the gateway (docs/benchmarks.md). So every connection runs
+// call through the gateway (bench/gateway). So every connection runs
 // with wal_autocheckpoint=0 and a checkpointer does that work in the
 // background, on a connection of its own that no request waits for.
 //

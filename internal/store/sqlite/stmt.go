@@ -9,7 +9,7 @@ import (
 
 // Prepared statements. The driver compiles the SQL of every db.ExecContext
 // or db.QueryContext anew, and compiling was more than a third of SQLite's
-// CPU time per gateway call (docs/benchmarks.md). A *sql.Stmt compiles its
+// CPU time per gateway call (bench/gateway). A *sql.Stmt compiles its
 // query once per connection and keeps it, so the hot paths take theirs from
 // these caches, keyed by the query's text. Pass a constant: every distinct
 // text stays prepared until Close. A query whose parameters are $1, $2, …
