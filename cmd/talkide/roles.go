@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ import (
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/secretenv"
 	"github.com/talkide/platform/internal/trust"
+	"github.com/talkide/platform/internal/worker"
 )
 
 // registerAgentFlags registers the flags that shape the agent into a;
@@ -27,7 +29,8 @@ func registerAgentFlags(fs *pflag.FlagSet, a *roles.AgentConfig) {
 	fs.StringSliceVar(&a.SandboxReadOnly, "sandbox-read-only", nil, "more paths agent commands may read and execute, beyond the system's (/usr, /opt, the parts of /etc a userland reads: talkide sandbox check lists them), such as a toolchain elsewhere or another file of /etc; repeat or separate with commas")
 	fs.StringVar(&a.SandboxHelper, "sandbox-helper", "", "the sandbox's helper, started for every agent command: a talkide-sandbox binary built from the same source (default: talkide-sandbox beside this executable when there is one, else this executable)")
 	fs.StringVar(&a.EgressAllow, "egress-allow", "", "JSON file of the destinations agent commands may reach through the egress proxy (docs/egress.md); default none")
-	bindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow", "sandbox", "sandbox-read-only", "sandbox-helper", "egress-allow")
+	fs.IntVar(&a.MaxRunningTurns, "max-running-turns", 0, "turns the worker runs at once; a message beyond is refused before its turn starts (worker_busy, Retry-After), never lost (0: derived from the open-file limit, "+strconv.Itoa(worker.DescriptorsPerTurn)+" descriptors a turn; negative: no bound; docs/operations.md)")
+	bindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow", "sandbox", "sandbox-read-only", "sandbox-helper", "egress-allow", "max-running-turns")
 	registerBuildFlags(fs, &a.Builds)
 }
 

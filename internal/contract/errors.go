@@ -28,6 +28,10 @@ const (
 	// CodeSessionElsewhere: another worker replica holds the conversation's
 	// lease (a rolling update); retry after Retry-After.
 	CodeSessionElsewhere = "session_elsewhere"
+	// CodeWorkerBusy: the tenant-env's worker runs the most turns it
+	// takes at once; the message was not recorded: send it again after
+	// Retry-After.
+	CodeWorkerBusy       = "worker_busy"
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
 	CodeMethodNotAllowed = "method_not_allowed"

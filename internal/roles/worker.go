@@ -98,6 +98,10 @@ type AgentConfig struct {
 	// destination.
 	EgressAllow string
 	Builds      BuildConfig
+	// MaxRunningTurns bounds the turns the worker runs at once
+	// (worker.Options.MaxRunningTurns): 0 derives it from the open-file
+	// limit, a negative value sets no bound.
+	MaxRunningTurns int
 
 	mode sandbox.Mode // Sandbox, parsed by Check
 }
@@ -259,15 +263,17 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 	w, err := worker.New(o.Tenant, o.Env, worker.CommandKey{ID: commandKey.ID, Key: commandKey.Secret}, sessions, o.WorkspaceRoot, selected, &worker.Options{
 		WorkerID: o.WorkerID,
 		Reporter: reporter, Logger: o.Logger.With("component", "worker"),
-		Notices:     append(slices.Clone(o.Notices), jails.notices()...),
-		Jail:        jails.jail,
-		CommandKeys: commandKeys,
+		Notices:         append(slices.Clone(o.Notices), jails.notices()...),
+		Jail:            jails.jail,
+		CommandKeys:     commandKeys,
+		MaxRunningTurns: o.Agent.MaxRunningTurns,
 	})
 	if err != nil {
 		return nil, err
 	}
 	p.Worker = w
 	wh := readiness.Handler(workerReadiness(o, identityReadable), httpapi.BodyDeadline(0, w.Handler()))
+	o.Logger.Info("turns run at once at the most; more are refused with worker_busy", "max_running_turns", w.MaxRunningTurns())
 	if httpapi.LoopbackHost(o.Listen) {
 		// On loopback (talkide dev) the unsigned /healthz would answer a
 		// page that rebinds a name of its own to 127.0.0.1; the control-plane

@@ -9,6 +9,11 @@ import (
 // errShuttingDown refuses new turns during Shutdown.
 var errShuttingDown = errors.New("worker is shutting down")
 
+// errBusy refuses a turn beyond the bound on running turns: before the
+// turn starts, so that nothing of it is recorded and the client may send
+// the message again.
+var errBusy = errors.New("worker runs its most turns at once")
+
 // turnGate admits turns and counts the running ones, so that Shutdown can
 // refuse new turns, wait for those still running, and then cut them off.
 // Sessions hold it instead of their worker: its lock is a leaf (taken under
@@ -19,6 +24,9 @@ type turnGate struct {
 	// the end of Shutdown's grace period.
 	base context.Context
 
+	// max bounds the running turns; 0: no bound.
+	max int
+
 	mu sync.Mutex
 	// guarded by mu
 	closed  bool
@@ -26,15 +34,19 @@ type turnGate struct {
 	idle    chan struct{} // made by close; closed once closed and running == 0
 }
 
-func newTurnGate(base context.Context) *turnGate { return &turnGate{base: base} }
+func newTurnGate(base context.Context, max int) *turnGate { return &turnGate{base: base, max: max} }
 
-// begin admits a turn and returns its context, or errShuttingDown once the
-// gate is closing. An admitted turn calls end when it is over.
+// begin admits a turn and returns its context, errShuttingDown once the
+// gate is closing, or errBusy when max turns run. An admitted turn calls
+// end when it is over.
 func (g *turnGate) begin() (context.Context, context.CancelFunc, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
 		return nil, nil, errShuttingDown
+	}
+	if g.max > 0 && g.running >= g.max {
+		return nil, nil, errBusy
 	}
 	g.running++
 	ctx, cancel := context.WithCancel(g.base)
@@ -49,6 +61,15 @@ func (g *turnGate) end() {
 	if g.closed && g.running == 0 {
 		close(g.idle)
 	}
+}
+
+// full reports whether a turn begun now would be refused as errBusy: a
+// command that would start a turn is refused before its session is
+// opened, which costs files and a lease.
+func (g *turnGate) full() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.max > 0 && g.running >= g.max
 }
 
 // closing reports whether close has been called.

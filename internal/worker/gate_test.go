@@ -18,7 +18,7 @@ func isClosed(ch <-chan struct{}) bool {
 func TestTurnGate(t *testing.T) {
 	base, cutOff := context.WithCancel(context.Background())
 	defer cutOff()
-	g := newTurnGate(base)
+	g := newTurnGate(base, 0)
 	ctx1, cancel1, err := g.begin()
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestTurnGate(t *testing.T) {
 		t.Error("not idle after the last turn ended")
 	}
 
-	if empty := newTurnGate(context.Background()).close(); !isClosed(empty) {
+	if empty := newTurnGate(context.Background(), 0).close(); !isClosed(empty) {
 		t.Error("a gate with no turn is not idle at once")
 	}
 }

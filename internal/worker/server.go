@@ -158,6 +158,11 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 	if err := req.Validate(); err != nil {
 		return err
 	}
+	// Full: refused before the session is opened (its files and its
+	// lease), which under overload is what would run out.
+	if w.gate.full() {
+		return errWorkerBusy(rw, w.gate.max)
+	}
 	s, err := w.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
@@ -165,6 +170,8 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 	resp, err := s.send(req)
 	var running errTurnRunning
 	switch {
+	case errors.Is(err, errBusy):
+		return errWorkerBusy(rw, w.gate.max)
 	case errors.As(err, &running):
 		return httpapi.Errorf(http.StatusConflict, contract.CodeTurnRunning, "turn %s is still running; wait for it or interrupt it", running.turnID)
 	case errors.Is(err, errShuttingDown):
@@ -179,6 +186,17 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 	}
 	httpapi.WriteJSON(rw, status, resp)
 	return nil
+}
+
+// busyRetryAfter is what a refused sender is told to wait: turns take
+// seconds, so a slot is likely free by then.
+const busyRetryAfter = "2"
+
+// errWorkerBusy refuses a message beyond the bound on running turns.
+func errWorkerBusy(rw http.ResponseWriter, max int) error {
+	rw.Header().Set("Retry-After", busyRetryAfter)
+	return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeWorkerBusy,
+		"this tenant-env's worker is running the most turns it takes at once (%d); the message was not sent: send it again in a few seconds", max)
 }
 
 func (w *Worker) handleInterrupt(rw http.ResponseWriter, r *http.Request, _ []byte) error {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/backoff"
+	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sessionstore"
@@ -55,11 +56,31 @@ type Options struct {
 	// SyncRetry paces a session's retries after a failed fsync, while its
 	// events are held back; zero fields mean 10 ms growing to 1 s.
 	SyncRetry backoff.Policy
+	// MaxRunningTurns bounds the turns running at once: a message beyond
+	// it is refused before its turn starts (503 worker_busy, Retry-After),
+	// so that overload costs a clear refusal and never a turn's events or
+	// a session's lease. 0: MaxTurnsFor the process's open-file limit;
+	// negative: no bound.
+	MaxRunningTurns int
 	// CommandKeys, when set, replaces New's key: commands verify with the
 	// key their signature's id names while the ring does not retire it,
 	// so a rotated key (and its predecessor, for the grace) is taken
 	// without a restart.
 	CommandKeys *trust.Keyring
+}
+
+// DescriptorsPerTurn is what MaxTurnsFor counts a running turn to hold
+// at the most: its session's three logs, the control-plane's event stream,
+// a model call through the local proxy (both ends), a sandboxed command's
+// pipes, process handles and the egress proxy's connections, with room
+// for an MCP server.
+const DescriptorsPerTurn = 32
+
+// MaxTurnsFor is the bound on running turns that the open-file limit
+// nofile allows, with a quarter of the descriptors kept for idle sessions,
+// the listeners and the control-plane's connections; at least 1.
+func MaxTurnsFor(nofile uint64) int {
+	return max(1, int(nofile*3/4/DescriptorsPerTurn))
 }
 
 // Defaults of Options.
@@ -140,7 +161,7 @@ func New(tenant, env string, key CommandKey, sessions *sessionstore.Store, works
 		maintDone: make(chan struct{}),
 	}
 	w.base, w.cancelBase = context.WithCancel(context.Background())
-	w.gate = newTurnGate(w.base)
+	w.gate = newTurnGate(w.base, max(o.MaxRunningTurns, 0))
 	w.scfg = &sessionConfig{
 		gate: w.gate, harness: h, reporter: o.Reporter, log: w.log, now: o.Now,
 		workerID: o.WorkerID, notices: o.Notices, jail: o.Jail, workspaces: workspaces, syncRetry: o.SyncRetry,
@@ -166,6 +187,11 @@ func withDefaults(opts *Options) Options {
 	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = DefaultHeartbeat
+	}
+	if o.MaxRunningTurns == 0 {
+		if nofile, err := fdlimit.Current(); err == nil {
+			o.MaxRunningTurns = MaxTurnsFor(nofile)
+		}
 	}
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout
@@ -299,28 +325,56 @@ func (w *Worker) maintainOnce(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionCloseTimeout)
 	defer cancel()
 	idleBefore := w.opts.Now().Add(-w.opts.IdleTimeout)
-	for _, s := range open {
-		switch err := s.store.RenewLease(); {
-		case errors.Is(err, sessionstore.ErrFenced):
-			// Another worker owns the conversation now: stop at once and
-			// write nothing more.
-			w.log.Error("session lease lost; dropping the session", "conversation", s.id)
-			w.drop(s)
-			s.mu.Lock()
-			rt := s.running
-			s.mu.Unlock()
-			if rt != nil {
-				rt.cancel()
+	// Renewals run side by side: each writes and syncs a lease file, and
+	// thousands of open sessions renewed one after the other would take
+	// longer than a lease lives.
+	var wg sync.WaitGroup
+	work := make(chan *session)
+	for range min(renewers, len(open)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range work {
+				w.maintainSession(cctx, s, idleBefore)
 			}
-			s.close(cctx) // a failure is logged by the session
-		case err != nil:
-			w.log.Warn("session lease renewal failed; will retry", "conversation", s.id, "err", err)
-		case s.idle(idleBefore):
-			w.drop(s)
-			s.close(cctx) // a failure is logged by the session
+		}()
+	}
+	for _, s := range open {
+		work <- s
+	}
+	close(work)
+	wg.Wait()
+}
+
+// renewers is how many lease renewals the maintenance loop runs at once.
+const renewers = 16
+
+// maintainSession renews s's lease, and closes s when another worker has
+// taken it or it has been idle since before idleBefore.
+func (w *Worker) maintainSession(cctx context.Context, s *session, idleBefore time.Time) {
+	switch err := s.store.RenewLease(); {
+	case errors.Is(err, sessionstore.ErrFenced):
+		// Another worker owns the conversation now: stop at once and
+		// write nothing more.
+		w.log.Error("session lease lost; dropping the session", "conversation", s.id)
+		w.drop(s)
+		s.mu.Lock()
+		rt := s.running
+		s.mu.Unlock()
+		if rt != nil {
+			rt.cancel()
 		}
+		s.close(cctx) // a failure is logged by the session
+	case err != nil:
+		w.log.Warn("session lease renewal failed; will retry", "conversation", s.id, "err", err)
+	case s.idle(idleBefore):
+		w.drop(s)
+		s.close(cctx) // a failure is logged by the session
 	}
 }
+
+// MaxRunningTurns is the bound on running turns in force; 0: none.
+func (w *Worker) MaxRunningTurns() int { return w.gate.max }
 
 // drop removes s from the open sessions if it is still there.
 func (w *Worker) drop(s *session) {

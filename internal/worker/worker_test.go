@@ -124,6 +124,7 @@ type workerOpts struct {
 	logger    *slog.Logger
 	keys      *trust.Keyring   // the worker's command keys; nil: testKey alone
 	now       func() time.Time // the worker's clock; nil: time.Now
+	maxTurns  int              // Options.MaxRunningTurns
 }
 
 func newTestWorker(t *testing.T, o workerOpts) *testWorker {
@@ -137,13 +138,14 @@ func newTestWorker(t *testing.T, o workerOpts) *testWorker {
 	}
 	h := newFakeHarness()
 	w, err := New(testTenant, testEnv, CommandKey{ID: testKeyID, Key: testKey}, sessions, filepath.Join(o.dir, "workspaces"), h, &Options{
-		WorkerID:    "worker-test",
-		Notices:     notices(o.notice),
-		Heartbeat:   o.heartbeat,
-		SyncRetry:   o.syncRetry,
-		Logger:      o.logger,
-		CommandKeys: o.keys,
-		Now:         o.now,
+		WorkerID:        "worker-test",
+		Notices:         notices(o.notice),
+		Heartbeat:       o.heartbeat,
+		SyncRetry:       o.syncRetry,
+		Logger:          o.logger,
+		CommandKeys:     o.keys,
+		Now:             o.now,
+		MaxRunningTurns: o.maxTurns,
 	})
 	if err != nil {
 		t.Fatal(err)

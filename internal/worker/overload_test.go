@@ -1,0 +1,83 @@
+package worker
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/talkide/platform/internal/contract"
+)
+
+// A worker driven well past its bound on running turns: every message
+// either starts a turn that finishes with its whole log, or is refused up
+// front with worker_busy and Retry-After, recording nothing; once turns
+// end, a refused message sent again runs.
+func TestOverloadRefusesBeforeTheTurn(t *testing.T) {
+	const bound, convs = 4, 24
+	tw := newTestWorker(t, workerOpts{maxTurns: bound})
+	for i := range convs {
+		tw.create(t, fmt.Sprintf("c_%02d", i))
+	}
+	type answer struct {
+		status     int
+		code       string
+		retryAfter string
+		seqBefore  int64
+	}
+	answers := make([]answer, convs)
+	var wg sync.WaitGroup
+	for i := range convs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conv := fmt.Sprintf("c_%02d", i)
+			resp, b := tw.call(t, http.MethodPost, "/v1/sessions/"+conv+"/messages", contract.SendMessageRequest{ClientMessageID: "m1", Text: "hello"})
+			a := answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
+			if resp.StatusCode >= 300 {
+				a.code = decode[contract.Error](t, b).Error.Code
+			}
+			answers[i] = a
+		}()
+	}
+	wg.Wait()
+	var started, refused []int
+	for i, a := range answers {
+		switch {
+		case a.status == http.StatusAccepted:
+			started = append(started, i)
+		case a.status == http.StatusServiceUnavailable && a.code == contract.CodeWorkerBusy && a.retryAfter != "":
+			refused = append(refused, i)
+		default:
+			t.Errorf("c_%02d: %d %q (Retry-After %q)", i, a.status, a.code, a.retryAfter)
+		}
+	}
+	if len(started) != bound || len(refused) != convs-bound {
+		t.Fatalf("%d started, %d refused; want %d and %d", len(started), len(refused), bound, convs-bound)
+	}
+	// A refused message left nothing behind: its session is as created.
+	for _, i := range refused {
+		if st := tw.state(t, fmt.Sprintf("c_%02d", i)); st.Turns != 0 || st.Status != contract.StatusIdle {
+			t.Errorf("refused c_%02d recorded a turn: %+v", i, st)
+		}
+	}
+	// The started turns run to their end, and a refused message sent again
+	// starts once a slot is free.
+	for range started {
+		tw.h.next(t).finish("end_turn")
+	}
+	for _, i := range started {
+		conv := fmt.Sprintf("c_%02d", i)
+		s := tw.openStream(t, conv, "", "")
+		got := s.mustUntil(t, func(e contract.Event) bool { return e.Kind == contract.KindTurnFinished })
+		s.close()
+		if got[0].Ev.Kind != contract.KindSessionCreated {
+			t.Errorf("%s's log starts with %s", conv, got[0].Ev.Kind)
+		}
+	}
+	again := fmt.Sprintf("c_%02d", refused[0])
+	if status, _ := tw.sendMessage(t, again, "m1", "hello"); status != http.StatusAccepted {
+		t.Fatalf("the refused message sent again: %d", status)
+	}
+	tw.h.next(t).finish("end_turn")
+}
