@@ -247,17 +247,9 @@ func TestOperatorAPIEndToEnd(t *testing.T) {
 	dir, _ := newControlPlaneDir(t)
 	d := "--data-dir=" + dir
 	var logs syncBuffer
-	cp, err := roles.StartControlPlane(t.Context(), roles.ControlPlaneConfig{
+	cp := startT(t, roles.StartControlPlane, roles.ControlPlaneConfig{
 		Listen: "127.0.0.1:0", DBPath: filepath.Join(dir, "controlplane.db"), SecretsPath: filepath.Join(dir, "controlplane-secrets.json"),
 		Tenant: "local", Env: "dev", Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		cp.Stop(ctx)
 	})
 	base := cp.HTTP.URL()
 	call := func(method, path, token, body string) (int, string) {

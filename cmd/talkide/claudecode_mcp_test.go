@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,7 +24,7 @@ import (
 // and no event.
 func TestClaudeCodeWorkerTools(t *testing.T) {
 	logs := &syncBuffer{}
-	st := startClaudeCodeStack(t, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	st := startClaudeCodeStack(t, debugLogger(logs))
 	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	ws := filepath.Join(st.Info.Workspaces, c.ID)

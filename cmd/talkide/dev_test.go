@@ -79,11 +79,7 @@ func TestDevShutdownDuringATurn(t *testing.T) {
 
 			// The turn's end was written by the stopping worker, not left for
 			// the next start to repair.
-			st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: dir, Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Stop(context.Background()) })
+			st := startDevT(t, roles.DevConfig{DataDir: dir})
 			got := readStream(t, st.Info.ControlPlane, conv.ID, 0, turnEnded(sent.TurnID))
 			end := got[len(got)-1].ev
 			if end.Kind != contract.KindTurnFailed || end.Failure == nil || end.Failure.Code != contract.FailWorkerRestarted ||

@@ -5,12 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,66 +21,6 @@ import (
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sse"
 )
-
-// syncBuffer is a log sink read by the test after the stack has written.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// failureLogs is a log sink whose contents the test prints if it fails.
-func failureLogs(t testing.TB) *syncBuffer {
-	logs := &syncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", logs.String())
-		}
-	})
-	return logs
-}
-
-// startTestStack runs talkide dev's stack in a temporary directory with the
-// model simulator, logging at debug level into the returned buffer.
-func startTestStack(t testing.TB) (*roles.Dev, *syncBuffer) {
-	t.Helper()
-	logs := &syncBuffer{}
-	st := startDevT(t, roles.DevConfig{
-		DataDir: t.TempDir(),
-		Addr:    "127.0.0.1:0",
-		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
-	return st, logs
-}
-
-// startDevT runs talkide dev's stack as cfg says and shuts it down when
-// the test ends.
-func startDevT(t testing.TB, cfg roles.DevConfig) *roles.Dev {
-	t.Helper()
-	st, err := roles.StartDev(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("startDev: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := st.Stop(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return st
-}
 
 // api calls the browser API and decodes the JSON answer.
 func api(t testing.TB, method, url string, in, out any) int {
@@ -194,6 +132,29 @@ func checkSequence(t *testing.T, got []streamed, first int64) {
 	}
 }
 
+// firstToolTurn sends the first message of conversation conv, one whose
+// turn calls a tool once, and checks the conversation's events up to the
+// turn's end: in sequence from the session's creation, and of the kinds
+// such a turn has, whichever harness runs it.
+func firstToolTurn(t *testing.T, base, conv, text string) []streamed {
+	t.Helper()
+	r := send(t, base, conv, text)
+	got := readStream(t, base, conv, 0, turnEnded(r.TurnID))
+	checkSequence(t, got, 1)
+	want := []string{
+		contract.KindSessionCreated, contract.KindNotice,
+		contract.KindUserMessage, contract.KindTurnStarted,
+		contract.KindMessage, contract.KindUsage,
+		contract.KindToolStarted, contract.KindToolFinished,
+		contract.KindMessage, contract.KindUsage,
+		contract.KindTurnFinished,
+	}
+	if diff := cmp.Diff(want, kinds(got)); diff != "" {
+		t.Fatalf("event kinds (-want +got):\n%s", diff)
+	}
+	return got
+}
+
 func kinds(got []streamed) []string {
 	var out []string
 	for _, s := range got {
@@ -209,21 +170,7 @@ func TestEndToEndBashTurn(t *testing.T) {
 	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 
-	r := send(t, base, c.ID, `Please run it. [[tool:Bash {"command":"echo hello-from-bash; echo second line"}]]`)
-	got := readStream(t, base, c.ID, 0, turnEnded(r.TurnID))
-	checkSequence(t, got, 1)
-
-	want := []string{
-		contract.KindSessionCreated, contract.KindNotice,
-		contract.KindUserMessage, contract.KindTurnStarted,
-		contract.KindMessage, contract.KindUsage,
-		contract.KindToolStarted, contract.KindToolFinished,
-		contract.KindMessage, contract.KindUsage,
-		contract.KindTurnFinished,
-	}
-	if diff := cmp.Diff(want, kinds(got)); diff != "" {
-		t.Fatalf("event kinds (-want +got):\n%s", diff)
-	}
+	got := firstToolTurn(t, base, c.ID, `Please run it. [[tool:Bash {"command":"echo hello-from-bash; echo second line"}]]`)
 	var started, finished *contract.ToolEvent
 	var output, finalText strings.Builder
 	for _, s := range got {
