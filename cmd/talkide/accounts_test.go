@@ -13,6 +13,7 @@ import (
 
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // TestAdminUsersAndAPITokens: memberships and API tokens kept with talkide
@@ -66,7 +67,7 @@ func TestAdminUsersAndAPITokens(t *testing.T) {
 		t.Errorf("api-token list:\n%s", out)
 	}
 
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cp := startT(t, roles.StartControlPlane, roles.ControlPlaneConfig{
 		Listen: "127.0.0.1:0", InternalListen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
 		DBPath: filepath.Join(dir, "controlplane.db"), SecretsPath: filepath.Join(dir, "controlplane-secrets.json"),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // openBudgetStore opens the SQLite database of a data directory as a
@@ -246,7 +247,7 @@ func TestTable(t *testing.T) {
 func TestOperatorAPIEndToEnd(t *testing.T) {
 	dir, _ := newControlPlaneDir(t)
 	d := "--data-dir=" + dir
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cp := startT(t, roles.StartControlPlane, roles.ControlPlaneConfig{
 		Listen: "127.0.0.1:0", DBPath: filepath.Join(dir, "controlplane.db"), SecretsPath: filepath.Join(dir, "controlplane-secrets.json"),
 		Tenant: "local", Env: "dev", Logger: slog.New(slog.NewJSONHandler(&logs, nil)),

@@ -26,6 +26,7 @@ import (
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // browserReady returns the Chromium to drive, or fails (on CI, or with
@@ -150,7 +151,7 @@ func TestBrowserLogin(t *testing.T) {
 	op.Start()
 	t.Cleanup(op.Close)
 
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	st := startDevT(t, roles.DevConfig{
 		DataDir: filepath.Join(dir, "data"), Addr: cpAddr,
 		Login: &roles.AuthConfig{

@@ -19,6 +19,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/proxytest"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // These tests run talkide chat against the whole stack with the model
@@ -88,7 +89,7 @@ func startChatSignals(t *testing.T, ctx context.Context, sigs chan os.Signal, ar
 	pr, pw := io.Pipe()
 	c.in = pw
 	t.Cleanup(func() { pw.Close() })
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	go func() { c.errc <- chatWith(ctx, args, pr, c.out, &stderr, c.signals) }()
 	c.out.waitFor(t, "(type /help for commands)\n")
 	return c

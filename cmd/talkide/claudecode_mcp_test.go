@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // The Claude Code harness's own tools over MCP, with the real CLI: the
@@ -23,7 +24,7 @@ import (
 // and the model. The capability the CLI used for both appears in no log line
 // and no event.
 func TestClaudeCodeWorkerTools(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	st := startClaudeCodeStack(t, debugLogger(logs))
 	base := st.Info.ControlPlane
 	c := createConversation(t, base)

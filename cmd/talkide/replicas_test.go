@@ -25,6 +25,7 @@ import (
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/postgres/pgtest"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // replicaStack is several control-plane replicas on one PostgreSQL
@@ -302,7 +303,7 @@ func TestReplicaKilledMidStream(t *testing.T) {
 	if conv.State == nil {
 		t.Fatalf("created without a session state: %+v", conv)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	sess := &chatclient.Session{Client: client, ConversationID: conv.ID, After: conv.State.LastSeq,
 		Renderer: &chatclient.Renderer{W: &out, Verbose: true}}
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // The attacks of a hostile prompt, run from conversation A's Bash in a
@@ -28,7 +29,7 @@ import (
 // loopback test host, and conversation B to attack.
 type attackStack struct {
 	st       *roles.Dev
-	logs     *syncBuffer
+	logs     *syncbuf.Buffer
 	base     string
 	a, b     string // conversation ids
 	aWS, bWS string
@@ -43,7 +44,7 @@ func startAttackStack(t *testing.T, cfg roles.DevConfig) *attackStack {
 	dir := t.TempDir()
 	allowFile := filepath.Join(dir, "egress.json")
 	os.WriteFile(allowFile, []byte(fmt.Sprintf(`{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, allowed.Addr().(*net.TCPAddr).Port)), 0o600)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cfg.DataDir = filepath.Join(dir, "data")
 	cfg.Agent.EgressAllow = allowFile
 	cfg.Logger = debugLogger(logs)

@@ -1,20 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/syncbuf"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -23,27 +22,9 @@ import (
 // internal/roles as the commands start them, and each stopped when its
 // test ends.
 
-// syncBuffer is a log sink read by the test after the stack has written.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // failureLogs is a log sink whose contents the test prints if it fails.
-func failureLogs(t testing.TB) *syncBuffer {
-	logs := &syncBuffer{}
+func failureLogs(t testing.TB) *syncbuf.Buffer {
+	logs := &syncbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs:\n%s", logs.String())
@@ -76,9 +57,9 @@ func stopAtEnd(t testing.TB, stop func(context.Context) error) {
 
 // startTestStack runs talkide dev's stack in a temporary directory with the
 // model simulator, logging at debug level into the returned buffer.
-func startTestStack(t testing.TB) (*roles.Dev, *syncBuffer) {
+func startTestStack(t testing.TB) (*roles.Dev, *syncbuf.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	st := startDevT(t, roles.DevConfig{
 		DataDir: t.TempDir(),
 		Addr:    "127.0.0.1:0",

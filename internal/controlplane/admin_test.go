@@ -1,7 +1,6 @@
 package controlplane_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"github.com/talkide/platform/internal/store/postgres"
 	"github.com/talkide/platform/internal/store/postgres/pgtest"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/syncbuf"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -32,24 +31,6 @@ import (
 type budgetStore interface {
 	store.Store
 	budget.Store
-}
-
-// lockedLog is a log sink written by the server's goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer // guarded by mu
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // adminHarness is a control-plane with budgets and the operator API over a
@@ -62,7 +43,7 @@ type adminHarness struct {
 	clock  *fakeclock.Clock
 	tokens string // the operator token file
 	token  string // an operator token in it
-	logs   *lockedLog
+	logs   *syncbuf.Buffer
 }
 
 func openSQLite(t *testing.T) budgetStore {
@@ -77,7 +58,7 @@ func openSQLite(t *testing.T) budgetStore {
 
 func newAdminHarness(t *testing.T, st budgetStore, metrics http.Handler) *adminHarness {
 	t.Helper()
-	h := &adminHarness{t: t, store: st, clock: fakeclock.New(start), logs: &lockedLog{},
+	h := &adminHarness{t: t, store: st, clock: fakeclock.New(start), logs: &syncbuf.Buffer{},
 		tokens: filepath.Join(t.TempDir(), "operator-tokens")}
 	tok, rec := controlplane.NewOperatorToken("ci bot", start)
 	if err := controlplane.AddOperatorToken(h.tokens, rec); err != nil {

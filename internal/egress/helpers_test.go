@@ -2,7 +2,6 @@ package egress
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -19,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 var testKey = []byte("the egress tests' capability key")
@@ -35,22 +36,7 @@ func testCapability(conv string) string {
 func authFor(conv string) string { return basic(conv + ":" + testCapability(conv)) }
 
 // logSink collects JSON log lines from any goroutine.
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logSink) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+type logSink struct{ syncbuf.Buffer }
 
 // records are the log lines with message msg.
 func (l *logSink) records(t *testing.T, msg string) []map[string]any {
