@@ -97,33 +97,14 @@ func newAdminHarness(t *testing.T, st budgetStore, metrics http.Handler) *adminH
 // empty) and returns the answer with its body.
 func (h *adminHarness) do(method, path, body, auth string) (*http.Response, []byte) {
 	h.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(h.t.Context(), method, h.url+path, rd)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	req := newRequest(h.t, method, h.url+path, body)
 	if auth == "" {
 		auth = "Bearer " + h.token
 	}
 	if auth != "-" {
 		req.Header.Set("Authorization", auth)
 	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return resp, b
+	return roundTrip(h.t, http.DefaultClient, req)
 }
 
 // ok sends a request that must succeed with status and decodes its answer
