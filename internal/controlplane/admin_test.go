@@ -22,6 +22,7 @@ import (
 	"github.com/talkide/platform/internal/store/postgres"
 	"github.com/talkide/platform/internal/store/postgres/pgtest"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/store/storetest"
 	"github.com/talkide/platform/internal/syncbuf"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -48,11 +49,7 @@ type adminHarness struct {
 
 func openSQLite(t *testing.T) budgetStore {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "cp.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, sqlite.Open, filepath.Join(t.TempDir(), "cp.db"))
 	return st
 }
 
@@ -300,11 +297,7 @@ func TestAdminRoundTripSQLite(t *testing.T) {
 }
 
 func TestAdminRoundTripPostgres(t *testing.T) {
-	st, err := postgres.Open(t.Context(), pgtest.URL(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, postgres.Open, pgtest.URL(t))
 	testAdminRoundTrip(t, newAdminHarness(t, st, nil))
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/store/storetest"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -264,11 +265,7 @@ type harnessOptions struct {
 func newHarness(t testing.TB, opts harnessOptions) *harness {
 	t.Helper()
 	clk := fakeclock.New(start)
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "cp.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, sqlite.Open, filepath.Join(t.TempDir(), "cp.db"))
 	kr, err := trust.NewKeyring(tokenKID, map[string][]byte{tokenKID: tokenKey})
 	if err != nil {
 		t.Fatal(err)
@@ -449,11 +446,7 @@ func decodeJSON(t testing.TB, body []byte, v any) {
 }
 
 func TestNewRequiresConfig(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), ":memory:", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t, sqlite.Open, ":memory:")
 	kr, err := trust.NewKeyring(tokenKID, map[string][]byte{tokenKID: tokenKey})
 	if err != nil {
 		t.Fatal(err)
