@@ -336,14 +336,26 @@ func (p *ControlPlane) Fatal() <-chan error { return p.group.Fatal() }
 // it until ctx ends or a part fails; then it stops it within
 // ControlPlaneGrace.
 func RunControlPlane(ctx context.Context, c ControlPlaneConfig, started func(*ControlPlane)) error {
-	p, err := StartControlPlane(ctx, c)
+	return run(ctx, StartControlPlane, c, c.Logger, ControlPlaneGrace, started)
+}
+
+// running is a started role, as run runs it.
+type running interface {
+	Fatal() <-chan error
+	Stop(context.Context) error
+}
+
+// run starts a role as c says, calls started with it, and runs it until
+// ctx ends or a part fails (see runUntil).
+func run[C any, P running](ctx context.Context, start func(context.Context, C) (P, error), c C, log *slog.Logger, grace time.Duration, started func(P)) error {
+	p, err := start(ctx, c)
 	if err != nil {
 		return err
 	}
 	if started != nil {
 		started(p)
 	}
-	return runUntil(ctx, c.Logger, ControlPlaneGrace, p.Fatal(), p.Stop)
+	return runUntil(ctx, log, grace, p.Fatal(), p.Stop)
 }
 
 // runUntil waits until ctx ends (the first signal) or fatal delivers,

@@ -371,14 +371,7 @@ func (p *Worker) Fatal() <-chan error { return p.group.Fatal() }
 // RunWorker starts a worker, calls started with it, and runs it until ctx
 // ends or a part fails; then it stops it within WorkerGrace.
 func RunWorker(ctx context.Context, o WorkerConfig, started func(*Worker)) error {
-	p, err := StartWorker(ctx, o)
-	if err != nil {
-		return err
-	}
-	if started != nil {
-		started(p)
-	}
-	return runUntil(ctx, o.Logger, WorkerGrace, p.Fatal(), p.Stop)
+	return run(ctx, StartWorker, o, o.Logger, WorkerGrace, started)
 }
 
 // workerReadiness are the worker's /readyz checks: the session volume
