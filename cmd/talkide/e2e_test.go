@@ -14,6 +14,7 @@ import (
 
 	"github.com/talkide/platform/internal/kubetest"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/store"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -155,6 +156,26 @@ func firstToolTurn(t *testing.T, base, conv, text string) []streamed {
 	return got
 }
 
+// toolTurnRecorded checks that the turn of firstToolTurn ended normally
+// after its two model calls, and returns the usage records the gateway
+// keeps for the conversation once it has written them (it does in the
+// background: Flush waits for them).
+func toolTurnRecorded(t *testing.T, st *roles.Dev, conv string, got []streamed) []store.UsageRecord {
+	t.Helper()
+	last := got[len(got)-1].ev
+	if last.Finish == nil || last.Finish.StopReason != "end_turn" || last.Finish.ModelCalls != 2 {
+		t.Errorf("turn.finished = %+v", last.Finish)
+	}
+	if err := st.ControlPlane.Gateway.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	usage, err := st.ControlPlane.Store.ListUsage(t.Context(), conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return usage
+}
+
 func kinds(got []streamed) []string {
 	var out []string
 	for _, s := range got {
@@ -198,19 +219,10 @@ func TestEndToEndBashTurn(t *testing.T) {
 	if !strings.Contains(finalText.String(), "hello-from-bash") {
 		t.Errorf("final text %q does not quote the tool result", finalText.String())
 	}
-	last := got[len(got)-1].ev
-	if last.Finish == nil || last.Finish.StopReason != "end_turn" || last.Finish.ModelCalls != 2 {
-		t.Errorf("turn.finished = %+v", last.Finish)
-	}
-
-	// The gateway recorded both model calls against this conversation (in
-	// the background: Flush waits for the records).
-	if err := st.ControlPlane.Gateway.Flush(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	usage, err := st.ControlPlane.Store.ListUsage(context.Background(), c.ID)
-	if err != nil || len(usage) != 2 {
-		t.Fatalf("usage records = %d, %v", len(usage), err)
+	// The gateway recorded both model calls against this conversation.
+	usage := toolTurnRecorded(t, st, c.ID, got)
+	if len(usage) != 2 {
+		t.Fatalf("usage records = %d", len(usage))
 	}
 	for _, u := range usage {
 		if u.InputTokens == 0 || u.OutputTokens == 0 || u.Status != 200 || u.Tenant != roles.DevTenant || u.UserID != roles.DevUser {
