@@ -79,16 +79,7 @@ func BenchmarkResumeAfterCrash(b *testing.B) {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				s, err := resumer.Load("bench")
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := s.AppendEvent(&contract.Event{Kind: contract.KindSessionResumed}); err != nil {
-					b.Fatal(err)
-				}
-				if err := s.Sync(); err != nil {
-					b.Fatal(err)
-				}
+				s := resume(b, resumer)
 				b.StopTimer()
 				s.closeFiles() // crash again, and undo the resume's appends
 				for f, size := range sizes {
