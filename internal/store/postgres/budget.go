@@ -265,26 +265,16 @@ func (s *Store) CollectBudget(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// BudgetLimits implements budget.Store, ordered by bytes.
+// BudgetLimits implements budget.Store: the subjects are two arrays, so
+// that the query is one text for any number of them.
 func (s *Store) BudgetLimits(ctx context.Context, subjects ...budget.Subject) ([]budget.Limit, error) {
-	query := `SELECT scope, subject, kind, maximum, hard, updated_at FROM budget_limits`
-	var args []any
-	if len(subjects) > 0 {
-		scopes := make([]string, len(subjects))
-		ids := make([]string, len(subjects))
-		for i, sub := range subjects {
-			scopes[i], ids[i] = string(sub.Scope), sub.ID
-		}
-		query += ` WHERE (scope, subject) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
-		args = []any{scopes, ids}
+	if len(subjects) == 0 {
+		return s.LimitsWhere(ctx, "")
 	}
-	rows, err := s.pool.Query(ctx, query+` ORDER BY scope COLLATE "C", subject COLLATE "C", kind COLLATE "C"`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: read limits: %w", err)
+	scopes := make([]string, len(subjects))
+	ids := make([]string, len(subjects))
+	for i, sub := range subjects {
+		scopes[i], ids[i] = string(sub.Scope), sub.ID
 	}
-	ls, err := collect(rows, sqlcore.ScanLimit)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: read limits: %w", err)
-	}
-	return ls, nil
+	return s.LimitsWhere(ctx, `(scope, subject) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, scopes, ids)
 }

@@ -119,6 +119,22 @@ func ScanLimit(r Row) (budget.Limit, error) {
 	return l, err
 }
 
+// LimitsWhere returns the limits that where selects (all of them when it is
+// empty), ordered by bytes. Only how several subjects are selected at once
+// differs between the databases, so each store's BudgetLimits writes where.
+func (t *Tables) LimitsWhere(ctx context.Context, where string, args ...any) ([]budget.Limit, error) {
+	query := `SELECT scope, subject, kind, maximum, hard, updated_at FROM budget_limits`
+	if where != "" {
+		query += ` WHERE ` + where
+	}
+	by := t.d.ByBytes
+	ls, err := collect(ctx, t.db, ScanLimit, query+` ORDER BY scope`+by+`, subject`+by+`, kind`+by, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: read limits: %w", t.name, err)
+	}
+	return ls, nil
+}
+
 // BudgetUsage implements budget.Store.
 func (t *Tables) BudgetUsage(ctx context.Context, sub budget.Subject, size budget.BucketSize, from, to time.Time) ([]budget.Bucket, error) {
 	bs, err := collect(ctx, t.db, func(r Row) (budget.Bucket, error) {

@@ -213,25 +213,14 @@ func (s *Store) CollectBudget(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// BudgetLimits implements budget.Store.
+// BudgetLimits implements budget.Store: SQLite has no arrays, so the
+// subjects are a list of conditions.
 func (s *Store) BudgetLimits(ctx context.Context, subjects ...budget.Subject) ([]budget.Limit, error) {
-	query := `SELECT scope, subject, kind, maximum, hard, updated_at FROM budget_limits`
+	conds := make([]string, len(subjects))
 	var args []any
-	if len(subjects) > 0 {
-		conds := make([]string, len(subjects))
-		for i, sub := range subjects {
-			conds[i] = `(scope = ? AND subject = ?)`
-			args = append(args, sub.Scope, sub.ID)
-		}
-		query += ` WHERE ` + strings.Join(conds, ` OR `)
+	for i, sub := range subjects {
+		conds[i] = fmt.Sprintf(`(scope = $%d AND subject = $%d)`, 2*i+1, 2*i+2)
+		args = append(args, string(sub.Scope), sub.ID)
 	}
-	rows, err := s.reader.QueryContext(ctx, query+` ORDER BY scope, subject, kind`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: read limits: %w", err)
-	}
-	ls, err := collect(rows, sqlcore.ScanLimit)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: read limits: %w", err)
-	}
-	return ls, nil
+	return s.LimitsWhere(ctx, strings.Join(conds, ` OR `), args...)
 }
