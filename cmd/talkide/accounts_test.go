@@ -10,10 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // TestAdminUsersAndAPITokens: memberships and API tokens kept with talkide
@@ -67,19 +67,11 @@ func TestAdminUsersAndAPITokens(t *testing.T) {
 		t.Errorf("api-token list:\n%s", out)
 	}
 
-	var logs syncBuffer
-	cp, err := roles.StartControlPlane(t.Context(), roles.ControlPlaneConfig{
+	var logs syncbuf.Buffer
+	cp := startT(t, roles.StartControlPlane, roles.ControlPlaneConfig{
 		Listen: "127.0.0.1:0", InternalListen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0",
 		DBPath: filepath.Join(dir, "controlplane.db"), SecretsPath: filepath.Join(dir, "controlplane-secrets.json"),
 		Tenant: "acme", Env: "prod", Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		cp.Stop(ctx)
 	})
 	call := func(base, method, path, token string) int {
 		t.Helper()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // openBudgetStore opens the SQLite database of a data directory as a
@@ -246,18 +247,10 @@ func TestTable(t *testing.T) {
 func TestOperatorAPIEndToEnd(t *testing.T) {
 	dir, _ := newControlPlaneDir(t)
 	d := "--data-dir=" + dir
-	var logs syncBuffer
-	cp, err := roles.StartControlPlane(t.Context(), roles.ControlPlaneConfig{
+	var logs syncbuf.Buffer
+	cp := startT(t, roles.StartControlPlane, roles.ControlPlaneConfig{
 		Listen: "127.0.0.1:0", DBPath: filepath.Join(dir, "controlplane.db"), SecretsPath: filepath.Join(dir, "controlplane-secrets.json"),
 		Tenant: "local", Env: "dev", Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		cp.Stop(ctx)
 	})
 	base := cp.HTTP.URL()
 	call := func(method, path, token, body string) (int, string) {

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
-	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/talkide/platform/internal/roles"
 )
@@ -15,15 +12,7 @@ import (
 // turn.finished reaches the client. The simulator answers at once, so this
 // is the platform's own overhead per turn.
 func BenchmarkTurn(b *testing.B) {
-	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: b.TempDir(), Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		st.Stop(ctx)
-	}()
+	st := startDevT(b, roles.DevConfig{})
 	base := st.Info.ControlPlane
 	c := createConversation(b, base)
 	b.ReportAllocs()

@@ -26,6 +26,7 @@ import (
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // browserReady returns the Chromium to drive, or fails (on CI, or with
@@ -72,7 +73,8 @@ func runScenarioEnv(t testing.TB, st *roles.Dev, name string, env []string, onSt
 		os.MkdirAll(shots, 0o755)
 	} else {
 		var err error
-		if shots, err = os.MkdirTemp("", "talkide-"+t.Name()+"-"); err != nil {
+		// A subtest's name has a slash, which a temporary name may not.
+		if shots, err = os.MkdirTemp("", "talkide-"+strings.ReplaceAll(t.Name(), "/", "-")+"-"); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
@@ -149,7 +151,7 @@ func TestBrowserLogin(t *testing.T) {
 	op.Start()
 	t.Cleanup(op.Close)
 
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	st := startDevT(t, roles.DevConfig{
 		DataDir: filepath.Join(dir, "data"), Addr: cpAddr,
 		Login: &roles.AuthConfig{
@@ -189,10 +191,17 @@ func TestBrowserLogin(t *testing.T) {
 	}
 }
 
-func TestBrowserStream(t *testing.T) {
-	browserReady(t)
-	st, _ := startTestStack(t)
-	runScenario(t, st, "stream", noSteps(t))
+// TestBrowserScenarios runs the scenarios that need nothing but a fresh
+// stack and check everything themselves, in the page: streaming, an
+// interrupt, hostile markdown, an edit's diff and an issue.
+func TestBrowserScenarios(t *testing.T) {
+	for _, name := range []string{"stream", "interrupt", "hostile", "edit"} {
+		t.Run(name, func(t *testing.T) {
+			browserReady(t)
+			st, _ := startTestStack(t)
+			runScenario(t, st, name, noSteps(t))
+		})
+	}
 }
 
 func TestBrowserReload(t *testing.T) {
@@ -319,24 +328,6 @@ func TestBrowserSubAgent(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("after the reload the page shows %v, the history %v", got, want)
 	}
-}
-
-func TestBrowserInterrupt(t *testing.T) {
-	browserReady(t)
-	st, _ := startTestStack(t)
-	runScenario(t, st, "interrupt", noSteps(t))
-}
-
-func TestBrowserHostileMarkdown(t *testing.T) {
-	browserReady(t)
-	st, _ := startTestStack(t)
-	runScenario(t, st, "hostile", noSteps(t))
-}
-
-func TestBrowserEditDiffAndIssue(t *testing.T) {
-	browserReady(t)
-	st, _ := startTestStack(t)
-	runScenario(t, st, "edit", noSteps(t))
 }
 
 // TestHistoryEndpoint: against a real worker, a finished turn's page holds

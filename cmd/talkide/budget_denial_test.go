@@ -13,6 +13,7 @@ import (
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // spendThenLimit runs one turn of conv, waits until the budget has charged
@@ -147,7 +148,7 @@ func TestBudgetDeniedTurnEndsAtOnce(t *testing.T) {
 // The same with the Claude Code CLI: the gateway's x-should-retry: false
 // keeps it from retrying, and its result line maps onto budget_exhausted.
 func TestClaudeCodeBudgetDenied(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	st := startClaudeCodeStack(t, slog.New(slog.NewJSONHandler(logs, nil)))
 	base := st.Info.ControlPlane
 	c := createConversation(t, base)

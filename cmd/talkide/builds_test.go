@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -29,6 +28,25 @@ import (
 	"github.com/talkide/platform/internal/sandbox"
 )
 
+// buildTurn checks that a turn with a build finished, and returns the
+// build's log as it streamed and the model's last reply.
+func buildTurn(t *testing.T, evs []streamed) (log, reply string) {
+	t.Helper()
+	if end := terminal(t, evs); end.Kind != contract.KindTurnFinished {
+		t.Fatalf("turn: %s %+v", end.Kind, end.Failure)
+	}
+	var live strings.Builder
+	for _, s := range evs {
+		switch s.ev.Kind {
+		case contract.KindToolOutput:
+			live.WriteString(s.ev.Tool.Output)
+		case contract.KindMessage:
+			reply = s.ev.Text
+		}
+	}
+	return live.String(), reply
+}
+
 // Mara runs the workspace's build with the Build tool in talkide dev (the
 // local runner, the model simulator driving): the log streams to the chat
 // and the test summary reaches the model and the chat.
@@ -48,21 +66,9 @@ func TestBuildToolInDev(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := turn(t, base, conv, `Run the tests. [[tool:Build {"tasks": ["failing"]}]]`)
-	if end := terminal(t, evs); end.Kind != contract.KindTurnFinished {
-		t.Fatalf("turn: %s %+v", end.Kind, end.Failure)
-	}
-	var live, final strings.Builder
-	for _, s := range evs {
-		switch s.ev.Kind {
-		case contract.KindToolOutput:
-			live.WriteString(s.ev.Tool.Output)
-		case contract.KindMessage:
-			final.Reset()
-			final.WriteString(s.ev.Text)
-		}
-	}
-	if !strings.Contains(live.String(), "FailTest > breaks() FAILED") {
-		t.Errorf("the build's log did not stream: %q", live.String())
+	live, final := buildTurn(t, evs)
+	if !strings.Contains(live, "FailTest > breaks() FAILED") {
+		t.Errorf("the build's log did not stream: %q", live)
 	}
 	tools := finished(evs)
 	if len(tools) != 1 || tools[0].Name != "Build" || !tools[0].IsError {
@@ -74,8 +80,8 @@ func TestBuildToolInDev(t *testing.T) {
 		}
 	}
 	// The simulator quotes the tool result it was given: the model saw it.
-	if !strings.Contains(final.String(), "Build FAILED") {
-		t.Errorf("the model's reply does not quote the build result: %q", final.String())
+	if !strings.Contains(final, "Build FAILED") {
+		t.Errorf("the model's reply does not quote the build result: %q", final)
 	}
 }
 
@@ -122,16 +128,8 @@ func TestBuildToolInDevOnKubernetes(t *testing.T) {
 	kubelet.HandleFunc(kubetest.ContainerLogsPattern, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, line) })
 	node := srv.Node(t, kubelet)
 
-	st, err := roles.StartDev(ctx, roles.DevConfig{DataDir: filepath.Join(dir, "data"), Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler),
+	st := startDevT(t, roles.DevConfig{DataDir: filepath.Join(dir, "data"),
 		Agent: roles.AgentConfig{Builds: roles.BuildConfig{Runner: "kubernetes", Kubeconfig: kubeconfig, Image: "builder.example.com/jdk:21", Claim: "claude-sessions"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		st.Stop(sctx)
-	})
 	base := st.Info.ControlPlane
 	conv := createConversation(t, base).ID
 	ws := filepath.Join(st.Info.Workspaces, conv)
@@ -175,29 +173,17 @@ func TestBuildToolInDevOnKubernetes(t *testing.T) {
 	kubetest.CompleteJob(t, cs, job)
 
 	evs := readStream(t, base, conv, state.State.LastSeq, turnEnded(r.TurnID))
-	if end := terminal(t, evs); end.Kind != contract.KindTurnFinished {
-		t.Fatalf("turn: %s %+v", end.Kind, end.Failure)
-	}
-	var live, final strings.Builder
-	for _, s := range evs {
-		switch s.ev.Kind {
-		case contract.KindToolOutput:
-			live.WriteString(s.ev.Tool.Output)
-		case contract.KindMessage:
-			final.Reset()
-			final.WriteString(s.ev.Text)
-		}
-	}
-	if live.String() != "OkTest > one() PASSED\n" {
-		t.Errorf("live output = %q", live.String())
+	live, final := buildTurn(t, evs)
+	if live != "OkTest > one() PASSED\n" {
+		t.Errorf("live output = %q", live)
 	}
 	tools := finished(evs)
 	if len(tools) != 1 || tools[0].IsError || !strings.Contains(tools[0].Output, "Build succeeded: ./gradlew test (exit status 0, ") ||
 		!strings.Contains(tools[0].Output, "Job "+ns+"/"+job.Name) || !strings.Contains(tools[0].Output, "Tests: 1 run, 1 passed") {
 		t.Fatalf("tool.finished = %+v", tools)
 	}
-	if !strings.Contains(final.String(), "Build succeeded") {
-		t.Errorf("the model's reply does not quote the result: %q", final.String())
+	if !strings.Contains(final, "Build succeeded") {
+		t.Errorf("the model's reply does not quote the result: %q", final)
 	}
 	if _, err := cs.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the finished build's Job is still there: %v", err)

@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,57 +18,25 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/proxytest"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // These tests run talkide chat against the whole stack with the model
 // simulator, typing into it through a pipe (so nothing echoes the lines).
 
-// watchedOutput is the chat's stdout; each write wakes waitFor.
-type watchedOutput struct {
-	mu      sync.Mutex // guards b and changed
-	b       bytes.Buffer
-	changed chan struct{} // closed and replaced on every write
-}
-
-func newWatchedOutput() *watchedOutput { return &watchedOutput{changed: make(chan struct{})} }
-
-func (w *watchedOutput) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	close(w.changed)
-	w.changed = make(chan struct{})
-	return w.b.Write(p)
-}
-
-func (w *watchedOutput) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
-// waitFor returns once the output holds s, failing the test after 30 s.
-func (w *watchedOutput) waitFor(t *testing.T, s string) {
+// waitFor returns once out holds s, failing the test after 30 s.
+func waitFor(t *testing.T, out *syncbuf.Buffer, s string) {
 	t.Helper()
-	timeout := time.NewTimer(30 * time.Second)
-	defer timeout.Stop()
-	for {
-		w.mu.Lock()
-		got, changed := w.b.String(), w.changed
-		w.mu.Unlock()
-		if strings.Contains(got, s) {
-			return
-		}
-		select {
-		case <-changed:
-		case <-timeout.C:
-			t.Fatalf("chat never printed %q; output:\n%s", s, got)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if got, err := out.Wait(ctx, func(got string) bool { return strings.Contains(got, s) }); err != nil {
+		t.Fatalf("chat never printed %q; output:\n%s", s, got)
 	}
 }
 
 // liveChat is a talkide chat in a goroutine.
 type liveChat struct {
-	out     *watchedOutput
+	out     *syncbuf.Buffer
 	in      *io.PipeWriter
 	errc    chan error
 	signals chan os.Signal // what main would deliver; nil: none
@@ -84,13 +51,13 @@ func startChat(t *testing.T, ctx context.Context, args ...string) *liveChat {
 // main delivers them.
 func startChatSignals(t *testing.T, ctx context.Context, sigs chan os.Signal, args ...string) *liveChat {
 	t.Helper()
-	c := &liveChat{out: newWatchedOutput(), errc: make(chan error, 1), signals: sigs}
+	c := &liveChat{out: &syncbuf.Buffer{}, errc: make(chan error, 1), signals: sigs}
 	pr, pw := io.Pipe()
 	c.in = pw
 	t.Cleanup(func() { pw.Close() })
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	go func() { c.errc <- chatWith(ctx, args, pr, c.out, &stderr, c.signals) }()
-	c.out.waitFor(t, "(type /help for commands)\n")
+	waitFor(t, c.out, "(type /help for commands)\n")
 	return c
 }
 
@@ -131,7 +98,7 @@ func TestChatShowsTheNoticeOfANewConversation(t *testing.T) {
 
 	c := startChat(t, ctx, "--addr", st.Info.ControlPlane)
 	c.typeLine(t, "hello")
-	c.out.waitFor(t, "you said: hello")
+	waitFor(t, c.out, "you said: hello")
 	if err := c.end(t); err != nil {
 		t.Fatalf("chat: %v", err)
 	}
@@ -185,7 +152,7 @@ func TestChatReopenShowsRecentTurns(t *testing.T) {
 			c := startChat(t, ctx, append([]string{"--addr", base, "--conversation", conv}, tc.args...)...)
 			line := "now " + strings.ReplaceAll(name, "-", "")
 			c.typeLine(t, line)
-			c.out.waitFor(t, "you said: "+line)
+			waitFor(t, c.out, "you said: "+line)
 			if err := c.end(t); err != nil {
 				t.Fatalf("chat: %v", err)
 			}
@@ -234,9 +201,9 @@ func TestChatCtrlCInterruptsTheTurn(t *testing.T) {
 
 	c := startChatSignals(t, ctx, sigs, "--addr", st.Info.ControlPlane)
 	c.typeLine(t, "take your time [[sleep:60000]]")
-	c.out.waitFor(t, "> take your time")
+	waitFor(t, c.out, "> take your time")
 	ctrlC(t)
-	c.out.waitFor(t, "turn failed (interrupted)")
+	waitFor(t, c.out, "turn failed (interrupted)")
 	if ctx.Err() != nil {
 		t.Fatalf("the first Ctrl-C ended the test's context: %v", ctx.Err())
 	}
@@ -244,7 +211,7 @@ func TestChatCtrlCInterruptsTheTurn(t *testing.T) {
 	// directive would make the simulator take its time again: an
 	// interrupted turn's message joins the next one.)
 	c.typeLine(t, "/help")
-	c.out.waitFor(t, "! commands:")
+	waitFor(t, c.out, "! commands:")
 	ctrlC(t)
 	if err := c.wait(t); err != nil {
 		t.Fatalf("chat: %v", err)
@@ -278,9 +245,9 @@ func TestChatQueuesWhileControlPlaneIsDown(t *testing.T) {
 	c := startChat(t, ctx, "--addr", p.URL(), "--conversation", conv)
 	p.Down()
 	c.typeLine(t, "typed while down")
-	c.out.waitFor(t, "message queued")
+	waitFor(t, c.out, "message queued")
 	p.Up()
-	c.out.waitFor(t, "you said: typed while down")
+	waitFor(t, c.out, "you said: typed while down")
 	if err := c.end(t); err != nil {
 		t.Fatalf("chat: %v", err)
 	}
@@ -346,18 +313,18 @@ func TestChatOnATerminalShowsTypedLinesOnce(t *testing.T) {
 	if err := chatWith(ctx, []string{"--addr", base, "--conversation", conv, "-m", "earlier"}, strings.NewReader(""), io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	screen := newWatchedOutput() // what the terminal shows
-	go io.Copy(screen, master)   // ends when the test closes master
+	screen := &syncbuf.Buffer{} // what the terminal shows
+	go io.Copy(screen, master)  // ends when the test closes master
 	errc := make(chan error, 1)
 	go func() {
 		errc <- chatWith(ctx, []string{"--addr", base, "--conversation", conv, "--history"}, slave, slave, io.Discard)
 	}()
-	screen.waitFor(t, "(type /help for commands)")
-	screen.waitFor(t, "you said: earlier")
+	waitFor(t, screen, "(type /help for commands)")
+	waitFor(t, screen, "you said: earlier")
 	if _, err := io.WriteString(master, "typed on a terminal\n"); err != nil {
 		t.Fatal(err)
 	}
-	screen.waitFor(t, "you said: typed on a terminal")
+	waitFor(t, screen, "you said: typed on a terminal")
 	if _, err := master.Write([]byte{4}); err != nil { // Ctrl-D
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // The Claude Code harness's own tools over MCP, with the real CLI: the
@@ -24,8 +24,8 @@ import (
 // and the model. The capability the CLI used for both appears in no log line
 // and no event.
 func TestClaudeCodeWorkerTools(t *testing.T) {
-	logs := &syncBuffer{}
-	st := startClaudeCodeStack(t, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	logs := &syncbuf.Buffer{}
+	st := startClaudeCodeStack(t, debugLogger(logs))
 	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	ws := filepath.Join(st.Info.Workspaces, c.ID)

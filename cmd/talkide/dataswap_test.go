@@ -4,18 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/roles"
-	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -83,24 +79,8 @@ func TestTurnsAcrossTheDataSwap(t *testing.T) {
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	logs := failureLogs(t)
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	simKey := fmt.Sprintf("sk-sim-%x", trust.NewKey())
-	sim := httptest.NewServer(anthropicsim.New(simKey, nil))
-	t.Cleanup(sim.Close)
-	cp, err := roles.StartControlPlane(ctx, roles.ControlPlaneConfig{
-		Listen: "127.0.0.1:0", DBPath: filepath.Join(dir, "controlplane.db"), SecretsPath: filepath.Join(dir, "secrets.json"),
-		Upstream: sim.URL, APIKey: simKey, LocalUser: roles.DevUser, Tenant: roles.DevTenant, Env: roles.DevEnv,
-		Logger: logger.With("proc", "controlplane"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		cp.Stop(sctx)
-	})
+	logger := debugLogger(failureLogs(t))
+	cp := startDevControlPlane(t, dir, logger)
 	if _, err := provision.EnsureEnv(ctx, cp.Store, roles.DevTenant, roles.DevEnv, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -108,13 +88,12 @@ func TestTurnsAcrossTheDataSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ck := cp.Secrets.Commands().Newest()
-	key := trust.DeriveEnvKey(ck.Secret, roles.DevTenant, roles.DevEnv)
+	key := devCommandKey(cp.Secrets)
 	files := func(token string) map[string]string {
 		return map[string]string{
 			provision.KeyIdentityToken: token,
-			provision.KeyCommandKey:    trust.FormatKey(ck.ID, key),
-			provision.KeyCommandKeyID:  ck.ID,
+			provision.KeyCommandKey:    trust.FormatKey(key.ID, key.Secret),
+			provision.KeyCommandKeyID:  key.ID,
 		}
 	}
 	secret := newKubeletDir(t, files(tok1))
@@ -128,26 +107,11 @@ func TestTurnsAcrossTheDataSwap(t *testing.T) {
 	if err := workerEnv(&o); err != nil {
 		t.Fatal(err)
 	}
-	w, err := roles.StartWorker(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		w.Stop(sctx)
-	})
-	c := &commandClient{name: "worker", url: w.HTTP.URL(), signer: &trust.Signer{
-		Direction: trust.ToWorker, Tenant: roles.DevTenant, Env: roles.DevEnv, KeyID: ck.ID, Key: key}}
-
-	if err := cp.Store.PutUser(ctx, store.User{ID: roles.DevUser, Name: roles.DevUser, CreatedAt: time.Now().UTC()}); err != nil {
-		t.Fatal(err)
-	}
+	w := startT(t, roles.StartWorker, o)
+	c := newCommandClient("worker", w.HTTP.URL(), key)
 	conversation := func(id string) {
 		t.Helper()
-		if _, _, err := cp.Store.CreateConversation(ctx, store.Conversation{ID: id, Tenant: roles.DevTenant, Env: roles.DevEnv, UserID: roles.DevUser, CreatedAt: time.Now().UTC()}); err != nil {
-			t.Fatal(err)
-		}
+		knownConversations(t, cp.Store, id)
 		if st, code := c.create(ctx, id); st != 201 {
 			t.Fatalf("create %s: %d %s", id, st, code)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // TestDevShutdownDuringATurn: the first Ctrl-C says what talkide dev waits
@@ -24,26 +25,26 @@ import (
 func TestDevShutdownDuringATurn(t *testing.T) {
 	tests := map[string]struct {
 		message string
-		busy    func(t *testing.T, base, conv string, logs *watchedOutput) // returns once the turn is at it
+		busy    func(t *testing.T, base, conv string, logs *syncbuf.Buffer) // returns once the turn is at it
 	}{
-		"in a tool call": {`[[tool:Bash {"command":"sleep 600"}]]`, func(t *testing.T, base, conv string, _ *watchedOutput) {
+		"in a tool call": {`[[tool:Bash {"command":"sleep 600"}]]`, func(t *testing.T, base, conv string, _ *syncbuf.Buffer) {
 			readStream(t, base, conv, 0, func(ev contract.Event) bool { return ev.Kind == contract.KindToolStarted })
 		}},
-		"waiting for the model": {`take your time [[sleep:60000]]`, func(t *testing.T, _, _ string, logs *watchedOutput) {
+		"waiting for the model": {`take your time [[sleep:60000]]`, func(t *testing.T, _, _ string, logs *syncbuf.Buffer) {
 			// The simulator says so on its first request, which is this
 			// turn's model call.
-			logs.waitFor(t, "anthropic simulator serving")
+			waitFor(t, logs, "anthropic simulator serving")
 		}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			logs, out := newWatchedOutput(), newWatchedOutput()
+			logs, out := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 			sigs := make(chan os.Signal, 2)
 			done := make(chan error, 1)
 			cfg := roles.DevConfig{DataDir: dir, Addr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))}
 			go func() { done <- runDev(context.Background(), cfg, stdio{out: out, err: logs, signals: sigs}) }()
-			out.waitFor(t, "Press Ctrl-C to stop.")
+			waitFor(t, out, "Press Ctrl-C to stop.")
 			if !strings.Contains(out.String(), `user "local"`) || !strings.Contains(out.String(), " chat --data-dir "+dir) {
 				t.Errorf("the banner does not name the dev user and the chat command:\n%s", out.String())
 			}
@@ -58,7 +59,7 @@ func TestDevShutdownDuringATurn(t *testing.T) {
 			tc.busy(t, base, conv.ID, logs)
 
 			sigs <- os.Interrupt
-			logs.waitFor(t, "waiting up to 30s for 1 running turn(s) to finish; press Ctrl-C again")
+			waitFor(t, logs, "waiting up to 30s for 1 running turn(s) to finish; press Ctrl-C again")
 			select {
 			case err := <-done:
 				t.Fatalf("talkide dev stopped without waiting for the turn: %v", err)
@@ -79,11 +80,7 @@ func TestDevShutdownDuringATurn(t *testing.T) {
 
 			// The turn's end was written by the stopping worker, not left for
 			// the next start to repair.
-			st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: dir, Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Stop(context.Background()) })
+			st := startDevT(t, roles.DevConfig{DataDir: dir})
 			got := readStream(t, st.Info.ControlPlane, conv.ID, 0, turnEnded(sent.TurnID))
 			end := got[len(got)-1].ev
 			if end.Kind != contract.KindTurnFailed || end.Failure == nil || end.Failure.Code != contract.FailWorkerRestarted ||

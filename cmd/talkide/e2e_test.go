@@ -5,17 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/talkide/platform/internal/kubetest"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/store"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -23,66 +22,6 @@ import (
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sse"
 )
-
-// syncBuffer is a log sink read by the test after the stack has written.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// failureLogs is a log sink whose contents the test prints if it fails.
-func failureLogs(t testing.TB) *syncBuffer {
-	logs := &syncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs:\n%s", logs.String())
-		}
-	})
-	return logs
-}
-
-// startTestStack runs talkide dev's stack in a temporary directory with the
-// model simulator, logging at debug level into the returned buffer.
-func startTestStack(t testing.TB) (*roles.Dev, *syncBuffer) {
-	t.Helper()
-	logs := &syncBuffer{}
-	st := startDevT(t, roles.DevConfig{
-		DataDir: t.TempDir(),
-		Addr:    "127.0.0.1:0",
-		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
-	return st, logs
-}
-
-// startDevT runs talkide dev's stack as cfg says and shuts it down when
-// the test ends.
-func startDevT(t testing.TB, cfg roles.DevConfig) *roles.Dev {
-	t.Helper()
-	st, err := roles.StartDev(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("startDev: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := st.Stop(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return st
-}
 
 // api calls the browser API and decodes the JSON answer.
 func api(t testing.TB, method, url string, in, out any) int {
@@ -194,6 +133,49 @@ func checkSequence(t *testing.T, got []streamed, first int64) {
 	}
 }
 
+// firstToolTurn sends the first message of conversation conv, one whose
+// turn calls a tool once, and checks the conversation's events up to the
+// turn's end: in sequence from the session's creation, and of the kinds
+// such a turn has, whichever harness runs it.
+func firstToolTurn(t *testing.T, base, conv, text string) []streamed {
+	t.Helper()
+	r := send(t, base, conv, text)
+	got := readStream(t, base, conv, 0, turnEnded(r.TurnID))
+	checkSequence(t, got, 1)
+	want := []string{
+		contract.KindSessionCreated, contract.KindNotice,
+		contract.KindUserMessage, contract.KindTurnStarted,
+		contract.KindMessage, contract.KindUsage,
+		contract.KindToolStarted, contract.KindToolFinished,
+		contract.KindMessage, contract.KindUsage,
+		contract.KindTurnFinished,
+	}
+	if diff := cmp.Diff(want, kinds(got)); diff != "" {
+		t.Fatalf("event kinds (-want +got):\n%s", diff)
+	}
+	return got
+}
+
+// toolTurnRecorded checks that the turn of firstToolTurn ended normally
+// after its two model calls, and returns the usage records the gateway
+// keeps for the conversation once it has written them (it does in the
+// background: Flush waits for them).
+func toolTurnRecorded(t *testing.T, st *roles.Dev, conv string, got []streamed) []store.UsageRecord {
+	t.Helper()
+	last := got[len(got)-1].ev
+	if last.Finish == nil || last.Finish.StopReason != "end_turn" || last.Finish.ModelCalls != 2 {
+		t.Errorf("turn.finished = %+v", last.Finish)
+	}
+	if err := st.ControlPlane.Gateway.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	usage, err := st.ControlPlane.Store.ListUsage(t.Context(), conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return usage
+}
+
 func kinds(got []streamed) []string {
 	var out []string
 	for _, s := range got {
@@ -209,21 +191,7 @@ func TestEndToEndBashTurn(t *testing.T) {
 	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 
-	r := send(t, base, c.ID, `Please run it. [[tool:Bash {"command":"echo hello-from-bash; echo second line"}]]`)
-	got := readStream(t, base, c.ID, 0, turnEnded(r.TurnID))
-	checkSequence(t, got, 1)
-
-	want := []string{
-		contract.KindSessionCreated, contract.KindNotice,
-		contract.KindUserMessage, contract.KindTurnStarted,
-		contract.KindMessage, contract.KindUsage,
-		contract.KindToolStarted, contract.KindToolFinished,
-		contract.KindMessage, contract.KindUsage,
-		contract.KindTurnFinished,
-	}
-	if diff := cmp.Diff(want, kinds(got)); diff != "" {
-		t.Fatalf("event kinds (-want +got):\n%s", diff)
-	}
+	got := firstToolTurn(t, base, c.ID, `Please run it. [[tool:Bash {"command":"echo hello-from-bash; echo second line"}]]`)
 	var started, finished *contract.ToolEvent
 	var output, finalText strings.Builder
 	for _, s := range got {
@@ -251,19 +219,10 @@ func TestEndToEndBashTurn(t *testing.T) {
 	if !strings.Contains(finalText.String(), "hello-from-bash") {
 		t.Errorf("final text %q does not quote the tool result", finalText.String())
 	}
-	last := got[len(got)-1].ev
-	if last.Finish == nil || last.Finish.StopReason != "end_turn" || last.Finish.ModelCalls != 2 {
-		t.Errorf("turn.finished = %+v", last.Finish)
-	}
-
-	// The gateway recorded both model calls against this conversation (in
-	// the background: Flush waits for the records).
-	if err := st.ControlPlane.Gateway.Flush(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	usage, err := st.ControlPlane.Store.ListUsage(context.Background(), c.ID)
-	if err != nil || len(usage) != 2 {
-		t.Fatalf("usage records = %d, %v", len(usage), err)
+	// The gateway recorded both model calls against this conversation.
+	usage := toolTurnRecorded(t, st, c.ID, got)
+	if len(usage) != 2 {
+		t.Fatalf("usage records = %d", len(usage))
 	}
 	for _, u := range usage {
 		if u.InputTokens == 0 || u.OutputTokens == 0 || u.Status != 200 || u.Tenant != roles.DevTenant || u.UserID != roles.DevUser {

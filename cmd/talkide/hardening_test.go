@@ -23,12 +23,8 @@ func TestDevRefusesRebindingAndPathTricks(t *testing.T) {
 	st, _ := startTestStack(t)
 	base := st.Info.ControlPlane
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	get := func(url, host string) (int, string) {
+	do := func(req *http.Request) (int, string) {
 		t.Helper()
-		req := newReq(t, http.MethodGet, url, nil, nil)
-		if host != "" {
-			req.Host = host
-		}
 		resp, err := noRedirect.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -36,6 +32,14 @@ func TestDevRefusesRebindingAndPathTricks(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
+	}
+	get := func(url, host string) (int, string) {
+		t.Helper()
+		req := newReq(t, http.MethodGet, url, nil, nil)
+		if host != "" {
+			req.Host = host
+		}
+		return do(req)
 	}
 
 	for _, url := range []string{base + "/metrics", base + "/healthz", st.Info.Worker + contract.HealthPath} {
@@ -49,14 +53,7 @@ func TestDevRefusesRebindingAndPathTricks(t *testing.T) {
 
 	post := func(path string) (int, string) {
 		t.Helper()
-		req := newReq(t, http.MethodPost, base+path, []byte(`{"model":"claude-sonnet-5-5","max_tokens":8,"messages":[]}`), nil)
-		resp, err := noRedirect.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return do(newReq(t, http.MethodPost, base+path, []byte(`{"model":"claude-sonnet-5-5","max_tokens":8,"messages":[]}`), nil))
 	}
 	for path, anthropic := range map[string]bool{
 		"/api/conversations/../internal/gateway/anthropic/v1/messages": true,

@@ -42,7 +42,7 @@ var importGroups = []importGroup{
 		pkgs: []string{"internal/contract", "internal/trust", "internal/tokenscheme", "internal/sse", "internal/httpapi",
 			"internal/backoff", "internal/atomicfile", "internal/fakeclock", "internal/fdlimit",
 			"internal/readiness", "internal/secretfile", "internal/kubetest",
-			"internal/proxytest", "internal/lifecycle", "internal/secretenv"},
+			"internal/proxytest", "internal/lifecycle", "internal/secretenv", "internal/syncbuf"},
 		mayNotImport: []string{"worker-side", "control-plane-side", "client"},
 	},
 	{

@@ -27,6 +27,7 @@ import (
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 var (
@@ -252,7 +253,7 @@ func checkReportsStored(t *testing.T, dbPath, projects string, convs []*followed
 type devBinary struct {
 	cmd    *exec.Cmd
 	info   roles.DevInfo
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	done   chan error
 }
 
@@ -261,7 +262,7 @@ type devBinary struct {
 func startDevBinary(t *testing.T, bin, data string) *devBinary {
 	t.Helper()
 	os.Remove(filepath.Join(data, "dev.json"))
-	p := &devBinary{stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p := &devBinary{stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(bin, "dev", "--data-dir", data, "--addr", "127.0.0.1:0")
 	p.cmd.Stdout, p.cmd.Stderr = io.Discard, p.stderr
 	p.cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY=", "GORACE=exitcode=66")

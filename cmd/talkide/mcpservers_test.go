@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,18 +29,7 @@ func TestMCPServerFromWorkspace(t *testing.T) {
 	}
 	allow := filepath.Join(dir, "mcp-allow.json")
 	os.WriteFile(allow, []byte(fmt.Sprintf(`{"stdio": [{"name": "echo", "command": %q}]}`, echoBin)), 0o600)
-	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: filepath.Join(dir, "data"), Addr: "127.0.0.1:0", Agent: roles.AgentConfig{MCPAllow: allow}, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			st.Stop(ctx)
-		}
-	}()
+	st := startDevT(t, roles.DevConfig{DataDir: filepath.Join(dir, "data"), Agent: roles.AgentConfig{MCPAllow: allow}})
 	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	ws := filepath.Join(st.Info.Workspaces, c.ID)
@@ -93,7 +81,6 @@ func TestMCPServerFromWorkspace(t *testing.T) {
 	pid := pids[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	stopped = true
 	if err := st.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/roles"
@@ -19,15 +18,7 @@ func TestToolPolicyFromFile(t *testing.T) {
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.json")
 	os.WriteFile(policy, []byte(`{"rules":[{"name":"no-touch","tool":"Bash","action":"deny","commands":["touch *"],"reason":"no new files"}]}`), 0o600)
-	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: filepath.Join(dir, "data"), Addr: "127.0.0.1:0", Agent: roles.AgentConfig{ToolPolicy: policy}, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		st.Stop(ctx)
-	}()
+	st := startDevT(t, roles.DevConfig{DataDir: filepath.Join(dir, "data"), Agent: roles.AgentConfig{ToolPolicy: policy}})
 	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	r := send(t, base, c.ID, `[[tool:Bash {"command":"echo ok && touch marker"}]]`)

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/chatclient"
 	"github.com/talkide/platform/internal/contract"
@@ -27,7 +25,7 @@ import (
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/postgres/pgtest"
-	"github.com/talkide/platform/internal/trust"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // replicaStack is several control-plane replicas on one PostgreSQL
@@ -41,7 +39,7 @@ type replicaStack struct {
 	t        *testing.T
 	dir      string
 	database string
-	sim      *httptest.Server
+	upstream string // the model simulator
 	simKey   string
 	logger   *slog.Logger
 	// localUser, when set, is served without credentials on loopback (as
@@ -72,12 +70,9 @@ func startReplicaStackWith(t *testing.T, n int, logs io.Writer, localUser string
 	t.Helper()
 	rs := &replicaStack{
 		t: t, dir: t.TempDir(), database: pgtest.URL(t), localUser: localUser, tune: tune,
-		simKey: fmt.Sprintf("sk-sim-%x", trust.NewKey()),
-		logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		logger: debugLogger(logs),
 	}
-	var err error
-	rs.sim = httptest.NewServer(anthropicsim.New(rs.simKey, nil))
-	t.Cleanup(rs.sim.Close)
+	rs.upstream, rs.simKey = startSimulator(t)
 	rs.replicas = make([]*roles.ControlPlane, n)
 	rs.addrs = make([][2]string, n)
 	for i := range n {
@@ -97,30 +92,13 @@ func startReplicaStackWith(t *testing.T, n int, logs io.Writer, localUser string
 
 	ctx := t.Context()
 	st := rs.replicas[0].Store
-	secrets := rs.replicas[0].Secrets
-	tokenPath := filepath.Join(rs.dir, "identity-token")
-	if err := roles.EnsureIdentityToken(ctx, st, tokenPath, roles.DevTenant, roles.DevEnv); err != nil {
-		t.Fatal(err)
-	}
-	claudeDir := filepath.Join(rs.dir, "claude")
-	rs.projects = filepath.Join(claudeDir, "projects")
-	rs.worker, err = roles.StartWorker(ctx, roles.WorkerConfig{
-		Listen: "127.0.0.1:0", Tenant: roles.DevTenant, Env: roles.DevEnv, ControlPlaneURL: rs.internal.URL(),
-		IdentityTokenFile: tokenPath,
-		CommandKey:        trust.Key{ID: secrets.CommandKeyID, Secret: trust.DeriveEnvKey(secrets.CommandSecret, roles.DevTenant, roles.DevEnv)},
-		ClaudeConfigDir:   claudeDir, WorkspaceRoot: filepath.Join(rs.dir, "workspaces"),
-		// As talkide dev with the simulator: every conversation says so.
-		Notices:  []string{roles.SimulatorNotice},
-		WorkerID: "worker-1", Logger: rs.logger.With("proc", "worker"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		rs.worker.Stop(sctx)
-	})
+	tokenPath := devIdentityToken(t, st, rs.dir)
+	rs.projects = filepath.Join(rs.dir, "claude", "projects")
+	cfg := devWorkerConfig("worker-1", rs.dir, rs.internal.URL(), tokenPath, rs.replicas[0].Secrets, rs.logger)
+	// As talkide dev with the simulator: every conversation says so.
+	cfg.Notices = []string{roles.SimulatorNotice}
+	cfg.Logger = rs.logger.With("proc", "worker")
+	rs.worker = startT(t, roles.StartWorker, cfg)
 	if err := st.PutEnv(ctx, store.Env{Tenant: roles.DevTenant, Name: roles.DevEnv, WorkerURL: rs.worker.HTTP.URL(), CreatedAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +111,7 @@ func (rs *replicaStack) start(i int) {
 	o := roles.ControlPlaneConfig{
 		Listen: rs.addrs[i][0], InternalListen: rs.addrs[i][1],
 		Database: rs.database, SecretsPath: filepath.Join(rs.dir, "secrets.json"),
-		Upstream: rs.sim.URL, APIKey: rs.simKey, Tenant: roles.DevTenant, Env: roles.DevEnv, LocalUser: rs.localUser,
+		Upstream: rs.upstream, APIKey: rs.simKey, Tenant: roles.DevTenant, Env: roles.DevEnv, LocalUser: rs.localUser,
 		Logger: rs.logger.With("proc", fmt.Sprintf("cp-%d", i)),
 	}
 	if rs.tune != nil {
@@ -325,7 +303,7 @@ func TestReplicaKilledMidStream(t *testing.T) {
 	if conv.State == nil {
 		t.Fatalf("created without a session state: %+v", conv)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	sess := &chatclient.Session{Client: client, ConversationID: conv.ID, After: conv.State.LastSeq,
 		Renderer: &chatclient.Renderer{W: &out, Verbose: true}}
 

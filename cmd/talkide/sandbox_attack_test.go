@@ -2,10 +2,8 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // The attacks of a hostile prompt, run from conversation A's Bash in a
@@ -30,7 +29,7 @@ import (
 // loopback test host, and conversation B to attack.
 type attackStack struct {
 	st       *roles.Dev
-	logs     *syncBuffer
+	logs     *syncbuf.Buffer
 	base     string
 	a, b     string // conversation ids
 	aWS, bWS string
@@ -45,20 +44,11 @@ func startAttackStack(t *testing.T, cfg roles.DevConfig) *attackStack {
 	dir := t.TempDir()
 	allowFile := filepath.Join(dir, "egress.json")
 	os.WriteFile(allowFile, []byte(fmt.Sprintf(`{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, allowed.Addr().(*net.TCPAddr).Port)), 0o600)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cfg.DataDir = filepath.Join(dir, "data")
-	cfg.Addr = "127.0.0.1:0"
 	cfg.Agent.EgressAllow = allowFile
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	st, err := roles.StartDev(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("startDev: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		st.Stop(ctx)
-	})
+	cfg.Logger = debugLogger(logs)
+	st := startDevT(t, cfg)
 	// CI has both layers: a missing one fails here, it is never skipped
 	// (TALKIDE_TEST_SANDBOX=landlock on a machine without namespaces).
 	sb := st.Worker.Sandbox()

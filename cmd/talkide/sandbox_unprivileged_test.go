@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // The first layer alone, as a restricted Kubernetes pod gives it: the
@@ -36,7 +37,7 @@ type unprivilegedDev struct {
 	bin    string
 	secret string
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	info   roles.DevInfo
 	a, b   string // conversation ids
 }
@@ -53,7 +54,7 @@ func startUnprivilegedDev(t *testing.T, mode string) *unprivilegedDev {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
-	d := &unprivilegedDev{dir: dir, bin: filepath.Join(dir, "talkide"), secret: filepath.Join(dir, "secret"), stderr: &syncBuffer{}}
+	d := &unprivilegedDev{dir: dir, bin: filepath.Join(dir, "talkide"), secret: filepath.Join(dir, "secret"), stderr: &syncbuf.Buffer{}}
 	if out, err := exec.Command("go", "build", "-o", d.bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build talkide: %v\n%s", err, out)
 	}

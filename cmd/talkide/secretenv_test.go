@@ -16,6 +16,7 @@ import (
 
 	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/secretenv"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // TestSecretsLeaveTheEnvironment: talkide dev given ANTHROPIC_API_KEY in
@@ -74,7 +75,7 @@ func TestSecretsLeaveTheEnvironment(t *testing.T) {
 	// neither once it serves.
 	t.Run("worker", func(t *testing.T) {
 		const token, cmdKey = "tki_worker-token-in-the-environment", "c1:d29ya2VyLWNvbW1hbmQta2V5LWluLXRoZS1lbnZpcm9ubWVudCE="
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		w := exec.Command(bin, "worker", "--tenant", "t", "--env", "e", "--listen", "127.0.0.1:0")
 		w.Stdout, w.Stderr = &logs, &logs
 		w.Env = append(os.Environ(), "TALKIDE_GATEWAY_BASE_URL=http://127.0.0.1:1", "CLAUDE_CONFIG_DIR="+filepath.Join(dir, "worker-sessions"),

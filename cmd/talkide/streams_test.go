@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -19,12 +17,7 @@ import (
 // through talkide dev's own wiring: its flags, its real worker, its
 // metrics.
 func TestDevStreamCaps(t *testing.T) {
-	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: filepath.Join(t.TempDir(), "data"), Addr: "127.0.0.1:0",
-		MaxStreamsPerUser: 2, MaxStreamsPerConversation: 16, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Stop(context.Background()) })
+	st := startDevT(t, roles.DevConfig{DataDir: filepath.Join(t.TempDir(), "data"), MaxStreamsPerUser: 2, MaxStreamsPerConversation: 16})
 	base := st.Info.ControlPlane
 	conv := createConversation(t, base)
 	open := func() *http.Response {

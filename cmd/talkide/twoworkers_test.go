@@ -8,9 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,11 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/sse"
-	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -45,75 +41,25 @@ func TestTwoWorkersShareSessions(t *testing.T) {
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	logs := failureLogs(t)
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-
-	simKey := fmt.Sprintf("sk-sim-%x", trust.NewKey())
-	sim := httptest.NewServer(anthropicsim.New(simKey, nil))
-	t.Cleanup(sim.Close)
-	cp, err := roles.StartControlPlane(ctx, roles.ControlPlaneConfig{
-		Listen: "127.0.0.1:0", DBPath: filepath.Join(dir, "controlplane.db"), SecretsPath: filepath.Join(dir, "secrets.json"),
-		Upstream: sim.URL, APIKey: simKey, LocalUser: roles.DevUser, Tenant: roles.DevTenant, Env: roles.DevEnv,
-		Logger: logger.With("proc", "controlplane"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		cp.Stop(sctx)
-	})
-	tokenPath := filepath.Join(dir, "identity-token")
-	if err := roles.EnsureIdentityToken(ctx, cp.Store, tokenPath, roles.DevTenant, roles.DevEnv); err != nil {
-		t.Fatal(err)
-	}
-	key := trust.DeriveEnvKey(cp.Secrets.CommandSecret, roles.DevTenant, roles.DevEnv)
-	claudeDir, workspaces := filepath.Join(dir, "claude"), filepath.Join(dir, "workspaces")
-	projects := filepath.Join(claudeDir, "projects")
+	logger := debugLogger(failureLogs(t))
+	cp := startDevControlPlane(t, dir, logger)
+	tokenPath := devIdentityToken(t, cp.Store, dir)
+	projects := filepath.Join(dir, "claude", "projects")
 	start := func(id string) (*roles.Worker, *commandClient) {
 		t.Helper()
-		w, err := roles.StartWorker(ctx, roles.WorkerConfig{
-			Listen: "127.0.0.1:0", Tenant: roles.DevTenant, Env: roles.DevEnv, ControlPlaneURL: cp.HTTP.URL(),
-			IdentityTokenFile: tokenPath, CommandKey: trust.Key{ID: cp.Secrets.CommandKeyID, Secret: key},
-			ClaudeConfigDir: claudeDir, WorkspaceRoot: workspaces,
-			WorkerID: id, LeaseTTL: twoWorkerLeaseTTL,
-			Logger: logger.With("proc", id),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w, &commandClient{name: id, url: w.HTTP.URL(), signer: &trust.Signer{
-			Direction: trust.ToWorker, Tenant: roles.DevTenant, Env: roles.DevEnv, KeyID: cp.Secrets.CommandKeyID, Key: key}}
+		cfg := devWorkerConfig(id, dir, cp.HTTP.URL(), tokenPath, cp.Secrets, logger)
+		cfg.LeaseTTL = twoWorkerLeaseTTL
+		w := startT(t, roles.StartWorker, cfg)
+		return w, newCommandClient(id, w.HTTP.URL(), cfg.CommandKey)
 	}
 	procA, a := start("worker-a")
-	stoppedA := false
-	t.Cleanup(func() {
-		if !stoppedA {
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			procA.Stop(sctx)
-		}
-	})
 	procB, b := start("worker-b")
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		procB.Stop(sctx)
-	})
 	workers := []*commandClient{a, b}
 
 	// The control-plane knows the conversations, so that the workers may
 	// mint for them and report on them.
 	convs := []string{"shared-0", "shared-1", "shared-2", "shared-3"}
-	if err := cp.Store.PutUser(ctx, store.User{ID: roles.DevUser, Name: roles.DevUser, CreatedAt: time.Now().UTC()}); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range convs {
-		if _, _, err := cp.Store.CreateConversation(ctx, store.Conversation{ID: id, Tenant: roles.DevTenant, Env: roles.DevEnv, UserID: roles.DevUser, CreatedAt: time.Now().UTC()}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	knownConversations(t, cp.Store, convs...)
 	// shared-0 starts on A, so that A has a conversation to hand over; the
 	// others go to whichever worker creates them first.
 	if st, code := a.create(ctx, "shared-0"); st != http.StatusCreated {
@@ -248,7 +194,6 @@ func TestTwoWorkersShareSessions(t *testing.T) {
 		defer cancel()
 		shutdownDone <- procA.Stop(sctx)
 	}()
-	stoppedA = true
 	var next contract.SendMessageResponse
 	var refused int
 	var shutdownTook time.Duration

@@ -109,11 +109,31 @@ func (e *env) turn(t *testing.T, id, text string) []contract.Event {
 	return got
 }
 
+// bashCall is the message whose turn runs command with Bash, allowed
+// timeoutMS to finish.
+func bashCall(command string, timeoutMS int) string {
+	in, _ := json.Marshal(map[string]any{"command": command, "timeout": timeoutMS})
+	return "[[tool:Bash " + string(in) + "]]"
+}
+
+// bashRunning sends a turn that runs command with conversation id's Bash
+// and returns once stream carries the command's first output.
+func (e *env) bashRunning(t *testing.T, ctx context.Context, stream *browserStream, id, command string, timeoutMS int) contract.SendMessageResponse {
+	t.Helper()
+	r, err := e.client.Send(ctx, id, bashCall(command, timeoutMS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.await(t, "the command's output", time.Minute, func(ev contract.Event) bool {
+		return ev.TurnID == r.TurnID && ev.Kind == contract.KindToolOutput
+	})
+	return r
+}
+
 // bash runs command with conversation id's Bash and returns the result.
 func (e *env) bash(t *testing.T, id, command string) contract.ToolEvent {
 	t.Helper()
-	in, _ := json.Marshal(map[string]any{"command": command, "timeout": 120000})
-	for _, ev := range e.turn(t, id, "[[tool:Bash "+string(in)+"]]") {
+	for _, ev := range e.turn(t, id, bashCall(command, 120000)) {
 		if ev.Kind == contract.KindToolFinished {
 			return *ev.Tool
 		}

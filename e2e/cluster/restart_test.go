@@ -138,14 +138,7 @@ func TestWorkerPodKilledMidTurn(t *testing.T) {
 	defer cancel()
 	stream := e.openStream(t, ctx, id)
 
-	in, _ := json.Marshal(map[string]any{"command": "echo started; sleep 300", "timeout": 600000})
-	cut, err := e.client.Send(ctx, id, "[[tool:Bash "+string(in)+"]]")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream.await(t, "the command's output", time.Minute, func(ev contract.Event) bool {
-		return ev.TurnID == cut.TurnID && ev.Kind == contract.KindToolOutput
-	})
+	cut := e.bashRunning(t, ctx, stream, id, "echo started; sleep 300", 600000)
 	pod := e.workerPod(t)
 	killed := time.Now()
 	e.kubectl(t, "-n", "acme-dev", "delete", "pod", pod, "--grace-period=0", "--force", "--wait=false")

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -95,14 +94,7 @@ func TestRolloutRestartOfTheWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	stream := e.openStream(t, ctx, id)
-	in, _ := json.Marshal(map[string]any{"command": "for i in $(seq 1 20); do echo line $i; sleep 0.5; done", "timeout": 120000})
-	long, err := e.client.Send(ctx, id, "[[tool:Bash "+string(in)+"]]")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream.await(t, "the command's first line", time.Minute, func(ev contract.Event) bool {
-		return ev.TurnID == long.TurnID && ev.Kind == contract.KindToolOutput
-	})
+	long := e.bashRunning(t, ctx, stream, id, "for i in $(seq 1 20); do echo line $i; sleep 0.5; done", 120000)
 	done := e.rollout(t, "acme-dev", "talkide-worker")
 	var output strings.Builder
 	end := stream.await(t, "the streaming turn's end", 3*time.Minute, func(ev contract.Event) bool {

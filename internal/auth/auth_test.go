@@ -15,17 +15,14 @@ import (
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/store/storetest"
 )
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
 func newAuth(t *testing.T, opts Options) (*Authenticator, store.Store, *fakeclock.Clock) {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), ":memory:", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, sqlite.Open, ":memory:")
 	ctx := t.Context()
 	if err := st.PutEnv(ctx, store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: t0}); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/talkide/platform/internal/store/postgres"
 	"github.com/talkide/platform/internal/store/postgres/pgtest"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/store/storetest"
 )
 
 // replicaAuths returns n authenticators, each on a PostgreSQL store of its
@@ -27,11 +28,7 @@ func replicaAuths(t *testing.T, n int, opts Options) ([]*Authenticator, store.St
 	var as []*Authenticator
 	var first store.Store
 	for i := range n {
-		st, err := postgres.Open(t.Context(), url, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
+		st := storetest.Open(t, postgres.Open, url)
 		if i == 0 {
 			first = st
 			ctx := t.Context()

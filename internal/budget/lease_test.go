@@ -11,6 +11,7 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/store/storetest"
 )
 
 // countingStore counts the admissions and settlement batches that reach
@@ -294,11 +295,7 @@ func TestSliceLimitLowered(t *testing.T) {
 // TestSliceSettlementsBatched: settlements that come while a batch is
 // being written go into the next batch together.
 func TestSliceSettlementsBatched(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), ":memory:", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t, sqlite.Open, ":memory:")
 	cs := &countingStore{Store: st, entered: make(chan struct{}), gate: make(chan struct{})}
 	svc := budget.New(cs, testPrices, &budget.Options{DefaultOutputTokens: 100})
 	defer svc.Close(context.Background())
@@ -390,11 +387,7 @@ func TestSliceOverrunKeepsCover(t *testing.T) {
 // but reported failed leaves the process admitting nothing the store does
 // not hold.
 func TestSliceTrimCommittedDespiteError(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), ":memory:", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t, sqlite.Open, ":memory:")
 	fs := &failingStore{Store: st}
 	svc := budget.New(fs, testPrices, &budget.Options{DefaultOutputTokens: 100})
 	defer svc.Close(context.Background())
@@ -425,11 +418,7 @@ func TestSliceTrimCommittedDespiteError(t *testing.T) {
 // TestSliceBadSettlement: one settlement the store refuses does not hold
 // up the others of its batch.
 func TestSliceBadSettlement(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), ":memory:", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t, sqlite.Open, ":memory:")
 	cs := &countingStore{Store: st, entered: make(chan struct{}), gate: make(chan struct{})}
 	fs := &failingStore{Store: cs}
 	svc := budget.New(fs, testPrices, &budget.Options{DefaultOutputTokens: 100})

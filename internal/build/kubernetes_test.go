@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/talkide/platform/internal/kubetest"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 // workerRole is the Role the worker's ServiceAccount holds in its
@@ -259,7 +260,7 @@ func (f *kubeFixture) endPod(t testing.TB, p *corev1.Pod, code int32, reason str
 	f.kubelet.end(p.Name)
 }
 
-func waitOutput(t *testing.T, out *lockedBuffer, s string, done chan runResult) {
+func waitOutput(t *testing.T, out *syncbuf.Buffer, s string, done chan runResult) {
 	t.Helper()
 	for !strings.Contains(out.String(), s) {
 		select {
@@ -276,7 +277,7 @@ func TestKubernetesBuildSucceeds(t *testing.T) {
 		Tolerations:  []corev1.Toleration{{Key: "talkide.dev/builds", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 		CacheClaim:   "gradle-cache",
 	})
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	done := f.start(context.Background(), f.request("toolu_ok", &out))
 	job := f.waitJob(t, "toolu_ok", done)
 	checkJobSpec(t, f, job)
@@ -364,7 +365,7 @@ func checkJobSpec(t *testing.T, f *kubeFixture, job *batchv1.Job) {
 
 func TestKubernetesBuildFails(t *testing.T) {
 	f := newKubeFixture(t, nil)
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	done := f.start(context.Background(), f.request("toolu_fail", &out))
 	job := f.waitJob(t, "toolu_fail", done)
 	pod := f.runPod(t, job)
@@ -408,7 +409,7 @@ func TestKubernetesDeadlineExceeded(t *testing.T) {
 func TestKubernetesInterruptDeletesTheJob(t *testing.T) {
 	f := newKubeFixture(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	done := f.start(ctx, f.request("toolu_int", &out))
 	job := f.waitJob(t, "toolu_int", done)
 	pod := f.runPod(t, job)
@@ -428,7 +429,7 @@ func TestKubernetesQueue(t *testing.T) {
 	f := newKubeFixture(t, &KubernetesOptions{MaxConcurrent: 1})
 	first := f.start(context.Background(), f.request("toolu_q1", nil))
 	job1 := f.waitJob(t, "toolu_q1", first)
-	var out2 lockedBuffer
+	var out2 syncbuf.Buffer
 	second := f.start(context.Background(), f.request("toolu_q2", &out2))
 	waitOutput(t, &out2, "[queued:", second)
 	jobs, err := f.admin.BatchV1().Jobs(f.ns).List(context.Background(), metav1.ListOptions{})
@@ -468,7 +469,7 @@ func TestKubernetesReattachAfterRestart(t *testing.T) {
 	f.kubelet.write(pod.Name, "before the restart")
 
 	// The restarted worker runs the same tool call.
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	done := f.start(context.Background(), f.request("toolu_re", &out))
 	waitOutput(t, &out, "before the restart\n", done)
 	f.endPod(t, pod, 0, "Completed")

@@ -1,42 +1,23 @@
 package build
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/talkide/platform/internal/sandbox/sandboxtest"
+	"github.com/talkide/platform/internal/syncbuf"
 )
-
-// lockedBuffer is an Output a test reads while the build writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func TestLocalRunsGradleInTheSandbox(t *testing.T) {
 	ws := fakeGradleWorkspace(t)
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	r := NewLocal(nil)
 	res, err := r.Run(context.Background(), Request{
 		Spec: Spec{Tasks: []string{"test"}}, Workspace: ws, Jail: sandboxtest.Jail(t, ws), Output: &out,
@@ -64,7 +45,7 @@ func TestLocalFailedBuild(t *testing.T) {
 	long := time.Now().Add(-time.Hour)
 	os.Chtimes(old, long, long)
 
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	res, err := NewLocal(nil).Run(context.Background(), Request{
 		Spec: Spec{Tasks: []string{"failing"}}, Workspace: ws, Jail: sandboxtest.Jail(t, ws), Output: &out,
 	})
@@ -84,7 +65,7 @@ func TestLocalFailedBuild(t *testing.T) {
 
 func TestLocalCancelKillsTheTree(t *testing.T) {
 	ws := fakeGradleWorkspace(t)
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/talkide/platform/internal/proxytest"
+	"github.com/talkide/platform/internal/syncbuf"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -16,7 +17,7 @@ import (
 // types and whose Ctrl-C it presses.
 type liveSession struct {
 	s     *Session
-	out   *watchedBuffer
+	out   *syncbuf.Buffer
 	in    *io.PipeWriter
 	ctrlC chan os.Signal
 	errc  chan error
@@ -24,7 +25,7 @@ type liveSession struct {
 
 func startLive(t *testing.T, c *Client, configure func(*Session)) *liveSession {
 	t.Helper()
-	l := &liveSession{out: newWatchedBuffer(), ctrlC: make(chan os.Signal, 1), errc: make(chan error, 1)}
+	l := &liveSession{out: &syncbuf.Buffer{}, ctrlC: make(chan os.Signal, 1), errc: make(chan error, 1)}
 	l.s = &Session{Client: c, ConversationID: "c1", Renderer: &Renderer{W: l.out, ShowUser: true}, Interrupts: l.ctrlC}
 	if configure != nil {
 		configure(l.s)
@@ -64,13 +65,13 @@ func TestRunCtrlCInterruptsTheTurnAndGoesOn(t *testing.T) {
 	l := startLive(t, f.client(t, nil), nil)
 
 	l.typeLine(t, "slow one") // stays running until interrupted
-	l.out.waitFor(ctx, t, "> slow one\n", 1)
+	waitFor(ctx, t, l.out, "> slow one\n", 1)
 	l.ctrlC <- os.Interrupt
 	<-f.interrupted
-	l.out.waitFor(ctx, t, "turn failed (interrupted)", 1)
+	waitFor(ctx, t, l.out, "turn failed (interrupted)", 1)
 	// The client is still there: the next line is sent and answered.
 	l.typeLine(t, "two")
-	l.out.waitFor(ctx, t, "echo: two", 1)
+	waitFor(ctx, t, l.out, "echo: two", 1)
 	l.in.Close()
 	if err := l.wait(t); err != nil {
 		t.Fatalf("Run = %v", err)
@@ -95,7 +96,7 @@ func TestRunSecondCtrlCLeaves(t *testing.T) {
 	l := startLive(t, f.client(t, nil), nil)
 
 	l.typeLine(t, "slow one")
-	l.out.waitFor(testCtx(t), t, "> slow one\n", 1)
+	waitFor(testCtx(t), t, l.out, "> slow one\n", 1)
 	l.ctrlC <- os.Interrupt
 	<-f.interrupted
 	l.ctrlC <- os.Interrupt
@@ -129,11 +130,11 @@ func TestRunCtrlCWithoutTurnLeaves(t *testing.T) {
 			}
 			l := startLive(t, f.client(t, nil), nil)
 			if tc.seen != "" {
-				l.out.waitFor(testCtx(t), t, tc.seen, 1)
+				waitFor(testCtx(t), t, l.out, tc.seen, 1)
 			}
 			for _, line := range tc.lines {
 				l.typeLine(t, line)
-				l.out.waitFor(testCtx(t), t, "echo: "+line+"\n\n", 1)
+				waitFor(testCtx(t), t, l.out, "echo: "+line+"\n\n", 1)
 			}
 			l.ctrlC <- os.Interrupt
 			if err := l.wait(t); err != nil {
@@ -167,7 +168,7 @@ func TestRunCtrlCStopsSomeoneElsesTurn(t *testing.T) {
 	<-f.conflict
 	l.ctrlC <- os.Interrupt
 	<-f.interrupted
-	l.out.waitFor(ctx, t, "turn failed (interrupted)", 1)
+	waitFor(ctx, t, l.out, "turn failed (interrupted)", 1)
 	l.in.Close()
 	if err := l.wait(t); err != nil { // "mine" went out after the interrupt
 		t.Fatalf("Run = %v", err)
@@ -260,16 +261,16 @@ func TestRunQueuesWhileControlPlaneIsDown(t *testing.T) {
 
 	p.Down()
 	l.typeLine(t, "first while down")
-	l.out.waitFor(ctx, t, "control-plane unreachable", 1)
+	waitFor(ctx, t, l.out, "control-plane unreachable", 1)
 	l.typeLine(t, "second while down")
-	l.out.waitFor(ctx, t, "message queued", 2)
+	waitFor(ctx, t, l.out, "message queued", 2)
 	f.mu.Lock()
 	if n := len(f.sendIDs); n != 0 {
 		t.Errorf("%d send requests reached the control-plane while it was down", n)
 	}
 	f.mu.Unlock()
 	p.Up()
-	l.out.waitFor(ctx, t, "echo: second while down\n\n", 1)
+	waitFor(ctx, t, l.out, "echo: second while down\n\n", 1)
 	l.in.Close()
 	if err := l.wait(t); err != nil {
 		t.Fatalf("Run = %v", err)
@@ -336,7 +337,7 @@ func TestRunLeavingSaysWhatIsNotSent(t *testing.T) {
 	l := startLive(t, c, nil)
 	p.Down()
 	l.typeLine(t, "lost")
-	l.out.waitFor(testCtx(t), t, "message queued", 1)
+	waitFor(testCtx(t), t, l.out, "message queued", 1)
 	l.ctrlC <- os.Interrupt // no turn runs: leave
 	if err := l.wait(t); err != nil {
 		t.Fatalf("Run = %v", err)

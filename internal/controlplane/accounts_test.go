@@ -21,6 +21,7 @@ import (
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/store/storetest"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -128,11 +129,7 @@ func newTenancyBudget(t *testing.T, opts *auth.Options, withBudget bool) *tenanc
 	t.Helper()
 	ctx := t.Context()
 	clk := fakeclock.New(start)
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "cp.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, sqlite.Open, filepath.Join(t.TempDir(), "cp.db"))
 	kr, err := trust.NewKeyring(tokenKID, map[string][]byte{tokenKID: tokenKey})
 	if err != nil {
 		t.Fatal(err)

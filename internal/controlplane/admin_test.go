@@ -1,7 +1,6 @@
 package controlplane_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +22,8 @@ import (
 	"github.com/talkide/platform/internal/store/postgres"
 	"github.com/talkide/platform/internal/store/postgres/pgtest"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/store/storetest"
+	"github.com/talkide/platform/internal/syncbuf"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -32,24 +32,6 @@ import (
 type budgetStore interface {
 	store.Store
 	budget.Store
-}
-
-// lockedLog is a log sink written by the server's goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer // guarded by mu
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // adminHarness is a control-plane with budgets and the operator API over a
@@ -62,22 +44,18 @@ type adminHarness struct {
 	clock  *fakeclock.Clock
 	tokens string // the operator token file
 	token  string // an operator token in it
-	logs   *lockedLog
+	logs   *syncbuf.Buffer
 }
 
 func openSQLite(t *testing.T) budgetStore {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "cp.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, sqlite.Open, filepath.Join(t.TempDir(), "cp.db"))
 	return st
 }
 
 func newAdminHarness(t *testing.T, st budgetStore, metrics http.Handler) *adminHarness {
 	t.Helper()
-	h := &adminHarness{t: t, store: st, clock: fakeclock.New(start), logs: &lockedLog{},
+	h := &adminHarness{t: t, store: st, clock: fakeclock.New(start), logs: &syncbuf.Buffer{},
 		tokens: filepath.Join(t.TempDir(), "operator-tokens")}
 	tok, rec := controlplane.NewOperatorToken("ci bot", start)
 	if err := controlplane.AddOperatorToken(h.tokens, rec); err != nil {
@@ -116,33 +94,14 @@ func newAdminHarness(t *testing.T, st budgetStore, metrics http.Handler) *adminH
 // empty) and returns the answer with its body.
 func (h *adminHarness) do(method, path, body, auth string) (*http.Response, []byte) {
 	h.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(h.t.Context(), method, h.url+path, rd)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	req := newRequest(h.t, method, h.url+path, body)
 	if auth == "" {
 		auth = "Bearer " + h.token
 	}
 	if auth != "-" {
 		req.Header.Set("Authorization", auth)
 	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return resp, b
+	return roundTrip(h.t, http.DefaultClient, req)
 }
 
 // ok sends a request that must succeed with status and decodes its answer
@@ -338,11 +297,7 @@ func TestAdminRoundTripSQLite(t *testing.T) {
 }
 
 func TestAdminRoundTripPostgres(t *testing.T) {
-	st, err := postgres.Open(t.Context(), pgtest.URL(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, postgres.Open, pgtest.URL(t))
 	testAdminRoundTrip(t, newAdminHarness(t, st, nil))
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/store/storetest"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -264,11 +265,7 @@ type harnessOptions struct {
 func newHarness(t testing.TB, opts harnessOptions) *harness {
 	t.Helper()
 	clk := fakeclock.New(start)
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "cp.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, sqlite.Open, filepath.Join(t.TempDir(), "cp.db"))
 	kr, err := trust.NewKeyring(tokenKID, map[string][]byte{tokenKID: tokenKey})
 	if err != nil {
 		t.Fatal(err)
@@ -342,28 +339,43 @@ func newHarness(t testing.TB, opts harnessOptions) *harness {
 // body read.
 func (h *harness) do(method, path, body string, header http.Header) (*http.Response, []byte) {
 	h.t.Helper()
+	req := newRequest(h.t, method, h.url+path, body)
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	return roundTrip(h.t, h.client, req)
+}
+
+// newRequest is a request whose body, when there is one, is JSON unless
+// the caller sets another Content-Type.
+func newRequest(t testing.TB, method, url, body string) *http.Request {
+	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(h.t.Context(), method, h.url+path, rd)
+	req, err := http.NewRequestWithContext(t.Context(), method, url, rd)
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
-	for k, vs := range header {
-		req.Header[k] = vs
-	}
-	if body != "" && req.Header.Get("Content-Type") == "" {
+	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := h.client.Do(req)
+	return req
+}
+
+// roundTrip sends req with c and returns the answer with its body read;
+// failing to send it or to read the answer fails the test.
+func roundTrip(t testing.TB, c *http.Client, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := c.Do(req)
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return resp, data
 }
@@ -434,11 +446,7 @@ func decodeJSON(t testing.TB, body []byte, v any) {
 }
 
 func TestNewRequiresConfig(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), ":memory:", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.Open(t, sqlite.Open, ":memory:")
 	kr, err := trust.NewKeyring(tokenKID, map[string][]byte{tokenKID: tokenKey})
 	if err != nil {
 		t.Fatal(err)

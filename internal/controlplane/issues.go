@@ -63,6 +63,19 @@ func (s *Server) workerConversation(r *http.Request, p trust.Principal, id strin
 	return c, nil
 }
 
+// recordingConversation checks what a worker's request that records
+// something carries besides the conversation (its idempotency key, the turn
+// if it names one) and then loads the conversation (workerConversation).
+func (s *Server) recordingConversation(r *http.Request, p trust.Principal, key, turn, conversation string) (store.Conversation, error) {
+	if err := idempotencyKey(key); err != nil {
+		return store.Conversation{}, err
+	}
+	if err := optionalID("turn_id", turn); err != nil {
+		return store.Conversation{}, err
+	}
+	return s.workerConversation(r, p, conversation)
+}
+
 // idempotencyKey checks an idempotency key.
 func idempotencyKey(key string) error {
 	return contract.ValidateIdempotencyKey("idempotency_key", key)
@@ -152,13 +165,7 @@ func (s *Server) handleWorkerCreateIssue(w http.ResponseWriter, r *http.Request)
 	if err := httpapi.DecodeJSON(body, &req); err != nil {
 		return err
 	}
-	if err := idempotencyKey(req.IdempotencyKey); err != nil {
-		return err
-	}
-	if err := optionalID("turn_id", req.TurnID); err != nil {
-		return err
-	}
-	c, err := s.workerConversation(r, p, req.ConversationID)
+	c, err := s.recordingConversation(r, p, req.IdempotencyKey, req.TurnID, req.ConversationID)
 	if err != nil {
 		return err
 	}
@@ -218,13 +225,7 @@ func (s *Server) handleWorkerCommentIssue(w http.ResponseWriter, r *http.Request
 	if err := httpapi.DecodeJSON(body, &req); err != nil {
 		return err
 	}
-	if err := idempotencyKey(req.IdempotencyKey); err != nil {
-		return err
-	}
-	if err := optionalID("turn_id", req.TurnID); err != nil {
-		return err
-	}
-	c, err := s.workerConversation(r, p, req.ConversationID)
+	c, err := s.recordingConversation(r, p, req.IdempotencyKey, req.TurnID, req.ConversationID)
 	if err != nil {
 		return err
 	}

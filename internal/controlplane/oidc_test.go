@@ -3,7 +3,6 @@ package controlplane_test
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -183,22 +182,15 @@ func (l *oidcLogin) login(username string) (*http.Response, []byte) {
 		l.t.Fatalf("no auth request id in the provider's form: %s", body)
 	}
 	form := url.Values{"id": {string(m[1])}, "username": {username}, "password": {"verysecure"}}
-	resp, err := l.client.PostForm(l.opURL+"/login/username", form)
+	req, err := http.NewRequestWithContext(l.t.Context(), http.MethodPost, l.opURL+"/login/username", strings.NewReader(form.Encode()))
 	must(l.t, err)
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	must(l.t, err)
-	return resp, data
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return roundTrip(l.t, l.client, req)
 }
 
 func (l *oidcLogin) get(u string) (*http.Response, []byte) {
 	l.t.Helper()
-	resp, err := l.client.Get(u)
-	must(l.t, err)
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	must(l.t, err)
-	return resp, data
+	return roundTrip(l.t, l.client, newRequest(l.t, http.MethodGet, u, ""))
 }
 
 func (l *oidcLogin) sessionCookie() string {

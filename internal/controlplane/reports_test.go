@@ -41,16 +41,7 @@ func (h *harness) reportRequest(sg *trust.Signer, body []byte) *http.Request {
 func (h *harness) send(req *http.Request, body []byte) (*http.Response, []byte) {
 	h.t.Helper()
 	req.Body = io.NopCloser(bytes.NewReader(body))
-	resp, err := h.client.Do(req)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return resp, data
+	return roundTrip(h.t, h.client, req)
 }
 
 func batch(t testing.TB, reports ...contract.Report) []byte {
@@ -257,15 +248,7 @@ func TestReportsRefused(t *testing.T) {
 				body = tt.body(t)
 			}
 			req := tt.request(setup{h: h, body: body})
-			resp, err := h.client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
+			resp, data := roundTrip(t, h.client, req)
 			wantError(t, resp, data, tt.wantStatus, tt.wantCode)
 			for _, c := range []string{"demo", "elsewhere", "nobody"} {
 				if got, err := h.store.ListReports(t.Context(), c); err != nil || len(got) != 0 {

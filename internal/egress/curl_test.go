@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/pem"
-	"fmt"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,17 +15,7 @@ import (
 
 // curl, a client the sandbox's processes really use, through the proxy.
 func TestCurl(t *testing.T) {
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Proxy-Authorization") != "" {
-			http.Error(w, "got Proxy-Authorization", http.StatusTeapot)
-			return
-		}
-		fmt.Fprintf(w, "hello curl over %s", map[bool]string{true: "https", false: "http"}[r.TLS != nil])
-	})
-	secure := httptest.NewTLSServer(handler)
-	t.Cleanup(secure.Close)
-	plain := httptest.NewServer(handler)
-	t.Cleanup(plain.Close)
+	secure, plain := greeters(t, "hello curl over")
 	h := start(t, nil, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}, {"host": "127.0.0.1", "port": %d, "private": true}]}`,
 		secure.Listener.Addr().(*net.TCPAddr).Port, plain.Listener.Addr().(*net.TCPAddr).Port)
 	ca := filepath.Join(t.TempDir(), "ca.pem")

@@ -2,7 +2,6 @@ package egress
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -13,12 +12,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 var testKey = []byte("the egress tests' capability key")
@@ -34,23 +36,27 @@ func testCapability(conv string) string {
 // authFor is the Proxy-Authorization of conversation conv.
 func authFor(conv string) string { return basic(conv + ":" + testCapability(conv)) }
 
+// greeters serve greeting and the scheme they were reached over, one over
+// TLS and one over plain HTTP, until the test ends. Both refuse a request
+// that carries a Proxy-Authorization: the proxy must not pass its
+// credential on.
+func greeters(t *testing.T, greeting string) (secure, plain *httptest.Server) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Proxy-Authorization") != "" {
+			http.Error(w, "got Proxy-Authorization", http.StatusTeapot)
+			return
+		}
+		fmt.Fprintf(w, "%s %s", greeting, map[bool]string{true: "https", false: "http"}[r.TLS != nil])
+	})
+	secure = httptest.NewTLSServer(handler)
+	t.Cleanup(secure.Close)
+	plain = httptest.NewServer(handler)
+	t.Cleanup(plain.Close)
+	return secure, plain
+}
+
 // logSink collects JSON log lines from any goroutine.
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logSink) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+type logSink struct{ syncbuf.Buffer }
 
 // records are the log lines with message msg.
 func (l *logSink) records(t *testing.T, msg string) []map[string]any {

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,17 +22,7 @@ import (
 // socket: everything a TCP client can do works there too, and the URL the
 // sandbox gets names the TCP address of its relay, not the socket.
 func TestServeUnixSocket(t *testing.T) {
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Proxy-Authorization") != "" {
-			http.Error(w, "got Proxy-Authorization", http.StatusTeapot)
-			return
-		}
-		fmt.Fprintf(w, "hello over %s", map[bool]string{true: "https", false: "http"}[r.TLS != nil])
-	})
-	secure := httptest.NewTLSServer(handler)
-	t.Cleanup(secure.Close)
-	plain := httptest.NewServer(handler)
-	t.Cleanup(plain.Close)
+	secure, plain := greeters(t, "hello over")
 	echo := echoServer(t)
 	list, err := ParseAllowList([]byte(fmt.Sprintf(`{"allow": [
 		{"host": "127.0.0.1", "port": %d, "private": true},

@@ -31,6 +31,7 @@ import (
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/store/storetest"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -51,11 +52,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	srv := kubetest.Start(t)
-	st, err := sqlite.Open(t.Context(), ":memory:", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, sqlite.Open, ":memory:")
 	var b [3]byte
 	rand.Read(b[:])
 	f := &fixture{srv: srv, st: st, clk: fakeclock.New(time.Now().UTC().Truncate(time.Millisecond)), tenant: "t" + hex.EncodeToString(b[:]), env: "prod"}

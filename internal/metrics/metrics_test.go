@@ -27,6 +27,7 @@ import (
 	"github.com/talkide/platform/internal/metrics"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/store/storetest"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -51,11 +52,7 @@ func newStack(t *testing.T) *stack {
 	t.Helper()
 	up := httptest.NewServer(anthropicsim.New(simKey, nil))
 	t.Cleanup(up.Close)
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "cp.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, sqlite.Open, filepath.Join(t.TempDir(), "cp.db"))
 	ctx := t.Context()
 	for _, c := range []store.Conversation{convA, convB, convC} {
 		if err := st.PutEnv(ctx, store.Env{Tenant: c.Tenant, Name: c.Env, CreatedAt: time.Now()}); err != nil {

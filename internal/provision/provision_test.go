@@ -19,6 +19,7 @@ import (
 
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
+	"github.com/talkide/platform/internal/store/storetest"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -26,11 +27,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 func newStore(t *testing.T) store.Store {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), ":memory:", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t, sqlite.Open, ":memory:")
 	return st
 }
 

@@ -79,6 +79,43 @@ func BenchmarkReplay(b *testing.B) {
 	}
 }
 
+// streamedSession creates session "bench" in a store on dir and appends n
+// text deltas to it, as a long streamed turn does, with a Sync after every
+// syncEvery of them.
+func streamedSession(b *testing.B, dir string, n, syncEvery int) (*Store, *Session) {
+	b.Helper()
+	st := newStoreAt(b, dir, "w", nil)
+	sess, _, err := st.Create("bench", Meta{Harness: "native"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if err := sess.AppendEvent(&contract.Event{Kind: contract.KindTextDelta, TurnID: "t_0123456789", Text: "a few words of streamed model text"}); err != nil {
+			b.Fatal(err)
+		}
+		if i%syncEvery == syncEvery-1 {
+			sess.Sync()
+		}
+	}
+	return st, sess
+}
+
+// resume is what a worker that takes session "bench" over does first: it
+// loads it and makes a session.resumed event durable.
+func resume(b *testing.B, st *Store) *Session {
+	s, err := st.Load("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.AppendEvent(&contract.Event{Kind: contract.KindSessionResumed}); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
 // BenchmarkResume measures opening a session of n events (lease, checkpoint,
 // tail scan, owner marker) and appending the first new event: the time
 // from a worker restart to the first new event.
@@ -86,33 +123,12 @@ func BenchmarkResume(b *testing.B) {
 	for _, n := range []int{100, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
 			dir := filepath.Join(b.TempDir(), "projects")
-			st := newStoreAt(b, dir, "w", nil)
-			sess, _, err := st.Create("bench", Meta{Harness: "native"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			for i := 0; i < n; i++ {
-				if err := sess.AppendEvent(&contract.Event{Kind: contract.KindTextDelta, TurnID: "t_0123456789", Text: "a few words of streamed model text"}); err != nil {
-					b.Fatal(err)
-				}
-				if i%1000 == 999 {
-					sess.Sync()
-				}
-			}
+			st, sess := streamedSession(b, dir, n, 1000)
 			sess.Close()
 			b.ResetTimer()
 			for b.Loop() {
 				start := time.Now()
-				s, err := st.Load("bench")
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := s.AppendEvent(&contract.Event{Kind: contract.KindSessionResumed}); err != nil {
-					b.Fatal(err)
-				}
-				if err := s.Sync(); err != nil {
-					b.Fatal(err)
-				}
+				s := resume(b, st)
 				b.ReportMetric(float64(time.Since(start).Microseconds()), "µs/resume")
 				b.StopTimer()
 				s.Close()

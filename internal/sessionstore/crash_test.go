@@ -57,19 +57,7 @@ func BenchmarkResumeAfterCrash(b *testing.B) {
 	for _, n := range []int{100, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
 			dir := filepath.Join(b.TempDir(), "projects")
-			st := newStoreAt(b, dir, "w", nil)
-			sess, _, err := st.Create("bench", Meta{Harness: "native"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			for i := 0; i < n; i++ {
-				if err := sess.AppendEvent(&contract.Event{Kind: contract.KindTextDelta, TurnID: "t_0123456789", Text: "a few words of streamed model text"}); err != nil {
-					b.Fatal(err)
-				}
-				if i%100 == 99 {
-					sess.Sync()
-				}
-			}
+			_, sess := streamedSession(b, dir, n, 100)
 			sess.Sync()
 			sess.closeFiles() // the crash
 			sdir := filepath.Join(dir, "bench")
@@ -91,16 +79,7 @@ func BenchmarkResumeAfterCrash(b *testing.B) {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				s, err := resumer.Load("bench")
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := s.AppendEvent(&contract.Event{Kind: contract.KindSessionResumed}); err != nil {
-					b.Fatal(err)
-				}
-				if err := s.Sync(); err != nil {
-					b.Fatal(err)
-				}
+				s := resume(b, resumer)
 				b.StopTimer()
 				s.closeFiles() // crash again, and undo the resume's appends
 				for f, size := range sizes {

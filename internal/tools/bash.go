@@ -65,33 +65,17 @@ func (b *Bash) timeout() time.Duration {
 func (b *Bash) maxOutput() int { return outputCap(b.MaxOutputBytes) }
 
 func (*Bash) InputSchema() map[string]any {
-	return map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"command": map[string]any{
-				"type":        "string",
-				"description": "The command to execute",
-			},
-			"timeout": map[string]any{
-				"type":        "number",
-				"description": "Optional timeout in milliseconds (max 600000)",
-			},
-			"description": map[string]any{
-				"type":        "string",
-				"description": "Clear, concise description of what this command does in 5-10 words",
-			},
-		},
-		"required": []any{"command"},
-	}
+	return objectSchema(map[string]any{
+		"command":     property("string", "The command to execute"),
+		"timeout":     property("number", "Optional timeout in milliseconds (max 600000)"),
+		"description": property("string", "Clear, concise description of what this command does in 5-10 words"),
+	}, "command")
 }
 
 func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
-	if err := start(ctx, call); err != nil {
-		return Result{}, err
-	}
 	var in BashInput
-	if err := decodeInput(call.Input, &in, "command"); err != nil {
-		return errorResult("%v", err), nil
+	if res, done, err := begin(ctx, call, &in, "command"); done {
+		return res, err
 	}
 	if in.Command == "" {
 		return errorResult("invalid input: field \"command\" must not be empty"), nil

@@ -19,10 +19,7 @@ import (
 // holds a needle for Grep.
 func benchTree(b *testing.B) *Workspace {
 	b.Helper()
-	ws, err := NewWorkspace(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
+	ws := newWorkspace(b)
 	var src strings.Builder
 	src.WriteString("package p\n\n")
 	for i := range 198 {
@@ -122,10 +119,7 @@ func BenchmarkLS(b *testing.B) {
 //	go test -run XXX -bench Bash -benchtime 300x ./internal/tools/
 func BenchmarkBash(b *testing.B) {
 	helper := sandboxtest.SmallHelper(b)
-	ws, err := NewWorkspace(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
+	ws := newWorkspace(b)
 	type mode struct {
 		sandboxtest.Timings
 		jail *sandbox.Jail

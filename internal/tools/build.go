@@ -57,10 +57,10 @@ func (*Build) InputSchema() map[string]any {
 			"kind":       map[string]any{"type": "string", "enum": []any{"gradle", "image"}, "description": "gradle (default): run ./gradlew with tasks; image: build and push a container image"},
 			"tasks":      strs("Gradle tasks to run, e.g. [\"test\"] or [\":app:check\"] (kind gradle)"),
 			"args":       strs("Gradle options, one word each, e.g. [\"--tests\", \"com.acme.*Test\"] (kind gradle)"),
-			"context":    map[string]any{"type": "string", "description": "The build context directory, relative to the workspace root (kind image; default \".\")"},
-			"dockerfile": map[string]any{"type": "string", "description": "The Dockerfile, relative to the workspace root (kind image; default <context>/Dockerfile)"},
-			"image":      map[string]any{"type": "string", "description": "The image reference to push to, registry/name:tag (kind image)"},
-			"timeout":    map[string]any{"type": "number", "description": "Optional timeout in milliseconds (max 7200000)"},
+			"context":    property("string", "The build context directory, relative to the workspace root (kind image; default \".\")"),
+			"dockerfile": property("string", "The Dockerfile, relative to the workspace root (kind image; default <context>/Dockerfile)"),
+			"image":      property("string", "The image reference to push to, registry/name:tag (kind image)"),
+			"timeout":    property("number", "Optional timeout in milliseconds (max 7200000)"),
 		},
 	}
 }

@@ -16,10 +16,7 @@ import (
 // stand-in for a Gradle wrapper (output, exit status, JUnit reports).
 func buildWorkspace(t *testing.T) *Workspace {
 	t.Helper()
-	ws, err := NewWorkspace(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := newWorkspace(t)
 	t.Cleanup(func() { ws.Close() })
 	b, err := os.ReadFile("../build/testdata/fakegradle/gradlew")
 	if err != nil {

@@ -37,38 +37,22 @@ func (*Edit) Name() string        { return "Edit" }
 func (*Edit) Description() string { return editDescription }
 
 func (*Edit) InputSchema() map[string]any {
-	return map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"file_path": map[string]any{
-				"type":        "string",
-				"description": "The path of the file to modify, relative to the workspace root or absolute inside it",
-			},
-			"old_string": map[string]any{
-				"type":        "string",
-				"description": "The text to replace",
-			},
-			"new_string": map[string]any{
-				"type":        "string",
-				"description": "The text to replace it with (must be different from old_string)",
-			},
-			"replace_all": map[string]any{
-				"type":        "boolean",
-				"default":     false,
-				"description": "Replace all occurrences of old_string (default false)",
-			},
+	return objectSchema(map[string]any{
+		"file_path":  property("string", "The path of the file to modify, relative to the workspace root or absolute inside it"),
+		"old_string": property("string", "The text to replace"),
+		"new_string": property("string", "The text to replace it with (must be different from old_string)"),
+		"replace_all": map[string]any{
+			"type":        "boolean",
+			"default":     false,
+			"description": "Replace all occurrences of old_string (default false)",
 		},
-		"required": []any{"file_path", "old_string", "new_string"},
-	}
+	}, "file_path", "old_string", "new_string")
 }
 
 func (*Edit) Run(ctx context.Context, call Call) (Result, error) {
-	if err := start(ctx, call); err != nil {
-		return Result{}, err
-	}
 	var in EditInput
-	if err := decodeInput(call.Input, &in, "file_path", "old_string", "new_string"); err != nil {
-		return errorResult("%v", err), nil
+	if res, done, err := begin(ctx, call, &in, "file_path", "old_string", "new_string"); done {
+		return res, err
 	}
 	if in.OldString == in.NewString {
 		return errorResult("old_string and new_string are identical; there is nothing to change"), nil

@@ -36,20 +36,10 @@ func (*Glob) Name() string        { return "Glob" }
 func (*Glob) Description() string { return globDescription }
 
 func (*Glob) InputSchema() map[string]any {
-	return map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"pattern": map[string]any{
-				"type":        "string",
-				"description": "The glob pattern to match files against",
-			},
-			"path": map[string]any{
-				"type":        "string",
-				"description": "The directory to search in, relative to the workspace root or absolute inside it. Omit it to search the whole workspace",
-			},
-		},
-		"required": []any{"pattern"},
-	}
+	return objectSchema(map[string]any{
+		"pattern": property("string", "The glob pattern to match files against"),
+		"path":    property("string", "The directory to search in, relative to the workspace root or absolute inside it. Omit it to search the whole workspace"),
+	}, "pattern")
 }
 
 // split splits the pattern into the directory to walk — path joined with
@@ -79,12 +69,9 @@ func (in GlobInput) split() (dir, rest string) {
 }
 
 func (g *Glob) Run(ctx context.Context, call Call) (Result, error) {
-	if err := start(ctx, call); err != nil {
-		return Result{}, err
-	}
 	var in GlobInput
-	if err := decodeInput(call.Input, &in, "pattern"); err != nil {
-		return errorResult("%v", err), nil
+	if res, done, err := begin(ctx, call, &in, "pattern"); done {
+		return res, err
 	}
 	if in.Pattern == "" {
 		return errorResult("invalid input: field \"pattern\" must not be empty"), nil

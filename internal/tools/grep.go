@@ -98,59 +98,30 @@ func (*Grep) Name() string        { return "Grep" }
 func (*Grep) Description() string { return grepDescription }
 
 func (*Grep) InputSchema() map[string]any {
-	num := func(desc string) map[string]any { return map[string]any{"type": "number", "description": desc} }
-	return map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"pattern": map[string]any{
-				"type":        "string",
-				"description": "The regular expression to search for in file contents (Go RE2 syntax)",
-			},
-			"path": map[string]any{
-				"type":        "string",
-				"description": "File or directory to search in, relative to the workspace root or absolute inside it. Defaults to the workspace root",
-			},
-			"glob": map[string]any{
-				"type":        "string",
-				"description": `Glob pattern to filter files (e.g. "*.js", "**/*.{ts,tsx}")`,
-			},
-			"type": map[string]any{
-				"type":        "string",
-				"description": "File type to search (e.g. go, py, js, ts, rust, java). More efficient than glob for standard file types",
-			},
-			"output_mode": map[string]any{
-				"type":        "string",
-				"enum":        []any{GrepContent, GrepFilesWithMatches, GrepCount},
-				"description": `Output mode: "content" shows matching lines (supports -A/-B/-C context, -n line numbers, head_limit), "files_with_matches" shows file paths (supports head_limit), "count" shows match counts (supports head_limit). Defaults to "files_with_matches"`,
-			},
-			"-i": map[string]any{
-				"type":        "boolean",
-				"description": "Case insensitive search",
-			},
-			"-n": map[string]any{
-				"type":        "boolean",
-				"description": `Show line numbers in output. Requires output_mode: "content". Defaults to true`,
-			},
-			"-A":         num(`Number of lines to show after each match. Requires output_mode: "content"`),
-			"-B":         num(`Number of lines to show before each match. Requires output_mode: "content"`),
-			"-C":         num(`Number of lines to show before and after each match. Requires output_mode: "content"`),
-			"head_limit": num("Limit output to the first N lines or entries. Defaults to no limit"),
-			"multiline": map[string]any{
-				"type":        "boolean",
-				"description": "Enable multiline mode where . matches newlines and patterns can span lines. Default: false",
-			},
+	return objectSchema(map[string]any{
+		"pattern": property("string", "The regular expression to search for in file contents (Go RE2 syntax)"),
+		"path":    property("string", "File or directory to search in, relative to the workspace root or absolute inside it. Defaults to the workspace root"),
+		"glob":    property("string", `Glob pattern to filter files (e.g. "*.js", "**/*.{ts,tsx}")`),
+		"type":    property("string", "File type to search (e.g. go, py, js, ts, rust, java). More efficient than glob for standard file types"),
+		"output_mode": map[string]any{
+			"type":        "string",
+			"enum":        []any{GrepContent, GrepFilesWithMatches, GrepCount},
+			"description": `Output mode: "content" shows matching lines (supports -A/-B/-C context, -n line numbers, head_limit), "files_with_matches" shows file paths (supports head_limit), "count" shows match counts (supports head_limit). Defaults to "files_with_matches"`,
 		},
-		"required": []any{"pattern"},
-	}
+		"-i":         property("boolean", "Case insensitive search"),
+		"-n":         property("boolean", `Show line numbers in output. Requires output_mode: "content". Defaults to true`),
+		"-A":         property("number", `Number of lines to show after each match. Requires output_mode: "content"`),
+		"-B":         property("number", `Number of lines to show before each match. Requires output_mode: "content"`),
+		"-C":         property("number", `Number of lines to show before and after each match. Requires output_mode: "content"`),
+		"head_limit": property("number", "Limit output to the first N lines or entries. Defaults to no limit"),
+		"multiline":  property("boolean", "Enable multiline mode where . matches newlines and patterns can span lines. Default: false"),
+	}, "pattern")
 }
 
 func (g *Grep) Run(ctx context.Context, call Call) (Result, error) {
-	if err := start(ctx, call); err != nil {
-		return Result{}, err
-	}
 	var in GrepInput
-	if err := decodeInput(call.Input, &in, "pattern"); err != nil {
-		return errorResult("%v", err), nil
+	if res, done, err := begin(ctx, call, &in, "pattern"); done {
+		return res, err
 	}
 	if in.Pattern == "" {
 		return errorResult("invalid input: field \"pattern\" must not be empty"), nil

@@ -37,21 +37,14 @@ func (*LS) Name() string        { return "LS" }
 func (*LS) Description() string { return lsDescription }
 
 func (*LS) InputSchema() map[string]any {
-	return map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"path": map[string]any{
-				"type":        "string",
-				"description": "The directory to list, relative to the workspace root or absolute inside it",
-			},
-			"ignore": map[string]any{
-				"type":        "array",
-				"items":       map[string]any{"type": "string"},
-				"description": "List of glob patterns to ignore",
-			},
+	return objectSchema(map[string]any{
+		"path": property("string", "The directory to list, relative to the workspace root or absolute inside it"),
+		"ignore": map[string]any{
+			"type":        "array",
+			"items":       map[string]any{"type": "string"},
+			"description": "List of glob patterns to ignore",
 		},
-		"required": []any{"path"},
-	}
+	}, "path")
 }
 
 // lsEntry is one listed file or directory.
@@ -68,12 +61,9 @@ type lsEntry struct {
 }
 
 func (l *LS) Run(ctx context.Context, call Call) (Result, error) {
-	if err := start(ctx, call); err != nil {
-		return Result{}, err
-	}
 	var in LSInput
-	if err := decodeInput(call.Input, &in, "path"); err != nil {
-		return errorResult("%v", err), nil
+	if res, done, err := begin(ctx, call, &in, "path"); done {
+		return res, err
 	}
 	if in.Path == "" {
 		return errorResult("invalid input: field \"path\" must not be empty; use \".\" for the workspace root"), nil

@@ -44,33 +44,17 @@ func (*Read) Name() string        { return "Read" }
 func (*Read) Description() string { return readDescription }
 
 func (*Read) InputSchema() map[string]any {
-	return map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"file_path": map[string]any{
-				"type":        "string",
-				"description": "The path of the file to read, relative to the workspace root or absolute inside it",
-			},
-			"offset": map[string]any{
-				"type":        "number",
-				"description": "The line number to start reading from (1-based). Only provide if the file is too large to read at once",
-			},
-			"limit": map[string]any{
-				"type":        "number",
-				"description": "The number of lines to read (default 2000). Only provide if the file is too large to read at once",
-			},
-		},
-		"required": []any{"file_path"},
-	}
+	return objectSchema(map[string]any{
+		"file_path": property("string", "The path of the file to read, relative to the workspace root or absolute inside it"),
+		"offset":    property("number", "The line number to start reading from (1-based). Only provide if the file is too large to read at once"),
+		"limit":     property("number", "The number of lines to read (default 2000). Only provide if the file is too large to read at once"),
+	}, "file_path")
 }
 
 func (r *Read) Run(ctx context.Context, call Call) (Result, error) {
-	if err := start(ctx, call); err != nil {
-		return Result{}, err
-	}
 	var in ReadInput
-	if err := decodeInput(call.Input, &in, "file_path"); err != nil {
-		return errorResult("%v", err), nil
+	if res, done, err := begin(ctx, call, &in, "file_path"); done {
+		return res, err
 	}
 	if err := nonNegative("offset", in.Offset); err != nil {
 		return errorResult("%v", err), nil

@@ -58,36 +58,29 @@ func (*TodoWrite) Name() string        { return "TodoWrite" }
 func (*TodoWrite) Description() string { return todoWriteDescription }
 
 func (*TodoWrite) InputSchema() map[string]any {
-	return map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"todos": map[string]any{
-				"type":        "array",
-				"description": "The updated todo list",
-				"maxItems":    MaxTodos,
-				"items": map[string]any{
-					"type": "object",
-					"properties": map[string]any{
-						"content":    map[string]any{"type": "string", "minLength": 1},
-						"status":     map[string]any{"type": "string", "enum": []any{TodoPending, TodoInProgress, TodoCompleted}},
-						"activeForm": map[string]any{"type": "string"},
-						"id":         map[string]any{"type": "string"},
-					},
-					"required": []any{"content", "status"},
+	return objectSchema(map[string]any{
+		"todos": map[string]any{
+			"type":        "array",
+			"description": "The updated todo list",
+			"maxItems":    MaxTodos,
+			"items": map[string]any{
+				"type": "object",
+				"properties": map[string]any{
+					"content":    map[string]any{"type": "string", "minLength": 1},
+					"status":     map[string]any{"type": "string", "enum": []any{TodoPending, TodoInProgress, TodoCompleted}},
+					"activeForm": map[string]any{"type": "string"},
+					"id":         map[string]any{"type": "string"},
 				},
+				"required": []any{"content", "status"},
 			},
 		},
-		"required": []any{"todos"},
-	}
+	}, "todos")
 }
 
 func (*TodoWrite) Run(ctx context.Context, call Call) (Result, error) {
-	if err := start(ctx, call); err != nil {
-		return Result{}, err
-	}
 	var in TodoWriteInput
-	if err := decodeInput(call.Input, &in, "todos"); err != nil {
-		return errorResult("%v", err), nil
+	if res, done, err := begin(ctx, call, &in, "todos"); done {
+		return res, err
 	}
 	if err := validateTodos(in.Todos); err != nil {
 		return errorResult("invalid input: %v", err), nil

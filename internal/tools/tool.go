@@ -157,6 +157,18 @@ func outputCap(n int) int {
 	return max(n, minOutputBytes)
 }
 
+// objectSchema is a tool's input schema: a JSON object with these
+// properties, of which required must be given. It builds a fresh map on each
+// call, so that a caller may change what it gets.
+func objectSchema(properties map[string]any, required ...any) map[string]any {
+	return map[string]any{"type": "object", "properties": properties, "required": required}
+}
+
+// property is the schema of one input field of the JSON type typ.
+func property(typ, description string) map[string]any {
+	return map[string]any{"type": typ, "description": description}
+}
+
 // errorResult is a tool failure the model sees.
 func errorResult(format string, args ...any) Result {
 	return Result{Output: fmt.Sprintf(format, args...), IsError: true}
@@ -172,6 +184,20 @@ func start(ctx context.Context, call Call) error {
 		return errNoWorkspace
 	}
 	return ctx.Err()
+}
+
+// begin makes the checks every Run makes first and decodes the call's
+// input into in (see decodeInput). When done, Run returns res and err as
+// they are: err for a call without a workspace or with a finished context,
+// res for input the model has to correct.
+func begin(ctx context.Context, call Call, in any, required ...string) (res Result, done bool, err error) {
+	if err := start(ctx, call); err != nil {
+		return Result{}, true, err
+	}
+	if err := decodeInput(call.Input, in, required...); err != nil {
+		return errorResult("%v", err), true, nil
+	}
+	return Result{}, false, nil
 }
 
 // decodeInput decodes a tool's JSON input into v, a pointer to its input

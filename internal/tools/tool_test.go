@@ -14,7 +14,7 @@ import (
 )
 
 // newWorkspace returns a workspace in a fresh temporary directory.
-func newWorkspace(t *testing.T) *Workspace {
+func newWorkspace(t testing.TB) *Workspace {
 	t.Helper()
 	ws, err := NewWorkspace(t.TempDir())
 	if err != nil {

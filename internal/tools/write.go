@@ -26,29 +26,16 @@ func (*Write) Name() string        { return "Write" }
 func (*Write) Description() string { return writeDescription }
 
 func (*Write) InputSchema() map[string]any {
-	return map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"file_path": map[string]any{
-				"type":        "string",
-				"description": "The path of the file to write, relative to the workspace root or absolute inside it",
-			},
-			"content": map[string]any{
-				"type":        "string",
-				"description": "The content to write to the file",
-			},
-		},
-		"required": []any{"file_path", "content"},
-	}
+	return objectSchema(map[string]any{
+		"file_path": property("string", "The path of the file to write, relative to the workspace root or absolute inside it"),
+		"content":   property("string", "The content to write to the file"),
+	}, "file_path", "content")
 }
 
 func (*Write) Run(ctx context.Context, call Call) (Result, error) {
-	if err := start(ctx, call); err != nil {
-		return Result{}, err
-	}
 	var in WriteInput
-	if err := decodeInput(call.Input, &in, "file_path", "content"); err != nil {
-		return errorResult("%v", err), nil
+	if res, done, err := begin(ctx, call, &in, "file_path", "content"); done {
+		return res, err
 	}
 	ws := call.Workspace
 	path, err := ws.Resolve(in.FilePath)

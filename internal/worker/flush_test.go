@@ -1,13 +1,11 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/syncbuf"
 )
 
 var errDisk = errors.New("test disk failure")
@@ -32,24 +31,6 @@ func (d *faultyDisk) fsync(f *os.File) error {
 		return errDisk
 	}
 	return f.Sync()
-}
-
-// lockedBuffer collects log output written from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // waitDurable waits until s has published everything it appended.
@@ -151,7 +132,7 @@ func TestEventsWaitForTheDiskToRecover(t *testing.T) {
 // Shutdown reports the same failure.
 func TestCloseWithAFailingLastSync(t *testing.T) {
 	disk := &faultyDisk{}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	tw := newTestWorker(t, workerOpts{
 		fsync: disk.fsync,
 		// Far longer than the test: a close that waited for a retry

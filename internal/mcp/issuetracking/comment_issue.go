@@ -23,19 +23,14 @@ func commentIssueTool() *mcp.Tool {
 		Name:        "comment_issue",
 		Title:       "Comment on an issue",
 		Description: commentIssueDescription,
-		InputSchema: map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"issue_id": map[string]any{"type": "string", "minLength": 1, "maxLength": contract.MaxIDLen,
-					"description": "The issue's id, as report_issue or list_issues gave it (iss_…)."},
-				"body": map[string]any{"type": "string", "minLength": 1, "description": "The comment. Markdown. At most 20 KiB."},
-				"status": map[string]any{"type": "string", "enum": []string{contract.IssueOpen, contract.IssueClosed},
-					"description": "Optional: closed to close the issue with this comment, open to reopen it."},
-			},
-			"required":             []string{"issue_id", "body"},
-			"additionalProperties": false,
-		},
-		Annotations: &mcp.ToolAnnotations{Title: "Comment on an issue", IdempotentHint: true, DestructiveHint: new(false), OpenWorldHint: new(false)},
+		InputSchema: inputSchema(map[string]any{
+			"issue_id": map[string]any{"type": "string", "minLength": 1, "maxLength": contract.MaxIDLen,
+				"description": "The issue's id, as report_issue or list_issues gave it (iss_…)."},
+			"body": map[string]any{"type": "string", "minLength": 1, "description": "The comment. Markdown. At most 20 KiB."},
+			"status": map[string]any{"type": "string", "enum": []string{contract.IssueOpen, contract.IssueClosed},
+				"description": "Optional: closed to close the issue with this comment, open to reopen it."},
+		}, "issue_id", "body"),
+		Annotations: recordsInTracker("Comment on an issue"),
 	}
 }
 

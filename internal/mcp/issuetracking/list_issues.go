@@ -28,16 +28,12 @@ func listIssuesTool() *mcp.Tool {
 		Name:        "list_issues",
 		Title:       "List issues",
 		Description: listIssuesDescription,
-		InputSchema: map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"status": map[string]any{"type": "string", "enum": []string{contract.IssueOpen, contract.IssueClosed, contract.IssueStatusAll},
-					"default": contract.IssueOpen, "description": "Which issues: open (the default), closed or all."},
-				"limit": map[string]any{"type": "integer", "minimum": 1, "maximum": contract.MaxIssueList, "default": DefaultListLimit,
-					"description": "At most this many issues, newest first; default 20."},
-			},
-			"additionalProperties": false,
-		},
+		InputSchema: inputSchema(map[string]any{
+			"status": map[string]any{"type": "string", "enum": []string{contract.IssueOpen, contract.IssueClosed, contract.IssueStatusAll},
+				"default": contract.IssueOpen, "description": "Which issues: open (the default), closed or all."},
+			"limit": map[string]any{"type": "integer", "minimum": 1, "maximum": contract.MaxIssueList, "default": DefaultListLimit,
+				"description": "At most this many issues, newest first; default 20."},
+		}),
 		Annotations: &mcp.ToolAnnotations{Title: "List issues", ReadOnlyHint: true, OpenWorldHint: new(false)},
 	}
 }

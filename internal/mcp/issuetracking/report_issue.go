@@ -22,28 +22,40 @@ type reportIssueInput struct {
 	Labels   []string `json:"labels,omitempty"`
 }
 
+// inputSchema is a tool's input: an object of these properties and no
+// others, of which required must be given.
+func inputSchema(properties map[string]any, required ...string) map[string]any {
+	s := map[string]any{"type": "object", "properties": properties, "additionalProperties": false}
+	if len(required) > 0 {
+		s["required"] = required
+	}
+	return s
+}
+
+// recordsInTracker annotates a tool that records something in the issue
+// tracker and nowhere else: a repeated call (same idempotency key) records
+// nothing more, and nothing is deleted.
+func recordsInTracker(title string) *mcp.ToolAnnotations {
+	return &mcp.ToolAnnotations{Title: title, IdempotentHint: true, DestructiveHint: new(false), OpenWorldHint: new(false)}
+}
+
 func reportIssueTool() *mcp.Tool {
 	return &mcp.Tool{
 		Name:        "report_issue",
 		Title:       "Report an issue",
 		Description: reportIssueDescription,
-		InputSchema: map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"title": map[string]any{"type": "string", "minLength": 1, "maxLength": contract.MaxIssueTitle,
-					"description": "One line that names the problem."},
-				"body": map[string]any{"type": "string", "minLength": 1,
-					"description": "What happens, how to reproduce it, what you already know. Markdown. At most 20 KiB."},
-				"severity": map[string]any{"type": "string", "enum": contract.Severities, "default": contract.SeverityMedium,
-					"description": "How bad it is: low, medium, high or critical."},
-				"labels": map[string]any{"type": "array", "maxItems": contract.MaxIssueLabels,
-					"items":       map[string]any{"type": "string", "minLength": 1, "maxLength": contract.MaxIssueLabel},
-					"description": "Short tags, e.g. \"ci\", \"security\"."},
-			},
-			"required":             []string{"title", "body"},
-			"additionalProperties": false,
-		},
-		Annotations: &mcp.ToolAnnotations{Title: "Report an issue", IdempotentHint: true, DestructiveHint: new(false), OpenWorldHint: new(false)},
+		InputSchema: inputSchema(map[string]any{
+			"title": map[string]any{"type": "string", "minLength": 1, "maxLength": contract.MaxIssueTitle,
+				"description": "One line that names the problem."},
+			"body": map[string]any{"type": "string", "minLength": 1,
+				"description": "What happens, how to reproduce it, what you already know. Markdown. At most 20 KiB."},
+			"severity": map[string]any{"type": "string", "enum": contract.Severities, "default": contract.SeverityMedium,
+				"description": "How bad it is: low, medium, high or critical."},
+			"labels": map[string]any{"type": "array", "maxItems": contract.MaxIssueLabels,
+				"items":       map[string]any{"type": "string", "minLength": 1, "maxLength": contract.MaxIssueLabel},
+				"description": "Short tags, e.g. \"ci\", \"security\"."},
+		}, "title", "body"),
+		Annotations: recordsInTracker("Report an issue"),
 	}
 }
 

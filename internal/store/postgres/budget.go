@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -109,7 +108,7 @@ func (s *Store) ReserveBudget(ctx context.Context, in budget.Reservation, q budg
 		if !snap.Exists {
 			minute := sqlcore.Millis(budget.BucketMinute.Start(r.CreatedAt))
 			for _, sub := range q.Subjects {
-				b.Queue(upsertBucket, string(sub.Scope), sub.ID, string(budget.BucketMinute), minute, int64(0), int64(0), int64(1))
+				b.Queue(sqlcore.UpsertBucket, string(sub.Scope), sub.ID, string(budget.BucketMinute), minute, int64(0), int64(0), int64(1))
 			}
 		}
 		return tx.SendBatch(ctx, b).Close()
@@ -123,35 +122,6 @@ func (s *Store) ReserveBudget(ctx context.Context, in budget.Reservation, q budg
 	return nil
 }
 
-// upsertBucket adds to a usage bucket.
-const upsertBucket = `INSERT INTO budget_usage (scope, subject, bucket, period_start, cost, tokens, requests)
-	VALUES ($1, $2, $3, $4, $5, $6, $7)
-	ON CONFLICT (scope, subject, bucket, period_start) DO UPDATE SET
-		cost = budget_usage.cost + excluded.cost,
-		tokens = budget_usage.tokens + excluded.tokens,
-		requests = budget_usage.requests + excluded.requests`
-
-// since is a time the query may leave zero: then no rows.
-func since(t time.Time) int64 {
-	if t.IsZero() {
-		return math.MaxInt64
-	}
-	return sqlcore.Millis(t)
-}
-
-// heldWhere selects the reservations of a subject, with its parameters
-// numbered from n.
-func heldWhere(sub budget.Subject, n int) (string, []any) {
-	switch sub.Scope {
-	case budget.ScopeUser:
-		return fmt.Sprintf(`user_id = $%d`, n), []any{sub.ID}
-	case budget.ScopeTenant:
-		return fmt.Sprintf(`tenant = $%d`, n), []any{sub.ID}
-	}
-	t, e, _ := strings.Cut(sub.ID, "/")
-	return fmt.Sprintf(`tenant = $%d AND env = $%d`, n, n+1), []any{t, e}
-}
-
 // snapshotQuery is the one statement that reads a snapshot. Every row has
 // the same eight columns; the first says what the row is: 'b' a bucket,
 // 'h' what a subject's other live reservations hold (one row per subject,
@@ -162,13 +132,13 @@ func snapshotQuery(id string, q budget.SnapshotQuery) (string, []any) {
 	for i, sub := range q.Subjects {
 		scopes[i], ids[i] = string(sub.Scope), sub.ID
 	}
-	args := []any{scopes, ids, since(q.DaysFrom), since(q.FiveMinFrom), since(q.MinuteFrom), sqlcore.Millis(q.Now), id}
+	args := []any{scopes, ids, sqlcore.Since(q.DaysFrom), sqlcore.Since(q.FiveMinFrom), sqlcore.Since(q.MinuteFrom), sqlcore.Millis(q.Now), id}
 	var b strings.Builder
 	b.WriteString(`SELECT 'b'::text, scope, subject, bucket, period_start, cost, tokens, requests FROM budget_usage
 		WHERE (scope, subject) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 		AND ((bucket = 'day' AND period_start >= $3) OR (bucket = '5m' AND period_start >= $4) OR (bucket = 'minute' AND period_start >= $5))`)
 	for i, sub := range q.Subjects {
-		where, more := heldWhere(sub, len(args)+1)
+		where, more := sqlcore.HeldWhere(sub, len(args)+1)
 		args = append(args, more...)
 		fmt.Fprintf(&b, `
 		UNION ALL SELECT 'h', $%d::text, '', '', %d::bigint, COALESCE(SUM(cost), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint, COALESCE(SUM(calls), 0)::bigint
@@ -224,10 +194,6 @@ func (s *Store) RenewBudget(ctx context.Context, ids []string, now, expires time
 	return nil
 }
 
-const ledgerColumns = `id, tenant, env, user_id, conversation_id, model, status, streamed, estimated,
-	input_tokens, output_tokens, cache_write_5m_tokens, cache_write_1h_tokens, cache_read_tokens,
-	web_search_requests, web_fetch_requests, cost, reserved, request_bytes, started_at, settled_at`
-
 // SettleBudget implements budget.Store.
 func (s *Store) SettleBudget(ctx context.Context, e budget.Entry) (applied bool, err error) {
 	a, err := s.SettleBudgetBatch(ctx, []budget.Entry{e}, nil)
@@ -246,13 +212,7 @@ func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease 
 	err := s.budgetTx(ctx, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		for _, e := range es {
-			b.Queue(`INSERT INTO budget_ledger (`+ledgerColumns+`)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
-				ON CONFLICT (id) DO NOTHING`,
-				e.ID, e.Tenant, e.Env, e.User, e.Conversation, e.Model, int64(e.Status), e.Streamed, e.Estimated,
-				e.InputTokens, e.OutputTokens, e.CacheWrite5mTokens, e.CacheWrite1hTokens, e.CacheReadTokens,
-				e.WebSearchRequests, e.WebFetchRequests, int64(e.Cost), int64(e.Reserved), e.RequestBytes,
-				sqlcore.Millis(e.StartedAt), sqlcore.Millis(e.SettledAt))
+			b.Queue(sqlcore.InsertLedger, sqlcore.LedgerArgs(e)...)
 		}
 		if len(es) > 0 {
 			res := tx.SendBatch(ctx, b)
@@ -270,7 +230,7 @@ func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease 
 		}
 		b = &pgx.Batch{}
 		for _, k := range budget.SettledBuckets(es, applied) {
-			b.Queue(upsertBucket, string(k.Subject.Scope), k.Subject.ID, string(k.Size), sqlcore.Millis(k.Start),
+			b.Queue(sqlcore.UpsertBucket, string(k.Subject.Scope), k.Subject.ID, string(k.Size), sqlcore.Millis(k.Start),
 				int64(k.Cost), k.Tokens, k.Requests)
 		}
 		switch {
@@ -305,150 +265,16 @@ func (s *Store) CollectBudget(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// PutBudgetLimit implements budget.Store.
-func (s *Store) PutBudgetLimit(ctx context.Context, l budget.Limit) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO budget_limits (scope, subject, kind, maximum, hard, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (scope, subject, kind) DO UPDATE SET
-			maximum = excluded.maximum, hard = excluded.hard, updated_at = excluded.updated_at`,
-		string(l.Subject.Scope), l.Subject.ID, string(l.Kind), l.Max, l.Hard, sqlcore.Millis(l.UpdatedAt))
-	if err != nil {
-		return fmt.Errorf("postgres: put limit %s %s: %w", l.Subject, l.Kind, err)
-	}
-	return nil
-}
-
-// DeleteBudgetLimit implements budget.Store.
-func (s *Store) DeleteBudgetLimit(ctx context.Context, sub budget.Subject, k budget.Kind) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM budget_limits WHERE scope = $1 AND subject = $2 AND kind = $3`,
-		string(sub.Scope), sub.ID, string(k))
-	if err != nil {
-		return fmt.Errorf("postgres: delete limit %s %s: %w", sub, k, err)
-	}
-	return nil
-}
-
-// BudgetLimits implements budget.Store, ordered by bytes.
+// BudgetLimits implements budget.Store: the subjects are two arrays, so
+// that the query is one text for any number of them.
 func (s *Store) BudgetLimits(ctx context.Context, subjects ...budget.Subject) ([]budget.Limit, error) {
-	query := `SELECT scope, subject, kind, maximum, hard, updated_at FROM budget_limits`
-	var args []any
-	if len(subjects) > 0 {
-		scopes := make([]string, len(subjects))
-		ids := make([]string, len(subjects))
-		for i, sub := range subjects {
-			scopes[i], ids[i] = string(sub.Scope), sub.ID
-		}
-		query += ` WHERE (scope, subject) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
-		args = []any{scopes, ids}
+	if len(subjects) == 0 {
+		return s.LimitsWhere(ctx, "")
 	}
-	rows, err := s.pool.Query(ctx, query+` ORDER BY scope COLLATE "C", subject COLLATE "C", kind COLLATE "C"`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: read limits: %w", err)
+	scopes := make([]string, len(subjects))
+	ids := make([]string, len(subjects))
+	for i, sub := range subjects {
+		scopes[i], ids[i] = string(sub.Scope), sub.ID
 	}
-	ls, err := collect(rows, func(r sqlcore.Row) (budget.Limit, error) {
-		var (
-			l           budget.Limit
-			scope, kind string
-			updated     int64
-		)
-		err := r.Scan(&scope, &l.Subject.ID, &kind, &l.Max, &l.Hard, &updated)
-		l.Subject.Scope, l.Kind, l.UpdatedAt = budget.Scope(scope), budget.Kind(kind), sqlcore.FromMillis(updated)
-		return l, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("postgres: read limits: %w", err)
-	}
-	return ls, nil
-}
-
-// BudgetUsage implements budget.Store.
-func (s *Store) BudgetUsage(ctx context.Context, sub budget.Subject, size budget.BucketSize, from, to time.Time) ([]budget.Bucket, error) {
-	rows, err := s.pool.Query(ctx, `SELECT period_start, cost, tokens, requests FROM budget_usage
-		WHERE scope = $1 AND subject = $2 AND bucket = $3 AND period_start >= $4 AND period_start < $5
-		ORDER BY period_start`, string(sub.Scope), sub.ID, string(size), sqlcore.Millis(from), sqlcore.Millis(to))
-	if err != nil {
-		return nil, fmt.Errorf("postgres: read usage of %s: %w", sub, err)
-	}
-	bs, err := collect(rows, func(r sqlcore.Row) (budget.Bucket, error) {
-		b := budget.Bucket{Subject: sub, Size: size}
-		var start, cost int64
-		err := r.Scan(&start, &cost, &b.Tokens, &b.Requests)
-		b.Start, b.Cost = sqlcore.FromMillis(start), budget.Money(cost)
-		return b, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("postgres: read usage of %s: %w", sub, err)
-	}
-	return bs, nil
-}
-
-// BudgetHeld implements budget.Store.
-func (s *Store) BudgetHeld(ctx context.Context, sub budget.Subject, now time.Time) (budget.Held, error) {
-	where, args := heldWhere(sub, 2)
-	var (
-		h    budget.Held
-		cost int64
-	)
-	err := s.pool.QueryRow(ctx, `SELECT COALESCE(SUM(cost), 0)::bigint, COALESCE(SUM(tokens), 0)::bigint, COALESCE(SUM(calls), 0)::bigint
-		FROM budget_reservations WHERE expires_at > $1 AND `+where, append([]any{sqlcore.Millis(now)}, args...)...).
-		Scan(&cost, &h.Tokens, &h.Count)
-	if err != nil {
-		return budget.Held{}, fmt.Errorf("postgres: read reservations of %s: %w", sub, err)
-	}
-	h.Cost = budget.Money(cost)
-	return h, nil
-}
-
-// BudgetLedger implements budget.Store, ids ordered by bytes.
-func (s *Store) BudgetLedger(ctx context.Context, q budget.LedgerQuery) ([]budget.Entry, error) {
-	var (
-		conds []string
-		args  []any
-	)
-	add := func(cond string, v any) {
-		args = append(args, v)
-		conds = append(conds, fmt.Sprintf(cond, len(args)))
-	}
-	for _, f := range []struct{ col, v string }{{"user_id", q.User}, {"tenant", q.Tenant}, {"env", q.Env}, {"conversation_id", q.Conversation}} {
-		if f.v != "" {
-			add(f.col+` = $%d`, f.v)
-		}
-	}
-	if !q.From.IsZero() {
-		add(`settled_at >= $%d`, sqlcore.Millis(q.From))
-	}
-	if !q.To.IsZero() {
-		add(`settled_at < $%d`, sqlcore.Millis(q.To))
-	}
-	query := `SELECT ` + ledgerColumns + ` FROM budget_ledger`
-	if len(conds) > 0 {
-		query += ` WHERE ` + strings.Join(conds, ` AND `)
-	}
-	query += ` ORDER BY settled_at DESC, id COLLATE "C" DESC`
-	if q.Limit > 0 {
-		query += fmt.Sprintf(` LIMIT %d`, q.Limit)
-	}
-	rows, err := s.pool.Query(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: read ledger: %w", err)
-	}
-	es, err := collect(rows, func(r sqlcore.Row) (budget.Entry, error) {
-		var (
-			e                budget.Entry
-			status           int64
-			cost, reserved   int64
-			started, settled int64
-		)
-		err := r.Scan(&e.ID, &e.Tenant, &e.Env, &e.User, &e.Conversation, &e.Model, &status, &e.Streamed, &e.Estimated,
-			&e.InputTokens, &e.OutputTokens, &e.CacheWrite5mTokens, &e.CacheWrite1hTokens, &e.CacheReadTokens,
-			&e.WebSearchRequests, &e.WebFetchRequests, &cost, &reserved, &e.RequestBytes, &started, &settled)
-		e.Status = int(status)
-		e.Cost, e.Reserved = budget.Money(cost), budget.Money(reserved)
-		e.StartedAt, e.SettledAt = sqlcore.FromMillis(started), sqlcore.FromMillis(settled)
-		return e, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("postgres: read ledger: %w", err)
-	}
-	return es, nil
+	return s.LimitsWhere(ctx, `(scope, subject) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, scopes, ids)
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/talkide/platform/internal/store"
@@ -17,18 +16,19 @@ import (
 	"github.com/talkide/platform/internal/store/storetest"
 )
 
-func open(t *testing.T, dsn string) *Store {
-	t.Helper()
-	s, err := Open(t.Context(), dsn, nil)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
+func open(t *testing.T, dsn string) *Store { return storetest.Open(t, Open, dsn) }
+
+// schema is the database at dsn for storetest's migration tests.
+func schema(t *testing.T, dsn string) storetest.Schema[*Store] {
+	return storetest.Schema[*Store]{
+		Open:     func(logger *slog.Logger) (*Store, error) { return Open(t.Context(), dsn, &Options{Logger: logger}) },
+		Versions: schemaVersions,
+		Exec: func(t *testing.T, s *Store, query string) {
+			if _, err := s.pool.Exec(t.Context(), query); err != nil {
+				t.Fatal(err)
+			}
+		},
 	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
 }
 
 func TestConformance(t *testing.T) {
@@ -60,46 +60,7 @@ func schemaVersions(t *testing.T, s *Store) map[int]int64 {
 }
 
 func TestMigrationsAppliedOnce(t *testing.T) {
-	ms, err := migrations.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dsn := pgtest.URL(t)
-
-	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	s, err := Open(t.Context(), dsn, &Options{Logger: logger})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	if got := strings.Count(logs.String(), "applied migration"); got != len(ms) {
-		t.Errorf("first Open logged %d applied migrations, want %d:\n%s", got, len(ms), logs.String())
-	}
-	first := schemaVersions(t, s)
-	if len(first) != len(ms) {
-		t.Errorf("after the first Open: %d migrations recorded, want %d", len(first), len(ms))
-	}
-	for _, m := range ms {
-		if _, ok := first[m.Version]; !ok {
-			t.Errorf("migration %s not recorded", m.Name)
-		}
-	}
-	s.Close()
-
-	// Re-opening applies nothing: a second run of a CREATE TABLE would fail,
-	// and the record is unchanged.
-	logs.Reset()
-	s, err = Open(t.Context(), dsn, &Options{Logger: logger})
-	if err != nil {
-		t.Fatalf("re-Open: %v", err)
-	}
-	defer s.Close()
-	if logs.Len() != 0 {
-		t.Errorf("re-Open logged:\n%s", logs.String())
-	}
-	if diff := cmp.Diff(first, schemaVersions(t, s)); diff != "" {
-		t.Errorf("schema_migrations after re-open (-want +got):\n%s", diff)
-	}
+	storetest.MigrationsAppliedOnce(t, schema(t, pgtest.URL(t)))
 }
 
 // TestConcurrentOpen opens one fresh schema from several stores at once, as
@@ -200,19 +161,7 @@ func TestConcurrentOpen(t *testing.T) {
 }
 
 func TestNewerSchemaRefused(t *testing.T) {
-	dsn := pgtest.URL(t)
-	s := open(t, dsn)
-	if _, err := s.pool.Exec(t.Context(), `INSERT INTO schema_migrations (version, applied_at) VALUES (9999, 0)`); err != nil {
-		t.Fatal(err)
-	}
-	s2, err := Open(t.Context(), dsn, nil)
-	if err == nil {
-		s2.Close()
-		t.Fatal("Open of a database from a newer build: no error")
-	}
-	if !strings.Contains(err.Error(), "newer") {
-		t.Errorf("Open: %v, want it to say the schema is newer", err)
-	}
+	storetest.NewerSchemaRefused(t, schema(t, pgtest.URL(t)))
 }
 
 func TestOpenWithoutSchema(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -42,7 +41,7 @@ func (s *Store) ReserveBudget(ctx context.Context, in budget.Reservation, q budg
 		}
 		minute := sqlcore.Millis(budget.BucketMinute.Start(r.CreatedAt))
 		for _, sub := range q.Subjects {
-			if _, err := st.exec(upsertBucket, sub.Scope, sub.ID, budget.BucketMinute, minute, 0, 0, 1); err != nil {
+			if _, err := st.exec(sqlcore.UpsertBucket, sub.Scope, sub.ID, budget.BucketMinute, minute, 0, 0, 1); err != nil {
 				return err
 			}
 		}
@@ -57,34 +56,6 @@ func (s *Store) ReserveBudget(ctx context.Context, in budget.Reservation, q budg
 	return nil
 }
 
-// upsertBucket adds to a usage bucket.
-const upsertBucket = `INSERT INTO budget_usage (scope, subject, bucket, period_start, cost, tokens, requests)
-	VALUES (?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (scope, subject, bucket, period_start) DO UPDATE SET
-		cost = budget_usage.cost + excluded.cost,
-		tokens = budget_usage.tokens + excluded.tokens,
-		requests = budget_usage.requests + excluded.requests`
-
-// heldWhere selects the reservations of a subject.
-func heldWhere(sub budget.Subject) (string, []any) {
-	switch sub.Scope {
-	case budget.ScopeUser:
-		return `user_id = ?`, []any{sub.ID}
-	case budget.ScopeTenant:
-		return `tenant = ?`, []any{sub.ID}
-	}
-	t, e, _ := strings.Cut(sub.ID, "/")
-	return `tenant = ? AND env = ?`, []any{t, e}
-}
-
-// fromMillis of a time the query may leave zero: no rows.
-func since(t time.Time) int64 {
-	if t.IsZero() {
-		return math.MaxInt64
-	}
-	return sqlcore.Millis(t)
-}
-
 func loadSnapshot(st *txStmts, id string, q budget.SnapshotQuery) (*budget.Snapshot, error) {
 	snap := &budget.Snapshot{Held: make(map[budget.Subject]budget.Held, len(q.Subjects))}
 	now := sqlcore.Millis(q.Now)
@@ -94,7 +65,7 @@ func loadSnapshot(st *txStmts, id string, q budget.SnapshotQuery) (*budget.Snaps
 				(bucket = 'day' AND period_start >= ?) OR
 				(bucket = '5m' AND period_start >= ?) OR
 				(bucket = 'minute' AND period_start >= ?))`,
-			sub.Scope, sub.ID, since(q.DaysFrom), since(q.FiveMinFrom), since(q.MinuteFrom))
+			sub.Scope, sub.ID, sqlcore.Since(q.DaysFrom), sqlcore.Since(q.FiveMinFrom), sqlcore.Since(q.MinuteFrom))
 		if err != nil {
 			return nil, err
 		}
@@ -110,12 +81,12 @@ func loadSnapshot(st *txStmts, id string, q budget.SnapshotQuery) (*budget.Snaps
 		}
 		snap.Buckets = append(snap.Buckets, bs...)
 
-		where, args := heldWhere(sub)
+		where, args := sqlcore.HeldWhere(sub, 3)
 		var h budget.Held
 		var cost int64
 		row, err := st.queryRow(`SELECT COALESCE(SUM(cost), 0), COALESCE(SUM(tokens), 0), COALESCE(SUM(calls), 0)
-			FROM budget_reservations WHERE `+where+` AND expires_at > ? AND id <> ?`,
-			append(args, now, id)...)
+			FROM budget_reservations WHERE expires_at > $1 AND id <> $2 AND `+where,
+			append([]any{now, id}, args...)...)
 		if err == nil {
 			err = row.Scan(&cost, &h.Tokens, &h.Count)
 		}
@@ -168,10 +139,6 @@ func (s *Store) RenewBudget(ctx context.Context, ids []string, now, expires time
 	return nil
 }
 
-const ledgerColumns = `id, tenant, env, user_id, conversation_id, model, status, streamed, estimated,
-	input_tokens, output_tokens, cache_write_5m_tokens, cache_write_1h_tokens, cache_read_tokens,
-	web_search_requests, web_fetch_requests, cost, reserved, request_bytes, started_at, settled_at`
-
 // SettleBudget implements budget.Store.
 func (s *Store) SettleBudget(ctx context.Context, e budget.Entry) (applied bool, err error) {
 	a, err := s.SettleBudgetBatch(ctx, []budget.Entry{e}, nil)
@@ -187,11 +154,7 @@ func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease 
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		st := s.stmts(ctx, tx)
 		for i, e := range es {
-			res, err := st.exec(insertLedger,
-				e.ID, e.Tenant, e.Env, e.User, e.Conversation, e.Model, e.Status, e.Streamed, e.Estimated,
-				e.InputTokens, e.OutputTokens, e.CacheWrite5mTokens, e.CacheWrite1hTokens, e.CacheReadTokens,
-				e.WebSearchRequests, e.WebFetchRequests, int64(e.Cost), int64(e.Reserved), e.RequestBytes,
-				sqlcore.Millis(e.StartedAt), sqlcore.Millis(e.SettledAt))
+			res, err := st.exec(sqlcore.InsertLedger, sqlcore.LedgerArgs(e)...)
 			if err != nil {
 				return err
 			}
@@ -207,7 +170,7 @@ func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease 
 			}
 		}
 		for _, b := range budget.SettledBuckets(es, applied) {
-			_, err := st.exec(upsertBucket, b.Subject.Scope, b.Subject.ID, b.Size, sqlcore.Millis(b.Start), int64(b.Cost), b.Tokens, b.Requests)
+			_, err := st.exec(sqlcore.UpsertBucket, b.Subject.Scope, b.Subject.ID, b.Size, sqlcore.Millis(b.Start), int64(b.Cost), b.Tokens, b.Requests)
 			if err != nil {
 				return err
 			}
@@ -232,10 +195,6 @@ func (s *Store) SettleBudgetBatch(ctx context.Context, es []budget.Entry, lease 
 
 const deleteReservation = `DELETE FROM budget_reservations WHERE id = ?`
 
-const insertLedger = `INSERT INTO budget_ledger (` + ledgerColumns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (id) DO NOTHING`
-
 // CollectBudget implements budget.Store.
 func (s *Store) CollectBudget(ctx context.Context, now time.Time) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -254,149 +213,14 @@ func (s *Store) CollectBudget(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// PutBudgetLimit implements budget.Store.
-func (s *Store) PutBudgetLimit(ctx context.Context, l budget.Limit) error {
-	_, err := s.writer.ExecContext(ctx, `INSERT INTO budget_limits (scope, subject, kind, maximum, hard, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (scope, subject, kind) DO UPDATE SET
-			maximum = excluded.maximum, hard = excluded.hard, updated_at = excluded.updated_at`,
-		l.Subject.Scope, l.Subject.ID, l.Kind, l.Max, l.Hard, sqlcore.Millis(l.UpdatedAt))
-	if err != nil {
-		return fmt.Errorf("sqlite: put limit %s %s: %w", l.Subject, l.Kind, err)
-	}
-	return nil
-}
-
-// DeleteBudgetLimit implements budget.Store.
-func (s *Store) DeleteBudgetLimit(ctx context.Context, sub budget.Subject, k budget.Kind) error {
-	_, err := s.writer.ExecContext(ctx, `DELETE FROM budget_limits WHERE scope = ? AND subject = ? AND kind = ?`,
-		sub.Scope, sub.ID, k)
-	if err != nil {
-		return fmt.Errorf("sqlite: delete limit %s %s: %w", sub, k, err)
-	}
-	return nil
-}
-
-// BudgetLimits implements budget.Store.
+// BudgetLimits implements budget.Store: SQLite has no arrays, so the
+// subjects are a list of conditions.
 func (s *Store) BudgetLimits(ctx context.Context, subjects ...budget.Subject) ([]budget.Limit, error) {
-	query := `SELECT scope, subject, kind, maximum, hard, updated_at FROM budget_limits`
+	conds := make([]string, len(subjects))
 	var args []any
-	if len(subjects) > 0 {
-		conds := make([]string, len(subjects))
-		for i, sub := range subjects {
-			conds[i] = `(scope = ? AND subject = ?)`
-			args = append(args, sub.Scope, sub.ID)
-		}
-		query += ` WHERE ` + strings.Join(conds, ` OR `)
+	for i, sub := range subjects {
+		conds[i] = fmt.Sprintf(`(scope = $%d AND subject = $%d)`, 2*i+1, 2*i+2)
+		args = append(args, string(sub.Scope), sub.ID)
 	}
-	rows, err := s.reader.QueryContext(ctx, query+` ORDER BY scope, subject, kind`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: read limits: %w", err)
-	}
-	ls, err := collect(rows, func(r scanner) (budget.Limit, error) {
-		var (
-			l       budget.Limit
-			updated int64
-		)
-		err := r.Scan(&l.Subject.Scope, &l.Subject.ID, &l.Kind, &l.Max, &l.Hard, &updated)
-		l.UpdatedAt = sqlcore.FromMillis(updated)
-		return l, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: read limits: %w", err)
-	}
-	return ls, nil
-}
-
-// BudgetUsage implements budget.Store.
-func (s *Store) BudgetUsage(ctx context.Context, sub budget.Subject, size budget.BucketSize, from, to time.Time) ([]budget.Bucket, error) {
-	rows, err := s.reader.QueryContext(ctx, `SELECT period_start, cost, tokens, requests FROM budget_usage
-		WHERE scope = ? AND subject = ? AND bucket = ? AND period_start >= ? AND period_start < ?
-		ORDER BY period_start`, sub.Scope, sub.ID, size, sqlcore.Millis(from), sqlcore.Millis(to))
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: read usage of %s: %w", sub, err)
-	}
-	bs, err := collect(rows, func(r scanner) (budget.Bucket, error) {
-		b := budget.Bucket{Subject: sub, Size: size}
-		var start, cost int64
-		err := r.Scan(&start, &cost, &b.Tokens, &b.Requests)
-		b.Start, b.Cost = sqlcore.FromMillis(start), budget.Money(cost)
-		return b, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: read usage of %s: %w", sub, err)
-	}
-	return bs, nil
-}
-
-// BudgetHeld implements budget.Store.
-func (s *Store) BudgetHeld(ctx context.Context, sub budget.Subject, now time.Time) (budget.Held, error) {
-	where, args := heldWhere(sub)
-	var (
-		h    budget.Held
-		cost int64
-	)
-	err := s.reader.QueryRowContext(ctx, `SELECT COALESCE(SUM(cost), 0), COALESCE(SUM(tokens), 0), COALESCE(SUM(calls), 0)
-		FROM budget_reservations WHERE `+where+` AND expires_at > ?`, append(args, sqlcore.Millis(now))...).
-		Scan(&cost, &h.Tokens, &h.Count)
-	if err != nil {
-		return budget.Held{}, fmt.Errorf("sqlite: read reservations of %s: %w", sub, err)
-	}
-	h.Cost = budget.Money(cost)
-	return h, nil
-}
-
-// BudgetLedger implements budget.Store.
-func (s *Store) BudgetLedger(ctx context.Context, q budget.LedgerQuery) ([]budget.Entry, error) {
-	var (
-		conds []string
-		args  []any
-	)
-	for _, f := range []struct {
-		col, v string
-	}{{"user_id", q.User}, {"tenant", q.Tenant}, {"env", q.Env}, {"conversation_id", q.Conversation}} {
-		if f.v != "" {
-			conds = append(conds, f.col+` = ?`)
-			args = append(args, f.v)
-		}
-	}
-	if !q.From.IsZero() {
-		conds = append(conds, `settled_at >= ?`)
-		args = append(args, sqlcore.Millis(q.From))
-	}
-	if !q.To.IsZero() {
-		conds = append(conds, `settled_at < ?`)
-		args = append(args, sqlcore.Millis(q.To))
-	}
-	query := `SELECT ` + ledgerColumns + ` FROM budget_ledger`
-	if len(conds) > 0 {
-		query += ` WHERE ` + strings.Join(conds, ` AND `)
-	}
-	query += ` ORDER BY settled_at DESC, id DESC`
-	if q.Limit > 0 {
-		query += fmt.Sprintf(` LIMIT %d`, q.Limit)
-	}
-	rows, err := s.reader.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: read ledger: %w", err)
-	}
-	es, err := collect(rows, scanEntry)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: read ledger: %w", err)
-	}
-	return es, nil
-}
-
-func scanEntry(r scanner) (budget.Entry, error) {
-	var (
-		e                budget.Entry
-		cost, reserved   int64
-		started, settled int64
-	)
-	err := r.Scan(&e.ID, &e.Tenant, &e.Env, &e.User, &e.Conversation, &e.Model, &e.Status, &e.Streamed, &e.Estimated,
-		&e.InputTokens, &e.OutputTokens, &e.CacheWrite5mTokens, &e.CacheWrite1hTokens, &e.CacheReadTokens,
-		&e.WebSearchRequests, &e.WebFetchRequests, &cost, &reserved, &e.RequestBytes, &started, &settled)
-	e.Cost, e.Reserved = budget.Money(cost), budget.Money(reserved)
-	e.StartedAt, e.SettledAt = sqlcore.FromMillis(started), sqlcore.FromMillis(settled)
-	return e, err
+	return s.LimitsWhere(ctx, strings.Join(conds, ` OR `), args...)
 }

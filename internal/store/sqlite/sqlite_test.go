@@ -1,35 +1,33 @@
 package sqlite
 
 import (
-	"bytes"
 	"database/sql"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/store"
-	"github.com/talkide/platform/internal/store/migrations"
 	"github.com/talkide/platform/internal/store/storetest"
 )
 
-func open(t *testing.T, path string) *Store {
-	t.Helper()
-	s, err := Open(t.Context(), path, nil)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
+func open(t *testing.T, path string) *Store { return storetest.Open(t, Open, path) }
+
+// schema is the database at path for storetest's migration tests.
+func schema(t *testing.T, path string) storetest.Schema[*Store] {
+	return storetest.Schema[*Store]{
+		Open:     func(logger *slog.Logger) (*Store, error) { return Open(t.Context(), path, &Options{Logger: logger}) },
+		Versions: schemaVersions,
+		Exec: func(t *testing.T, s *Store, query string) {
+			if _, err := s.writer.ExecContext(t.Context(), query); err != nil {
+				t.Fatal(err)
+			}
+		},
 	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
 }
 
 func TestConformance(t *testing.T) {
@@ -70,69 +68,11 @@ func schemaVersions(t *testing.T, s *Store) map[int]int64 {
 }
 
 func TestMigrationsAppliedOnce(t *testing.T) {
-	ms, err := migrations.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "talkide.db")
-
-	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	s, err := Open(t.Context(), path, &Options{Logger: logger})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	if got := strings.Count(logs.String(), "applied migration"); got != len(ms) {
-		t.Errorf("first Open logged %d applied migrations, want %d:\n%s", got, len(ms), logs.String())
-	}
-	first := schemaVersions(t, s)
-	if len(first) != len(ms) {
-		t.Errorf("after the first Open: %d migrations recorded, want %d", len(first), len(ms))
-	}
-	for _, m := range ms {
-		if _, ok := first[m.Version]; !ok {
-			t.Errorf("migration %s not recorded", m.Name)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	// Re-opening applies nothing: a second run of a CREATE TABLE would fail,
-	// and the record is unchanged.
-	logs.Reset()
-	s, err = Open(t.Context(), path, &Options{Logger: logger})
-	if err != nil {
-		t.Fatalf("re-Open: %v", err)
-	}
-	defer s.Close()
-	if logs.Len() != 0 {
-		t.Errorf("re-Open logged:\n%s", logs.String())
-	}
-	if diff := cmp.Diff(first, schemaVersions(t, s)); diff != "" {
-		t.Errorf("schema_migrations after re-open (-want +got):\n%s", diff)
-	}
+	storetest.MigrationsAppliedOnce(t, schema(t, filepath.Join(t.TempDir(), "talkide.db")))
 }
 
 func TestNewerSchemaRefused(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "talkide.db")
-	s, err := Open(t.Context(), path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.writer.ExecContext(t.Context(), `INSERT INTO schema_migrations (version, applied_at) VALUES (9999, 0)`); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-
-	s, err = Open(t.Context(), path, nil)
-	if err == nil {
-		s.Close()
-		t.Fatal("Open of a database from a newer build: no error")
-	}
-	if !strings.Contains(err.Error(), "newer") {
-		t.Errorf("Open: %v, want it to say the schema is newer", err)
-	}
+	storetest.NewerSchemaRefused(t, schema(t, filepath.Join(t.TempDir(), "talkide.db")))
 }
 
 func TestFilePermissions(t *testing.T) {
