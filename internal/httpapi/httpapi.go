@@ -25,6 +25,16 @@ import (
 	"github.com/talkide/platform/internal/contract"
 )
 
+// retryLater reports whether e is a refusal the client is meant to retry:
+// the codes that come with Retry-After.
+func (e *Error) retryLater() bool {
+	switch e.Code {
+	case contract.CodeWorkerBusy, contract.CodeShuttingDown, contract.CodeSessionElsewhere, contract.CodeTooManyStreams:
+		return true
+	}
+	return false
+}
+
 // Error is an HTTP error: Status and Code/Msg go to the client, Err only to
 // the log.
 type Error struct {
@@ -72,8 +82,14 @@ func Handle(logger *slog.Logger, h HandlerFunc) http.Handler {
 			}
 		}
 		level := slog.LevelDebug
-		if he.Status >= 500 {
+		if he.Status >= 500 && he.RetryAfter == "" && !he.retryLater() {
 			level = slog.LevelError
+		} else if he.Status >= 500 {
+			// A refusal the client is told to retry (worker_busy,
+			// shutting_down, session_elsewhere) is the system working as
+			// meant under load or in a rollout: thousands of them a second
+			// must not fill the log.
+			level = slog.LevelDebug
 		} else if he.Status == http.StatusUnauthorized || he.Status == http.StatusForbidden {
 			level = slog.LevelWarn
 		}

@@ -199,7 +199,35 @@ func (l *lease) renew(ttl time.Duration, now time.Time) error {
 		return ErrFenced
 	}
 	l.expires = now.Add(ttl)
-	return atomicfile.WriteFile(filepath.Join(l.dir, leaseName(l.fence)), l.content(), 0o600)
+	return replaceUnsynced(filepath.Join(l.dir, leaseName(l.fence)), l.content())
+}
+
+// replaceUnsynced replaces path with data, atomically for readers but
+// without an fsync. A renewal need not survive a crash: a lost one leaves
+// an earlier expiry on disk, so another worker takes over sooner, and the
+// holder that crashed writes nothing more anyway. Syncing it cost a
+// worker under load its leases: thousands of renewals each waiting for the
+// disk behind the turns' own syncs took longer than a lease lives. Other
+// readers see the new file at once (the page cache; on NFS at close).
+func replaceUnsynced(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
 }
 
 // release gives the lease up at once, so another owner need not wait for it

@@ -19,7 +19,9 @@ var ErrCorrupt = errors.New("session log is corrupt")
 // logFile is one append-only file of records.
 type logFile struct {
 	name     string
-	f        *os.File
+	path     string
+	f        *os.File // nil when resting or read-only with no file
+	resting  bool     // f was closed by rest; append reopens it
 	size     int64  // end of the last complete record
 	durable  int64  // size at the last completed fsync
 	maxFence uint64 // highest fence among the records read or written
@@ -49,7 +51,7 @@ func openLogFile(path string, from int64, fence uint64, writable bool, fn scanFu
 	if err != nil {
 		return nil, err
 	}
-	l := &logFile{name: filepath.Base(path), f: f, maxFence: fence}
+	l := &logFile{name: filepath.Base(path), path: path, f: f, maxFence: fence}
 	if _, err := f.Seek(from, io.SeekStart); err != nil {
 		f.Close()
 		return nil, err
@@ -149,6 +151,15 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 // offset: where the write landed, which is past l.size when another writer
 // appended in between.
 func (l *logFile) append(line []byte) (int64, error) {
+	if l.f == nil && l.resting {
+		// O_APPEND, as at open: the record lands after whatever the file
+		// holds now.
+		f, err := os.OpenFile(l.path, os.O_RDWR|os.O_APPEND, 0o600)
+		if err != nil {
+			return 0, fmt.Errorf("%s: reopen: %w", l.name, err)
+		}
+		l.f, l.resting = f, false
+	}
 	if l.f == nil {
 		return 0, os.ErrClosed
 	}
@@ -164,6 +175,20 @@ func (l *logFile) append(line []byte) (int64, error) {
 	}
 	l.size = end
 	return end - int64(len(line)), nil
+}
+
+// rest closes the file while all of it is durable, so that a session with
+// nothing to write holds no descriptor; the next append reopens it. It
+// reports whether the file is closed now.
+func (l *logFile) rest() bool {
+	if l.f == nil || l.durable != l.size {
+		return l.f == nil
+	}
+	if err := l.f.Close(); err != nil {
+		return false
+	}
+	l.f, l.resting = nil, true
+	return true
 }
 
 // readRange calls fn for each record in [from, to) that is not fenced out,

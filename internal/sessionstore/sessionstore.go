@@ -334,6 +334,16 @@ func (s *Session) RenewLease() error {
 	return nil
 }
 
+// LeaseExpires is when the session's lease ends unless it is renewed.
+func (s *Session) LeaseExpires() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease == nil {
+		return time.Time{}
+	}
+	return s.lease.expires
+}
+
 // Sync makes everything appended so far durable. Concurrent callers share
 // one fsync per file (group commit): a caller that finds a sync running
 // waits for it and then, if its own appends are still not covered, leads the
@@ -388,6 +398,24 @@ func (s *Session) Sync() error {
 		return fmt.Errorf("sessionstore: sync: %w", err)
 	}
 	return nil
+}
+
+// Rest closes the session's log files while everything in them is durable
+// and no sync runs: an idle session then holds no descriptor (thousands
+// of idle conversations on a worker would otherwise hold three each). The
+// next append reopens what it writes to; the lease stays held. It reports
+// whether every file is closed now.
+func (s *Session) Rest() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.readOnly || s.syncing {
+		return false
+	}
+	rested := true
+	for _, l := range []*logFile{s.events, s.transcript, s.outbox} {
+		rested = l.rest() && rested
+	}
+	return rested
 }
 
 // Close syncs, writes a checkpoint, releases the lease and closes the files.

@@ -1,10 +1,15 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/talkide/platform/internal/contract"
 )
@@ -80,4 +85,49 @@ func TestOverloadRefusesBeforeTheTurn(t *testing.T) {
 		t.Fatalf("the refused message sent again: %d", status)
 	}
 	tw.h.next(t).finish("end_turn")
+}
+
+// filesUnder counts this process's descriptors open on files below dir.
+func filesUnder(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	n := 0
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(target, dir+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+// Between turns a session holds no open file (thousands of conversations
+// used within minutes would otherwise hold three descriptors each), and
+// its next turn writes on as before.
+func TestIdleSessionHoldsNoFile(t *testing.T) {
+	tw := newTestWorker(t, workerOpts{})
+	projects := filepath.Join(tw.dir, "projects")
+	tw.create(t, "c_idle")
+	for turn := range 2 {
+		tw.sendMessage(t, "c_idle", fmt.Sprintf("m%d", turn), "hello")
+		tw.h.next(t).finish("end_turn")
+		s := tw.openStream(t, "c_idle", "", "")
+		s.mustUntil(t, func(e contract.Event) bool {
+			return e.Kind == contract.KindTurnFinished && e.Seq > 0 && turn == 0 || e.Kind == contract.KindTurnFinished && turn == 1
+		})
+		s.close()
+		deadline := time.Now().Add(waitFor)
+		for filesUnder(t, projects) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("after turn %d the idle session still holds %d files", turn, filesUnder(t, projects))
+			}
+			tw.w.maintainOnce(context.Background())
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if st := tw.state(t, "c_idle"); st.Turns != 2 || st.Status != contract.StatusIdle {
+		t.Errorf("after two turns with rests between: %+v", st)
+	}
 }

@@ -293,6 +293,13 @@ func (s *session) unsubscribe(sub *subscriber) {
 
 // idle reports whether the session may be closed: no turn, no stream, no
 // report waiting, and unused since before.
+// turnRunning reports whether a turn runs.
+func (s *session) turnRunning() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running != nil
+}
+
 func (s *session) idle(before time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -59,8 +60,8 @@ type Options struct {
 	// MaxRunningTurns bounds the turns running at once: a message beyond
 	// it is refused before its turn starts (503 worker_busy, Retry-After),
 	// so that overload costs a clear refusal and never a turn's events or
-	// a session's lease. 0: MaxTurnsFor the process's open-file limit;
-	// negative: no bound.
+	// a session's lease. 0: MaxTurnsFor the process's open-file limit and
+	// processors; negative: no bound.
 	MaxRunningTurns int
 	// CommandKeys, when set, replaces New's key: commands verify with the
 	// key their signature's id names while the ring does not retire it,
@@ -76,11 +77,21 @@ type Options struct {
 // for an MCP server.
 const DescriptorsPerTurn = 32
 
+// TurnsPerCPU is how many running turns MaxTurnsFor allows a processor.
+// A turn mostly waits for the model, but its commands, its events and
+// their streams take processor time, and a worker given more turns than
+// its processors carry starves its own maintenance: on 2 processors, 468
+// turns at once each running a sandboxed command made lease renewals
+// late enough that the worker lost its own sessions' leases; 64 ran
+// every turn to its end.
+const TurnsPerCPU = 32
+
 // MaxTurnsFor is the bound on running turns that the open-file limit
-// nofile allows, with a quarter of the descriptors kept for idle sessions,
-// the listeners and the control-plane's connections; at least 1.
-func MaxTurnsFor(nofile uint64) int {
-	return max(1, int(nofile*3/4/DescriptorsPerTurn))
+// nofile and cpus processors allow: a quarter of the descriptors are kept
+// for idle sessions, the listeners and the control-plane's connections;
+// at least 1.
+func MaxTurnsFor(nofile uint64, cpus int) int {
+	return max(1, min(int(nofile*3/4/DescriptorsPerTurn), TurnsPerCPU*cpus))
 }
 
 // Defaults of Options.
@@ -190,7 +201,8 @@ func withDefaults(opts *Options) Options {
 	}
 	if o.MaxRunningTurns == 0 {
 		if nofile, err := fdlimit.Current(); err == nil {
-			o.MaxRunningTurns = MaxTurnsFor(nofile)
+			// GOMAXPROCS follows the container's CPU limit.
+			o.MaxRunningTurns = MaxTurnsFor(nofile, runtime.GOMAXPROCS(0))
 		}
 	}
 	if o.IdleTimeout <= 0 {
@@ -325,9 +337,14 @@ func (w *Worker) maintainOnce(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionCloseTimeout)
 	defer cancel()
 	idleBefore := w.opts.Now().Add(-w.opts.IdleTimeout)
-	// Renewals run side by side: each writes and syncs a lease file, and
-	// thousands of open sessions renewed one after the other would take
-	// longer than a lease lives.
+	// The leases nearest their end first, and only those renewed more than
+	// a sixth of a lease ago (a session opened since the last pass needs
+	// none); side by side, because under load each renewal's few system
+	// calls wait behind the turns' work for the processor, and thousands
+	// renewed one after the other took longer than a lease lives (a worker
+	// under load lost its own sessions' leases and fenced off their
+	// events).
+	slices.SortFunc(open, func(a, b *session) int { return a.store.LeaseExpires().Compare(b.store.LeaseExpires()) })
 	var wg sync.WaitGroup
 	work := make(chan *session)
 	for range min(renewers, len(open)) {
@@ -346,13 +363,18 @@ func (w *Worker) maintainOnce(ctx context.Context) {
 	wg.Wait()
 }
 
-// renewers is how many lease renewals the maintenance loop runs at once.
-const renewers = 16
+// renewers is how many lease renewals the maintenance loop runs at once:
+// their time is mostly waiting (for the disk, for a processor), not work.
+const renewers = 64
 
 // maintainSession renews s's lease, and closes s when another worker has
 // taken it or it has been idle since before idleBefore.
 func (w *Worker) maintainSession(cctx context.Context, s *session, idleBefore time.Time) {
-	switch err := s.store.RenewLease(); {
+	var err error
+	if time.Until(s.store.LeaseExpires()) < w.store.LeaseTTL()*5/6 {
+		err = s.store.RenewLease()
+	}
+	switch {
 	case errors.Is(err, sessionstore.ErrFenced):
 		// Another worker owns the conversation now: stop at once and
 		// write nothing more.
@@ -370,6 +392,10 @@ func (w *Worker) maintainSession(cctx context.Context, s *session, idleBefore ti
 	case s.idle(idleBefore):
 		w.drop(s)
 		s.close(cctx) // a failure is logged by the session
+	case !s.turnRunning():
+		// Between turns a session holds no open file: the next event
+		// reopens its log.
+		s.store.Rest()
 	}
 }
 
