@@ -29,21 +29,21 @@ hljs.registerAliases(["ts", "tsx"], { languageName: "typescript" });
 hljs.registerAliases(["html"], { languageName: "xml" });
 hljs.registerAliases(["golang"], { languageName: "go" });
 
-const md = new MarkdownIt({
-  html: false,
-  linkify: true,
-  breaks: false,
-  highlight(code: string, lang: string): string {
-    if (lang && hljs.getLanguage(lang)) {
-      try {
-        return hljs.highlight(code, { language: lang, ignoreIllegals: true }).value;
-      } catch {
-        /* fall back to plain */
-      }
+function highlight(code: string, lang: string): string {
+  if (lang && hljs.getLanguage(lang)) {
+    try {
+      return hljs.highlight(code, { language: lang, ignoreIllegals: true }).value;
+    } catch {
+      /* fall back to plain */
     }
-    return ""; // markdown-it escapes it
-  },
-});
+  }
+  return ""; // markdown-it escapes it
+}
+
+const md = new MarkdownIt({ html: false, linkify: true, breaks: false, highlight });
+// What a user types keeps its line breaks, as it did as plain text; the
+// rest is the same Markdown, through the same sanitizer.
+const userMd = new MarkdownIt({ html: false, linkify: true, breaks: true, highlight });
 
 const sameOrigin = (url: string) => {
   try {
@@ -85,4 +85,9 @@ const purifyOptions = {
 /** render turns model Markdown into sanitized HTML. */
 export function render(text: string): string {
   return DOMPurify.sanitize(md.render(text), purifyOptions) as unknown as string;
+}
+
+/** renderUser is render for what the user typed (line breaks kept). */
+export function renderUser(text: string): string {
+  return DOMPurify.sanitize(userMd.render(text), purifyOptions) as unknown as string;
 }
