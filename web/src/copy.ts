@@ -47,13 +47,11 @@ export function addCodeCopy(root: HTMLElement) {
   }
 }
 
-/** onCodeCopyClick handles a click on a code block's Copy button (delegated
- * from the message, so that a re-render's new buttons need no listener). */
-export function onCodeCopyClick(e: MouseEvent) {
-  const b = (e.target as Element | null)?.closest?.("button.copy-code") as HTMLButtonElement | null;
-  if (!b) return;
-  const code = b.parentElement?.querySelector("pre")?.textContent ?? "";
-  copyText(code).then((ok) => {
+/** flashCopy copies text and has the button say so for a moment. The
+ * button's label is set here, not by a component's state: a transcript
+ * has hundreds of these, and a hook each made opening a long one slower. */
+export function flashCopy(b: HTMLElement, text: string) {
+  copyText(text).then((ok) => {
     b.textContent = ok ? "Copied" : "Copy failed";
     b.setAttribute("data-copied", ok ? "1" : "0");
     setTimeout(() => {
@@ -61,4 +59,12 @@ export function onCodeCopyClick(e: MouseEvent) {
       b.removeAttribute("data-copied");
     }, COPIED_MS);
   });
+}
+
+/** onCodeCopyClick handles a click on a code block's Copy button (delegated
+ * from the message, so that a re-render's new buttons need no listener). */
+export function onCodeCopyClick(e: MouseEvent) {
+  const b = (e.target as Element | null)?.closest?.("button.copy-code") as HTMLButtonElement | null;
+  if (!b) return;
+  flashCopy(b, b.parentElement?.querySelector("pre")?.textContent ?? "");
 }

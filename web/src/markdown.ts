@@ -41,9 +41,6 @@ function highlight(code: string, lang: string): string {
 }
 
 const md = new MarkdownIt({ html: false, linkify: true, breaks: false, highlight });
-// What a user types keeps its line breaks, as it did as plain text; the
-// rest is the same Markdown, through the same sanitizer.
-const userMd = new MarkdownIt({ html: false, linkify: true, breaks: true, highlight });
 
 const sameOrigin = (url: string) => {
   try {
@@ -89,5 +86,14 @@ export function render(text: string): string {
 
 /** renderUser is render for what the user typed (line breaks kept). */
 export function renderUser(text: string): string {
-  return DOMPurify.sanitize(userMd.render(text), purifyOptions) as unknown as string;
+  // What a user types keeps its line breaks, as it did as plain text (the
+  // same parser with one option switched: a second one costs its start-up
+  // when the page opens). No newline after the last block: the message's
+  // text is what was typed.
+  md.set({ breaks: true });
+  try {
+    return DOMPurify.sanitize(md.render(text).trimEnd(), purifyOptions) as unknown as string;
+  } finally {
+    md.set({ breaks: false });
+  }
 }

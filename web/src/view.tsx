@@ -1,5 +1,5 @@
 import { useContext, useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
-import { Component, createContext } from "preact";
+import { Component, createContext, type ComponentChildren } from "preact";
 import { signal } from "@preact/signals";
 import { diffLines } from "diff";
 import type { Session } from "./session";
@@ -7,7 +7,7 @@ import { userTextOf, type Item, type ToolItem, type TextItem, type FooterItem, t
 import { render as renderMarkdown, renderUser } from "./markdown";
 import { turnCosts, fmtUSD } from "./costs";
 import { useFollow } from "./follow";
-import { addCodeCopy, onCodeCopyClick, copyText, COPIED_MS } from "./copy";
+import { addCodeCopy, onCodeCopyClick, flashCopy } from "./copy";
 import { toolLabel, stopReason, failureTitle } from "./names";
 import { rememberedOpen, rememberOpen } from "./toolstate";
 
@@ -139,43 +139,50 @@ function Notice({ it }: { it: NoticeItem; v: number }) {
   );
 }
 
-/** CopyButton copies text and says so for a moment. */
-function CopyButton({ text, label }: { text: () => string; label: string }) {
-  const [state, setState] = useState<"" | "copied" | "failed">("");
-  useEffect(() => {
-    if (!state) return;
-    const t = setTimeout(() => setState(""), COPIED_MS);
-    return () => clearTimeout(t);
-  }, [state]);
-  return (
-    <button class="act" data-testid="copy" data-copied={state === "copied" ? "1" : undefined} aria-label={label}
-      onClick={async () => setState((await copyText(text())) ? "copied" : "failed")}>
-      {state === "copied" ? "Copied" : state === "failed" ? "Copy failed" : "Copy"}
-    </button>
-  );
+/** copyButton copies text; flashCopy owns its label (Preact leaves the
+ * children of an element with dangerouslySetInnerHTML alone). */
+function copyButton(text: string, label: string) {
+  return <button class="act" data-testid="copy" aria-label={label} onClick={(e) => flashCopy(e.currentTarget, text)} dangerouslySetInnerHTML={{ __html: "Copy" }} />;
 }
 
 function User({ it }: { it: UserItem; v: number }) {
   const s = useContext(SessionCtx);
   const t = s?.t.value;
-  const last = !!t && t.lastUser.value === it;
   // Only the last message can be edited, and not while its turn runs.
-  const editable = last && !t!.running.value && !it.superseded;
-  const [editing, setEditing] = useState(false);
-  const [draft, setDraft] = useState(it.text);
+  const editable = !!t && t.lastUser.value === it && !t.running.value && !it.superseded;
   const html = useMemo(() => renderUser(it.text), [it.text]);
-  const send = () => {
-    if (!draft.trim() || !s) return;
-    setEditing(false);
-    s.resendEdited(draft);
-  };
   return (
     <div class={"msg-wrap user" + (it.superseded ? " superseded" : "")}>
       <div class="msg user" data-seq={it.seq} data-seqs={seqs(it)} data-kind="user.message" data-cmid={it.clientMessageId}
         data-superseded={it.superseded ? "1" : undefined} data-edited={it.edited ? "1" : undefined}>
         <div class="body md" dangerouslySetInnerHTML={{ __html: html }} />
       </div>
-      {editing ? (
+      {editable ? <EditLast it={it} s={s!} /> : <UserActions it={it} />}
+    </div>
+  );
+}
+
+function UserActions({ it, children }: { it: UserItem; children?: ComponentChildren }) {
+  return (
+    <div class="msg-actions">
+      {it.edited && <span class="badge" data-testid="edited">edited</span>}
+      {it.superseded && <span class="badge" data-testid="superseded" title="You edited this message and sent it again below; the earlier turn stays in the history.">edited below</span>}
+      {copyButton(it.text, "Copy your message")}
+      {children}
+    </div>
+  );
+}
+
+/** EditLast is the last message's Edit: the edited text goes as a new message. */
+function EditLast({ it, s }: { it: UserItem; s: Session }) {
+  const [editing, setEditing] = useState(false);
+  const [draft, setDraft] = useState(it.text);
+  const send = () => {
+    if (!draft.trim()) return;
+    setEditing(false);
+    s.resendEdited(draft);
+  };
+  return editing ? (
         <div class="edit-box">
           <textarea aria-label="Edit your message" data-testid="edit-input" rows={3} value={draft}
             ref={(el) => el?.focus()}
@@ -196,19 +203,12 @@ function User({ it }: { it: UserItem; v: number }) {
           </div>
         </div>
       ) : (
-        <div class="msg-actions">
-          {it.edited && <span class="badge" data-testid="edited">edited</span>}
-          {it.superseded && <span class="badge" data-testid="superseded" title="You edited this message and sent it again below; the earlier turn stays in the history.">edited below</span>}
-          <CopyButton text={() => it.text} label="Copy your message" />
-          {editable && (
-            <button class="act" data-testid="edit" onClick={() => { setDraft(it.text); setEditing(true); }}>
-              Edit
-            </button>
-          )}
-        </div>
-      )}
-    </div>
-  );
+        <UserActions it={it}>
+          <button class="act" data-testid="edit" onClick={() => { setDraft(it.text); setEditing(true); }}>
+            Edit
+          </button>
+        </UserActions>
+      );
 }
 
 function Text({ it }: { it: TextItem; v: number }) {
@@ -258,7 +258,7 @@ function Text({ it }: { it: TextItem; v: number }) {
       </div>
       {it.final && !it.parent && (
         <div class="msg-actions">
-          <CopyButton text={() => it.text} label="Copy Mara's reply" />
+          {copyButton(it.text, "Copy Mara's reply")}
         </div>
       )}
     </div>
@@ -426,10 +426,10 @@ function Footer({ it }: { it: FooterItem; v: number }) {
   const s = useContext(SessionCtx);
   const f = it.failure;
   // Retry resends the failed turn's message, when the worker says the
-  // failure may pass, that turn is the last and nothing runs (a new
-  // message would otherwise be the better answer).
+  // failure may pass (and the user did not stop it), that turn is the last
+  // and nothing runs (a new message would otherwise be the better answer).
   const t = s?.t.value;
-  const retry = !!f && f.retryable && !!t && t.lastFooter.value === it && !t.running.value ? userTextOf(t, it.turnId) : null;
+  const retry = !!f && f.retryable && f.code !== "interrupted" && !!t && t.lastFooter.value === it && !t.running.value ? userTextOf(t, it.turnId) : null;
   const tokens = `${it.inputTokens.toLocaleString()} in · ${it.outputTokens.toLocaleString()} out` + (it.cacheTokens ? ` · ${it.cacheTokens.toLocaleString()} cache` : "");
   return (
     <div class={"turn-footer" + (f ? " failed" : "")} data-seq={it.seq} data-seqs={seqs(it)} data-kind={f ? "turn.failed" : "turn.finished"} data-code={f?.code}>
