@@ -271,9 +271,10 @@ export const daily = {
     h.result({ title: await h.page.title(), a, b });
   },
 
-  // Copy on code blocks and messages, with "Copied"; Retry after an
-  // overloaded turn resends its message; editing the last message sends
-  // the edit as a new one and marks the earlier one, also after a reload.
+  // Copy on code blocks and messages, with "Copied"; editing the last
+  // message sends the edit as a new one and marks the earlier one, also
+  // after a reload; Retry after an overloaded turn resends its message
+  // (last: the simulator would see the failed message in every later turn).
   async copyretryedit(h) {
     await h.ctx.grantPermissions(["clipboard-read", "clipboard-write"], { origin: h.base });
     const clip = () => h.page.evaluate(() => navigator.clipboard.readText());
@@ -300,28 +301,15 @@ export const daily = {
       await mine.locator("[data-testid=copy][data-copied='1']").waitFor({ timeout: T });
       check((await clip()) === "Some code:\n\n```go\n" + code + "\n```", `${name}: my message copied as ${JSON.stringify(await clip())}`);
 
-      // Retry after an overloaded model API.
-      const failing = "Try this [[error:529]]";
-      await send(h, failing);
-      await h.page.locator(".turn-footer[data-code=overloaded]").waitFor({ timeout: 60_000 });
-      const retry = h.page.getByTestId("retry");
-      await inViewport(h, retry, `${name}: Retry`);
-      await h.screenshot(name + "-retry");
-      await retry.click();
-      await h.page.locator(".turn-footer[data-code=overloaded]").nth(1).waitFor({ timeout: 60_000 });
-      const users = await h.page.locator("[data-kind='user.message']").allTextContents();
-      check(users.filter((u) => u.trim() === failing).length === 2, `${name}: after Retry the messages are ${JSON.stringify(users)}`);
-      check((await h.page.getByTestId("retry").count()) === 1, `${name}: Retry is offered on more than the last failed turn`);
-
       // Edit and resend the last message.
       await send(h, "first draft");
-      await turnEnds(h, 4);
+      await turnEnds(h, 2);
       const last = h.page.locator(".msg-wrap.user").last();
       await last.getByTestId("edit").click();
       await h.page.getByTestId("edit-input").fill("second draft");
       await h.screenshot(name + "-editing");
       await h.page.getByTestId("edit-send").click();
-      await turnEnds(h, 5);
+      await turnEnds(h, 3);
       const marks = async () => h.page.locator("[data-kind='user.message']").evaluateAll((els) =>
         els.slice(-2).map((e) => ({ text: e.textContent.trim(), superseded: e.dataset.superseded, edited: e.dataset.edited })));
       const check2 = async (when) => {
@@ -333,8 +321,25 @@ export const daily = {
       await check2("after the edit");
       await h.screenshot(name + "-edited");
       await h.page.reload();
-      await turnEnds(h, 5);
+      await turnEnds(h, 3);
       await check2("after a reload");
+      const echoed = await h.page.locator("[data-kind=text]").last().textContent();
+      check(echoed.includes("second draft"), `${name}: the edited message's turn answered "${echoed}"`);
+
+      // Retry after an overloaded model API.
+      const failing = "Try this [[error:529]]";
+      await send(h, failing);
+      await h.page.locator(".turn-footer[data-code=overloaded]").waitFor({ timeout: 60_000 });
+      const retry = h.page.getByTestId("retry");
+      await inViewport(h, retry, `${name}: Retry`);
+      await h.screenshot(name + "-retry");
+      await retry.click();
+      await h.page.locator(".turn-footer[data-code=overloaded]").nth(1).waitFor({ timeout: 60_000 });
+      await h.screenshot(name + "-retried");
+      const users = await h.page.locator("[data-kind='user.message']").allTextContents();
+      check(users.filter((u) => u.trim() === failing).length === 2, `${name}: after Retry the messages are ${JSON.stringify(users)}`);
+      check((await h.page.getByTestId("retry").count()) === 1, `${name}: Retry is offered on more than the last failed turn`);
+
       // Only the last message offers Edit.
       check((await h.page.getByTestId("edit").count()) === 1, "Edit is offered on more than the last message");
       out[name] = id;
