@@ -222,6 +222,12 @@ function Rename({ c, done }: { c: Conversation; done: () => void }) {
   );
 }
 
+function openDrawer() {
+  drawerOpen.value = true;
+  // Keyboard and screen-reader users land in what just opened.
+  setTimeout(() => document.querySelector<HTMLElement>("[data-testid=drawer-close]")?.focus(), 0);
+}
+
 function closeDrawer() {
   drawerOpen.value = false;
   setTimeout(focusComposer, 0);
@@ -426,7 +432,7 @@ function Composer({ s }: { s: Session }) {
             if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
               e.preventDefault();
               send();
-            } else if (e.key === "Escape" && !modalOpen()) {
+            } else if (e.key === "Escape" && !modalOpen() && !(drawerOpen.value && narrow.matches)) {
               e.preventDefault();
               s.interrupt();
             }
@@ -484,7 +490,7 @@ function App() {
     <div class={"app" + (drawerOpen.value ? " drawer-open" : "")}>
       <header>
         <button class="menu" data-testid="menu" aria-label="Conversations, changes and issues" aria-expanded={drawerOpen.value} aria-controls="drawer"
-          onClick={() => (drawerOpen.value ? closeDrawer() : (drawerOpen.value = true))}>
+          onClick={() => (drawerOpen.value ? closeDrawer() : openDrawer())}>
           ☰
         </button>
         <h1>Mara</h1>

@@ -206,6 +206,8 @@ export const daily = {
     // The menu: the conversation list, a new conversation, Changes, Issues.
     await inViewport(h, h.page.getByTestId("menu"), "the menu button");
     await h.page.getByTestId("menu").click();
+    await h.page.waitForFunction(() => document.activeElement?.getAttribute("data-testid") === "drawer-close", null, { timeout: 3000 })
+      .catch(() => { throw new Error("the focus did not move into the opened drawer"); });
     const row = h.page.locator(`li[data-conversation="${id}"]`);
     await inViewport(h, row, "the open conversation in the list");
     await inViewport(h, h.page.getByTestId("new-conversation"), "New conversation");
@@ -242,8 +244,13 @@ export const daily = {
     await h.page.getByTestId("changes").filter({ hasText: "notes.txt" }).waitFor({ timeout: T });
     await inViewport(h, h.page.getByTestId("issues-tab"), "the Issues tab at 900 px");
     await h.screenshot("tablet-panel");
-    await h.page.keyboard.press("Escape");
+    await h.page.getByTestId("drawer-close").click();
     await h.page.getByTestId("changes").waitFor({ state: "hidden", timeout: T });
+    await noHorizontalOverflow(h, "the page at 900 px");
+    await h.screenshot("tablet");
+    await h.page.setViewportSize({ width: 720, height: 800 });
+    await noHorizontalOverflow(h, "the page at 720 px");
+    await h.screenshot("narrow-tablet");
 
     await h.page.setViewportSize(DESKTOP);
     check(!(await h.page.getByTestId("menu").isVisible()), "the menu button shows on a laptop");
