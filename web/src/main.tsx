@@ -7,6 +7,8 @@ import { TranscriptView } from "./view";
 import { SidePanel } from "./panel";
 import { BudgetBadge, loadBudget } from "./budget";
 import { TenantBudgetButton, TenantBudgetDialog } from "./tenantbudget";
+import { Outbox } from "./outbox";
+import { trapTab, modalOpen, focusComposer } from "./dialog";
 
 // Routing: /c/<id> opens a conversation; anything else the newest one.
 const route = signal(location.pathname);
@@ -14,7 +16,13 @@ window.addEventListener("popstate", () => (route.value = location.pathname));
 function navigate(path: string) {
   if (location.pathname !== path) history.pushState(null, "", path);
   route.value = path;
+  drawerOpen.value = false;
 }
+
+// Below 1100 px the Changes and Issues panel, and below 700 px the
+// conversation list too, live in a drawer the header's menu button opens.
+const drawerOpen = signal(false);
+const narrow = window.matchMedia("(max-width: 1100px)");
 const currentId = computed(() => {
   const m = /^\/c\/([A-Za-z0-9][A-Za-z0-9_-]{0,127})$/.exec(route.value);
   return m ? m[1] : null;
@@ -130,21 +138,46 @@ effect(() => {
   s.open();
 });
 
-async function newConversation() {
+async function newConversation(): Promise<string | null> {
   try {
     const c = await api.create();
     await loadList();
     navigate("/c/" + c.id);
+    return c.id;
   } catch (e) {
     listError.value = (e as ApiError).message;
+    return null;
+  }
+}
+
+/** startWith opens a conversation with its first message: the message goes
+ * into the new conversation's outbox first, so that its session sends it
+ * once open, with the outbox's guarantees (one turn per id, a reload resends). */
+async function startWith(text: string): Promise<boolean> {
+  try {
+    const c = await api.create();
+    new Outbox(c.id).add(text);
+    navigate("/c/" + c.id);
+    loadList();
+    return true;
+  } catch (e) {
+    listError.value = (e as ApiError).message;
+    return false;
   }
 }
 
 const switcherOpen = signal(false);
+function closeSwitcher() {
+  switcherOpen.value = false;
+  // After the dialog, the user goes on typing where they were.
+  setTimeout(focusComposer, 0);
+}
 
 function ConnBadge({ s }: { s: Session | null }) {
-  const state = s ? s.conn.value : "idle";
-  const label = { connecting: "connecting…", live: "live", reconnecting: "reconnecting…", offline: "offline", idle: "" }[state];
+  // Without an open conversation the pill says whether the control-plane
+  // answered the list, which is what starting one needs.
+  const state = s ? s.conn.value : listError.value ? "offline" : "idle";
+  const label = { connecting: "connecting…", live: "live", reconnecting: "reconnecting…", offline: "offline", idle: "ready" }[state];
   return (
     <span class={"conn conn-" + state} data-testid="conn" data-state={state} role="status" aria-live="polite">
       {label}
@@ -187,6 +220,17 @@ function Rename({ c, done }: { c: Conversation; done: () => void }) {
       onBlur={done}
     />
   );
+}
+
+function openDrawer() {
+  drawerOpen.value = true;
+  // Keyboard and screen-reader users land in what just opened.
+  setTimeout(() => document.querySelector<HTMLElement>("[data-testid=drawer-close]")?.focus(), 0);
+}
+
+function closeDrawer() {
+  drawerOpen.value = false;
+  setTimeout(focusComposer, 0);
 }
 
 function Sidebar() {
@@ -261,14 +305,26 @@ function Switcher() {
   const input = useRef<HTMLInputElement>(null);
   useEffect(() => input.current?.focus(), []);
   const hits = conversations.value.filter((c) => (c.title + " " + c.id).toLowerCase().includes(q.toLowerCase())).slice(0, 20);
+  const box = useRef<HTMLDivElement>(null);
   const open = (c: Conversation | undefined) => {
     if (!c) return;
-    switcherOpen.value = false;
+    closeSwitcher();
     navigate("/c/" + c.id);
   };
   return (
-    <div class="switcher-backdrop" onClick={() => (switcherOpen.value = false)}>
-      <div class="switcher" role="dialog" aria-label="Switch conversation" onClick={(e) => e.stopPropagation()}>
+    <div class="switcher-backdrop" onClick={closeSwitcher}>
+      <div class="switcher" ref={box} role="dialog" aria-modal="true" aria-label="Switch conversation" data-testid="switcher"
+        onClick={(e) => e.stopPropagation()}
+        onKeyDown={(e) => {
+          trapTab(e, box.current);
+          // Esc belongs to the dialog: it must not reach the page's handler,
+          // which would stop the running turn.
+          if (e.key === "Escape") {
+            e.preventDefault();
+            e.stopPropagation();
+            closeSwitcher();
+          }
+        }}>
         <input
           ref={input}
           aria-label="Conversation title"
@@ -282,7 +338,6 @@ function Switcher() {
             if (e.key === "ArrowDown") setSel(Math.min(sel + 1, hits.length - 1));
             else if (e.key === "ArrowUp") setSel(Math.max(sel - 1, 0));
             else if (e.key === "Enter") open(hits[sel]);
-            else if (e.key === "Escape") switcherOpen.value = false;
             else return;
             e.preventDefault();
           }}
@@ -295,6 +350,41 @@ function Switcher() {
           ))}
         </ul>
       </div>
+    </div>
+  );
+}
+
+/** DraftComposer is the composer before any conversation: the first
+ * message starts one. */
+function DraftComposer() {
+  const [text, setText] = useState("");
+  const [busy, setBusy] = useState(false);
+  const area = useRef<HTMLTextAreaElement>(null);
+  useEffect(() => area.current?.focus(), []);
+  const send = async () => {
+    if (!text.trim() || busy) return;
+    setBusy(true);
+    if (await startWith(text)) setText("");
+    setBusy(false);
+  };
+  return (
+    <div class="composer draft">
+      <div class="row">
+        <textarea ref={area} aria-label="Message to Mara" data-testid="composer" rows={3}
+          placeholder="Ask Mara anything to start a conversation (Enter sends, Shift+Enter new line)"
+          value={text}
+          onInput={(e) => setText((e.target as HTMLTextAreaElement).value)}
+          onKeyDown={(e) => {
+            if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+              e.preventDefault();
+              send();
+            }
+          }} />
+        <div class="actions">
+          <button onClick={send} disabled={!text.trim() || busy} data-testid="send">Send</button>
+        </div>
+      </div>
+      <p class="status" role="status" aria-live="polite" data-testid="turn-status">{busy ? "starting a conversation…" : ""}</p>
     </div>
   );
 }
@@ -342,14 +432,14 @@ function Composer({ s }: { s: Session }) {
             if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
               e.preventDefault();
               send();
-            } else if (e.key === "Escape") {
+            } else if (e.key === "Escape" && !modalOpen() && !(drawerOpen.value && narrow.matches)) {
               e.preventDefault();
               s.interrupt();
             }
           }}
         />
         <div class="actions">
-          <button onClick={send} disabled={!text.trim()}>
+          <button onClick={send} disabled={!text.trim()} data-testid="send">
             {running ? "Queue" : "Send"}
           </button>
           {running && (
@@ -375,8 +465,13 @@ function App() {
       if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === "k") {
         e.preventDefault();
         switcherOpen.value = !switcherOpen.value;
-      } else if (e.key === "Escape" && !switcherOpen.value && session.value && document.activeElement?.tagName !== "TEXTAREA") {
-        session.value.interrupt();
+      } else if (e.key === "Escape") {
+        // Esc closes what is open first; it stops the turn only when
+        // nothing is (a dialog's own handler stops it reaching here, and
+        // this check covers one that does not).
+        if (switcherOpen.value) closeSwitcher();
+        else if (drawerOpen.value && narrow.matches) closeDrawer();
+        else if (!modalOpen() && session.value && document.activeElement?.tagName !== "TEXTAREA") session.value.interrupt();
       }
     };
     window.addEventListener("keydown", onKey);
@@ -387,18 +482,24 @@ function App() {
     if (!currentId.value && conversations.value.length && route.value === "/") navigate("/c/" + conversations.value[0].id);
   }, [conversations.value]);
   const s = session.value;
-  const title = conversations.value.find((c) => c.id === s?.id)?.title || s?.id || "TalkIDE";
+  const title = conversations.value.find((c) => c.id === s?.id)?.title || s?.id || "";
+  useEffect(() => {
+    document.title = title ? title + " — Mara" : s ? "Mara" : "New conversation — Mara";
+  }, [title, s]);
   return (
-    <div class="app">
+    <div class={"app" + (drawerOpen.value ? " drawer-open" : "")}>
       <header>
+        <button class="menu" data-testid="menu" aria-label="Conversations, changes and issues" aria-expanded={drawerOpen.value} aria-controls="drawer"
+          onClick={() => (drawerOpen.value ? closeDrawer() : openDrawer())}>
+          ☰
+        </button>
         <h1>Mara</h1>
-        <span class="conv-title">{title}</span>
+        <span class="conv-title" data-testid="conv-title">{title || (s ? "" : "New conversation")}</span>
         <BudgetBadge />
         <TenantBudgetButton me={me.value} />
         <ConnBadge s={s} />
         <Account />
       </header>
-      <Sidebar />
       <main>
         {s ? (
           <>
@@ -407,13 +508,25 @@ function App() {
             <Composer s={s} />
           </>
         ) : (
-          <div class="empty">
-            <p>No conversation open.</p>
-            <button onClick={newConversation}>Start a conversation</button>
-          </div>
+          <>
+            <div class="empty" data-testid="empty">
+              <h2>What should Mara work on?</h2>
+              <p class="meta">Your first message starts a conversation.</p>
+            </div>
+            <DraftComposer />
+          </>
         )}
       </main>
-      {s && <SidePanel s={s} />}
+      {drawerOpen.value && <div class="drawer-backdrop" data-testid="drawer-backdrop" onClick={closeDrawer} />}
+      <div class="drawer" id="drawer" data-testid="drawer">
+        {drawerOpen.value && (
+          <button class="drawer-close" data-testid="drawer-close" aria-label="Close the menu" onClick={closeDrawer}>
+            ✕ Close
+          </button>
+        )}
+        <Sidebar />
+        {s && <SidePanel s={s} />}
+      </div>
       {switcherOpen.value && <Switcher />}
       <TenantBudgetDialog />
     </div>

@@ -29,21 +29,18 @@ hljs.registerAliases(["ts", "tsx"], { languageName: "typescript" });
 hljs.registerAliases(["html"], { languageName: "xml" });
 hljs.registerAliases(["golang"], { languageName: "go" });
 
-const md = new MarkdownIt({
-  html: false,
-  linkify: true,
-  breaks: false,
-  highlight(code: string, lang: string): string {
-    if (lang && hljs.getLanguage(lang)) {
-      try {
-        return hljs.highlight(code, { language: lang, ignoreIllegals: true }).value;
-      } catch {
-        /* fall back to plain */
-      }
+function highlight(code: string, lang: string): string {
+  if (lang && hljs.getLanguage(lang)) {
+    try {
+      return hljs.highlight(code, { language: lang, ignoreIllegals: true }).value;
+    } catch {
+      /* fall back to plain */
     }
-    return ""; // markdown-it escapes it
-  },
-});
+  }
+  return ""; // markdown-it escapes it
+}
+
+const md = new MarkdownIt({ html: false, linkify: true, breaks: false, highlight });
 
 const sameOrigin = (url: string) => {
   try {
@@ -85,4 +82,18 @@ const purifyOptions = {
 /** render turns model Markdown into sanitized HTML. */
 export function render(text: string): string {
   return DOMPurify.sanitize(md.render(text), purifyOptions) as unknown as string;
+}
+
+/** renderUser is render for what the user typed (line breaks kept). */
+export function renderUser(text: string): string {
+  // What a user types keeps its line breaks, as it did as plain text (the
+  // same parser with one option switched: a second one costs its start-up
+  // when the page opens). No newline after the last block: the message's
+  // text is what was typed.
+  md.set({ breaks: true });
+  try {
+    return DOMPurify.sanitize(md.render(text).trimEnd(), purifyOptions) as unknown as string;
+  } finally {
+    md.set({ breaks: false });
+  }
 }

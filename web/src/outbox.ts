@@ -34,8 +34,8 @@ export class Outbox {
       /* storage full or off: the queue lives in memory only */
     }
   }
-  add(text: string) {
-    this.save([...this.items.value, { cmid: newID("m_"), text, state: "queued" }]);
+  add(text: string, prefix = "m_") {
+    this.save([...this.items.value, { cmid: newID(prefix), text, state: "queued" }]);
   }
   update(cmid: string, patch: Partial<Pending>) {
     this.save(this.items.value.map((p) => (p.cmid === cmid ? { ...p, ...patch } : p)));

@@ -11,7 +11,7 @@ export function SidePanel({ s }: { s: Session }) {
   return (
     <aside class="panel" aria-label="Conversation details">
       <div role="tablist">
-        <button role="tab" aria-selected={tab === "changes"} onClick={() => setTab("changes")}>
+        <button role="tab" aria-selected={tab === "changes"} onClick={() => setTab("changes")} data-testid="changes-tab">
           Changes ({files.size})
         </button>
         <button role="tab" aria-selected={tab === "issues"} onClick={() => setTab("issues")} data-testid="issues-tab">

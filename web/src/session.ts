@@ -2,7 +2,7 @@
 // sending and interrupting.
 import { signal, batch } from "@preact/signals";
 import { api, ApiError, type Event, type Issue } from "./api";
-import { Transcript, rebuild } from "./transcript";
+import { Transcript, rebuild, EDITED_PREFIX } from "./transcript";
 import { Outbox } from "./outbox";
 import { openStream, type ConnState } from "./stream";
 import { addCosts, fetchTurnCost } from "./costs";
@@ -25,6 +25,8 @@ export class Session {
   readonly error = signal<string | null>(null);
   readonly issues = signal<Issue[]>([]);
   readonly ready = signal(false);
+  /** Counts the messages this page sent: each brings the transcript back to its end. */
+  readonly sent = signal(0);
   private firstSeq = 0;
   private closeStream: (() => void) | null = null;
   private sending = false;
@@ -122,6 +124,17 @@ export class Session {
   submit(text: string) {
     if (!text.trim()) return;
     this.outbox.add(text);
+    this.sent.value++;
+    this.pump();
+  }
+
+  /** resendEdited sends text as a new message that replaces the last one in
+   * the page's eyes; the log is append-only, so the earlier message and
+   * its turn stay, marked as superseded (docs/webui.md). */
+  resendEdited(text: string) {
+    if (!text.trim()) return;
+    this.outbox.add(text, EDITED_PREFIX);
+    this.sent.value++;
     this.pump();
   }
 

@@ -5,6 +5,8 @@
 // tenants (or envs) the caller's memberships make them administer, and
 // shows a limit's figures only when the answer holds them.
 import { signal } from "@preact/signals";
+import { useEffect, useRef } from "preact/hooks";
+import { trapTab, focusComposer } from "./dialog";
 import { api, ApiError, type Me, type SubjectBudget, type TenantBudget, type UsageReport } from "./api";
 import { names, one } from "./budget";
 import { fmtUSD } from "./costs";
@@ -134,12 +136,33 @@ export function TenantBudgetButton({ me }: { me: Me | null }) {
 
 export function TenantBudgetDialog() {
   if (!open.value) return null;
-  const close = () => (open.value = false);
+  return <Dialog />;
+}
+
+// Modal like the quick switcher: the focus goes in and stays in, Esc closes
+// it without reaching the page (where it would stop the running turn), and
+// the focus goes back to the composer.
+function Dialog() {
+  const box = useRef<HTMLDivElement>(null);
+  const closeBtn = useRef<HTMLButtonElement>(null);
+  useEffect(() => closeBtn.current?.focus(), []);
+  const close = () => {
+    open.value = false;
+    setTimeout(focusComposer, 0);
+  };
   return (
-    <div class="switcher-backdrop" onClick={close} onKeyDown={(e) => e.key === "Escape" && close()}>
-      <div class="switcher tenant-budget" role="dialog" aria-label="Tenant budget" data-testid="tenant-budget" onClick={(e) => e.stopPropagation()}>
+    <div class="switcher-backdrop" onClick={close}>
+      <div class="switcher tenant-budget" ref={box} role="dialog" aria-modal="true" aria-label="Tenant budget" data-testid="tenant-budget" onClick={(e) => e.stopPropagation()}
+        onKeyDown={(e) => {
+          trapTab(e, box.current);
+          if (e.key === "Escape") {
+            e.preventDefault();
+            e.stopPropagation();
+            close();
+          }
+        }}>
         {views.value.length === 0 ? <p class="muted">reading…</p> : views.value.map((v) => <View key={v.scope.tenant + "/" + (v.scope.env ?? "")} v={v} />)}
-        <button onClick={close} data-testid="tenant-budget-close">Close</button>
+        <button ref={closeBtn} onClick={close} data-testid="tenant-budget-close">Close</button>
       </div>
     </div>
   );

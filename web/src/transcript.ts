@@ -16,8 +16,10 @@ interface Base {
   v: Signal<number>;
 }
 
-export interface NoticeItem extends Base { type: "notice"; text: string }
-export interface UserItem extends Base { type: "user"; text: string; clientMessageId?: string }
+/** repeat: the same notice again (every worker start says it): shown once. */
+export interface NoticeItem extends Base { type: "notice"; text: string; repeat?: boolean }
+/** edited: sent by "edit and resend"; superseded: the message an edited one replaced. */
+export interface UserItem extends Base { type: "user"; text: string; clientMessageId?: string; edited?: boolean; superseded?: boolean }
 export interface TextItem extends Base { type: "text"; text: string; final: boolean }
 export interface ToolItem extends Base {
   type: "tool";
@@ -29,6 +31,8 @@ export interface ToolItem extends Base {
   isError: boolean;
   truncated: boolean;
   durationMs?: number;
+  /** When the call started, by the worker's clock (ms since the epoch). */
+  startedAt?: number;
   /** A Task call's sub-agent work, nested under it. */
   children: Item[];
 }
@@ -51,6 +55,9 @@ export class Transcript {
   readonly running = signal<string | null>(null);
   readonly lastSeq = signal(0);
   readonly changes = signal<FileChange[]>([]);
+  /** The last top-level user message and turn footer: they get Edit and Retry. */
+  readonly lastUser = signal<UserItem | null>(null);
+  readonly lastFooter = signal<FooterItem | null>(null);
   /** client_message_ids the log holds: never sent again. */
   readonly seenMessages = new Set<string>();
   /** Every event applied, in order; older pages are put in front. */
@@ -61,6 +68,7 @@ export class Transcript {
   readonly loose = signal<number[]>([]);
   private openText = new Map<string, TextItem>(); // turn and agent → text block streaming
   private tools = new Map<string, ToolItem>();
+  private notices = new Set<string>();
   private usage = new Map<string, { in: number; out: number; cache: number; calls: number }>();
   private batching = false;
   private changed = false;
@@ -128,13 +136,27 @@ export class Transcript {
     // text blocks.
     const agent = turn + "\u0000" + (parent ?? "");
     switch (ev.kind) {
-      case "notice":
-        this.push({ ...base("n" + ev.seq), type: "notice", text: ev.text ?? "" });
+      case "notice": {
+        const text = ev.text ?? "";
+        const repeat = this.notices.has(text);
+        this.notices.add(text);
+        this.push({ ...base("n" + ev.seq), type: "notice", text, repeat });
         break;
-      case "user.message":
-        if (ev.client_message_id) this.seenMessages.add(ev.client_message_id);
-        this.push({ ...base("u" + ev.seq), type: "user", text: ev.text ?? "", clientMessageId: ev.client_message_id });
+      }
+      case "user.message": {
+        const cmid = ev.client_message_id;
+        if (cmid) this.seenMessages.add(cmid);
+        const it: UserItem = { ...base("u" + ev.seq), type: "user", text: ev.text ?? "", clientMessageId: cmid };
+        const prev = this.lastUser.peek();
+        if (cmid && isEdited(cmid) && prev) {
+          it.edited = true;
+          prev.superseded = true;
+          this.touch(prev);
+        }
+        this.push(it);
+        if (!parent) this.lastUser.value = it;
         break;
+      }
       case "turn.started":
         this.running.value = turn;
         this.attach(undefined, ev.seq);
@@ -171,6 +193,7 @@ export class Transcript {
         const it: ToolItem = {
           ...base("k" + ev.seq), type: "tool", id: tool.id, name: tool.name, input: tool.input ?? {},
           output: "", done: false, isError: false, truncated: false, children: [],
+          startedAt: Date.parse(ev.time) || undefined,
         };
         this.tools.set(tool.id, it);
         this.push(it);
@@ -230,10 +253,12 @@ export class Transcript {
           }
         }
         const u = this.usage.get(turn) ?? { in: 0, out: 0, cache: 0, calls: 0 };
-        this.push({
+        const f: FooterItem = {
           ...base("f" + ev.seq), type: "footer", finish: ev.finish, failure: ev.failure,
           inputTokens: u.in, outputTokens: u.out, cacheTokens: u.cache, calls: ev.finish?.model_calls ?? u.calls,
-        });
+        };
+        this.push(f);
+        this.lastFooter.value = f;
         if (this.running.value === turn || this.running.value === null) this.running.value = null;
         break;
       }
@@ -242,6 +267,21 @@ export class Transcript {
     }
     return true;
   }
+}
+
+/** EDITED_PREFIX starts the client_message_id of a message sent by "edit
+ * and resend": the log keeps that mark, so every page (and a reload) shows
+ * the earlier message as superseded without a record of its own. */
+export const EDITED_PREFIX = "e_";
+export function isEdited(cmid: string): boolean {
+  return cmid.startsWith(EDITED_PREFIX);
+}
+
+/** userTextOf is the user message that started a turn. */
+export function userTextOf(t: Transcript, turnId: string | undefined): string | null {
+  if (!turnId) return null;
+  for (const it of t.items.peek()) if (it.type === "user" && it.turnId === turnId) return it.text;
+  return null;
 }
 
 /** rebuild makes a transcript from older events followed by those of t. */

@@ -1,10 +1,18 @@
-import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
-import { Component } from "preact";
+import { useContext, useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
+import { Component, createContext, type ComponentChildren } from "preact";
+import { signal } from "@preact/signals";
 import { diffLines } from "diff";
 import type { Session } from "./session";
-import type { Item, ToolItem, TextItem, FooterItem, UserItem, NoticeItem, Transcript } from "./transcript";
-import { render as renderMarkdown } from "./markdown";
+import { userTextOf, type Item, type ToolItem, type TextItem, type FooterItem, type UserItem, type NoticeItem, type Transcript } from "./transcript";
+import { render as renderMarkdown, renderUser } from "./markdown";
 import { turnCosts, fmtUSD } from "./costs";
+import { useFollow } from "./follow";
+import { addCodeCopy, onCodeCopyClick, flashCopy } from "./copy";
+import { toolLabel, stopReason, failureTitle } from "./names";
+import { rememberedOpen, rememberOpen } from "./toolstate";
+
+/** The open conversation, for the items' actions (copy, edit, retry). */
+const SessionCtx = createContext<Session | null>(null);
 
 /** Live output shown before "show all". */
 const OUTPUT_CAP = 4000;
@@ -19,10 +27,13 @@ export function TranscriptView({ s }: { s: Session }) {
   const items = t.items.value;
   const scroller = useRef<HTMLDivElement>(null);
   const inner = useRef<HTMLDivElement>(null);
-  const [stuck, setStuck] = useState(true);
-  const stuckRef = useRef(true);
-  stuckRef.current = stuck;
   const anchor = useRef<{ height: number; top: number } | null>(null);
+  const follow = useFollow(scroller, inner, anchor, s);
+  const sent = s.sent.value;
+  // A message of one's own always brings the view back to the end.
+  useEffect(() => {
+    if (sent > 0) follow.toBottom();
+  }, [sent]);
   // Items at the front not rendered yet (see FIRST_ITEMS); only the first
   // page of a transcript is rendered this way, so an older page put in
   // front renders at once, under the scroll anchor.
@@ -39,25 +50,8 @@ export function TranscriptView({ s }: { s: Session }) {
   }, [hidden]);
   const from = firstPage.current === t ? hidden : 0;
 
-  // Auto-scroll: while the user is at the bottom, growth keeps them there;
-  // once they scroll up it lets go until "jump to latest".
-  useEffect(() => {
-    const el = scroller.current!, content = inner.current!;
-    const ro = new ResizeObserver(() => {
-      if (anchor.current) {
-        // An older page went in front: keep what the user looked at.
-        el.scrollTop = anchor.current.top + (el.scrollHeight - anchor.current.height);
-        anchor.current = null;
-      } else if (stuckRef.current) el.scrollTop = el.scrollHeight;
-    });
-    ro.observe(content);
-    return () => ro.disconnect();
-  }, [s]);
-
   const onScroll = () => {
     const el = scroller.current!;
-    const atBottom = el.scrollHeight - el.scrollTop - el.clientHeight < 48;
-    if (atBottom !== stuckRef.current) setStuck(atBottom);
     if (el.scrollTop < 300 && s.hasMore.value && !s.loadingOlder.value) {
       anchor.current = { height: el.scrollHeight, top: el.scrollTop };
       s.loadOlder().then((ok) => {
@@ -67,8 +61,9 @@ export function TranscriptView({ s }: { s: Session }) {
   };
 
   return (
+    <SessionCtx.Provider value={s}>
     <div class="transcript-wrap">
-      <div class="transcript" ref={scroller} onScroll={onScroll} data-testid="transcript" aria-label="Transcript" role="log" tabIndex={0}>
+      <div class={"transcript" + (follow.following ? "" : " away")} ref={scroller} onScroll={onScroll} data-testid="transcript" aria-label="Transcript" role="log" tabIndex={0}>
         <div ref={inner} data-seqs={t.loose.value.join(" ")} data-testid="transcript-items" data-unrendered={from > 0 ? from : undefined}>
           {s.hasMore.value && (
             <button class="older" onClick={() => s.loadOlder()} disabled={s.loadingOlder.value}>
@@ -82,26 +77,19 @@ export function TranscriptView({ s }: { s: Session }) {
             .filter((p) => p.state === "sending")
             .map((p) => (
               <div class="msg user pending" key={p.cmid} data-testid="pending">
-                <div class="body">{p.text}</div>
+                <div class="body md" dangerouslySetInnerHTML={{ __html: renderUser(p.text) }} />
                 <div class="meta">sending…</div>
               </div>
             ))}
         </div>
       </div>
-      {!stuck && (
-        <button
-          class="jump"
-          data-testid="jump"
-          onClick={() => {
-            const el = scroller.current!;
-            el.scrollTop = el.scrollHeight;
-            setStuck(true);
-          }}
-        >
+      {!follow.following && (
+        <button class="jump" data-testid="jump" onClick={follow.toBottom}>
           ↓ Jump to latest
         </button>
       )}
     </div>
+    </SessionCtx.Provider>
   );
 }
 
@@ -143,19 +131,84 @@ class ItemView extends Component<{ it: Item }> {
 }
 
 function Notice({ it }: { it: NoticeItem; v: number }) {
+  // A repeat still names its events (the page shows the whole log), unseen.
   return (
-    <div class="notice" data-seq={it.seq} data-seqs={seqs(it)} data-kind="notice">
+    <div class="notice" hidden={it.repeat} data-repeat={it.repeat ? "1" : undefined} data-seq={it.seq} data-seqs={seqs(it)} data-kind="notice">
       {it.text}
     </div>
   );
 }
 
+/** copyButton copies text; flashCopy owns its label (Preact leaves the
+ * children of an element with dangerouslySetInnerHTML alone). */
+function copyButton(text: string, label: string) {
+  return <button class="act" data-testid="copy" aria-label={label} onClick={(e) => flashCopy(e.currentTarget, text)} dangerouslySetInnerHTML={{ __html: "Copy" }} />;
+}
+
 function User({ it }: { it: UserItem; v: number }) {
+  const s = useContext(SessionCtx);
+  const t = s?.t.value;
+  // Only the last message can be edited, and not while its turn runs.
+  const editable = !!t && t.lastUser.value === it && !t.running.value && !it.superseded;
+  const html = useMemo(() => renderUser(it.text), [it.text]);
   return (
-    <div class="msg user" data-seq={it.seq} data-seqs={seqs(it)} data-kind="user.message" data-cmid={it.clientMessageId}>
-      <div class="body">{it.text}</div>
+    <div class={"msg-wrap user" + (it.superseded ? " superseded" : "")}>
+      <div class="msg user" data-seq={it.seq} data-seqs={seqs(it)} data-kind="user.message" data-cmid={it.clientMessageId}
+        data-superseded={it.superseded ? "1" : undefined} data-edited={it.edited ? "1" : undefined}>
+        <div class="body md" dangerouslySetInnerHTML={{ __html: html }} />
+      </div>
+      {editable ? <EditLast it={it} s={s!} /> : <UserActions it={it} />}
     </div>
   );
+}
+
+function UserActions({ it, children }: { it: UserItem; children?: ComponentChildren }) {
+  return (
+    <div class="msg-actions">
+      {it.edited && <span class="badge" data-testid="edited">edited</span>}
+      {it.superseded && <span class="badge" data-testid="superseded" title="You edited this message and sent it again below; the earlier turn stays in the history.">edited below</span>}
+      {copyButton(it.text, "Copy your message")}
+      {children}
+    </div>
+  );
+}
+
+/** EditLast is the last message's Edit: the edited text goes as a new message. */
+function EditLast({ it, s }: { it: UserItem; s: Session }) {
+  const [editing, setEditing] = useState(false);
+  const [draft, setDraft] = useState(it.text);
+  const send = () => {
+    if (!draft.trim()) return;
+    setEditing(false);
+    s.resendEdited(draft);
+  };
+  return editing ? (
+        <div class="edit-box">
+          <textarea aria-label="Edit your message" data-testid="edit-input" rows={3} value={draft}
+            ref={(el) => el?.focus()}
+            onInput={(e) => setDraft((e.target as HTMLTextAreaElement).value)}
+            onKeyDown={(e) => {
+              if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+                e.preventDefault();
+                send();
+              } else if (e.key === "Escape") {
+                e.preventDefault();
+                e.stopPropagation();
+                setEditing(false);
+              }
+            }} />
+          <div class="msg-actions">
+            <button class="act" data-testid="edit-send" onClick={send} disabled={!draft.trim()}>Send edited</button>
+            <button class="act" onClick={() => setEditing(false)}>Cancel</button>
+          </div>
+        </div>
+      ) : (
+        <UserActions it={it}>
+          <button class="act" data-testid="edit" onClick={() => { setDraft(it.text); setEditing(true); }}>
+            Edit
+          </button>
+        </UserActions>
+      );
 }
 
 function Text({ it }: { it: TextItem; v: number }) {
@@ -194,9 +247,20 @@ function Text({ it }: { it: TextItem; v: number }) {
     cost.current = performance.now() - t0;
     return out;
   }, [it.final ? text : shown]);
+  const mdRef = useRef<HTMLDivElement>(null);
+  useLayoutEffect(() => {
+    if (mdRef.current) addCodeCopy(mdRef.current);
+  }, [html]);
   return (
-    <div class={"msg assistant" + (it.final ? "" : " streaming")} data-seq={it.seq} data-seqs={seqs(it)} data-parent={it.parent} data-kind="text" data-final={it.final ? "1" : "0"}>
-      <div class="md" dangerouslySetInnerHTML={{ __html: html }} />
+    <div class="msg-wrap assistant">
+      <div class={"msg assistant" + (it.final ? "" : " streaming")} data-seq={it.seq} data-seqs={seqs(it)} data-parent={it.parent} data-kind="text" data-final={it.final ? "1" : "0"}>
+        <div class="md" ref={mdRef} onClick={onCodeCopyClick} dangerouslySetInnerHTML={{ __html: html }} />
+      </div>
+      {it.final && !it.parent && (
+        <div class="msg-actions">
+          {copyButton(it.text, "Copy Mara's reply")}
+        </div>
+      )}
     </div>
   );
 }
@@ -215,6 +279,25 @@ function summary(it: ToolItem): string {
   return j === "{}" ? "" : j;
 }
 
+// One clock for every running card's elapsed time, ticking only while one shows.
+const now = signal(Date.now());
+let tickers = 0;
+let ticker: number | undefined;
+function Elapsed({ since }: { since: number }) {
+  useEffect(() => {
+    if (tickers++ === 0) ticker = window.setInterval(() => (now.value = Date.now()), 1000);
+    return () => {
+      if (--tickers === 0) clearInterval(ticker);
+    };
+  }, []);
+  const secs = Math.max(0, Math.floor((now.value - since) / 1000));
+  return (
+    <span class="elapsed" data-testid="tool-elapsed" data-seconds={secs}>
+      {secs < 60 ? secs + " s" : Math.floor(secs / 60) + " min " + (secs % 60) + " s"}
+    </span>
+  );
+}
+
 function fmtMs(ms: number): string {
   if (ms < 1000) return ms + " ms";
   if (ms < 60000) return (ms / 1000).toFixed(1) + " s";
@@ -231,15 +314,21 @@ function Tool({ it, v }: { it: ToolItem; v: number }) {
   const capped = !all && out.length > OUTPUT_CAP;
   const state = !it.done ? "running" : it.isError ? "error" : "ok";
   // Open while it runs and after, collapsed when it came finished from
-  // history; after that the user decides.
-  const [initOpen] = useState(!it.done || isEdit || it.isError);
+  // history, unless this tab saw it open (toolstate.ts); after that the
+  // user decides.
+  const conv = useContext(SessionCtx)?.id ?? "";
+  const [initOpen] = useState(() => rememberedOpen(conv, it.id) ?? (!it.done || isEdit || it.isError));
   return (
-    <details class={"tool tool-" + state} open={initOpen} data-seq={it.seq} data-seqs={seqs(it)} data-parent={it.parent} data-kind="tool" data-tool={it.name} data-state={state}>
+    <details class={"tool tool-" + state} open={initOpen} onToggle={(e) => rememberOpen(conv, it.id, (e.currentTarget as HTMLDetailsElement).open)}
+      data-seq={it.seq} data-seqs={seqs(it)} data-parent={it.parent} data-kind="tool" data-tool={it.name} data-state={state}>
       <summary>
-        <span class="tool-name">{it.name}</span>
+        <span class="tool-name" title={it.name} data-testid="tool-name">{toolLabel(it.name)}</span>
         <code class="tool-summary" data-testid="tool-summary">{summary(it)}</code>
         {!it.done ? (
-          <span class="spinner" aria-label="running" />
+          <>
+            {it.startedAt && <Elapsed since={it.startedAt} />}
+            <span class="spinner" aria-label="running" />
+          </>
         ) : (
           <span class="duration" data-testid="tool-duration">
             {it.isError ? "failed · " : ""}
@@ -334,18 +423,31 @@ function TurnCost({ turnId }: { turnId?: string }) {
 }
 
 function Footer({ it }: { it: FooterItem; v: number }) {
+  const s = useContext(SessionCtx);
   const f = it.failure;
+  // Retry resends the failed turn's message, when the worker says the
+  // failure may pass (and the user did not stop it), that turn is the last
+  // and nothing runs (a new message would otherwise be the better answer).
+  const t = s?.t.value;
+  const retry = !!f && f.retryable && f.code !== "interrupted" && !!t && t.lastFooter.value === it && !t.running.value ? userTextOf(t, it.turnId) : null;
   const tokens = `${it.inputTokens.toLocaleString()} in · ${it.outputTokens.toLocaleString()} out` + (it.cacheTokens ? ` · ${it.cacheTokens.toLocaleString()} cache` : "");
   return (
     <div class={"turn-footer" + (f ? " failed" : "")} data-seq={it.seq} data-seqs={seqs(it)} data-kind={f ? "turn.failed" : "turn.finished"} data-code={f?.code}>
       {f ? (
         <>
-          <strong class="code">{f.code}</strong> <span>{f.message}</span>
-          <div class="hint">{hints[f.code] ?? (f.retryable ? "Send again to retry." : "")}</div>
+          <strong class="code" title={f.code}>{failureTitle(f.code)}</strong> <span>{f.message}</span>
+          <div class="hint">
+            {hints[f.code] ?? (f.retryable ? "Send again to retry." : "")}
+            {retry !== null && (
+              <button class="act retry" data-testid="retry" onClick={() => s!.submit(retry)}>
+                Retry
+              </button>
+            )}
+          </div>
         </>
       ) : (
-        <span>
-          {it.finish?.stop_reason} · {it.calls} model call{it.calls === 1 ? "" : "s"} · {fmtMs(it.finish?.duration_ms ?? 0)}
+        <span title={it.finish?.stop_reason}>
+          {stopReason(it.finish?.stop_reason)} · {it.calls} model call{it.calls === 1 ? "" : "s"} · {fmtMs(it.finish?.duration_ms ?? 0)}
         </span>
       )}
       <span class="tokens" data-testid="tokens">{tokens} tokens</span>

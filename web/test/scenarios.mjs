@@ -3,6 +3,8 @@
 // The "model" is the simulator: [[tool:NAME {json}]] in a message makes it
 // call that tool, and it echoes the rest (docs/simulator.md).
 
+import { daily } from "./daily.mjs";
+
 const T = 30_000;
 
 function check(cond, msg) {
@@ -507,3 +509,6 @@ export const scenarios = {
     h.result({ conversation: id, cookie: { name: c.name, secure: c.secure, httpOnly: c.httpOnly, sameSite: c.sameSite, path: c.path, domain: c.domain, expires: c.expires } });
   },
 };
+
+// What a day of use turned up (daily.mjs, browser_daily_test.go).
+Object.assign(scenarios, daily);

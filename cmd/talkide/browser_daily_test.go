@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/roles"
+)
+
+// The browser tests of what a day of use turned up (web/test/daily.mjs):
+// each scenario runs at a laptop's and a phone's size where layout matters.
+
+// TestBrowserDailyFollow: ten turns with long tool outputs, an interrupted
+// turn and one a budget stopped, each turn's end in view, with scroll
+// events fired while content grows; scrolling up lets go, one's own
+// message comes back, "Jump to latest" clear of the last line.
+func TestBrowserDailyFollow(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "follow", func(step string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var max int64
+		switch step {
+		case "exhaust-budget":
+			// Less than any turn costs, and already spent.
+			max = 1
+		case "restore-budget":
+			max = int64(1000 * budget.Dollar)
+		default:
+			t.Errorf("unexpected step %q", step)
+			return
+		}
+		if err := st.ControlPlane.Budget.SetLimit(ctx, budget.Limit{Subject: budget.User(roles.DevUser), Kind: budget.SpendPerDay, Max: max}); err != nil {
+			t.Errorf("set limit: %v", err)
+		}
+	})
+}
+
+// TestBrowserDailyPhone: 390×844 without horizontal overflow (the budget
+// in the header wraps), Send and Stop on screen, the menu's drawer with
+// the conversations, a new one, Changes and Issues; the panel behind the
+// menu at 900 px; all in view without it at 1280.
+func TestBrowserDailyPhone(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	for _, k := range []budget.Kind{budget.SpendPerDay, budget.SpendPerMonth} {
+		if err := st.ControlPlane.Budget.SetLimit(t.Context(), budget.Limit{Subject: budget.User(roles.DevUser), Kind: k, Max: int64(50 * budget.Dollar)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runScenario(t, st, "phone", noSteps(t))
+}
+
+// TestBrowserDailyTitle: the tab's title follows the open conversation.
+func TestBrowserDailyTitle(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "title", noSteps(t))
+}
+
+// TestBrowserDailyCopyRetryEdit: Copy on code and messages, Retry after an
+// overloaded turn, edit-and-resend of the last message.
+func TestBrowserDailyCopyRetryEdit(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "copyretryedit", noSteps(t))
+}
+
+// TestBrowserDailyDialog: Esc closes Ctrl+K's dialog, not the turn.
+func TestBrowserDailyDialog(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "dialog", noSteps(t))
+}
+
+// TestBrowserDailyFresh: a fresh install opens ready to start.
+func TestBrowserDailyFresh(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "fresh", noSteps(t))
+}
+
+// TestBrowserDailyDetails: tool cards open after a reload, the running
+// timer, names in words, Markdown in user messages, tables and quotes,
+// the contrast of highlighted code.
+func TestBrowserDailyDetails(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "details", noSteps(t))
+}
+
+// TestBrowserDailyNoticeOnce: a worker restart writes the simulator's
+// notice to the log again; the page shows it once.
+func TestBrowserDailyNoticeOnce(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "notice", func(step string) {
+		if step != "restart-worker" {
+			t.Errorf("unexpected step %q", step)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := st.RestartWorker(ctx); err != nil {
+			t.Errorf("restart: %v", err)
+		}
+	})
+}
