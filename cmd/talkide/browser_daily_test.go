@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,4 +110,28 @@ func TestBrowserDailyNoticeOnce(t *testing.T) {
 			t.Errorf("restart: %v", err)
 		}
 	})
+}
+
+// TestBrowserDailyBusy: a worker that runs one turn at a time
+// (--max-running-turns 1) refuses the page's message while another
+// conversation's turn runs; the page says why, and once that turn is
+// stopped sends the message again by itself, and it runs once.
+func TestBrowserDailyBusy(t *testing.T) {
+	browserReady(t)
+	st := startDevT(t, roles.DevConfig{Agent: roles.AgentConfig{MaxRunningTurns: 1}})
+	base := st.Info.ControlPlane
+	other := createConversation(t, base)
+	send(t, base, other.ID, `[[tool:Bash {"command":"sleep 120"}]]`)
+	res := runScenario(t, st, "busy", func(step string) {
+		if step != "free" {
+			t.Errorf("unexpected step %q", step)
+			return
+		}
+		if st := api(t, http.MethodPost, base+"/api/conversations/"+other.ID+"/interrupt", nil, nil); st != http.StatusOK {
+			t.Errorf("interrupt the other turn: status %d", st)
+		}
+	})
+	if said, _ := res["said"].(string); !strings.Contains(said, "send it again") {
+		t.Errorf("the page showed %q", said)
+	}
 }

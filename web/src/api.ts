@@ -162,7 +162,13 @@ export interface UsageReport {
 
 /** ApiError is an answer in the contract's error shape, or a network failure (status 0). */
 export class ApiError extends Error {
-  constructor(public status: number, public code: string, message: string) {
+  constructor(
+    public status: number,
+    public code: string,
+    message: string,
+    /** seconds the server asked to wait (Retry-After), 0 when it said none */
+    public retryAfter = 0,
+  ) {
     super(message);
   }
 }
@@ -188,7 +194,8 @@ async function call<T>(method: string, path: string, body?: unknown): Promise<T>
   if (resp.status === 401) loginNeeded.value = true;
   if (!resp.ok) {
     const err = data?.error;
-    throw new ApiError(resp.status, err?.code ?? "http_" + resp.status, err?.message ?? `HTTP ${resp.status}`);
+    const wait = Number(resp.headers.get("Retry-After") ?? "0");
+    throw new ApiError(resp.status, err?.code ?? "http_" + resp.status, err?.message ?? `HTTP ${resp.status}`, Number.isFinite(wait) ? wait : 0);
   }
   return data as T;
 }

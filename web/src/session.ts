@@ -161,6 +161,11 @@ export class Session {
       if (err.status === 409 && err.code === "turn_running") {
         // Another tab or a turn this page has not seen yet: wait for its end.
         this.outbox.update(first.cmid, { state: "queued" });
+      } else if (err.status === 503 && err.code === "worker_busy") {
+        // The worker runs its most turns at once and recorded nothing:
+        // say so, and send again (same id) when it said to.
+        this.error.value = err.message;
+        this.retryTimer = window.setTimeout(() => this.pump(), Math.max(err.retryAfter, 1) * 1000);
       } else if (err.status === 0 || err.status >= 500) {
         // Unreachable: try again with the same id, which never starts a
         // second turn.

@@ -107,6 +107,25 @@ async function inViewport(h, locator, what) {
 const longBash = (tag, n) => `[[tool:Bash {"command":"for i in $(seq 1 ${n}); do echo ${tag}-line-$i; done"}]]`;
 
 export const daily = {
+  // A message to a worker running the most turns it takes is refused
+  // before its turn starts (worker_busy): the page says why and sends it
+  // again by itself when the worker has room, once.
+  async busy(h) {
+    await h.page.setViewportSize(DESKTOP);
+    await create(h);
+    await send(h, "Wait for the other conversation.");
+    const banner = h.page.locator(".error.banner");
+    await banner.waitFor({ timeout: T });
+    const said = await banner.textContent();
+    check(/most turns/.test(said), "the refusal said: " + said);
+    await h.step("free");
+    await turnEnds(h, 1, 60_000);
+    await banner.waitFor({ state: "detached", timeout: T });
+    const users = await h.page.locator(".msg.user").count();
+    check(users === 1, `the message shows ${users} times`);
+    h.result({ said });
+  },
+
   // The transcript follows a long run to the end of every turn, also when
   // scroll events fire while content grows; the reader's own scrolling up
   // lets go, a message of one's own comes back, and "Jump to latest" never
