@@ -22,9 +22,9 @@ type logFile struct {
 	path     string
 	f        *os.File // nil when resting or read-only with no file
 	resting  bool     // f was closed by rest; append reopens it
-	size     int64  // end of the last complete record
-	durable  int64  // size at the last completed fsync
-	maxFence uint64 // highest fence among the records read or written
+	size     int64    // end of the last complete record
+	durable  int64    // size at the last completed fsync
+	maxFence uint64   // highest fence among the records read or written
 }
 
 // scanFunc sees each record that is not fenced out, with its offset.
