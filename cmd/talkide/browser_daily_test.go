@@ -56,42 +56,22 @@ func TestBrowserDailyPhone(t *testing.T) {
 	runScenario(t, st, "phone", noSteps(t))
 }
 
-// TestBrowserDailyTitle: the tab's title follows the open conversation.
-func TestBrowserDailyTitle(t *testing.T) {
+// TestBrowserDailyScenarios runs the scenarios that need nothing of the
+// Go side: the tab's title follows the open conversation ("title"); Copy
+// on code and messages, Retry after an overloaded turn, edit-and-resend of
+// the last message ("copyretryedit"); Esc closes Ctrl+K's dialog, not the
+// turn ("dialog"); a fresh install opens ready to start ("fresh"); tool
+// cards open after a reload, the running timer, names in words, Markdown
+// in user messages, tables and quotes, the contrast of highlighted code
+// ("details").
+func TestBrowserDailyScenarios(t *testing.T) {
 	browserReady(t)
-	st, _ := startTestStack(t)
-	runScenario(t, st, "title", noSteps(t))
-}
-
-// TestBrowserDailyCopyRetryEdit: Copy on code and messages, Retry after an
-// overloaded turn, edit-and-resend of the last message.
-func TestBrowserDailyCopyRetryEdit(t *testing.T) {
-	browserReady(t)
-	st, _ := startTestStack(t)
-	runScenario(t, st, "copyretryedit", noSteps(t))
-}
-
-// TestBrowserDailyDialog: Esc closes Ctrl+K's dialog, not the turn.
-func TestBrowserDailyDialog(t *testing.T) {
-	browserReady(t)
-	st, _ := startTestStack(t)
-	runScenario(t, st, "dialog", noSteps(t))
-}
-
-// TestBrowserDailyFresh: a fresh install opens ready to start.
-func TestBrowserDailyFresh(t *testing.T) {
-	browserReady(t)
-	st, _ := startTestStack(t)
-	runScenario(t, st, "fresh", noSteps(t))
-}
-
-// TestBrowserDailyDetails: tool cards open after a reload, the running
-// timer, names in words, Markdown in user messages, tables and quotes,
-// the contrast of highlighted code.
-func TestBrowserDailyDetails(t *testing.T) {
-	browserReady(t)
-	st, _ := startTestStack(t)
-	runScenario(t, st, "details", noSteps(t))
+	for _, name := range []string{"title", "copyretryedit", "dialog", "fresh", "details"} {
+		t.Run(name, func(t *testing.T) {
+			st, _ := startTestStack(t)
+			runScenario(t, st, name, noSteps(t))
+		})
+	}
 }
 
 // TestBrowserDailyNoticeOnce: a worker restart writes the simulator's
