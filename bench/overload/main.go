@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -177,7 +178,7 @@ func turn(ctx context.Context, client *http.Client, base, id, text string, cs *c
 		var he *httpError
 		switch {
 		case err == nil:
-		case asHTTPError(err, &he) && he.code == contract.CodeWorkerBusy:
+		case errors.As(err, &he) && he.code == contract.CodeWorkerBusy:
 			cs.refusals.Add(1)
 			wait, _ := strconv.Atoi(he.retryAfter)
 			select {
@@ -229,14 +230,6 @@ type httpError struct {
 }
 
 func (e *httpError) Error() string { return fmt.Sprintf("%d %s", e.status, e.code) }
-
-func asHTTPError(err error, target **httpError) bool {
-	he, ok := err.(*httpError)
-	if ok {
-		*target = he
-	}
-	return ok
-}
 
 // call sends in as JSON and decodes a 2xx answer into out.
 func call(ctx context.Context, client *http.Client, method, url string, in, out any) error {

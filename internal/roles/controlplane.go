@@ -364,9 +364,5 @@ func runUntil(ctx context.Context, log *slog.Logger, grace time.Duration, fatal 
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
-	err := stop(sctx)
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return errors.Join(ferr, err)
+	return errors.Join(ferr, stop(sctx))
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -285,11 +284,7 @@ func (s *Dev) Stop(ctx context.Context) error {
 		s.ControlPlane = nil
 	}
 	errs = append(errs, s.simulator.Stop(ctx))
-	err := errors.Join(errs...)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+	return errors.Join(errs...)
 }
 
 // SimulatorGrace is how long the simulator lets streams finish when

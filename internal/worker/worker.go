@@ -344,7 +344,11 @@ func (w *Worker) maintainOnce(ctx context.Context) {
 	// renewed one after the other took longer than a lease lives (a worker
 	// under load lost its own sessions' leases and fenced off their
 	// events).
-	slices.SortFunc(open, func(a, b *session) int { return a.store.LeaseExpires().Compare(b.store.LeaseExpires()) })
+	ends := make(map[*session]time.Time, len(open))
+	for _, s := range open {
+		ends[s] = s.store.LeaseExpires()
+	}
+	slices.SortFunc(open, func(a, b *session) int { return ends[a].Compare(ends[b]) })
 	var wg sync.WaitGroup
 	work := make(chan *session)
 	for range min(renewers, len(open)) {
@@ -370,11 +374,7 @@ const renewers = 64
 // maintainSession renews s's lease, and closes s when another worker has
 // taken it or it has been idle since before idleBefore.
 func (w *Worker) maintainSession(cctx context.Context, s *session, idleBefore time.Time) {
-	var err error
-	if time.Until(s.store.LeaseExpires()) < w.store.LeaseTTL()*5/6 {
-		err = s.store.RenewLease()
-	}
-	switch {
+	switch err := s.store.RenewLeaseIfDue(); {
 	case errors.Is(err, sessionstore.ErrFenced):
 		// Another worker owns the conversation now: stop at once and
 		// write nothing more.
