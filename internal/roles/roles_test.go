@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,12 +39,46 @@ func TestStopLeavesNoGoroutine(t *testing.T) {
 		t.Fatal(err)
 	}
 	turn(t, d.Info.ControlPlane, `[[tool:Bash {"command":"echo from-the-sandbox"}]]`)
+	workerLoadExported(t, d.Info.Worker)
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := d.Stop(sctx); err != nil {
 		t.Fatalf("Stop: %v\n%s", err, logs.String())
 	}
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// workerLoadExported checks the worker's /metrics after one turn: the
+// commands it answered counted, its bound given, nothing refused.
+func workerLoadExported(t *testing.T, base string) {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("worker /metrics: %s %s", resp.Status, b)
+	}
+	values := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if name, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(name, "talkide_worker_") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			values[name] = f
+		}
+	}
+	if values["talkide_worker_commands_total"] < 2 || values["talkide_worker_turns_max"] < 1 ||
+		values["talkide_worker_sessions_open"] != 1 ||
+		values[`talkide_worker_commands_refused_total{code="worker_busy"}`] != 0 {
+		t.Errorf("worker metrics after one turn: %v", values)
+	}
+	if _, ok := values[`talkide_worker_commands_refused_total{code="session_elsewhere"}`]; !ok {
+		t.Errorf("no session_elsewhere series: %v", values)
+	}
 }
 
 // turn creates a conversation at base, sends text, and waits for the

@@ -272,7 +272,11 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 		return nil, err
 	}
 	p.Worker = w
-	wh := readiness.Handler(workerReadiness(o, identityReadable), httpapi.BodyDeadline(0, w.Handler()))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", workerMetrics(w, o.Logger))
+	mux.Handle("/metrics", httpapi.MethodNotAllowed(o.Logger, http.MethodGet))
+	mux.Handle("/", httpapi.BodyDeadline(0, w.Handler()))
+	wh := readiness.Handler(workerReadiness(o, identityReadable), mux)
 	o.Logger.Info("turns run at once at the most; more are refused with worker_busy", "max_running_turns", w.MaxRunningTurns())
 	if httpapi.LoopbackHost(o.Listen) {
 		// On loopback (talkide dev) the unsigned /healthz would answer a

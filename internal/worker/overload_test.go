@@ -60,6 +60,14 @@ func TestOverloadRefusesBeforeTheTurn(t *testing.T) {
 	if len(started) != bound || len(refused) != convs-bound {
 		t.Fatalf("%d started, %d refused; want %d and %d", len(started), len(refused), bound, convs-bound)
 	}
+	// What the replica exports for its operator and an autoscaler says the
+	// same: each refusal counted once, the bound's turns running.
+	load := tw.w.Load()
+	want := LoadStats{RunningTurns: bound, MaxRunningTurns: bound, OpenSessions: convs,
+		Commands: load.Commands, RefusedBusy: convs - bound}
+	if load != want || load.Commands < 2*convs {
+		t.Errorf("load %+v; want %+v with at least %d commands", load, want, 2*convs)
+	}
 	// A refused message left nothing behind: its session is as created.
 	for _, i := range refused {
 		if st := tw.state(t, fmt.Sprintf("c_%02d", i)); st.Turns != 0 || st.Status != contract.StatusIdle {
@@ -85,6 +93,27 @@ func TestOverloadRefusesBeforeTheTurn(t *testing.T) {
 		t.Fatalf("the refused message sent again: %d", status)
 	}
 	tw.h.next(t).finish("end_turn")
+}
+
+// A replica asked about a conversation another replica holds answers
+// session_elsewhere, and counts it: the figure that tells an operator how
+// often commands miss their holder.
+func TestElsewhereCounted(t *testing.T) {
+	a := newTestWorker(t, workerOpts{})
+	a.create(t, "c_held")
+	b := newTestWorker(t, workerOpts{dir: a.dir, holder: "other-replica"})
+	for range 3 {
+		resp, body := b.call(t, http.MethodGet, "/v1/sessions/c_held", nil)
+		if resp.StatusCode != http.StatusServiceUnavailable || decode[contract.Error](t, body).Error.Code != contract.CodeSessionElsewhere {
+			t.Fatalf("the other replica answered %d %s", resp.StatusCode, body)
+		}
+	}
+	if got := b.w.Load(); got.Elsewhere != 3 || got.Commands != 3 || got.OpenSessions != 0 {
+		t.Errorf("the other replica's load: %+v", got)
+	}
+	if got := a.w.Load(); got.Elsewhere != 0 || got.OpenSessions != 1 {
+		t.Errorf("the holder's load: %+v", got)
+	}
 }
 
 // filesUnder counts this process's descriptors open on files below dir.

@@ -65,12 +65,14 @@ func (w *Worker) signed(h signedHandler) http.Handler {
 				return err
 			}
 		}
+		w.commands.Add(1)
 		err = h(rw, r, body)
 		switch {
 		case errors.Is(err, errShuttingDown):
 			return &httpapi.Error{Status: http.StatusServiceUnavailable, Code: contract.CodeShuttingDown,
 				Msg: "the worker is shutting down; retry shortly", RetryAfter: "5"}
 		case errors.Is(err, sessionstore.ErrLeaseHeld):
+			w.elsewhere.Add(1)
 			// During a rolling update another replica may still own the
 			// conversation; it releases it when its turns are done.
 			return &httpapi.Error{Status: http.StatusServiceUnavailable, Code: contract.CodeSessionElsewhere,
@@ -161,7 +163,7 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 	// Full: refused before the session is opened (its files and its
 	// lease), which under overload is what would run out.
 	if w.gate.full() {
-		return errWorkerBusy(rw, w.gate.max)
+		return w.errWorkerBusy(rw)
 	}
 	s, err := w.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
@@ -171,7 +173,7 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 	var running errTurnRunning
 	switch {
 	case errors.Is(err, errBusy):
-		return errWorkerBusy(rw, w.gate.max)
+		return w.errWorkerBusy(rw)
 	case errors.As(err, &running):
 		return httpapi.Errorf(http.StatusConflict, contract.CodeTurnRunning, "turn %s is still running; wait for it or interrupt it", running.turnID)
 	case errors.Is(err, errShuttingDown):
@@ -193,10 +195,11 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 const busyRetryAfter = "2"
 
 // errWorkerBusy refuses a message beyond the bound on running turns.
-func errWorkerBusy(rw http.ResponseWriter, max int) error {
+func (w *Worker) errWorkerBusy(rw http.ResponseWriter) error {
+	w.refusedBusy.Add(1)
 	rw.Header().Set("Retry-After", busyRetryAfter)
 	return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeWorkerBusy,
-		"this tenant-env's worker is running the most turns it takes at once (%d); the message was not sent: send it again in a few seconds", max)
+		"this tenant-env's worker is running the most turns it takes at once (%d); the message was not sent: send it again in a few seconds", w.gate.max)
 }
 
 func (w *Worker) handleInterrupt(rw http.ResponseWriter, r *http.Request, _ []byte) error {

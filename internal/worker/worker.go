@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/talkide/platform/internal/backoff"
@@ -120,6 +121,9 @@ type Worker struct {
 	gate *turnGate
 
 	maintDone chan struct{} // closed when the maintenance loop has stopped
+
+	// Counted for Stats: how the commands this replica answered went.
+	commands, refusedBusy, elsewhere atomic.Int64
 
 	mu sync.Mutex
 	// guarded by mu
@@ -402,6 +406,35 @@ func (w *Worker) maintainSession(cctx context.Context, s *session, idleBefore ti
 // MaxRunningTurns is the bound on running turns in force; 0: none.
 func (w *Worker) MaxRunningTurns() int { return w.gate.max }
 
+// LoadStats is what a replica tells its operator (and an autoscaler) about its
+// load: counts only, never a conversation's id.
+type LoadStats struct {
+	// RunningTurns is how many turns run now, MaxRunningTurns the bound
+	// (0: none).
+	RunningTurns, MaxRunningTurns int
+	// OpenSessions is how many conversations this replica holds open (and
+	// leased) now.
+	OpenSessions int
+	// Commands counts the signed commands answered since the start;
+	// RefusedBusy those refused with worker_busy, Elsewhere those answered
+	// session_elsewhere because another replica holds the conversation.
+	Commands, RefusedBusy, Elsewhere int64
+}
+
+// Load returns the replica's load now.
+func (w *Worker) Load() LoadStats {
+	w.gate.mu.Lock()
+	running := w.gate.running
+	w.gate.mu.Unlock()
+	w.mu.Lock()
+	open := len(w.sessions)
+	w.mu.Unlock()
+	return LoadStats{
+		RunningTurns: running, MaxRunningTurns: w.gate.max, OpenSessions: open,
+		Commands: w.commands.Load(), RefusedBusy: w.refusedBusy.Load(), Elsewhere: w.elsewhere.Load(),
+	}
+}
+
 // drop removes s from the open sessions if it is still there.
 func (w *Worker) drop(s *session) {
 	w.mu.Lock()
@@ -474,18 +507,6 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 
 // Stats counts the sessions this worker has open and the turns running.
 func (w *Worker) Stats() (open, running int) {
-	w.mu.Lock()
-	sessions := make([]*session, 0, len(w.sessions))
-	for _, s := range w.sessions {
-		sessions = append(sessions, s)
-	}
-	w.mu.Unlock()
-	for _, s := range sessions {
-		s.mu.Lock()
-		if s.running != nil {
-			running++
-		}
-		s.mu.Unlock()
-	}
-	return len(sessions), running
+	l := w.Load()
+	return l.OpenSessions, l.RunningTurns
 }

@@ -125,6 +125,7 @@ type workerOpts struct {
 	keys      *trust.Keyring   // the worker's command keys; nil: testKey alone
 	now       func() time.Time // the worker's clock; nil: time.Now
 	maxTurns  int              // Options.MaxRunningTurns
+	holder    string           // the session store's lease holder; "": test-worker
 }
 
 func newTestWorker(t *testing.T, o workerOpts) *testWorker {
@@ -132,7 +133,10 @@ func newTestWorker(t *testing.T, o workerOpts) *testWorker {
 	if o.dir == "" {
 		o.dir = t.TempDir()
 	}
-	sessions, err := sessionstore.New(filepath.Join(o.dir, "projects"), &sessionstore.Options{Holder: "test-worker", Fsync: o.fsync})
+	if o.holder == "" {
+		o.holder = "test-worker"
+	}
+	sessions, err := sessionstore.New(filepath.Join(o.dir, "projects"), &sessionstore.Options{Holder: o.holder, Fsync: o.fsync})
 	if err != nil {
 		t.Fatal(err)
 	}
