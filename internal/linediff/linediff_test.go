@@ -13,8 +13,12 @@ func TestHunks(t *testing.T) {
 	ctx := func(o, n int, s string) contract.DiffLine {
 		return contract.DiffLine{Kind: contract.DiffContext, OldLine: o, NewLine: n, Text: s}
 	}
-	add := func(n int, s string) contract.DiffLine { return contract.DiffLine{Kind: contract.DiffAdded, NewLine: n, Text: s} }
-	del := func(o int, s string) contract.DiffLine { return contract.DiffLine{Kind: contract.DiffRemoved, OldLine: o, Text: s} }
+	add := func(n int, s string) contract.DiffLine {
+		return contract.DiffLine{Kind: contract.DiffAdded, NewLine: n, Text: s}
+	}
+	del := func(o int, s string) contract.DiffLine {
+		return contract.DiffLine{Kind: contract.DiffRemoved, OldLine: o, Text: s}
+	}
 	numbered := func(from, to int) string {
 		var b strings.Builder
 		for i := from; i <= to; i++ {
@@ -28,10 +32,10 @@ func TestHunks(t *testing.T) {
 		old, new string
 		want     []contract.DiffHunk
 	}{
-		"identical": {"a\nb\n", "a\nb\n", nil},
+		"identical":  {"a\nb\n", "a\nb\n", nil},
 		"both empty": {"", "", nil},
-		"created": {"", "a\nb\n", []contract.DiffHunk{{OldStart: 1, OldLines: 0, NewStart: 1, NewLines: 2, Lines: []contract.DiffLine{add(1, "a"), add(2, "b")}}}},
-		"emptied": {"a\n", "", []contract.DiffHunk{{OldStart: 1, OldLines: 1, NewStart: 1, NewLines: 0, Lines: []contract.DiffLine{del(1, "a")}}}},
+		"created":    {"", "a\nb\n", []contract.DiffHunk{{OldStart: 1, OldLines: 0, NewStart: 1, NewLines: 2, Lines: []contract.DiffLine{add(1, "a"), add(2, "b")}}}},
+		"emptied":    {"a\n", "", []contract.DiffHunk{{OldStart: 1, OldLines: 1, NewStart: 1, NewLines: 0, Lines: []contract.DiffLine{del(1, "a")}}}},
 		"middle line replaced": {"a\nb\nc\n", "a\nB\nc\n", []contract.DiffHunk{{OldStart: 1, OldLines: 3, NewStart: 1, NewLines: 3,
 			Lines: []contract.DiffLine{ctx(1, 1, "a"), del(2, "b"), add(2, "B"), ctx(3, 3, "c")}}}},
 		"line inserted": {"a\nc\n", "a\nb\nc\n", []contract.DiffHunk{{OldStart: 1, OldLines: 2, NewStart: 1, NewLines: 3,

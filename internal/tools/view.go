@@ -137,7 +137,7 @@ func (w *Workspace) ReadFile(p string, limit int64) ([]byte, fs.FileInfo, error)
 func (w *Workspace) readReal(real string, limit int64) ([]byte, fs.FileInfo, error) {
 	f, fi, err := w.openRegular(real)
 	if err != nil {
-		if errors.Is(err, errIsDir) || errors.Is(err, errNotRegular) || errors.Is(err, ErrHardLinked) {
+		if errors.Is(err, ErrIsDir) || errors.Is(err, errNotRegular) || errors.Is(err, ErrHardLinked) {
 			err = fmt.Errorf("%w: %w", ErrNotAFile, err)
 		}
 		return nil, nil, err
@@ -180,6 +180,10 @@ func ReadToolOutput(stateDir, name string, limit int64) (data []byte, fi fs.File
 	// One component, not followed if a symlink (the tools never make
 	// one there); O_NONBLOCK: a FIFO must not block the open.
 	f, err := root.OpenFile(name, os.O_RDONLY|noFollowNonblock, 0)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// A symlink: ELOOP, or os.Root's own refusal of one that leads out.
+		err = fmt.Errorf("%w: %w", ErrNotAFile, err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
