@@ -3,6 +3,8 @@ package contract
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -204,6 +206,32 @@ func ValidateToolOutputName(name string) error {
 		}
 	}
 	return nil
+}
+
+// MaxViewQuery bounds the raw query string of a workspace request: a
+// longest path, every byte of it percent-encoded, and a few parameters.
+const MaxViewQuery = 3*MaxWorkspacePath + 256
+
+// ParseViewQuery parses the raw query string of a workspace request,
+// refusing a malformed or overlong one, a parameter not in allowed and a
+// parameter given twice.
+func ParseViewQuery(raw string, allowed ...string) (url.Values, error) {
+	if len(raw) > MaxViewQuery {
+		return nil, Invalid(ErrInvalidPath, "query", "is longer than %d bytes", MaxViewQuery)
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, Invalid(ErrInvalidPath, "query", "is malformed: %v", err)
+	}
+	for k, v := range q {
+		if !slices.Contains(allowed, k) {
+			return nil, Invalid(ErrInvalidPath, "query", "has the unknown parameter %s; this endpoint takes %s", quoteShort(k), strings.Join(allowed, ", "))
+		}
+		if len(v) > 1 {
+			return nil, Invalid(ErrInvalidPath, "query", "gives %s %d times; give it once", quoteShort(k), len(v))
+		}
+	}
+	return q, nil
 }
 
 // quoteShort quotes at most 64 bytes of s, for a message.

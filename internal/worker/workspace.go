@@ -40,16 +40,11 @@ func (w *Worker) registerWorkspace(mux *http.ServeMux) {
 }
 
 // workspaceQuery reads the one query parameter param of a workspace
-// request, refusing any other and a repeated one.
+// request.
 func workspaceQuery(r *http.Request, param string) (string, error) {
-	q := r.URL.Query()
-	for k, v := range q {
-		if k != param {
-			return "", httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "unknown query parameter %.64q; this endpoint takes %s", k, param)
-		}
-		if len(v) > 1 {
-			return "", httpapi.Errorf(http.StatusBadRequest, contract.CodeBadRequest, "%s is given %d times; give it once", param, len(v))
-		}
+	q, err := contract.ParseViewQuery(r.URL.RawQuery, param)
+	if err != nil {
+		return "", err
 	}
 	return q.Get(param), nil
 }
