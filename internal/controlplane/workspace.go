@@ -20,130 +20,85 @@ import (
 // registerWorkspace adds the workspace view's browser endpoints to mux.
 func (s *Server) registerWorkspace(mux *http.ServeMux, h func(httpapi.HandlerFunc) http.Handler) {
 	for p, f := range map[string]httpapi.HandlerFunc{
-		"/api/conversations/{id}/workspace/list": s.handleWorkspaceList,
-		"/api/conversations/{id}/workspace/file": s.handleWorkspaceFile,
-		"/api/conversations/{id}/workspace/diff": s.handleWorkspaceDiff,
-		"/api/conversations/{id}/tool-output":    s.handleToolOutput,
+		"/api/conversations/{id}/workspace/list": viewHandler[contract.WorkspaceListing](s, contract.WorkspaceListPath, "path", anyPath, nil),
+		"/api/conversations/{id}/workspace/file": viewHandler(s, contract.WorkspaceFilePath, "path", filePath, fileDownload),
+		"/api/conversations/{id}/workspace/diff": viewHandler[contract.WorkspaceDiff](s, contract.WorkspaceDiffPath, "path", filePath, nil),
+		"/api/conversations/{id}/tool-output":    viewHandler(s, contract.ToolOutputPath, "name", outputName, outputDownload),
 	} {
 		mux.Handle("GET "+p, h(s.browser(f)))
 		mux.Handle(p, httpapi.MethodNotAllowed(s.log, http.MethodGet))
 	}
 }
 
-// viewQuery reads a workspace request's query: param and, when
-// downloadable, download=1; nothing else.
-func viewQuery(r *http.Request, param string, downloadable bool) (value string, download bool, err error) {
-	allowed := []string{param}
-	if downloadable {
-		allowed = append(allowed, "download")
-	}
-	q, err := contract.ParseViewQuery(r.URL.RawQuery, allowed...)
-	if err != nil {
-		return "", false, err
-	}
-	switch d := q.Get("download"); d {
-	case "", "0":
-	case "1":
-		download = true
-	default:
-		return "", false, badQuery("download %.16q: want 1 or 0", d)
-	}
-	return q.Get(param), download, nil
-}
+// download is what a download of an answer T saves: a file name, whether
+// it is text, its bytes. A nil download means the endpoint offers none.
+type download[T any] func(T) (name string, text bool, data []byte)
 
-// workspacePath reads and checks the path parameter of a workspace request.
-func workspacePath(r *http.Request, downloadable bool) (string, bool, error) {
-	raw, download, err := viewQuery(r, "path", downloadable)
-	if err != nil {
-		return "", false, err
-	}
-	p, err := contract.ValidateWorkspacePath("path", raw)
-	return p, download, err
-}
-
-// forward asks the conversation's worker for a workspace answer.
-func (s *Server) forward(r *http.Request, workerPath string, query url.Values, out any) error {
-	c, wc, err := s.conversationWorker(r)
-	if err != nil {
-		return err
-	}
-	if _, err := wc.doQuery(r.Context(), http.MethodGet, workerPath, c.ID, query, contract.MaxWorkspaceAnswer, nil, out); err != nil {
-		return workerFailure(err)
-	}
-	return nil
-}
-
-func (s *Server) handleWorkspaceList(w http.ResponseWriter, r *http.Request) error {
-	p, _, err := workspacePath(r, false)
-	if err != nil {
-		return err
-	}
-	var out contract.WorkspaceListing
-	if err := s.forward(r, contract.WorkspaceListPath, url.Values{"path": {p}}, &out); err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
-	return nil
-}
-
-func (s *Server) handleWorkspaceFile(w http.ResponseWriter, r *http.Request) error {
-	p, download, err := workspacePath(r, true)
-	if err != nil {
-		return err
-	}
-	if p == "." {
-		return badQuery("path: name a file of the workspace")
-	}
-	var out contract.WorkspaceFile
-	if err := s.forward(r, contract.WorkspaceFilePath, url.Values{"path": {p}}, &out); err != nil {
-		return err
-	}
-	if download {
-		data := []byte(out.Content)
-		if out.Binary {
-			data = out.Data
+// viewHandler answers a workspace request: it checks the query (param, by
+// check, and download=1 where the endpoint offers one), forwards the
+// checked value to the worker at workerPath, and answers the worker's T as
+// JSON or as a download.
+func viewHandler[T any](s *Server, workerPath, param string, check func(string) (string, error), dl download[T]) httpapi.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		allowed := []string{param}
+		if dl != nil {
+			allowed = append(allowed, "download")
 		}
-		writeDownload(w, path.Base(p), !out.Binary, data)
+		q, err := contract.ParseViewQuery(r.URL.RawQuery, allowed...)
+		if err != nil {
+			return err
+		}
+		var asFile bool
+		switch d := q.Get("download"); d {
+		case "", "0":
+		case "1":
+			asFile = true
+		default:
+			return badQuery("download %.16q: want 1 or 0", d)
+		}
+		v, err := check(q.Get(param))
+		if err != nil {
+			return err
+		}
+		c, wc, err := s.conversationWorker(r)
+		if err != nil {
+			return err
+		}
+		var out T
+		if _, err := wc.doQuery(r.Context(), http.MethodGet, workerPath, c.ID, url.Values{param: {v}}, contract.MaxWorkspaceAnswer, nil, &out); err != nil {
+			return workerFailure(err)
+		}
+		if asFile {
+			name, text, data := dl(out)
+			writeDownload(w, name, text, data)
+			return nil
+		}
+		httpapi.WriteJSON(w, http.StatusOK, out)
 		return nil
 	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
-	return nil
 }
 
-func (s *Server) handleWorkspaceDiff(w http.ResponseWriter, r *http.Request) error {
-	p, _, err := workspacePath(r, false)
-	if err != nil {
-		return err
+func anyPath(p string) (string, error) { return contract.ValidateWorkspacePath("path", p) }
+
+func filePath(p string) (string, error) {
+	p, err := anyPath(p)
+	if err == nil && p == "." {
+		err = badQuery("path: name a file of the workspace")
 	}
-	if p == "." {
-		return badQuery("path: name a file of the workspace")
-	}
-	var out contract.WorkspaceDiff
-	if err := s.forward(r, contract.WorkspaceDiffPath, url.Values{"path": {p}}, &out); err != nil {
-		return err
-	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
-	return nil
+	return p, err
 }
 
-func (s *Server) handleToolOutput(w http.ResponseWriter, r *http.Request) error {
-	name, download, err := viewQuery(r, "name", true)
-	if err != nil {
-		return err
+func outputName(name string) (string, error) { return name, contract.ValidateToolOutputName(name) }
+
+func fileDownload(f contract.WorkspaceFile) (string, bool, []byte) {
+	if f.Binary {
+		return path.Base(f.Path), false, f.Data
 	}
-	if err := contract.ValidateToolOutputName(name); err != nil {
-		return err
-	}
-	var out contract.ToolOutput
-	if err := s.forward(r, contract.ToolOutputPath, url.Values{"name": {name}}, &out); err != nil {
-		return err
-	}
-	if download {
-		writeDownload(w, name, true, []byte(out.Content))
-		return nil
-	}
-	httpapi.WriteJSON(w, http.StatusOK, out)
-	return nil
+	return path.Base(f.Path), true, []byte(f.Content)
+}
+
+func outputDownload(o contract.ToolOutput) (string, bool, []byte) {
+	return o.Name, true, []byte(o.Content)
 }
 
 // writeDownload answers a download of data as the file name: an

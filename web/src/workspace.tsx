@@ -7,7 +7,7 @@
 import { signal } from "@preact/signals";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { api, ApiError, workspaceURL, toolOutputURL, type WorkspaceEntry, type WorkspaceListing, type WorkspaceFile, type WorkspaceDiff, type ToolOutput } from "./api";
-import { trapTab, focusComposer } from "./dialog";
+import { dialogKeys, focusComposer } from "./dialog";
 import { highlightCode, languageOf } from "./markdown";
 import type { Session } from "./session";
 
@@ -159,14 +159,7 @@ function ViewerDialog({ v }: { v: Viewing }) {
     <div class="switcher-backdrop viewer-backdrop" onClick={close}>
       <div class="viewer" ref={box} role="dialog" aria-modal="true" aria-label={title} data-testid="viewer" data-kind={v.kind} data-target={v.target}
         onClick={(e) => e.stopPropagation()}
-        onKeyDown={(e) => {
-          trapTab(e, box.current);
-          if (e.key === "Escape") {
-            e.preventDefault();
-            e.stopPropagation();
-            close();
-          }
-        }}>
+        onKeyDown={(e) => dialogKeys(e, box.current, close)}>
         <div class="viewer-head">
           <code class="viewer-title" data-testid="viewer-title">{title}</code>
           {loaded && "file" in loaded && <span class="meta">{fmtSize(loaded.file.size)} · {new Date(loaded.file.mtime).toLocaleString()}</span>}
