@@ -35,8 +35,9 @@ const (
 	MaxToolOutputView = 1 << 20
 	// MaxDiffLines bounds the lines of each side of a diff.
 	MaxDiffLines = 20000
-	// MaxWorkspaceAnswer bounds a workspace answer's JSON, which escapes
-	// at most 6 bytes for each byte of content.
+	// MaxWorkspaceAnswer bounds a workspace answer's JSON: a file's, which
+	// escapes a byte of content in at most 6, always fits; a diff that
+	// would not is refused with CodeFileTooLarge.
 	MaxWorkspaceAnswer = 6*MaxFileView + 64<<10
 )
 

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -205,6 +206,15 @@ func (w *Worker) handleWorkspaceDiff(rw http.ResponseWriter, r *http.Request, _ 
 	}
 	if hunks := linediff.Hunks(string(orig.Data), string(cur), diffContext); hunks != nil {
 		out.Hunks = hunks
+	}
+	// Both sides in full, every byte escaped, can pass what the
+	// control-plane reads of an answer: refused here, with a reason,
+	// rather than cut there.
+	if data, err := json.Marshal(out); err != nil {
+		return err
+	} else if len(data) > contract.MaxWorkspaceAnswer {
+		return httpapi.Errorf(http.StatusRequestEntityTooLarge, contract.CodeFileTooLarge,
+			"the diff of %.200q takes %d bytes, more than the %d the view sends", p, len(data), contract.MaxWorkspaceAnswer)
 	}
 	httpapi.WriteJSON(rw, http.StatusOK, out)
 	return nil

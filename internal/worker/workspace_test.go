@@ -523,3 +523,40 @@ func FuzzWorkspacePath(f *testing.F) {
 		}
 	})
 }
+
+// TestWorkspaceDiffTooLarge: a file rewritten whole, every byte of it one
+// that JSON escapes in six, makes a diff larger than an answer may be:
+// refused with a reason, not cut on the way.
+func TestWorkspaceDiffTooLarge(t *testing.T) {
+	f := newViewFixture(t)
+	ws, err := tools.NewWorkspace(f.ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	line := strings.Repeat("<", 99) + "\n"
+	old := strings.Repeat(line, contract.MaxFileView/len(line))
+	if err := os.WriteFile(filepath.Join(f.ws, "page.html"), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(tools.WriteInput{FilePath: "page.html", Content: strings.ReplaceAll(old, "<", ">")})
+	if res, err := (&tools.Write{}).Run(context.Background(), tools.Call{ID: "toolu_1", Input: b, Workspace: ws, StateDir: f.stateDir}); err != nil || res.IsError {
+		t.Fatalf("%v %s", err, res.Output)
+	}
+	resp, body := f.get(t, contract.WorkspaceDiffPath, pathQuery("page.html"))
+	wantError(t, resp, body, http.StatusRequestEntityTooLarge, contract.CodeFileTooLarge)
+
+	// More lines than a diff shows.
+	if err := os.WriteFile(filepath.Join(f.ws, "lines.txt"), []byte(strings.Repeat("x\n", contract.MaxDiffLines+1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = json.Marshal(tools.EditInput{FilePath: "lines.txt", OldString: "x\n", NewString: "y\n", ReplaceAll: true})
+	if res, err := (&tools.Edit{}).Run(context.Background(), tools.Call{ID: "toolu_2", Input: b, Workspace: ws, StateDir: f.stateDir}); err != nil || res.IsError {
+		t.Fatalf("%v %s", err, res.Output)
+	}
+	resp, body = f.get(t, contract.WorkspaceDiffPath, pathQuery("lines.txt"))
+	if msg := string(body); !strings.Contains(msg, strconv.Itoa(contract.MaxDiffLines+1)+" lines") {
+		t.Errorf("lines: %s", msg)
+	}
+	wantError(t, resp, body, http.StatusRequestEntityTooLarge, contract.CodeFileTooLarge)
+}
