@@ -176,7 +176,7 @@ func (w *Worker) handleWorkspaceDiff(rw http.ResponseWriter, r *http.Request, _ 
 	orig, err := ws.Original(tools.StateDirOf(s.store.Dir()), p)
 	if errors.Is(err, tools.ErrNoOriginal) {
 		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound,
-			"%.200q has not been changed by this conversation's Write or Edit (what commands change is not recorded)", p)
+			"%.200q has no original kept: the platform's Write and Edit have not changed it in this conversation (what commands, or the Claude Code harness's own tools, change is not recorded)", p)
 	}
 	if err != nil {
 		return viewError(p, err)
