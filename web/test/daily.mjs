@@ -141,6 +141,8 @@ export const daily = {
       await h.page.getByTestId("files-tab").click();
       await h.page.locator('[data-testid=tree-file]').filter({ hasText: "data.txt" }).waitFor({ timeout: T });
       await h.page.locator('[data-testid=tree-dir]').filter({ hasText: "src/" }).click();
+      await h.page.locator('li[data-path="src/app.go"] [data-testid=tree-file]').waitFor({ timeout: T });
+      await h.screenshot("workspace-tree-" + size);
       await h.page.locator('li[data-path="src/app.go"] [data-testid=tree-file]').click();
       await viewer.waitFor({ timeout: T });
       check((await viewer.getAttribute("data-kind")) === "file", "the viewer does not show a file");
