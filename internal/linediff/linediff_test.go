@@ -114,3 +114,25 @@ func FuzzHunks(f *testing.F) {
 		checkRebuild(t, old, new)
 	})
 }
+
+// BenchmarkHunks diffs the largest file a diff shows (20,000 lines) with
+// an edit every 200 lines, and the same file rewritten whole.
+func BenchmarkHunks(b *testing.B) {
+	var old, edited, rewritten strings.Builder
+	for i := range contract.MaxDiffLines {
+		line := "\tfmt.Println(\"line " + strings.Repeat("x", i%40) + "\")\n"
+		old.WriteString(line)
+		rewritten.WriteString("// " + line)
+		if i%200 == 0 {
+			line = "\t// changed\n"
+		}
+		edited.WriteString(line)
+	}
+	for name, new := range map[string]string{"scattered": edited.String(), "rewritten": rewritten.String()} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				Hunks(old.String(), new, 3)
+			}
+		})
+	}
+}
