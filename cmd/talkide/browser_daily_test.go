@@ -74,6 +74,17 @@ func TestBrowserDailyScenarios(t *testing.T) {
 	}
 }
 
+// TestBrowserDailyWorkspace: a turn that makes, edits and writes files and
+// runs a command with a long output; the Files tab's tree, a file in the
+// viewer with line numbers, highlighted, downloaded as an attachment; a
+// change's diff with context and line numbers; the tool card opening the
+// output kept whole; at a laptop's size and a phone's.
+func TestBrowserDailyWorkspace(t *testing.T) {
+	browserReady(t)
+	st, _ := startTestStack(t)
+	runScenario(t, st, "workspace", noSteps(t))
+}
+
 // TestBrowserDailyNoticeOnce: a worker restart writes the simulator's
 // notice to the log again; the page shows it once.
 func TestBrowserDailyNoticeOnce(t *testing.T) {

@@ -275,6 +275,7 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("/auth/", s.cfg.Auth.Handler())
 	}
 	mux.Handle("GET /api/conversations/{id}/events", h(s.browser(s.handleHistory)))
+	s.registerWorkspace(mux, h)
 
 	mux.Handle("POST "+MintPath, h(s.handleMint))
 	mux.Handle("POST "+contract.ReportsPath, h(s.handleReports))

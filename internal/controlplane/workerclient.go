@@ -62,6 +62,11 @@ var errWorkerUnreachable = errors.New("worker unreachable")
 // error answer becomes an *httpapi.Error with the worker's status, code and
 // message, which are safe to pass on.
 func (c *workerClient) do(ctx context.Context, method, path, id string, in, out any) (int, error) {
+	return c.doQuery(ctx, method, path, id, nil, 1<<20, in, out)
+}
+
+// doQuery is do with a query string and a bound on the answer's bytes.
+func (c *workerClient) doQuery(ctx context.Context, method, path, id string, query url.Values, limit int64, in, out any) (int, error) {
 	var body []byte
 	if in != nil {
 		var err error
@@ -69,7 +74,7 @@ func (c *workerClient) do(ctx context.Context, method, path, id string, in, out 
 			return 0, err
 		}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.url(path, id, nil), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, c.url(path, id, query), bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -82,7 +87,7 @@ func (c *workerClient) do(ctx context.Context, method, path, id string, in, out 
 		return 0, fmt.Errorf("%w: %w", errWorkerUnreachable, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", errWorkerUnreachable, err)
 	}

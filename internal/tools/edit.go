@@ -70,6 +70,7 @@ func (*Edit) Run(ctx context.Context, call Call) (Result, error) {
 		if in.OldString != "" {
 			return errorResult("File does not exist: %s. To create it, use Write (or Edit with an empty old_string)", rel), nil
 		}
+		ws.keepOriginal(call.StateDir, path)
 		if _, err := ws.writeFile(path, []byte(in.NewString), 0o644); err != nil {
 			return writeError("Cannot create", rel, err), nil
 		}
@@ -100,6 +101,7 @@ func (*Edit) Run(ctx context.Context, call Call) (Result, error) {
 		if content != "" {
 			return errorResult("old_string is empty but %s already exists and is not empty; give the text to replace, or use Write to replace the whole file", rel), nil
 		}
+		ws.keepOriginal(call.StateDir, path)
 		if _, err := ws.writeFile(path, []byte(in.NewString), fi.Mode().Perm()); err != nil {
 			return writeError("Cannot edit", rel, err), nil
 		}
@@ -124,6 +126,7 @@ func (*Edit) Run(ctx context.Context, call Call) (Result, error) {
 	} else {
 		updated = content[:first] + in.NewString + content[first+len(in.OldString):]
 	}
+	ws.keepOriginal(call.StateDir, path)
 	if _, err := ws.writeFile(path, []byte(updated), fi.Mode().Perm()); err != nil {
 		return writeError("Cannot edit", rel, err), nil
 	}

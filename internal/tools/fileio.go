@@ -18,9 +18,11 @@ import (
 // file elsewhere that the sandbox around Bash hides by its path.
 var ErrHardLinked = errors.New("the file has more than one hard link")
 
+// ErrIsDir is wrapped by the error for a directory where a file is read.
+var ErrIsDir = errors.New("it is a directory")
+
 // Errors of the file operations, for the tools' messages.
 var (
-	errIsDir      = errors.New("it is a directory")
 	errNotRegular = errors.New("not a regular file")
 	errTooLarge   = errors.New("the file is too large")
 	// errChanged is a directory replaced, by a symlink or another
@@ -167,7 +169,7 @@ func (w *Workspace) Open(name string) (*os.File, error) {
 // descriptor, and returns it with its FileInfo. It refuses, before opening
 // it, what is not a regular file (a device is not opened at all), and,
 // after, a file with more than one hard link; errors wrap fs.ErrNotExist,
-// ErrOutsideWorkspace, ErrHardLinked, errIsDir or errNotRegular.
+// ErrOutsideWorkspace, ErrHardLinked, ErrIsDir or errNotRegular.
 func (w *Workspace) openRegular(real string) (*os.File, fs.FileInfo, error) {
 	name, err := w.name(real)
 	if err != nil {
@@ -209,14 +211,14 @@ func checkOpened(f *os.File) (fs.FileInfo, error) {
 	return fi, nil
 }
 
-// regular returns nil for a regular file, errIsDir for a directory and a
+// regular returns nil for a regular file, ErrIsDir for a directory and a
 // notRegularError for anything else.
 func regular(fi fs.FileInfo) error {
 	switch {
 	case fi.Mode().IsRegular():
 		return nil
 	case fi.IsDir():
-		return errIsDir
+		return ErrIsDir
 	default:
 		return &notRegularError{fi.Mode().Type()}
 	}
@@ -264,14 +266,14 @@ func readLimited(r io.Reader, size, limit int64) ([]byte, error) {
 // with another name, maybe outside the workspace, is left as it was. An
 // existing file keeps its permission bits; a new one gets perm. existed
 // reports whether there was a file to replace. Errors wrap
-// ErrOutsideWorkspace, errIsDir or errNotRegular, or are the system's.
+// ErrOutsideWorkspace, ErrIsDir or errNotRegular, or are the system's.
 func (w *Workspace) writeFile(real string, data []byte, perm fs.FileMode) (existed bool, err error) {
 	name, err := w.name(real)
 	if err != nil {
 		return false, err
 	}
 	if name == "." {
-		return false, errIsDir
+		return false, ErrIsDir
 	}
 	parent, base := filepath.Split(name)
 	dir := w.dir

@@ -256,7 +256,7 @@ func TestOpen(t *testing.T) {
 		"dotdot":      {"../outside/secret", ErrOutsideWorkspace},
 		"hard link":   {"hl.txt", ErrHardLinked},
 		"missing":     {"nope", fs.ErrNotExist},
-		"directory":   {"sub", errIsDir},
+		"directory":   {"sub", ErrIsDir},
 		"fifo":        {"fifo", errNotRegular}, // refused without blocking
 		"not a dir":   {"ok.txt/x", syscall.ENOTDIR},
 		"dangling in": {"dangling_in", fs.ErrNotExist},
@@ -285,8 +285,8 @@ func TestWriteFileErrors(t *testing.T) {
 		path string
 		want error
 	}{
-		"the root":         {".", errIsDir},
-		"a directory":      {"sub", errIsDir},
+		"the root":         {".", ErrIsDir},
+		"a directory":      {"sub", ErrIsDir},
 		"a fifo":           {"fifo", errNotRegular},
 		"under a file":     {"f.txt/x", syscall.ENOTDIR},
 		"outside the root": {"/etc/x", ErrOutsideWorkspace},

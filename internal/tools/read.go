@@ -156,7 +156,7 @@ func openForRead(ws *Workspace, path, rel string) (*os.File, error) {
 		return nil, fmt.Errorf("Cannot read %v", err)
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("File does not exist: %s", rel)
-	case errors.Is(err, errIsDir):
+	case errors.Is(err, ErrIsDir):
 		return nil, fmt.Errorf("%s is a directory, not a file; use LS (or Glob) to list its contents", rel)
 	default:
 		return nil, fmt.Errorf("Cannot read %s: %v", rel, err)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -61,6 +62,11 @@ type Call struct {
 	// Job by it and the call's ID.
 	Conversation string
 }
+
+// StateDirOf returns the StateDir of a conversation whose session directory
+// is sessionDir: every harness gives its tools this one, and the worker
+// reads the outputs and originals kept there for the browser.
+func StateDirOf(sessionDir string) string { return filepath.Join(sessionDir, "tools") }
 
 // Result is what the model sees of a call.
 type Result struct {

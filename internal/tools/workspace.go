@@ -212,7 +212,7 @@ func (w *Workspace) walk(rel string) (string, error) {
 		}
 		links++
 		if links > maxSymlinks {
-			return "", fmt.Errorf("too many levels of symbolic links")
+			return "", syscall.ELOOP // "too many levels of symbolic links", as the kernel says
 		}
 		target, err := os.Readlink(next)
 		if errors.Is(err, syscall.EINVAL) {

@@ -43,6 +43,7 @@ func (*Write) Run(ctx context.Context, call Call) (Result, error) {
 		return errorResult("Cannot write %v", err), nil
 	}
 	rel := ws.Rel(path)
+	ws.keepOriginal(call.StateDir, path)
 	existed, err := ws.writeFile(path, []byte(in.Content), 0o644)
 	if err != nil {
 		return writeError("Cannot write", rel, err), nil

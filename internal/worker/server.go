@@ -25,6 +25,7 @@ func (w *Worker) Handler() http.Handler {
 	mux.Handle("POST "+contract.MessagesPath, w.signed(w.handleSend))
 	mux.Handle("GET "+contract.StreamPath, w.signed(w.handleStream))
 	mux.Handle("POST "+contract.InterruptPath, w.signed(w.handleInterrupt))
+	w.registerWorkspace(mux)
 	mux.HandleFunc("GET "+contract.HealthPath, func(rw http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
 	})

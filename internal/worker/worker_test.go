@@ -128,7 +128,7 @@ type workerOpts struct {
 	holder    string           // the session store's lease holder; "": test-worker
 }
 
-func newTestWorker(t *testing.T, o workerOpts) *testWorker {
+func newTestWorker(t testing.TB, o workerOpts) *testWorker {
 	t.Helper()
 	if o.dir == "" {
 		o.dir = t.TempDir()
@@ -174,7 +174,7 @@ func newTestWorker(t *testing.T, o workerOpts) *testWorker {
 }
 
 // request returns a signed request; body may be nil.
-func (tw *testWorker) request(t *testing.T, ctx context.Context, method, path string, body []byte) *http.Request {
+func (tw *testWorker) request(t testing.TB, ctx context.Context, method, path string, body []byte) *http.Request {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, method, tw.srv.URL+path, bytes.NewReader(body))
 	if err != nil {
@@ -188,7 +188,7 @@ func (tw *testWorker) request(t *testing.T, ctx context.Context, method, path st
 }
 
 // call sends a signed command; in is JSON-encoded unless it is []byte.
-func (tw *testWorker) call(t *testing.T, method, path string, in any) (*http.Response, []byte) {
+func (tw *testWorker) call(t testing.TB, method, path string, in any) (*http.Response, []byte) {
 	t.Helper()
 	var body []byte
 	switch v := in.(type) {
@@ -206,7 +206,7 @@ func (tw *testWorker) call(t *testing.T, method, path string, in any) (*http.Res
 	return send(t, tw.request(t, ctx, method, path, body))
 }
 
-func send(t *testing.T, req *http.Request) (*http.Response, []byte) {
+func send(t testing.TB, req *http.Request) (*http.Response, []byte) {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -221,7 +221,7 @@ func send(t *testing.T, req *http.Request) (*http.Response, []byte) {
 }
 
 // decode decodes b strictly into a T.
-func decode[T any](t *testing.T, b []byte) T {
+func decode[T any](t testing.TB, b []byte) T {
 	t.Helper()
 	var v T
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -233,7 +233,7 @@ func decode[T any](t *testing.T, b []byte) T {
 }
 
 // wantError checks a response against the contract's error shape.
-func wantError(t *testing.T, resp *http.Response, body []byte, status int, code string) {
+func wantError(t testing.TB, resp *http.Response, body []byte, status int, code string) {
 	t.Helper()
 	if resp.StatusCode != status {
 		t.Errorf("status %d, want %d (body %s)", resp.StatusCode, status, body)
@@ -247,7 +247,7 @@ func wantError(t *testing.T, resp *http.Response, body []byte, status int, code 
 	}
 }
 
-func (tw *testWorker) create(t *testing.T, conv string) (int, contract.SessionState) {
+func (tw *testWorker) create(t testing.TB, conv string) (int, contract.SessionState) {
 	t.Helper()
 	resp, b := tw.call(t, http.MethodPost, contract.SessionsPath, contract.CreateSessionRequest{ConversationID: conv, UserID: "user-1"})
 	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {

@@ -122,6 +122,55 @@ export interface Issue {
   comments?: { id: string; body: string; status?: string; created_at: string }[];
 }
 
+/** One entry of a workspace directory (docs/contract.md, the workspace view). */
+export interface WorkspaceEntry {
+  name: string;
+  kind: "file" | "dir" | "symlink" | "other";
+  size?: number;
+  mtime: string;
+  target?: string;
+  target_kind?: string;
+  outside?: boolean;
+}
+
+export interface WorkspaceListing {
+  path: string;
+  entries: WorkspaceEntry[];
+  truncated?: boolean;
+}
+
+export interface WorkspaceFile {
+  path: string;
+  size: number;
+  mtime: string;
+  binary?: boolean;
+  content?: string;
+}
+
+export interface DiffLine {
+  kind: "context" | "added" | "removed";
+  old_line?: number;
+  new_line?: number;
+  text: string;
+}
+
+export interface WorkspaceDiff {
+  path: string;
+  created?: boolean;
+  deleted?: boolean;
+  binary?: boolean;
+  context: number;
+  hunks: { old_start: number; old_lines: number; new_start: number; new_lines: number; lines: DiffLine[] }[];
+}
+
+export interface ToolOutput {
+  name: string;
+  size: number;
+  mtime: string;
+  content: string;
+  truncated?: boolean;
+}
+
 /** loginNeeded is set when the browser API answers 401: the header then offers a login. */
 export const loginNeeded = signal(false);
 
@@ -229,7 +278,20 @@ export const api = {
     ),
   issues: (id: string) => call<{ issues: Issue[] }>("GET", conv(id) + "/issues"),
   streamURL: (id: string, after: number) => conv(id) + "/stream?after=" + after,
+  workspaceList: (id: string, path: string) => call<WorkspaceListing>("GET", workspaceURL(id, "list", path)),
+  workspaceFile: (id: string, path: string) => call<WorkspaceFile>("GET", workspaceURL(id, "file", path)),
+  workspaceDiff: (id: string, path: string) => call<WorkspaceDiff>("GET", workspaceURL(id, "diff", path)),
+  toolOutput: (id: string, name: string) => call<ToolOutput>("GET", toolOutputURL(id, name)),
 };
+
+/** workspaceURL addresses the workspace view; download=1 makes a file an attachment. */
+export function workspaceURL(id: string, what: "list" | "file" | "diff", path: string): string {
+  return conv(id) + "/workspace/" + what + "?path=" + encodeURIComponent(path);
+}
+
+export function toolOutputURL(id: string, name: string): string {
+  return conv(id) + "/tool-output?name=" + encodeURIComponent(name);
+}
 
 /** newID makes a client_message_id: the contract's id alphabet, 128 random bits. */
 export function newID(prefix: string): string {

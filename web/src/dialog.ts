@@ -22,6 +22,17 @@ export function trapTab(e: KeyboardEvent, root: HTMLElement | null) {
   }
 }
 
+/** dialogKeys is a modal dialog's keydown: Tab stays inside root, and Esc
+ * closes it without reaching the page (where it would stop the turn). */
+export function dialogKeys(e: KeyboardEvent, root: HTMLElement | null, close: () => void) {
+  trapTab(e, root);
+  if (e.key === "Escape") {
+    e.preventDefault();
+    e.stopPropagation();
+    close();
+  }
+}
+
 /** modalOpen tells whether a modal dialog is showing. */
 export function modalOpen(): boolean {
   return document.querySelector('[role=dialog][aria-modal="true"]') !== null;

@@ -5,6 +5,7 @@ import { api, ApiError, loginNeeded, type Conversation, type Me } from "./api";
 import { Session } from "./session";
 import { TranscriptView } from "./view";
 import { SidePanel } from "./panel";
+import { Viewer } from "./workspace";
 import { BudgetBadge, loadBudget } from "./budget";
 import { TenantBudgetButton, TenantBudgetDialog } from "./tenantbudget";
 import { Outbox } from "./outbox";
@@ -529,6 +530,7 @@ function App() {
       </div>
       {switcherOpen.value && <Switcher />}
       <TenantBudgetDialog />
+      <Viewer />
     </div>
   );
 }

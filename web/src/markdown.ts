@@ -40,6 +40,31 @@ function highlight(code: string, lang: string): string {
   return ""; // markdown-it escapes it
 }
 
+const byExtension: Record<string, string> = {
+  go: "go", ts: "typescript", tsx: "typescript", mts: "typescript", js: "javascript", mjs: "javascript", cjs: "javascript", jsx: "javascript",
+  json: "json", py: "python", yaml: "yaml", yml: "yaml", sql: "sql", html: "xml", htm: "xml", xml: "xml", svg: "xml",
+  css: "css", sh: "bash", bash: "bash", zsh: "bash", diff: "diff", patch: "diff",
+};
+
+/** languageOf names the highlighter's language for a file name, "" when it has none. */
+export function languageOf(name: string): string {
+  const ext = /\.([A-Za-z0-9]+)$/.exec(name)?.[1]?.toLowerCase() ?? "";
+  return byExtension[ext] ?? "";
+}
+
+/** Files larger than this are shown as plain text: highlighting them would hold the page. */
+const MAX_HIGHLIGHT = 256 << 10;
+
+/** highlightCode returns code as safe HTML: highlighted in lang when it
+ * has one (highlight.js escapes what it does not mark up), else escaped. */
+export function highlightCode(code: string, lang: string): string {
+  if (lang && code.length <= MAX_HIGHLIGHT) {
+    const html = highlight(code, lang);
+    if (html) return html;
+  }
+  return md.utils.escapeHtml(code);
+}
+
 const md = new MarkdownIt({ html: false, linkify: true, breaks: false, highlight });
 
 const sameOrigin = (url: string) => {

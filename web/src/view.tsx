@@ -10,6 +10,7 @@ import { useFollow } from "./follow";
 import { addCodeCopy, onCodeCopyClick, flashCopy } from "./copy";
 import { toolLabel, stopReason, failureTitle } from "./names";
 import { rememberedOpen, rememberOpen } from "./toolstate";
+import { openViewer, spilledOutput } from "./workspace";
 
 /** The open conversation, for the items' actions (copy, edit, retry). */
 const SessionCtx = createContext<Session | null>(null);
@@ -349,7 +350,20 @@ function Tool({ it, v }: { it: ToolItem; v: number }) {
         </button>
       )}
       {it.truncated && <p class="meta">The output was cut before it reached the model.</p>}
+      {it.done && <SpilledOutput output={out} />}
     </details>
+  );
+}
+
+/** SpilledOutput opens the whole output a tool kept when it cut what the model saw. */
+function SpilledOutput({ output }: { output: string }) {
+  const conv = useContext(SessionCtx)?.id;
+  const name = useMemo(() => spilledOutput(output), [output]);
+  if (!name || !conv) return null;
+  return (
+    <button class="act spilled" data-testid="open-spilled" data-name={name} onClick={() => openViewer({ conv, kind: "output", target: name })}>
+      Open the full output
+    </button>
   );
 }
 

@@ -107,6 +107,105 @@ async function inViewport(h, locator, what) {
 const longBash = (tag, n) => `[[tool:Bash {"command":"for i in $(seq 1 ${n}); do echo ${tag}-line-$i; done"}]]`;
 
 export const daily = {
+  // The workspace: a turn in which the agent makes a file with a command,
+  // edits it, writes another and runs a command with a long output; the
+  // Files tab shows the tree, a file opens highlighted with line numbers
+  // and downloads as an attachment, a change opens its diff with context
+  // and line numbers, and the tool card opens the output kept whole. At a
+  // laptop's size, then a phone's, where the panel is in the drawer.
+  async workspace(h) {
+    for (const [size, vp] of sizes) {
+      await h.page.setViewportSize(vp);
+      await create(h, "workspace " + size);
+      const tool = (name, input) => `[[tool:${name} ${JSON.stringify(input)}]]`;
+      await send(h, "Make, edit and run. " +
+        tool("Bash", { command: "seq -f 'line %g' 1 12 > data.txt" }) + " " +
+        tool("Edit", { file_path: "data.txt", old_string: "line 6\n", new_string: "line six\n" }) + " " +
+        tool("Write", { file_path: "src/app.go", content: 'package main\n\n// main says which.\nfunc main() {\n\tprintln("two")\n}\n' }) + " " +
+        tool("Bash", { command: "seq 1 40000" }));
+      await turnEnds(h, 1, 60_000);
+      const panel = async () => {
+        if (size === "phone") {
+          await h.page.getByTestId("menu").click();
+          await h.page.getByTestId("drawer-close").waitFor({ timeout: T });
+        }
+      };
+      const viewer = h.page.getByTestId("viewer");
+      const closeViewer = async () => {
+        await h.page.keyboard.press("Escape");
+        await viewer.waitFor({ state: "hidden", timeout: T });
+      };
+
+      // The tree, and a file in the viewer.
+      await panel();
+      await h.page.getByTestId("files-tab").click();
+      await h.page.locator('[data-testid=tree-file]').filter({ hasText: "data.txt" }).waitFor({ timeout: T });
+      await h.page.locator('[data-testid=tree-dir]').filter({ hasText: "src/" }).click();
+      await h.page.locator('li[data-path="src/app.go"] [data-testid=tree-file]').waitFor({ timeout: T });
+      await h.screenshot("workspace-tree-" + size);
+      await h.page.locator('li[data-path="src/app.go"] [data-testid=tree-file]').click();
+      await viewer.waitFor({ timeout: T });
+      check((await viewer.getAttribute("data-kind")) === "file", "the viewer does not show a file");
+      const code = viewer.getByTestId("viewer-code");
+      await code.waitFor({ timeout: T });
+      check((await code.textContent()).includes('println("two")'), "the viewer does not show the file's content: " + (await code.textContent()));
+      check((await code.getAttribute("data-lines")) === "6", "the file has 6 lines, the viewer says " + (await code.getAttribute("data-lines")));
+      check((await viewer.getByTestId("viewer-gutter").textContent()) === "1\n2\n3\n4\n5\n6", "the line numbers are wrong");
+      check((await viewer.locator(".hljs-keyword").count()) > 0, "the Go file is not highlighted");
+      await inViewport(h, viewer.getByTestId("viewer-close"), "the viewer's Close at " + size);
+      await inViewport(h, viewer.getByTestId("viewer-download"), "the viewer's Download at " + size);
+      const dl = await viewer.getByTestId("viewer-download").getAttribute("href");
+      const got = await h.page.evaluate(async (u) => {
+        const r = await fetch(u);
+        return { status: r.status, type: r.headers.get("content-type"), disp: r.headers.get("content-disposition"), nosniff: r.headers.get("x-content-type-options"), body: await r.text() };
+      }, dl);
+      check(got.status === 200 && got.type === "text/plain; charset=utf-8" && /^attachment; filename="?app\.go"?$/.test(got.disp) && got.nosniff === "nosniff" && got.body.includes('println("two")'),
+        "the download: " + JSON.stringify(got));
+      await h.screenshot("workspace-file-" + size);
+      await closeViewer();
+
+      // A change opens its diff: context around it, line numbers on both sides.
+      if (size === "phone" && !(await h.page.getByTestId("changes-tab").isVisible())) await panel();
+      await h.page.getByTestId("changes-tab").click();
+      await h.page.locator('[data-testid=change][data-path="data.txt"]').click();
+      await viewer.waitFor({ timeout: T });
+      const diff = viewer.getByTestId("viewer-diff");
+      await diff.waitFor({ timeout: T });
+      const rows = await diff.locator("tr.dl").evaluateAll((trs) => trs.map((r) => [r.dataset.kind, r.dataset.old ?? "", r.dataset.new ?? "", r.querySelector(".text").textContent].join("|")));
+      const want = ["context|3|3|line 3", "context|4|4|line 4", "context|5|5|line 5", "removed|6||line 6", "added||6|line six", "context|7|7|line 7", "context|8|8|line 8", "context|9|9|line 9"];
+      check(JSON.stringify(rows) === JSON.stringify(want), "the diff's rows: " + JSON.stringify(rows));
+      check((await diff.locator(".hunk-head").textContent()).includes("−3,7 +3,7"), "the hunk's head: " + (await diff.locator(".hunk-head").textContent()));
+      await inViewport(h, viewer.getByTestId("viewer-close"), "the diff's Close at " + size);
+      await h.screenshot("workspace-diff-" + size);
+      await closeViewer();
+      // A file the conversation created: all of it added, numbered.
+      if (size === "phone" && !(await h.page.getByTestId("changes-tab").isVisible())) await panel();
+      await h.page.locator('[data-testid=change][data-path="src/app.go"]').click();
+      await viewer.getByTestId("viewer-diff").waitFor({ timeout: T });
+      const added = await viewer.locator("tr.dl[data-kind=added]").count();
+      check(added === 6 && (await viewer.locator("tr.dl[data-new='6'] .text").textContent()) === "}", "the created file's diff: " + added + " added lines");
+      await closeViewer();
+      if (size === "phone" && (await h.page.getByTestId("drawer-close").isVisible())) await h.page.getByTestId("drawer-close").click();
+
+      // The long output the tool kept whole.
+      const card = h.page.locator("[data-kind=tool][data-tool=Bash]").filter({ hasText: "seq 1 40000" });
+      const open = card.getByTestId("open-spilled");
+      await open.scrollIntoViewIfNeeded();
+      await open.click();
+      await viewer.waitFor({ timeout: T });
+      check((await viewer.getAttribute("data-kind")) === "output", "the viewer does not show an output");
+      const out = viewer.getByTestId("viewer-code");
+      await out.waitFor({ timeout: T });
+      check((await out.getAttribute("data-lines")) === "40000", "the kept output has 40000 lines, the viewer shows " + (await out.getAttribute("data-lines")));
+      check((await out.locator("pre.code").textContent()).endsWith("39999\n40000\n"), "the kept output's end is missing");
+      await inViewport(h, viewer.getByTestId("viewer-close"), "the output's Close at " + size);
+      await h.screenshot("workspace-output-" + size);
+      await closeViewer();
+      check((await h.page.locator(".turn-footer[data-code=interrupted]").count()) === 0, "Esc on the viewer stopped a turn");
+      await noHorizontalOverflow(h, "the page at " + size + " after the viewer");
+    }
+  },
+
   // A message to a worker running the most turns it takes is refused
   // before its turn starts (worker_busy): the page says why and sends it
   // again by itself when the worker has room, once.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -296,7 +295,7 @@ func (a *agent) runTool(ctx context.Context, id, name string, input json.RawMess
 	}
 	var stateDir string
 	if a.sessionDir != "" {
-		stateDir = filepath.Join(a.sessionDir, "tools")
+		stateDir = tools.StateDirOf(a.sessionDir)
 	}
 	res, err := tool.Run(ctx, tools.Call{
 		ID:        id,

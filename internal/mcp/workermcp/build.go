@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -54,7 +53,7 @@ func newBuildServer(runner build.Runner, maxOutput int, log *slog.Logger) *mcp.S
 			ID:           c.toolUseID,
 			Input:        input,
 			Workspace:    ws,
-			StateDir:     filepath.Join(t.SessionDir, "tools"),
+			StateDir:     tools.StateDirOf(t.SessionDir),
 			Jail:         t.Jail,
 			Conversation: t.ConversationID,
 			Output: streamCap(MaxStreamedOutput, func(chunk string) {
