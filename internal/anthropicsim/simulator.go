@@ -34,6 +34,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/talkide/platform/internal/defaults"
 )
 
 const (
@@ -85,19 +87,10 @@ func New(apiKey string, opts *Options) *Simulator {
 	if apiKey == "" {
 		panic("anthropicsim: New with an empty API key")
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.KeepRequests <= 0 {
-		o.KeepRequests = DefaultKeepRequests
-	}
+	o := defaults.Copy(opts)
+	defaults.Logger(&o.Logger)
+	defaults.Clock(&o.Now)
+	defaults.IfNotPositive(&o.KeepRequests, DefaultKeepRequests)
 	return &Simulator{
 		keyHash:    sha256.Sum256([]byte(apiKey)),
 		log:        o.Logger,

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/gateway"
 )
 
@@ -78,16 +79,11 @@ var _ gateway.Metrics = (*Metrics)(nil)
 // default registry: pass the control-plane's own). It panics if they are
 // registered there already.
 func New(reg prometheus.Registerer, opts *Options) *Metrics {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	if o.Prices == nil {
 		o.Prices = budget.DefaultPrices()
 	}
-	if o.MaxTenantEnvs <= 0 {
-		o.MaxTenantEnvs = DefaultMaxTenantEnvs
-	}
+	defaults.IfNotPositive(&o.MaxTenantEnvs, DefaultMaxTenantEnvs)
 	m := &Metrics{
 		prices: o.Prices,
 		envs:   tenantEnvs{max: o.MaxTenantEnvs, seen: make(map[[2]string]bool)},

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/talkide/platform/internal/build"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/sandbox"
 )
 
@@ -100,17 +101,10 @@ const (
 )
 
 func (o *Options) withDefaults() Options {
-	var c Options
-	if o != nil {
-		c = *o
-	}
-	if c.BashTimeout <= 0 {
-		c.BashTimeout = DefaultBashTimeout
-	}
+	c := defaults.Copy(o)
+	defaults.IfNotPositive(&c.BashTimeout, DefaultBashTimeout)
 	c.BashTimeout = min(c.BashTimeout, MaxBashTimeout)
-	if c.MaxOutputBytes <= 0 {
-		c.MaxOutputBytes = DefaultMaxOutputBytes
-	}
+	defaults.IfNotPositive(&c.MaxOutputBytes, DefaultMaxOutputBytes)
 	c.MaxOutputBytes = max(c.MaxOutputBytes, minOutputBytes)
 	if c.Env != nil {
 		c.Env = append([]string{}, c.Env...)

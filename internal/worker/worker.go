@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/backoff"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/sandbox"
@@ -183,37 +184,22 @@ func New(tenant, env string, key CommandKey, sessions *sessionstore.Store, works
 
 // withDefaults copies opts and fills in the defaults.
 func withDefaults(opts *Options) Options {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	if o.WorkerID == "" {
 		o.WorkerID, _ = os.Hostname()
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = DefaultHeartbeat
-	}
+	defaults.Logger(&o.Logger)
+	defaults.Clock(&o.Now)
+	defaults.IfNotPositive(&o.Heartbeat, DefaultHeartbeat)
 	if o.MaxRunningTurns == 0 {
 		if nofile, err := fdlimit.Current(); err == nil {
 			// GOMAXPROCS follows the container's CPU limit.
 			o.MaxRunningTurns = MaxTurnsFor(nofile, runtime.GOMAXPROCS(0))
 		}
 	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
-	if o.SyncRetry.Base <= 0 {
-		o.SyncRetry.Base = 10 * time.Millisecond
-	}
-	if o.SyncRetry.Max <= 0 {
-		o.SyncRetry.Max = time.Second
-	}
+	defaults.IfNotPositive(&o.IdleTimeout, DefaultIdleTimeout)
+	defaults.IfNotPositive(&o.SyncRetry.Base, 10*time.Millisecond)
+	defaults.IfNotPositive(&o.SyncRetry.Max, time.Second)
 	return o
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/tools"
 )
@@ -70,16 +71,11 @@ type SourceOptions struct {
 // NewSource returns a source of the talkide-issue-tracking tools calling the
 // control-plane through cp.
 func NewSource(cp *Client, opts *SourceOptions) *Source {
-	var o SourceOptions
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	if o.Server == nil {
 		o.Server = NewServer(cp, &ServerOptions{Logger: o.Logger})
 	}
-	if o.MaxOutputBytes <= 0 {
-		o.MaxOutputBytes = tools.DefaultMaxOutputBytes
-	}
+	defaults.IfNotPositive(&o.MaxOutputBytes, tools.DefaultMaxOutputBytes)
 	return &Source{server: o.Server, maxOutput: o.MaxOutputBytes}
 }
 

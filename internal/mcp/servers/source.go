@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/tools"
@@ -108,31 +109,14 @@ type Source struct {
 
 // New returns a source and starts its janitor, which Close stops.
 func New(opts *Options) *Source {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.StartTimeout <= 0 {
-		o.StartTimeout = DefaultStartTimeout
-	}
-	if o.CallTimeout <= 0 {
-		o.CallTimeout = DefaultCallTimeout
-	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
-	if o.CloseGrace <= 0 {
-		o.CloseGrace = DefaultCloseGrace
-	}
-	if o.MaxOutputBytes <= 0 {
-		o.MaxOutputBytes = tools.DefaultMaxOutputBytes
-	}
-	if o.Path == "" {
-		o.Path = DefaultPath
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o := defaults.Copy(opts)
+	defaults.IfNotPositive(&o.StartTimeout, DefaultStartTimeout)
+	defaults.IfNotPositive(&o.CallTimeout, DefaultCallTimeout)
+	defaults.IfNotPositive(&o.IdleTimeout, DefaultIdleTimeout)
+	defaults.IfNotPositive(&o.CloseGrace, DefaultCloseGrace)
+	defaults.IfNotPositive(&o.MaxOutputBytes, tools.DefaultMaxOutputBytes)
+	defaults.IfZero(&o.Path, DefaultPath)
+	defaults.Logger(&o.Logger)
 	s := &Source{opts: o, log: o.Logger, stop: make(chan struct{}), janitorDone: make(chan struct{}), convs: make(map[string]*conversation)}
 	if o.HTTPTransport == nil {
 		s.ownTransport = http.DefaultTransport.(*http.Transport).Clone()
