@@ -25,8 +25,8 @@ import (
 // agent never sees another's issues.
 
 // verifyWorker reads a signed worker request's body (at most max bytes) and
-// checks its signature and that the signer's env exists, as the report
-// endpoint does: every failure is the same 401.
+// checks its signature and that the signer's env exists: every failure is
+// the same 401.
 func (s *Server) verifyWorker(w http.ResponseWriter, r *http.Request, max int64) (trust.Principal, []byte, error) {
 	body, err := httpapi.ReadBody(w, r, max)
 	if err != nil {
