@@ -1,19 +1,16 @@
 package controlplane_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/slowbody"
 )
 
 // TestStrictJSONOnEveryEndpoint sends each JSON endpoint of the
@@ -347,43 +344,10 @@ func TestSlowBodiesAreCut(t *testing.T) {
 		"/nope":                                 http.StatusNotFound,           // refused unread
 	} {
 		t.Run(path, func(t *testing.T) {
-			conn, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, addr, bytes)
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				tick := time.NewTicker(every)
-				defer tick.Stop()
-				for range bytes {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-					}
-					if _, err := conn.Write([]byte("x")); err != nil {
-						return
-					}
-				}
-			})
-			defer func() { close(stop); conn.Close(); wg.Wait() }()
-			conn.SetReadDeadline(start.Add(timeout + within))
-			br := bufio.NewReader(conn)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("no answer %v after the request began: %v", time.Since(start), err)
-			}
-			io.Copy(io.Discard, resp.Body)
+			head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, addr, bytes)
+			resp, _ := slowbody.Send(t, addr, head, 'x', bytes, every, timeout+within)
 			if resp.StatusCode != want {
 				t.Errorf("status %d, want %d", resp.StatusCode, want)
-			}
-			if _, err := br.ReadByte(); err == nil {
-				t.Error("more after the answer")
-			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				t.Errorf("the connection was still open %v after the request began", time.Since(start))
 			}
 		})
 	}
