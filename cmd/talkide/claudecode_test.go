@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/proctest"
 	"github.com/talkide/platform/internal/roles"
 )
 
@@ -48,19 +49,22 @@ func startClaudeCodeStack(t testing.TB, logger *slog.Logger) *roles.Dev {
 
 // processesIn lists the processes whose working directory is under dir.
 func processesIn(dir string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	return proctest.Pids(func(pid int) bool {
+		cwd := proctest.Cwd(pid)
+		return cwd != "" && (cwd == dir || strings.HasPrefix(cwd, dir+"/"))
+	})
+}
+
+// waitNoProcessesIn waits, up to within, until no process works in dir.
+func waitNoProcessesIn(t *testing.T, dir string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for len(processesIn(dir)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes left in the workspace after the interrupt: %v", processesIn(dir))
 		}
-		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-		if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) {
-			out = append(out, pid)
-		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return out
 }
 
 var messagesN = regexp.MustCompile(`messages=(\d+) you said: `)
@@ -278,13 +282,7 @@ func TestClaudeCodeHarnessCodingSessionAndInterrupt(t *testing.T) {
 	if end.Kind != contract.KindTurnFailed || end.Failure.Code != contract.FailInterrupted {
 		t.Fatalf("interrupted turn ended with %s %+v", end.Kind, end.Failure)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(processesIn(ws)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("processes left in the workspace after the interrupt: %v", processesIn(ws))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitNoProcessesIn(t, ws, 5*time.Second)
 	// The session goes on, with its history.
 	r2 := send(t, base, c.ID, "after the interrupt")
 	got2 := readStream(t, base, c.ID, end.Seq, turnEnded(r2.TurnID))

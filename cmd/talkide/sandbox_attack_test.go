@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/proctest"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/syncbuf"
 )
@@ -418,18 +418,9 @@ func testBounds(t *testing.T, mode string) {
 
 // sleepers returns the host pids of "sleep <arg>" processes.
 func sleepers(arg string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && string(b) == "sleep\x00"+arg+"\x00" && processRuns(pid) {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return proctest.Pids(func(pid int) bool {
+		return proctest.Cmdline(pid) == proctest.Args("sleep", arg) && proctest.Runs(pid)
+	})
 }
 
 // TestSandboxMissingRefusesCommands: where Landlock cannot be applied,
@@ -615,7 +606,7 @@ func testCannotSignal(t *testing.T, mode string) {
 	if !res.IsError || !strings.Contains(res.Output, want) {
 		t.Errorf("A's kill of B's process: %+v, want %q", res, want)
 	}
-	if !processRuns(pids[0]) {
+	if !proctest.Runs(pids[0]) {
 		t.Fatal("B's process is gone")
 	}
 	// B's turn ends on its own (interrupted here, not killed by A).
@@ -635,12 +626,7 @@ func testCannotSignal(t *testing.T, mode string) {
 // own directory or is refused, and B's workspace gets nothing.
 func TestSandboxWriteRacesASymlinkSwap(t *testing.T) {
 	dir := t.TempDir()
-	echoBin := filepath.Join(dir, "echoserver")
-	if out, err := exec.Command("go", "build", "-o", echoBin, "../../internal/mcp/servers/testdata/echoserver").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	allow := filepath.Join(dir, "mcp-allow.json")
-	os.WriteFile(allow, []byte(fmt.Sprintf(`{"stdio": [{"name": "race", "command": %q}]}`, echoBin)), 0o600)
+	echoBin, allow := echoServerAllowed(t, dir, "race")
 	s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{MCPAllow: allow}})
 	mcpJSON, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
 		"race": map[string]any{"command": echoBin, "args": []string{"-swap", "sw:swlink"}},
@@ -714,7 +700,7 @@ func TestSandboxWriteRacesASymlinkSwap(t *testing.T) {
 		t.Fatalf("swapper processes %v, want one", pids)
 	}
 	syscall.Kill(pids[0], syscall.SIGKILL)
-	for deadline := time.Now().Add(10 * time.Second); processRuns(pids[0]); time.Sleep(10 * time.Millisecond) { // polling another process's end
+	for deadline := time.Now().Add(10 * time.Second); proctest.Runs(pids[0]); time.Sleep(10 * time.Millisecond) { // polling another process's end
 		if time.Now().After(deadline) {
 			t.Fatal("the swapper does not end")
 		}

@@ -7,11 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/proctest"
 )
 
 func TestBash(t *testing.T) {
@@ -97,24 +98,8 @@ func TestBashStreamsOutput(t *testing.T) {
 // sandboxed processes' own pids mean nothing outside their PID namespace,
 // so a test names them by a command line no other process has.
 func running(args ...string) bool {
-	want := strings.Join(args, "\x00") + "\x00"
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || string(b) != want {
-			continue
-		}
-		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-		st := string(stat)
-		if k := strings.LastIndexByte(st, ')'); k >= 0 && k+2 < len(st) && st[k+2] == 'Z' {
-			continue
-		}
-		return true
-	}
-	return false
+	want := proctest.Args(args...)
+	return len(proctest.Pids(func(pid int) bool { return proctest.Cmdline(pid) == want && proctest.Runs(pid) })) > 0
 }
 
 // waitGoneCmd waits, with a deadline, until no process with the command
