@@ -252,27 +252,6 @@ func messageText(m *anthropic.Message) string {
 // shows how the output ended.
 const MaxStreamedOutput = 1 << 20
 
-// streamCap passes chunks to emit until max bytes have passed, then one
-// note, then nothing.
-func streamCap(max int, emit func(string)) func(string) {
-	sent, stopped := 0, false
-	return func(chunk string) {
-		if stopped {
-			return
-		}
-		if sent+len(chunk) > max {
-			if rest := max - sent; rest > 0 {
-				emit(chunk[:rest])
-			}
-			emit(fmt.Sprintf("\n[live output stopped after %d bytes; the tool's result shows how it ended]\n", max))
-			stopped = true
-			return
-		}
-		sent += len(chunk)
-		emit(chunk)
-	}
-}
-
 // mapModelError turns an SDK error into a turn failure with a code and
 // whether a later retry can help. The SDK has already retried 429, 529 and
 // 5xx with backoff, waiting out a Retry-After of up to maxWait; one that

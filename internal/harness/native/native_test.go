@@ -503,16 +503,5 @@ func TestResumeRepairsDanglingToolUse(t *testing.T) {
 	}
 }
 
-func TestStreamCap(t *testing.T) {
-	var got []string
-	emit := streamCap(10, func(s string) { got = append(got, s) })
-	for _, c := range []string{"abcd", "efgh", "ijkl", "mnop"} {
-		emit(c)
-	}
-	if len(got) != 4 || got[0] != "abcd" || got[1] != "efgh" || got[2] != "ij" || !strings.Contains(got[3], "stopped after 10 bytes") {
-		t.Fatalf("streamed %q", got)
-	}
-}
-
 // Bash runs through the sandbox, with this test binary as the helper.
 func TestMain(m *testing.M) { sandboxtest.Main(m) }

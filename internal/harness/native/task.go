@@ -55,7 +55,7 @@ func (a *agent) runTask(ctx context.Context, id string, input json.RawMessage) t
 		tr.path = filepath.Join(a.sessionDir, "subagents", safeName(id)+".jsonl")
 	}
 	var outMu sync.Mutex
-	output := streamCap(MaxStreamedOutput, func(chunk string) {
+	output := tools.StreamCap(MaxStreamedOutput, func(chunk string) {
 		a.emit(contract.Event{Kind: contract.KindToolOutput, Tool: &contract.ToolEvent{ID: id, Name: taskToolName, Output: chunk}})
 	})
 	say := func(s string) { outMu.Lock(); output(s); outMu.Unlock() }
