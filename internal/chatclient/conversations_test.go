@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 )

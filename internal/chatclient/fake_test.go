@@ -13,6 +13,7 @@ import (
 
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/proxytest"
 	"github.com/talkide/platform/internal/sse"
 )
 
@@ -108,6 +109,22 @@ func (f *fakeCP) client(t *testing.T, opts *Options) *Client {
 	}
 	fastRetries(c)
 	return c
+}
+
+// behindProxy is a fake control-plane with conversation c1, a proxy in
+// front of it that the test can take down, and a client of the proxy that
+// retries at once.
+func behindProxy(t *testing.T) (*fakeCP, *proxytest.Proxy, *Client) {
+	t.Helper()
+	f := newFakeCP(t)
+	f.addConv("c1", 0)
+	p := proxytest.New(t, f.srv.Listener.Addr().String())
+	c, err := New(p.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fastRetries(c)
+	return f, p, c
 }
 
 func fastRetries(c *Client) {

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/talkide/platform/internal/proxytest"
 	"github.com/talkide/platform/internal/syncbuf"
 
 	"github.com/google/go-cmp/cmp"
@@ -249,14 +248,7 @@ func TestRunHelpMentionsCtrlC(t *testing.T) {
 
 func TestRunQueuesWhileControlPlaneIsDown(t *testing.T) {
 	ctx := testCtx(t)
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
-	p := proxytest.New(t, f.srv.Listener.Addr().String())
-	c, err := New(p.URL(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fastRetries(c)
+	f, p, c := behindProxy(t)
 	l := startLive(t, c, func(s *Session) { s.Echoed = true })
 
 	p.Down()
@@ -326,14 +318,7 @@ func TestRunQueuedMessageKeepsItsID(t *testing.T) {
 }
 
 func TestRunLeavingSaysWhatIsNotSent(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
-	p := proxytest.New(t, f.srv.Listener.Addr().String())
-	c, err := New(p.URL(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fastRetries(c)
+	_, p, c := behindProxy(t)
 	l := startLive(t, c, nil)
 	p.Down()
 	l.typeLine(t, "lost")
