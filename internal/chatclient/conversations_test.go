@@ -226,11 +226,7 @@ func TestSendRetriesLostAnswer(t *testing.T) {
 	if !resp.Duplicate || resp.TurnID != "t_1" {
 		t.Errorf("send = %+v, want the duplicate answer of turn t_1", resp)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if diff := cmp.Diff([]string{"hello"}, f.sentTexts); diff != "" {
-		t.Errorf("turns started (-want +got):\n%s", diff)
-	}
+	f.wantSent(t, "hello")
 }
 
 func TestSendGivesUp(t *testing.T) {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/proxytest"
@@ -125,6 +127,16 @@ func behindProxy(t *testing.T) (*fakeCP, *proxytest.Proxy, *Client) {
 	}
 	fastRetries(c)
 	return f, p, c
+}
+
+// wantSent checks the texts of the turns started, in order.
+func (f *fakeCP) wantSent(t *testing.T, want ...string) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if diff := cmp.Diff(want, f.sentTexts); diff != "" {
+		t.Errorf("turns started (-want +got):\n%s", diff)
+	}
 }
 
 func fastRetries(c *Client) {

@@ -172,11 +172,7 @@ func TestRunCtrlCStopsSomeoneElsesTurn(t *testing.T) {
 	if err := l.wait(t); err != nil { // "mine" went out after the interrupt
 		t.Fatalf("Run = %v", err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if diff := cmp.Diff([]string{"mine"}, f.sentTexts); diff != "" {
-		t.Errorf("sent (-want +got):\n%s", diff)
-	}
+	f.wantSent(t, "mine")
 }
 
 func TestOnceCtrlC(t *testing.T) {
@@ -342,9 +338,5 @@ func TestRunAnswerAfterTurnEnded(t *testing.T) {
 	if err := s.Run(testCtx(t), strings.NewReader("a\nb\n")); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if diff := cmp.Diff([]string{"a", "b"}, f.sentTexts); diff != "" {
-		t.Errorf("turns started (-want +got):\n%s", diff)
-	}
+	f.wantSent(t, "a", "b")
 }
