@@ -22,12 +22,8 @@ func TestSlowBodyCut(t *testing.T) {
 		every   = 100 * time.Millisecond
 		within  = 3 * time.Second
 	)
-	hits := make(chan struct{}, 8)
-	up := fakeAnthropic()
-	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits <- struct{}{}
-		up.ServeHTTP(w, r)
-	}), &Options{BodyTimeout: timeout})
+	up, hits := countedAnthropic(8)
+	h := newHarness(t, up, &Options{BodyTimeout: timeout})
 	addr := strings.TrimPrefix(strings.TrimSuffix(h.url, Prefix), "http://")
 	for name, tc := range map[string]struct {
 		token  string
