@@ -29,40 +29,6 @@ import (
 
 const simKey = "sk-ant-native-test"
 
-// memTranscript is an in-memory harness.Transcript.
-type memTranscript struct {
-	mu   sync.Mutex
-	recs []json.RawMessage // guarded by mu
-}
-
-func (m *memTranscript) Records() ([]json.RawMessage, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]json.RawMessage, len(m.recs))
-	for i, r := range m.recs {
-		out[i] = append(json.RawMessage(nil), r...)
-	}
-	return out, nil
-}
-
-// Compact starts a new context with rec, as the session store does.
-func (m *memTranscript) Compact(rec json.RawMessage) error {
-	m.mu.Lock()
-	m.recs = nil
-	m.mu.Unlock()
-	return m.Append(rec)
-}
-
-func (m *memTranscript) Append(rec json.RawMessage) error {
-	if !json.Valid(rec) {
-		return errors.New("memTranscript: invalid JSON")
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.recs = append(m.recs, append(json.RawMessage(nil), rec...))
-	return nil
-}
-
 // sink collects what a turn emits and reports. onEvent, when set, runs in
 // the harness's goroutine for every event, after it was recorded.
 type sink struct {
@@ -110,7 +76,7 @@ func kinds(evs []contract.Event) []string {
 type fixture struct {
 	h          *Harness
 	sim        *anthropicsim.Simulator
-	transcript *memTranscript
+	transcript *harness.MemTranscript
 	workspace  string
 	jail       *sandbox.Jail
 }
@@ -131,7 +97,7 @@ func newFixture(t *testing.T, opts *Options, wrap func(http.Handler) http.Handle
 	return &fixture{
 		h:          New(client, opts),
 		sim:        sim,
-		transcript: &memTranscript{},
+		transcript: &harness.MemTranscript{},
 		workspace:  ws,
 		jail:       sandboxtest.Jail(t, ws),
 	}
