@@ -25,6 +25,7 @@ package anthropicsim
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -117,6 +118,24 @@ func (s *Simulator) Requests() [][]byte {
 		out[i] = append([]byte(nil), b...)
 	}
 	return out
+}
+
+// LastMessages returns the messages array of the last request Requests
+// holds and that request's body; an error when there is none, or when it
+// is not a request's JSON.
+func (s *Simulator) LastMessages() ([]json.RawMessage, []byte, error) {
+	reqs := s.Requests()
+	if len(reqs) == 0 {
+		return nil, nil, errors.New("the simulator received no request")
+	}
+	last := reqs[len(reqs)-1]
+	var body struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(last, &body); err != nil {
+		return nil, last, fmt.Errorf("the simulator's last request: %w", err)
+	}
+	return body.Messages, last, nil
 }
 
 // ServeHTTP serves POST /v1/messages and POST /v1/messages/count_tokens; the

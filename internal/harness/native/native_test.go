@@ -134,17 +134,11 @@ func (f *fixture) records(t *testing.T) []json.RawMessage {
 // request.
 func (f *fixture) lastRequestMessages(t *testing.T) []json.RawMessage {
 	t.Helper()
-	reqs := f.sim.Requests()
-	if len(reqs) == 0 {
-		t.Fatal("the simulator received no request")
-	}
-	var body struct {
-		Messages []json.RawMessage `json:"messages"`
-	}
-	if err := json.Unmarshal(reqs[len(reqs)-1], &body); err != nil {
+	msgs, _, err := f.sim.LastMessages()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return body.Messages
+	return msgs
 }
 
 func roles(t *testing.T, recs []json.RawMessage) []string {
