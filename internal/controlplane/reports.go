@@ -26,12 +26,9 @@ func (s *Server) reportKey(tenant, env, kid string) ([]byte, bool) {
 }
 
 func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) error {
-	p, body, err := s.verifyWorker(w, r, contract.MaxReportBatch)
-	if err != nil {
-		return err
-	}
 	var batch contract.ReportBatch
-	if err := httpapi.DecodeJSON(body, &batch); err != nil {
+	p, err := s.verifyWorkerJSON(w, r, contract.MaxReportBatch, &batch)
+	if err != nil {
 		return err
 	}
 	owned := map[string]bool{}
