@@ -85,11 +85,7 @@ func TestClaudeCodeWorkerTools(t *testing.T) {
 	capability := st.Worker.LocalProxy.Capability(c.ID)
 	// The CLI's command line, which every process in its sandbox can read,
 	// names the servers and not the credential.
-	procs := processesIn(ws)
-	if len(procs) != 1 {
-		t.Fatalf("processes in the workspace after a turn: %v, want the one CLI", procs)
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", procs[0]))
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", theCLI(t, ws)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,17 @@ func processesIn(dir string) []int {
 	})
 }
 
+// theCLI is the pid of the one process working in ws after a turn: the
+// Claude Code CLI, which stays for the next.
+func theCLI(t *testing.T, ws string) int {
+	t.Helper()
+	procs := processesIn(ws)
+	if len(procs) != 1 {
+		t.Fatalf("processes in the workspace after a turn: %v, want the one CLI", procs)
+	}
+	return procs[0]
+}
+
 // waitNoProcessesIn waits, up to within, until no process works in dir.
 func waitNoProcessesIn(t *testing.T, dir string, within time.Duration) {
 	t.Helper()
@@ -128,11 +139,8 @@ func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 
 	// The CLI stays up between turns, with exactly its environment.
 	ws := filepath.Join(st.Info.Workspaces, c.ID)
-	procs := processesIn(ws)
-	if len(procs) != 1 {
-		t.Fatalf("processes in the workspace after a turn: %v, want the one CLI", procs)
-	}
-	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", procs[0]))
+	cli := theCLI(t, ws)
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cli))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,8 +187,8 @@ func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 		t.Fatalf("second turn: the model saw %d messages, want the first turn's too; events %+v", n2, got2)
 	}
 	t.Logf("messages: second turn %d", n2)
-	if p := processesIn(ws); len(p) != 1 || p[0] != procs[0] {
-		t.Errorf("processes after the second turn %v, want the same CLI %d", p, procs[0])
+	if p := processesIn(ws); len(p) != 1 || p[0] != cli {
+		t.Errorf("processes after the second turn %v, want the same CLI %d", p, cli)
 	}
 
 	// A worker restart stops the CLI; the next turn resumes its session.
