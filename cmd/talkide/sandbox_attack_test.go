@@ -37,6 +37,17 @@ type attackStack struct {
 	other    net.Listener // a loopback service nobody may reach
 }
 
+// inEachLayer runs test on a stack of each sandbox mode that must stop the
+// attacks: auto (both layers, as CI has them) and landlock (the first
+// alone, as a restricted pod gets).
+func inEachLayer(t *testing.T, test func(t *testing.T, s *attackStack)) {
+	for _, mode := range []string{"auto", "landlock"} {
+		t.Run(mode, func(t *testing.T) {
+			test(t, startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode}}))
+		})
+	}
+}
+
 func startAttackStack(t *testing.T, cfg roles.DevConfig) *attackStack {
 	t.Helper()
 	allowed := httpGreeter(t, "allowed host\n")
@@ -357,13 +368,10 @@ func TestSandboxAttacksWorkBare(t *testing.T) {
 // and B's turn, running all the while, completes. In both layers: the
 // first alone is what a restricted pod gets.
 func TestSandboxBoundsATurnsProcesses(t *testing.T) {
-	for _, mode := range []string{"auto", "landlock"} {
-		t.Run(mode, func(t *testing.T) { testBounds(t, mode) })
-	}
+	inEachLayer(t, testBounds)
 }
 
-func testBounds(t *testing.T, mode string) {
-	s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode}})
+func testBounds(t *testing.T, s *attackStack) {
 	// B's command runs until the test lets it go, after A's attacks:
 	// it is running while every one of them is.
 	in, _ := json.Marshal(map[string]any{"command": "while [ ! -e go-on ]; do sleep 0.05; done; echo B done", "timeout": 600000})
@@ -509,33 +517,30 @@ func testMCPServer(t *testing.T, mode string) {
 // attacks a stdio server tries (TestSandboxMCPServer, which also checks
 // that they work bare), and every one fails.
 func TestSandboxBuildAttacks(t *testing.T) {
-	for _, mode := range []string{"auto", "landlock"} {
-		t.Run(mode, func(t *testing.T) {
-			s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode}})
-			attacks := s.attacks()
-			script := "#!/bin/bash\n"
-			for short, what := range mcpAttacks {
-				script += fmt.Sprintf("if ( %s ) >/dev/null 2>&1; then echo LEAK:%s; else echo no:%s; fi\n", attacks[what], short, short)
+	inEachLayer(t, func(t *testing.T, s *attackStack) {
+		attacks := s.attacks()
+		script := "#!/bin/bash\n"
+		for short, what := range mcpAttacks {
+			script += fmt.Sprintf("if ( %s ) >/dev/null 2>&1; then echo LEAK:%s; else echo no:%s; fi\n", attacks[what], short, short)
+		}
+		os.MkdirAll(s.aWS, 0o755)
+		if err := os.WriteFile(filepath.Join(s.aWS, "gradlew"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r := send(t, s.base, s.a, `[[tool:Build {"tasks": ["test"]}]]`)
+		var out strings.Builder
+		for _, e := range readStream(t, s.base, s.a, 0, turnEnded(r.TurnID)) {
+			if e.ev.Tool != nil && e.ev.Tool.Name == "Build" && (e.ev.Kind == contract.KindToolOutput || e.ev.Kind == contract.KindToolFinished) {
+				out.WriteString(e.ev.Tool.Output)
 			}
-			os.MkdirAll(s.aWS, 0o755)
-			if err := os.WriteFile(filepath.Join(s.aWS, "gradlew"), []byte(script), 0o755); err != nil {
-				t.Fatal(err)
+		}
+		for short, what := range mcpAttacks {
+			if !strings.Contains(out.String(), "no:"+short) || strings.Contains(out.String(), "LEAK:"+short) {
+				t.Errorf("%s was not refused to the build: %s", what, out.String())
 			}
-			r := send(t, s.base, s.a, `[[tool:Build {"tasks": ["test"]}]]`)
-			var out strings.Builder
-			for _, e := range readStream(t, s.base, s.a, 0, turnEnded(r.TurnID)) {
-				if e.ev.Tool != nil && e.ev.Tool.Name == "Build" && (e.ev.Kind == contract.KindToolOutput || e.ev.Kind == contract.KindToolFinished) {
-					out.WriteString(e.ev.Tool.Output)
-				}
-			}
-			for short, what := range mcpAttacks {
-				if !strings.Contains(out.String(), "no:"+short) || strings.Contains(out.String(), "LEAK:"+short) {
-					t.Errorf("%s was not refused to the build: %s", what, out.String())
-				}
-			}
-			s.checkNothingWritten(t)
-		})
-	}
+		}
+		s.checkNothingWritten(t)
+	})
 }
 
 // TestSandboxHardLinkRevealsNothing: a hard link to B's file, planted in
@@ -574,13 +579,10 @@ func TestSandboxHardLinkRevealsNothing(t *testing.T) {
 // command cannot signal it by its host pid: in the first layer Landlock's
 // signal scope refuses (EPERM); with namespaces the pid is not there.
 func TestSandboxCannotSignalAnotherConversation(t *testing.T) {
-	for _, mode := range []string{"auto", "landlock"} {
-		t.Run(mode, func(t *testing.T) { testCannotSignal(t, mode) })
-	}
+	inEachLayer(t, testCannotSignal)
 }
 
-func testCannotSignal(t *testing.T, mode string) {
-	s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode}})
+func testCannotSignal(t *testing.T, s *attackStack) {
 	marker := strconv.Itoa(900 + os.Getpid()%90)
 	done := make(chan contract.ToolEvent, 1)
 	go func() {
