@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -311,12 +312,7 @@ func (w *Worker) maintain() {
 }
 
 func (w *Worker) maintainOnce(ctx context.Context) {
-	w.mu.Lock()
-	open := make([]*session, 0, len(w.sessions))
-	for _, s := range w.sessions {
-		open = append(open, s)
-	}
-	w.mu.Unlock()
+	open := w.openSessions()
 	// A session this loop starts closing is closed even when Shutdown
 	// cancels ctx meanwhile: Shutdown waits for this loop, not for the
 	// sessions it no longer finds open.
@@ -458,14 +454,16 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// openSessions is the sessions open now, to act on without holding w.mu.
+func (w *Worker) openSessions() []*session {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Collect(maps.Values(w.sessions))
+}
+
 // Stats counts the sessions this worker has open and the turns running.
 func (w *Worker) Stats() (open, running int) {
-	w.mu.Lock()
-	sessions := make([]*session, 0, len(w.sessions))
-	for _, s := range w.sessions {
-		sessions = append(sessions, s)
-	}
-	w.mu.Unlock()
+	sessions := w.openSessions()
 	for _, s := range sessions {
 		s.mu.Lock()
 		if s.running != nil {

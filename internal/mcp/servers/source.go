@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -174,10 +176,7 @@ func (s *Source) Close() error {
 		return nil
 	}
 	s.closed = true
-	convs := make([]*conversation, 0, len(s.convs))
-	for _, c := range s.convs {
-		convs = append(convs, c)
-	}
+	convs := slices.Collect(maps.Values(s.convs))
 	s.convs = nil
 	s.mu.Unlock()
 	close(s.stop)
@@ -429,10 +428,7 @@ func closeConversations(cs []*conversation) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			c.closed = true
-			servers := make([]*server, 0, len(c.servers))
-			for _, srv := range c.servers {
-				servers = append(servers, srv)
-			}
+			servers := slices.Collect(maps.Values(c.servers))
 			c.servers, c.offered = nil, nil
 			closeServers(servers)
 		}()
