@@ -311,6 +311,13 @@ func (w *Worker) maintain() {
 	}
 }
 
+// openSessions is the sessions open now, to act on without holding w.mu.
+func (w *Worker) openSessions() []*session {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Collect(maps.Values(w.sessions))
+}
+
 func (w *Worker) maintainOnce(ctx context.Context) {
 	open := w.openSessions()
 	// A session this loop starts closing is closed even when Shutdown
@@ -454,16 +461,14 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// openSessions is the sessions open now, to act on without holding w.mu.
-func (w *Worker) openSessions() []*session {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Collect(maps.Values(w.sessions))
-}
-
 // Stats counts the sessions this worker has open and the turns running.
 func (w *Worker) Stats() (open, running int) {
-	sessions := w.openSessions()
+	w.mu.Lock()
+	sessions := make([]*session, 0, len(w.sessions))
+	for _, s := range w.sessions {
+		sessions = append(sessions, s)
+	}
+	w.mu.Unlock()
 	for _, s := range sessions {
 		s.mu.Lock()
 		if s.running != nil {
