@@ -18,8 +18,7 @@ import (
 // case, each of which encoding/json alone would take (the last one,
 // ignoring case): every one is a 400 naming the key, and nothing is done.
 func TestStrictJSONOnEveryEndpoint(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	identity := h.addIdentity(env, nil)
 	issue := h.fileIssue(issueRequest("demo/k", "demo"))
 	ts := start.Format(time.RFC3339Nano)
@@ -143,8 +142,7 @@ func TestIssueTitleAndLabelsAreOneLine(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, harnessOptions{})
-			h.insertConversation("demo", user, env)
+			h := demoHarness(t)
 			req := issueRequest("demo/k", "demo")
 			tc.mut(&req)
 			resp, data := h.workerCall(h.reportSigner(env), http.MethodPost, contract.IssuesPath, mustJSON(t, req))
@@ -180,8 +178,7 @@ func TestReportTimesAndCounts(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, harnessOptions{})
-			h.insertConversation("demo", user, env)
+			h := demoHarness(t)
 			bad := usageReport("demo/usage-2", "demo")
 			tc.mut(&bad)
 			body := batch(t, usageReport("demo/usage-1", "demo"), bad)
@@ -196,8 +193,7 @@ func TestReportTimesAndCounts(t *testing.T) {
 		})
 	}
 	t.Run("negative tool duration", func(t *testing.T) {
-		h := newHarness(t, harnessOptions{})
-		h.insertConversation("demo", user, env)
+		h := demoHarness(t)
 		body := batch(t, contract.Report{IdempotencyKey: "demo/tool-1", Kind: contract.ReportToolUse, ConversationID: "demo", Time: start,
 			Tool: &contract.ToolReport{ID: "toolu_1", Name: "Bash", DurationMS: -4}})
 		resp, data := h.send(h.reportRequest(h.reportSigner(env), body), body)
@@ -206,8 +202,7 @@ func TestReportTimesAndCounts(t *testing.T) {
 		}
 	})
 	t.Run("a day old and a few minutes ahead are taken", func(t *testing.T) {
-		h := newHarness(t, harnessOptions{})
-		h.insertConversation("demo", user, env)
+		h := demoHarness(t)
 		old, ahead := usageReport("demo/usage-1", "demo"), usageReport("demo/usage-2", "demo")
 		old.Time, ahead.Time = start.Add(-24*time.Hour), start.Add(contract.MaxFutureSkew)
 		body := batch(t, old, ahead)
