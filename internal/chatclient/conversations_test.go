@@ -176,8 +176,7 @@ func TestSendAndInterrupt(t *testing.T) {
 
 func TestSendRetriesWithSameID(t *testing.T) {
 	ctx := testCtx(t)
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.sendFail = 2
 	resp, err := f.client(t, nil).Send(ctx, "c1", "hello")
 	if err != nil {
@@ -198,8 +197,7 @@ func TestSendRetriesLostAnswer(t *testing.T) {
 	// The first attempt reaches the server, which starts the turn, but the
 	// connection breaks before the answer: the retry must get that turn.
 	ctx := testCtx(t)
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	var hijacked atomic.Bool
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := httptest.NewRecorder()
@@ -231,8 +229,7 @@ func TestSendRetriesLostAnswer(t *testing.T) {
 
 func TestSendGivesUp(t *testing.T) {
 	ctx := testCtx(t)
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.sendFail = 100
 	_, err := f.client(t, nil).Send(ctx, "c1", "hello")
 	var ae *APIError
@@ -328,8 +325,7 @@ func TestResponseBodyLimit(t *testing.T) {
 
 func TestSendMessageUsesTheCallersID(t *testing.T) {
 	ctx := testCtx(t)
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.sendFail = 1
 	c := f.client(t, nil)
 	id := NewMessageID()

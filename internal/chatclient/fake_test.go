@@ -87,6 +87,15 @@ type fakeConv struct {
 
 var fakeTime = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 
+// newFakeWithC1 is a fake control-plane with one conversation, c1, and no
+// events yet.
+func newFakeWithC1(t *testing.T) *fakeCP {
+	t.Helper()
+	f := newFakeCP(t)
+	f.addConv("c1", 0)
+	return f
+}
+
 func newFakeCP(t *testing.T) *fakeCP {
 	t.Helper()
 	f := &fakeCP{convs: make(map[string]*fakeConv), changed: make(chan struct{})}
@@ -118,8 +127,7 @@ func (f *fakeCP) client(t *testing.T, opts *Options) *Client {
 // retries at once.
 func behindProxy(t *testing.T) (*fakeCP, *proxytest.Proxy, *Client) {
 	t.Helper()
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	p := proxytest.New(t, f.srv.Listener.Addr().String())
 	c, err := New(p.URL(), nil)
 	if err != nil {
