@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/talkide/platform/internal/build"
+	"github.com/talkide/platform/internal/build/buildtest"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/kubetest"
 	"github.com/talkide/platform/internal/roles"
@@ -55,16 +56,7 @@ func TestBuildToolInDev(t *testing.T) {
 	base := st.Info.ControlPlane
 	conv := createConversation(t, base).ID
 	ws := filepath.Join(st.Info.Workspaces, conv)
-	b, err := os.ReadFile("../../internal/build/testdata/fakegradle/gradlew")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ws, "gradlew"), b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	buildtest.FakeGradle(t, ws)
 	evs := turn(t, base, conv, `Run the tests. [[tool:Build {"tasks": ["failing"]}]]`)
 	live, final := buildTurn(t, evs)
 	if !strings.Contains(live, "FailTest > breaks() FAILED") {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/build/buildtest"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/syncbuf"
 )
@@ -29,16 +30,7 @@ func TestClaudeCodeWorkerTools(t *testing.T) {
 	base := st.Info.ControlPlane
 	c := createConversation(t, base)
 	ws := filepath.Join(st.Info.Workspaces, c.ID)
-	gradlew, err := os.ReadFile("../../internal/build/testdata/fakegradle/gradlew")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ws, "gradlew"), gradlew, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	buildtest.FakeGradle(t, ws)
 
 	const report = "mcp__talkide-issue-tracking__report_issue"
 	r1 := send(t, base, c.ID, `File it. [[tool:`+report+` {"title":"Flaky test","body":"TestFoo fails one run in ten.","severity":"high","labels":["ci"]}]]`)
@@ -93,11 +85,7 @@ func TestClaudeCodeWorkerTools(t *testing.T) {
 	capability := st.Worker.LocalProxy.Capability(c.ID)
 	// The CLI's command line, which every process in its sandbox can read,
 	// names the servers and not the credential.
-	procs := processesIn(ws)
-	if len(procs) != 1 {
-		t.Fatalf("processes in the workspace after a turn: %v, want the one CLI", procs)
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", procs[0]))
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", theCLI(t, ws)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,13 +113,7 @@ func TestClaudeCodeWorkerTools(t *testing.T) {
 	if end := third[len(third)-1].ev; end.Kind != contract.KindTurnFailed || end.Failure.Code != contract.FailInterrupted {
 		t.Fatalf("interrupted turn ended with %s %+v", end.Kind, end.Failure)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(processesIn(ws)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("processes left in the workspace after the interrupt: %v", processesIn(ws))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitNoProcessesIn(t, ws, 10*time.Second)
 	all := append(append(first, second...), third...)
 
 	// Nor is it in any file of the session volume (the transcript, the

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/proctest"
 	"github.com/talkide/platform/internal/roles"
 )
 
@@ -48,19 +49,33 @@ func startClaudeCodeStack(t testing.TB, logger *slog.Logger) *roles.Dev {
 
 // processesIn lists the processes whose working directory is under dir.
 func processesIn(dir string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-		if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) {
-			out = append(out, pid)
-		}
+	return proctest.Pids(func(pid int) bool {
+		cwd := proctest.Cwd(pid)
+		return cwd != "" && (cwd == dir || strings.HasPrefix(cwd, dir+"/"))
+	})
+}
+
+// theCLI is the pid of the one process working in ws after a turn: the
+// Claude Code CLI, which stays for the next.
+func theCLI(t *testing.T, ws string) int {
+	t.Helper()
+	procs := processesIn(ws)
+	if len(procs) != 1 {
+		t.Fatalf("processes in the workspace after a turn: %v, want the one CLI", procs)
 	}
-	return out
+	return procs[0]
+}
+
+// waitNoProcessesIn waits, up to within, until no process works in dir.
+func waitNoProcessesIn(t *testing.T, dir string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for len(processesIn(dir)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes left in the workspace after the interrupt: %v", processesIn(dir))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 var messagesN = regexp.MustCompile(`messages=(\d+) you said: `)
@@ -124,11 +139,8 @@ func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 
 	// The CLI stays up between turns, with exactly its environment.
 	ws := filepath.Join(st.Info.Workspaces, c.ID)
-	procs := processesIn(ws)
-	if len(procs) != 1 {
-		t.Fatalf("processes in the workspace after a turn: %v, want the one CLI", procs)
-	}
-	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", procs[0]))
+	cli := theCLI(t, ws)
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cli))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,8 +187,8 @@ func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 		t.Fatalf("second turn: the model saw %d messages, want the first turn's too; events %+v", n2, got2)
 	}
 	t.Logf("messages: second turn %d", n2)
-	if p := processesIn(ws); len(p) != 1 || p[0] != procs[0] {
-		t.Errorf("processes after the second turn %v, want the same CLI %d", p, procs[0])
+	if p := processesIn(ws); len(p) != 1 || p[0] != cli {
+		t.Errorf("processes after the second turn %v, want the same CLI %d", p, cli)
 	}
 
 	// A worker restart stops the CLI; the next turn resumes its session.
@@ -278,13 +290,7 @@ func TestClaudeCodeHarnessCodingSessionAndInterrupt(t *testing.T) {
 	if end.Kind != contract.KindTurnFailed || end.Failure.Code != contract.FailInterrupted {
 		t.Fatalf("interrupted turn ended with %s %+v", end.Kind, end.Failure)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(processesIn(ws)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("processes left in the workspace after the interrupt: %v", processesIn(ws))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitNoProcessesIn(t, ws, 5*time.Second)
 	// The session goes on, with its history.
 	r2 := send(t, base, c.ID, "after the interrupt")
 	got2 := readStream(t, base, c.ID, end.Seq, turnEnded(r2.TurnID))

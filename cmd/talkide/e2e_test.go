@@ -235,17 +235,11 @@ func TestEndToEndBashTurn(t *testing.T) {
 // request and that request's raw body.
 func lastRequestMessages(t *testing.T, st *roles.Dev) (int, string) {
 	t.Helper()
-	reqs := st.Simulator.Requests()
-	if len(reqs) == 0 {
-		t.Fatal("the simulator received no request")
-	}
-	var body struct {
-		Messages []json.RawMessage `json:"messages"`
-	}
-	if err := json.Unmarshal(reqs[len(reqs)-1], &body); err != nil {
+	msgs, body, err := st.Simulator.LastMessages()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return len(body.Messages), string(reqs[len(reqs)-1])
+	return len(msgs), string(body)
 }
 
 func TestWorkerRestartKeepsHistoryAndStream(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/harness/historytest"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/store/sqlite"
@@ -189,7 +190,7 @@ func checkKilledVolume(t *testing.T, projects string, convs []*followedConversat
 			}
 		}
 		c.mu.Unlock()
-		if err := validateTranscript(l.transcript, !final); err != nil {
+		if err := historytest.Check(l.transcript, !final); err != nil {
 			t.Errorf("%s: transcript: %v", c.id, err)
 		}
 		_, end := l.turns()

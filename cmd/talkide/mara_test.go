@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/harness/historytest"
 )
 
 // turn sends text and returns the events of that turn, through its terminal
@@ -147,7 +148,7 @@ func checkTranscriptValid(t *testing.T, claudeConfigDir, conv string) {
 	if err != nil {
 		t.Fatalf("read session: %v", err)
 	}
-	if err := validateTranscript(l.transcript, false); err != nil {
+	if err := historytest.Check(l.transcript, false); err != nil {
 		t.Fatalf("transcript: %v", err)
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/proctest"
 	"github.com/talkide/platform/internal/roles"
 )
 
@@ -23,12 +22,7 @@ import (
 // output; the refused server is a notice; the server goes with the worker.
 func TestMCPServerFromWorkspace(t *testing.T) {
 	dir := t.TempDir()
-	echoBin := filepath.Join(dir, "echoserver")
-	if out, err := exec.Command("go", "build", "-o", echoBin, "../../internal/mcp/servers/testdata/echoserver").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	allow := filepath.Join(dir, "mcp-allow.json")
-	os.WriteFile(allow, []byte(fmt.Sprintf(`{"stdio": [{"name": "echo", "command": %q}]}`, echoBin)), 0o600)
+	echoBin, allow := echoServerAllowed(t, dir, "echo")
 	st := startDevT(t, roles.DevConfig{DataDir: filepath.Join(dir, "data"), Agent: roles.AgentConfig{MCPAllow: allow}})
 	base := st.Info.ControlPlane
 	c := createConversation(t, base)
@@ -84,7 +78,7 @@ func TestMCPServerFromWorkspace(t *testing.T) {
 	if err := st.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if processRuns(pid) || len(processesRunning(echoBin, ws)) > 0 {
+	if proctest.Runs(pid) || len(processesRunning(echoBin, ws)) > 0 {
 		t.Errorf("the echo server (pid %d) outlived the worker", pid)
 	}
 }
@@ -94,20 +88,9 @@ func TestMCPServerFromWorkspace(t *testing.T) {
 func processesRunning(exe, dir string) []int {
 	var out []int
 	for _, pid := range processesIn(dir) {
-		if e, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err == nil && e == exe && processRuns(pid) {
+		if e, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err == nil && e == exe && proctest.Runs(pid) {
 			out = append(out, pid)
 		}
 	}
 	return out
-}
-
-// processRuns reports whether pid is a process that is not a zombie.
-func processRuns(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	f := strings.Fields(string(stat[i+1:]))
-	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }

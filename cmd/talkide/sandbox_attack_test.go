@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/proctest"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/syncbuf"
 )
@@ -35,6 +35,17 @@ type attackStack struct {
 	aWS, bWS string
 	allowed  net.Listener // the egress proxy lets A reach it
 	other    net.Listener // a loopback service nobody may reach
+}
+
+// inEachLayer runs test on a stack of each sandbox mode that must stop the
+// attacks: auto (both layers, as CI has them) and landlock (the first
+// alone, as a restricted pod gets).
+func inEachLayer(t *testing.T, test func(t *testing.T, s *attackStack)) {
+	for _, mode := range []string{"auto", "landlock"} {
+		t.Run(mode, func(t *testing.T) {
+			test(t, startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode}}))
+		})
+	}
 }
 
 func startAttackStack(t *testing.T, cfg roles.DevConfig) *attackStack {
@@ -357,13 +368,10 @@ func TestSandboxAttacksWorkBare(t *testing.T) {
 // and B's turn, running all the while, completes. In both layers: the
 // first alone is what a restricted pod gets.
 func TestSandboxBoundsATurnsProcesses(t *testing.T) {
-	for _, mode := range []string{"auto", "landlock"} {
-		t.Run(mode, func(t *testing.T) { testBounds(t, mode) })
-	}
+	inEachLayer(t, testBounds)
 }
 
-func testBounds(t *testing.T, mode string) {
-	s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode}})
+func testBounds(t *testing.T, s *attackStack) {
 	// B's command runs until the test lets it go, after A's attacks:
 	// it is running while every one of them is.
 	in, _ := json.Marshal(map[string]any{"command": "while [ ! -e go-on ]; do sleep 0.05; done; echo B done", "timeout": 600000})
@@ -418,18 +426,9 @@ func testBounds(t *testing.T, mode string) {
 
 // sleepers returns the host pids of "sleep <arg>" processes.
 func sleepers(arg string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && string(b) == "sleep\x00"+arg+"\x00" && processRuns(pid) {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return proctest.Pids(func(pid int) bool {
+		return proctest.Cmdline(pid) == proctest.Args("sleep", arg) && proctest.Runs(pid)
+	})
 }
 
 // TestSandboxMissingRefusesCommands: where Landlock cannot be applied,
@@ -518,33 +517,30 @@ func testMCPServer(t *testing.T, mode string) {
 // attacks a stdio server tries (TestSandboxMCPServer, which also checks
 // that they work bare), and every one fails.
 func TestSandboxBuildAttacks(t *testing.T) {
-	for _, mode := range []string{"auto", "landlock"} {
-		t.Run(mode, func(t *testing.T) {
-			s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode}})
-			attacks := s.attacks()
-			script := "#!/bin/bash\n"
-			for short, what := range mcpAttacks {
-				script += fmt.Sprintf("if ( %s ) >/dev/null 2>&1; then echo LEAK:%s; else echo no:%s; fi\n", attacks[what], short, short)
+	inEachLayer(t, func(t *testing.T, s *attackStack) {
+		attacks := s.attacks()
+		script := "#!/bin/bash\n"
+		for short, what := range mcpAttacks {
+			script += fmt.Sprintf("if ( %s ) >/dev/null 2>&1; then echo LEAK:%s; else echo no:%s; fi\n", attacks[what], short, short)
+		}
+		os.MkdirAll(s.aWS, 0o755)
+		if err := os.WriteFile(filepath.Join(s.aWS, "gradlew"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r := send(t, s.base, s.a, `[[tool:Build {"tasks": ["test"]}]]`)
+		var out strings.Builder
+		for _, e := range readStream(t, s.base, s.a, 0, turnEnded(r.TurnID)) {
+			if e.ev.Tool != nil && e.ev.Tool.Name == "Build" && (e.ev.Kind == contract.KindToolOutput || e.ev.Kind == contract.KindToolFinished) {
+				out.WriteString(e.ev.Tool.Output)
 			}
-			os.MkdirAll(s.aWS, 0o755)
-			if err := os.WriteFile(filepath.Join(s.aWS, "gradlew"), []byte(script), 0o755); err != nil {
-				t.Fatal(err)
+		}
+		for short, what := range mcpAttacks {
+			if !strings.Contains(out.String(), "no:"+short) || strings.Contains(out.String(), "LEAK:"+short) {
+				t.Errorf("%s was not refused to the build: %s", what, out.String())
 			}
-			r := send(t, s.base, s.a, `[[tool:Build {"tasks": ["test"]}]]`)
-			var out strings.Builder
-			for _, e := range readStream(t, s.base, s.a, 0, turnEnded(r.TurnID)) {
-				if e.ev.Tool != nil && e.ev.Tool.Name == "Build" && (e.ev.Kind == contract.KindToolOutput || e.ev.Kind == contract.KindToolFinished) {
-					out.WriteString(e.ev.Tool.Output)
-				}
-			}
-			for short, what := range mcpAttacks {
-				if !strings.Contains(out.String(), "no:"+short) || strings.Contains(out.String(), "LEAK:"+short) {
-					t.Errorf("%s was not refused to the build: %s", what, out.String())
-				}
-			}
-			s.checkNothingWritten(t)
-		})
-	}
+		}
+		s.checkNothingWritten(t)
+	})
 }
 
 // TestSandboxHardLinkRevealsNothing: a hard link to B's file, planted in
@@ -583,13 +579,10 @@ func TestSandboxHardLinkRevealsNothing(t *testing.T) {
 // command cannot signal it by its host pid: in the first layer Landlock's
 // signal scope refuses (EPERM); with namespaces the pid is not there.
 func TestSandboxCannotSignalAnotherConversation(t *testing.T) {
-	for _, mode := range []string{"auto", "landlock"} {
-		t.Run(mode, func(t *testing.T) { testCannotSignal(t, mode) })
-	}
+	inEachLayer(t, testCannotSignal)
 }
 
-func testCannotSignal(t *testing.T, mode string) {
-	s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{Sandbox: mode}})
+func testCannotSignal(t *testing.T, s *attackStack) {
 	marker := strconv.Itoa(900 + os.Getpid()%90)
 	done := make(chan contract.ToolEvent, 1)
 	go func() {
@@ -615,7 +608,7 @@ func testCannotSignal(t *testing.T, mode string) {
 	if !res.IsError || !strings.Contains(res.Output, want) {
 		t.Errorf("A's kill of B's process: %+v, want %q", res, want)
 	}
-	if !processRuns(pids[0]) {
+	if !proctest.Runs(pids[0]) {
 		t.Fatal("B's process is gone")
 	}
 	// B's turn ends on its own (interrupted here, not killed by A).
@@ -635,12 +628,7 @@ func testCannotSignal(t *testing.T, mode string) {
 // own directory or is refused, and B's workspace gets nothing.
 func TestSandboxWriteRacesASymlinkSwap(t *testing.T) {
 	dir := t.TempDir()
-	echoBin := filepath.Join(dir, "echoserver")
-	if out, err := exec.Command("go", "build", "-o", echoBin, "../../internal/mcp/servers/testdata/echoserver").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	allow := filepath.Join(dir, "mcp-allow.json")
-	os.WriteFile(allow, []byte(fmt.Sprintf(`{"stdio": [{"name": "race", "command": %q}]}`, echoBin)), 0o600)
+	echoBin, allow := echoServerAllowed(t, dir, "race")
 	s := startAttackStack(t, roles.DevConfig{Agent: roles.AgentConfig{MCPAllow: allow}})
 	mcpJSON, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
 		"race": map[string]any{"command": echoBin, "args": []string{"-swap", "sw:swlink"}},
@@ -714,7 +702,7 @@ func TestSandboxWriteRacesASymlinkSwap(t *testing.T) {
 		t.Fatalf("swapper processes %v, want one", pids)
 	}
 	syscall.Kill(pids[0], syscall.SIGKILL)
-	for deadline := time.Now().Add(10 * time.Second); processRuns(pids[0]); time.Sleep(10 * time.Millisecond) { // polling another process's end
+	for deadline := time.Now().Add(10 * time.Second); proctest.Runs(pids[0]); time.Sleep(10 * time.Millisecond) { // polling another process's end
 		if time.Now().After(deadline) {
 			t.Fatal("the swapper does not end")
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/proctest"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/syncbuf"
 )
@@ -55,14 +56,8 @@ func startUnprivilegedDev(t *testing.T, mode string) *unprivilegedDev {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
 	d := &unprivilegedDev{dir: dir, bin: filepath.Join(dir, "talkide"), secret: filepath.Join(dir, "secret"), stderr: &syncbuf.Buffer{}}
-	if out, err := exec.Command("go", "build", "-o", d.bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build talkide: %v\n%s", err, out)
-	}
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "talkide-sandbox"), "../talkide-sandbox")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build talkide-sandbox: %v\n%s", err, out)
-	}
+	goBuild(t, d.bin, ".")
+	goBuild(t, filepath.Join(dir, "talkide-sandbox"), "../talkide-sandbox", "CGO_ENABLED=0")
 	if err := os.WriteFile(d.secret, []byte("the inherited secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -146,15 +141,9 @@ func limit(t *testing.T, pid int, name string) string {
 
 // waitingHelpers returns the pids of the helpers waiting for a command.
 func waitingHelpers(bin string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if pid, perr := strconv.Atoi(e.Name()); perr == nil && err == nil && string(b) == bin+"-sandbox\x00__talkide_sandbox\x00warm\x00" {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return proctest.Pids(func(pid int) bool {
+		return proctest.Cmdline(pid) == proctest.Args(bin+"-sandbox", "__talkide_sandbox", "warm")
+	})
 }
 
 // runningSleep starts conv's command "sleep secs; echo …", and returns

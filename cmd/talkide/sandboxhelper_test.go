@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,8 +30,6 @@ func TestSandboxHelperFlagMustMatch(t *testing.T) {
 func builtHelper(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "talkide-sandbox")
-	if out, err := exec.Command("go", "build", "-o", bin, "../talkide-sandbox").CombinedOutput(); err != nil {
-		t.Fatalf("go build talkide-sandbox: %v\n%s", err, out)
-	}
+	goBuild(t, bin, "../talkide-sandbox")
 	return bin
 }

@@ -31,9 +31,7 @@ func TestSecretsLeaveTheEnvironment(t *testing.T) {
 
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "talkide")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	goBuild(t, bin, ".")
 	data := filepath.Join(dir, "data")
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, "dev", "--data-dir", data, "--addr", "127.0.0.1:0", "--anthropic-url", up.URL)

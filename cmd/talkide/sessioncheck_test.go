@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,141 +18,6 @@ import (
 
 // This file holds the checks the kill -9 and two-worker tests apply to a
 // session volume.
-
-// transcriptBlock and transcriptMessage are the Messages API wire shape the
-// native harness writes (a copy of its unexported types).
-type transcriptBlock struct {
-	Type      string `json:"type"`
-	Text      string `json:"text,omitempty"`
-	ID        string `json:"id,omitempty"`
-	ToolUseID string `json:"tool_use_id,omitempty"`
-}
-
-type transcriptMessage struct {
-	Role    string            `json:"role"`
-	Content []json.RawMessage `json:"content"`
-}
-
-// validateTranscript checks what the Messages API requires of a
-// conversation, after consecutive user messages are merged as the native
-// harness merges them before sending: roles alternate starting with user;
-// every tool_use is answered by exactly one tool_result at the start of the
-// next message; every tool_result answers a tool_use of the message right
-// before it; no message and no text block is empty. With openEnd, the last
-// message may be an assistant message whose tool calls are unanswered: a
-// turn cut off by a crash, which the harness answers (and appends) before
-// its next model call. This is the validator of internal/harness/native's
-// transcript_test.go, returning an error instead of failing a test.
-func validateTranscript(recs []json.RawMessage, openEnd bool) error {
-	var msgs []transcriptMessage
-	for i, r := range recs {
-		var m transcriptMessage
-		if err := json.Unmarshal(r, &m); err != nil {
-			return fmt.Errorf("record %d %s: %w", i, r, err)
-		}
-		if n := len(msgs); n > 0 && msgs[n-1].Role == "user" && m.Role == "user" {
-			msgs[n-1].Content = append(msgs[n-1].Content, m.Content...)
-			continue
-		}
-		msgs = append(msgs, m)
-	}
-	var pending map[string]bool // tool_use ids of the previous message
-	for i, m := range msgs {
-		want := "user"
-		if i%2 == 1 {
-			want = "assistant"
-		}
-		if m.Role != want {
-			return fmt.Errorf("message %d has role %q, want %q (roles alternate, starting with user)", i, m.Role, want)
-		}
-		if len(m.Content) == 0 {
-			return fmt.Errorf("message %d has no content", i)
-		}
-		answered := map[string]bool{}
-		seenOther := false
-		next := map[string]bool{}
-		for _, raw := range m.Content {
-			var b transcriptBlock
-			if err := json.Unmarshal(raw, &b); err != nil {
-				return fmt.Errorf("message %d: block %s: %w", i, raw, err)
-			}
-			switch b.Type {
-			case "text":
-				if strings.TrimSpace(b.Text) == "" {
-					return fmt.Errorf("message %d has an empty text block (the API rejects it)", i)
-				}
-				seenOther = true
-			case "tool_result":
-				switch {
-				case m.Role != "user":
-					return fmt.Errorf("message %d: tool_result in an %s message", i, m.Role)
-				case !pending[b.ToolUseID]:
-					return fmt.Errorf("message %d: tool_result %q answers no tool_use of the previous message", i, b.ToolUseID)
-				case answered[b.ToolUseID]:
-					return fmt.Errorf("message %d: tool_use %q answered twice", i, b.ToolUseID)
-				case seenOther:
-					return fmt.Errorf("message %d: tool_result %q comes after other content", i, b.ToolUseID)
-				}
-				answered[b.ToolUseID] = true
-			case "tool_use":
-				next[b.ID] = true
-				seenOther = true
-			default:
-				seenOther = true
-			}
-		}
-		for id := range pending {
-			if !answered[id] {
-				return fmt.Errorf("message %d does not answer tool_use %q of the message before it", i, id)
-			}
-		}
-		pending = next
-	}
-	if len(pending) > 0 && !openEnd {
-		return fmt.Errorf("the last message leaves tool_use calls unanswered: %v", pending)
-	}
-	return nil
-}
-
-func TestValidateTranscript(t *testing.T) {
-	user := `{"role":"user","content":[{"type":"text","text":"hi"}]}`
-	use := `{"role":"assistant","content":[{"type":"text","text":"running"},{"type":"tool_use","id":"A","name":"Bash","input":{}}]}`
-	result := `{"role":"user","content":[{"type":"tool_result","tool_use_id":"A","content":"ok"}]}`
-	answer := `{"role":"assistant","content":[{"type":"text","text":"done"}]}`
-	tests := map[string]struct {
-		recs    []string
-		openEnd bool
-		want    string // substring of the error; empty: valid
-	}{
-		"tool round trip":                {recs: []string{user, use, result, answer}},
-		"user runs merge":                {recs: []string{user, user, answer}},
-		"results merge with later text":  {recs: []string{user, use, result, user, answer}},
-		"open end allowed after a crash": {recs: []string{user, use}, openEnd: true},
-		"open end":                       {recs: []string{user, use}, want: "unanswered"},
-		"starts with assistant":          {recs: []string{answer}, want: `role "assistant", want "user"`},
-		"two assistants":                 {recs: []string{user, answer, answer}, want: "roles alternate"},
-		"unanswered mid-file":            {recs: []string{user, use, user, answer}, openEnd: true, want: `does not answer tool_use "A"`},
-		"orphan result":                  {recs: []string{user, answer, result}, want: "answers no tool_use"},
-		"result after text":              {recs: []string{user, use, `{"role":"user","content":[{"type":"text","text":"x"},{"type":"tool_result","tool_use_id":"A"}]}`}, want: "after other content"},
-		"empty text":                     {recs: []string{`{"role":"user","content":[{"type":"text","text":" "}]}`}, want: "empty text block"},
-		"empty message":                  {recs: []string{`{"role":"user","content":[]}`}, want: "no content"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			var recs []json.RawMessage
-			for _, r := range tc.recs {
-				recs = append(recs, json.RawMessage(r))
-			}
-			err := validateTranscript(recs, tc.openEnd)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("valid transcript refused: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("got %v, want an error containing %q", err, tc.want)
-			}
-		})
-	}
-}
 
 // sessionLog is a session as the checks read it: validated, with its
 // events and transcript.

@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -170,4 +172,30 @@ func knownConversations(t testing.TB, st store.Store, ids ...string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// goBuild builds the package pkg, a path from this directory, into out,
+// with env added to this process's environment.
+func goBuild(t testing.TB, out, pkg string, env ...string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+}
+
+// echoServerAllowed builds the echo MCP server into dir and writes
+// dir/mcp-allow.json, an operator's allow-list that permits it as name:
+// it returns the server's path and the allow-list's.
+func echoServerAllowed(t testing.TB, dir, name string) (bin, allow string) {
+	t.Helper()
+	bin = filepath.Join(dir, "echoserver")
+	goBuild(t, bin, "../../internal/mcp/servers/testdata/echoserver")
+	allow = filepath.Join(dir, "mcp-allow.json")
+	list := fmt.Sprintf(`{"stdio": [{"name": %q, "command": %q}]}`, name, bin)
+	if err := os.WriteFile(allow, []byte(list), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return bin, allow
 }

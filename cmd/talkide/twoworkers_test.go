@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/harness/historytest"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/trust"
@@ -302,7 +303,7 @@ func checkSharedSession(t *testing.T, projects, id string, final bool) {
 	if l.v.Stale != 0 {
 		t.Errorf("%s: %d records appended by a fenced-out owner", id, l.v.Stale)
 	}
-	if err := validateTranscript(l.transcript, !final); err != nil {
+	if err := historytest.Check(l.transcript, !final); err != nil {
 		t.Errorf("%s: transcript: %v", id, err)
 	}
 	if final && l.v.OpenTurn != "" {

@@ -25,6 +25,7 @@ package anthropicsim
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/talkide/platform/internal/defaults"
 )
 
 const (
@@ -85,19 +88,10 @@ func New(apiKey string, opts *Options) *Simulator {
 	if apiKey == "" {
 		panic("anthropicsim: New with an empty API key")
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.KeepRequests <= 0 {
-		o.KeepRequests = DefaultKeepRequests
-	}
+	o := defaults.Copy(opts)
+	defaults.Logger(&o.Logger)
+	defaults.Clock(&o.Now)
+	defaults.IfNotPositive(&o.KeepRequests, DefaultKeepRequests)
 	return &Simulator{
 		keyHash:    sha256.Sum256([]byte(apiKey)),
 		log:        o.Logger,
@@ -124,6 +118,24 @@ func (s *Simulator) Requests() [][]byte {
 		out[i] = append([]byte(nil), b...)
 	}
 	return out
+}
+
+// LastMessages returns the messages array of the last request Requests
+// holds and that request's body; an error when there is none, or when it
+// is not a request's JSON.
+func (s *Simulator) LastMessages() ([]json.RawMessage, []byte, error) {
+	reqs := s.Requests()
+	if len(reqs) == 0 {
+		return nil, nil, errors.New("the simulator received no request")
+	}
+	last := reqs[len(reqs)-1]
+	var body struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(last, &body); err != nil {
+		return nil, last, fmt.Errorf("the simulator's last request: %w", err)
+	}
+	return body.Messages, last, nil
 }
 
 // ServeHTTP serves POST /v1/messages and POST /v1/messages/count_tokens; the

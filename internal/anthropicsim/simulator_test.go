@@ -629,6 +629,22 @@ func TestRequestsRecorded(t *testing.T) {
 	}
 }
 
+func TestLastMessages(t *testing.T) {
+	sim, srv := newServer(t, nil)
+	if _, _, err := sim.LastMessages(); err == nil {
+		t.Error("LastMessages before any request: no error")
+	}
+	post(t, srv, userBody("one"))
+	msgs, body, err := sim.LastMessages()
+	if err != nil || len(msgs) != 1 || string(body) != userBody("one") || !strings.Contains(string(msgs[0]), `"one"`) {
+		t.Errorf("LastMessages = %s, %s, %v", msgs, body, err)
+	}
+	post(t, srv, `{"bad json`)
+	if _, body, err := sim.LastMessages(); err == nil || string(body) != `{"bad json` {
+		t.Errorf("LastMessages after a request that is not JSON = %s, %v", body, err)
+	}
+}
+
 func TestDeterministic(t *testing.T) {
 	_, srv := newServer(t, nil)
 	for _, text := range []string{"hello there", `[[tool:t {"x":[1,2]}]]`, "[[tool:nope]]"} {

@@ -174,9 +174,7 @@ func TestReadersSeeWholeVersions(t *testing.T) {
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		for {
 			select {
 			case <-done:
@@ -189,7 +187,7 @@ func TestReadersSeeWholeVersions(t *testing.T) {
 				return
 			}
 		}
-	}()
+	})
 	for i := range 200 {
 		if err := WriteFile(path, versions[i%2], 0o600); err != nil {
 			t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 )
@@ -91,31 +92,14 @@ func New(st store.Store, opts *Options) (*Authenticator, error) {
 	if st == nil {
 		return nil, errors.New("auth: a store is required")
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.SessionIdle <= 0 {
-		o.SessionIdle = DefaultSessionIdle
-	}
-	if o.SessionAbsolute <= 0 {
-		o.SessionAbsolute = DefaultSessionAbsolute
-	}
-	if o.TrustedHeader == "" {
-		o.TrustedHeader = DefaultTrustedHeader
-	}
-	if o.LoginsPerMinute <= 0 {
-		o.LoginsPerMinute = DefaultLoginsPerMinute
-	}
-	if o.TokenPerMinute <= 0 {
-		o.TokenPerMinute = DefaultTokenPerMinute
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o := defaults.Copy(opts)
+	defaults.IfNotPositive(&o.SessionIdle, DefaultSessionIdle)
+	defaults.IfNotPositive(&o.SessionAbsolute, DefaultSessionAbsolute)
+	defaults.IfZero(&o.TrustedHeader, DefaultTrustedHeader)
+	defaults.IfNotPositive(&o.LoginsPerMinute, DefaultLoginsPerMinute)
+	defaults.IfNotPositive(&o.TokenPerMinute, DefaultTokenPerMinute)
+	defaults.Logger(&o.Logger)
+	defaults.Clock(&o.Now)
 	a := &Authenticator{st: st, o: o, log: o.Logger}
 	if rw, ok := st.(store.RateWindows); ok {
 		// Several replicas may share this store: count where all of them

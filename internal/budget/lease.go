@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -526,10 +527,7 @@ func (s *Service) trim(ctx context.Context, l *slice, all bool) bool {
 // trimSlices trims every slice (see trim).
 func (s *Service) trimSlices(ctx context.Context, all bool) {
 	s.mu.Lock()
-	ls := make([]*slice, 0, len(s.sliceByID))
-	for _, l := range s.sliceByID {
-		ls = append(ls, l)
-	}
+	ls := slices.Collect(maps.Values(s.sliceByID))
 	s.mu.Unlock()
 	for _, l := range ls {
 		s.trim(ctx, l, all)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/talkide/platform/internal/defaults"
 )
 
 // Defaults of Options.
@@ -138,40 +140,17 @@ func New(st Store, prices *Prices, opts *Options) *Service {
 	if st == nil || prices == nil {
 		panic("budget: nil store or prices")
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.ReservationTTL <= 0 {
-		o.ReservationTTL = DefaultReservationTTL
-	}
-	if o.LimitCacheTTL == 0 {
-		o.LimitCacheTTL = DefaultLimitCacheTTL
-	}
-	if o.DefaultOutputTokens <= 0 {
-		o.DefaultOutputTokens = DefaultOutputTokens
-	}
-	if o.InFlightRetry <= 0 {
-		o.InFlightRetry = DefaultInFlightRetry
-	}
-	if o.HardStopMargin <= 0 {
-		o.HardStopMargin = DefaultHardStopMargin
-	}
-	if o.CollectInterval <= 0 {
-		o.CollectInterval = DefaultCollectInterval
-	}
-	if o.LeaseCalls == 0 {
-		o.LeaseCalls = DefaultLeaseCalls
-	}
-	if o.LeaseIdle <= 0 {
-		o.LeaseIdle = DefaultLeaseIdle
-	}
+	o := defaults.Copy(opts)
+	defaults.Logger(&o.Logger)
+	defaults.Clock(&o.Now)
+	defaults.IfNotPositive(&o.ReservationTTL, DefaultReservationTTL)
+	defaults.IfZero(&o.LimitCacheTTL, DefaultLimitCacheTTL)
+	defaults.IfNotPositive(&o.DefaultOutputTokens, DefaultOutputTokens)
+	defaults.IfNotPositive(&o.InFlightRetry, DefaultInFlightRetry)
+	defaults.IfNotPositive(&o.HardStopMargin, DefaultHardStopMargin)
+	defaults.IfNotPositive(&o.CollectInterval, DefaultCollectInterval)
+	defaults.IfZero(&o.LeaseCalls, DefaultLeaseCalls)
+	defaults.IfNotPositive(&o.LeaseIdle, DefaultLeaseIdle)
 	s := &Service{
 		store: st, prices: prices, log: o.Logger, now: o.Now, o: o,
 		limits:     map[Subject]cachedLimits{},

@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/talkide/platform/internal/defaults"
 )
 
 // Labels of a build Job and its pod.
@@ -165,41 +167,26 @@ type Kubernetes struct {
 // NewKubernetes returns a runner that creates Jobs with cs; opts.Namespace
 // and opts.VolumeRoot are required.
 func NewKubernetes(cs kubernetes.Interface, opts *KubernetesOptions) (*Kubernetes, error) {
-	var o KubernetesOptions
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
 		return nil, fmt.Errorf("build: namespace %q: %s", o.Namespace, strings.Join(errs, "; "))
 	}
 	if o.VolumeRoot == "" || !filepath.IsAbs(o.VolumeRoot) {
 		return nil, errors.New("build: the session volume's mount path (absolute) is required")
 	}
-	if o.ClaimName == "" {
-		o.ClaimName = DefaultClaimName
-	}
-	if o.RunAsUser <= 0 {
-		o.RunAsUser = DefaultRunAsUser
-	}
+	defaults.IfZero(&o.ClaimName, DefaultClaimName)
+	defaults.IfNotPositive(&o.RunAsUser, DefaultRunAsUser)
 	if o.Resources.Requests == nil && o.Resources.Limits == nil {
 		o.Resources = corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(DefaultCPURequest), corev1.ResourceMemory: resource.MustParse(DefaultMemoryRequest)},
 			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(DefaultCPULimit), corev1.ResourceMemory: resource.MustParse(DefaultMemoryLimit)},
 		}
 	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
-	}
+	defaults.IfNotPositive(&o.Timeout, DefaultTimeout)
 	o.Timeout = min(o.Timeout, MaxTimeout)
-	if o.TTLAfterFinished <= 0 {
-		o.TTLAfterFinished = DefaultTTLAfterFinished
-	}
-	if o.MaxConcurrent <= 0 {
-		o.MaxConcurrent = DefaultMaxConcurrent
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	defaults.IfNotPositive(&o.TTLAfterFinished, DefaultTTLAfterFinished)
+	defaults.IfNotPositive(&o.MaxConcurrent, DefaultMaxConcurrent)
+	defaults.Logger(&o.Logger)
 	return &Kubernetes{cs: cs, opts: o, slots: make(chan struct{}, o.MaxConcurrent)}, nil
 }
 

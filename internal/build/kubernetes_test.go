@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/talkide/platform/internal/build/buildtest"
 	"github.com/talkide/platform/internal/kubetest"
 	"github.com/talkide/platform/internal/syncbuf"
 )
@@ -159,9 +160,7 @@ func newKubeFixtureTB(t testing.TB, opts *KubernetesOptions) *kubeFixture {
 	f.node = srv.Node(t, mux)
 	f.root = t.TempDir()
 	f.ws = filepath.Join(f.root, "workspaces", "conv1")
-	os.MkdirAll(f.ws, 0o755)
-	b, _ := os.ReadFile("testdata/fakegradle/gradlew")
-	os.WriteFile(filepath.Join(f.ws, GradleWrapper), b, 0o755)
+	buildtest.FakeGradle(t, f.ws)
 	var o KubernetesOptions
 	if opts != nil {
 		o = *opts

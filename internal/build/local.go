@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/sandbox"
 )
 
@@ -43,13 +44,8 @@ type Local struct {
 
 // NewLocal returns a local runner; opts may be nil.
 func NewLocal(opts *LocalOptions) *Local {
-	var o LocalOptions
-	if opts != nil {
-		o = *opts
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
-	}
+	o := defaults.Copy(opts)
+	defaults.IfNotPositive(&o.Timeout, DefaultTimeout)
 	o.Timeout = min(o.Timeout, MaxTimeout)
 	return &Local{opts: o}
 }

@@ -1,10 +1,9 @@
 package build
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/talkide/platform/internal/build/buildtest"
 	"github.com/talkide/platform/internal/kubetest"
 	"github.com/talkide/platform/internal/sandbox"
 )
@@ -16,17 +15,11 @@ func TestMain(m *testing.M) {
 	kubetest.Main(m)
 }
 
-// fakeGradleWorkspace is a workspace whose ./gradlew is the stand-in in
-// testdata/fakegradle.
+// fakeGradleWorkspace is a workspace whose ./gradlew is buildtest's
+// stand-in.
 func fakeGradleWorkspace(t testing.TB) string {
 	t.Helper()
 	ws := t.TempDir()
-	b, err := os.ReadFile("testdata/fakegradle/gradlew")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ws, GradleWrapper), b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	buildtest.FakeGradle(t, ws)
 	return ws
 }

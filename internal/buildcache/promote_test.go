@@ -298,9 +298,7 @@ func TestReadersSeeAWholeGeneration(t *testing.T) {
 	var wg sync.WaitGroup
 	var reads, bad atomic.Int32
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				select {
 				case <-stop:
@@ -326,7 +324,7 @@ func TestReadersSeeAWholeGeneration(t *testing.T) {
 				}
 				reads.Add(1)
 			}
-		}()
+		})
 	}
 	for i := 1; i <= 20; i++ {
 		at := t0.Add(time.Duration(i) * time.Minute)

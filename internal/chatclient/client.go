@@ -15,6 +15,7 @@ import (
 
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 )
 
 // Limits on what the client reads from the control-plane.
@@ -118,16 +119,11 @@ func New(baseURL string, opts *Options) (*Client, error) {
 	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return nil, fmt.Errorf("chatclient: base URL %q: must not have a query, fragment or user info", baseURL)
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{}
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	defaults.Logger(&o.Logger)
 	for i := 0; i < len(o.Token); i++ {
 		if c := o.Token[i]; c <= ' ' || c >= 0x7f {
 			return nil, errors.New("chatclient: token contains a character not allowed in a header")

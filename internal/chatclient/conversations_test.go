@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 )
@@ -175,8 +176,7 @@ func TestSendAndInterrupt(t *testing.T) {
 
 func TestSendRetriesWithSameID(t *testing.T) {
 	ctx := testCtx(t)
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.sendFail = 2
 	resp, err := f.client(t, nil).Send(ctx, "c1", "hello")
 	if err != nil {
@@ -197,8 +197,7 @@ func TestSendRetriesLostAnswer(t *testing.T) {
 	// The first attempt reaches the server, which starts the turn, but the
 	// connection breaks before the answer: the retry must get that turn.
 	ctx := testCtx(t)
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	var hijacked atomic.Bool
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := httptest.NewRecorder()
@@ -225,17 +224,12 @@ func TestSendRetriesLostAnswer(t *testing.T) {
 	if !resp.Duplicate || resp.TurnID != "t_1" {
 		t.Errorf("send = %+v, want the duplicate answer of turn t_1", resp)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if diff := cmp.Diff([]string{"hello"}, f.sentTexts); diff != "" {
-		t.Errorf("turns started (-want +got):\n%s", diff)
-	}
+	f.wantSent(t, "hello")
 }
 
 func TestSendGivesUp(t *testing.T) {
 	ctx := testCtx(t)
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.sendFail = 100
 	_, err := f.client(t, nil).Send(ctx, "c1", "hello")
 	var ae *APIError
@@ -331,8 +325,7 @@ func TestResponseBodyLimit(t *testing.T) {
 
 func TestSendMessageUsesTheCallersID(t *testing.T) {
 	ctx := testCtx(t)
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.sendFail = 1
 	c := f.client(t, nil)
 	id := NewMessageID()

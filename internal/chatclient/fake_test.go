@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/proxytest"
 	"github.com/talkide/platform/internal/sse"
 )
 
@@ -84,6 +87,15 @@ type fakeConv struct {
 
 var fakeTime = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 
+// newFakeWithC1 is a fake control-plane with one conversation, c1, and no
+// events yet.
+func newFakeWithC1(t *testing.T) *fakeCP {
+	t.Helper()
+	f := newFakeCP(t)
+	f.addConv("c1", 0)
+	return f
+}
+
 func newFakeCP(t *testing.T) *fakeCP {
 	t.Helper()
 	f := &fakeCP{convs: make(map[string]*fakeConv), changed: make(chan struct{})}
@@ -108,6 +120,31 @@ func (f *fakeCP) client(t *testing.T, opts *Options) *Client {
 	}
 	fastRetries(c)
 	return c
+}
+
+// behindProxy is a fake control-plane with conversation c1, a proxy in
+// front of it that the test can take down, and a client of the proxy that
+// retries at once.
+func behindProxy(t *testing.T) (*fakeCP, *proxytest.Proxy, *Client) {
+	t.Helper()
+	f := newFakeWithC1(t)
+	p := proxytest.New(t, f.srv.Listener.Addr().String())
+	c, err := New(p.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fastRetries(c)
+	return f, p, c
+}
+
+// wantSent checks the texts of the turns started, in order.
+func (f *fakeCP) wantSent(t *testing.T, want ...string) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if diff := cmp.Diff(want, f.sentTexts); diff != "" {
+		t.Errorf("turns started (-want +got):\n%s", diff)
+	}
 }
 
 func fastRetries(c *Client) {

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/talkide/platform/internal/proxytest"
 	"github.com/talkide/platform/internal/syncbuf"
 
 	"github.com/google/go-cmp/cmp"
@@ -59,8 +58,7 @@ func (l *liveSession) wait(t *testing.T) error {
 
 func TestRunCtrlCInterruptsTheTurnAndGoesOn(t *testing.T) {
 	ctx := testCtx(t)
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.interrupted = make(chan struct{}, 1)
 	l := startLive(t, f.client(t, nil), nil)
 
@@ -89,8 +87,7 @@ func TestRunCtrlCInterruptsTheTurnAndGoesOn(t *testing.T) {
 }
 
 func TestRunSecondCtrlCLeaves(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.interrupted = make(chan struct{}, 1)
 	f.holdInterrupts = make(chan struct{}) // the interrupt takes its time
 	l := startLive(t, f.client(t, nil), nil)
@@ -123,8 +120,7 @@ func TestRunCtrlCWithoutTurnLeaves(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			f := newFakeCP(t)
-			f.addConv("c1", 0)
+			f := newFakeWithC1(t)
 			if tc.history != nil {
 				tc.history(f)
 			}
@@ -156,8 +152,7 @@ func TestRunCtrlCStopsSomeoneElsesTurn(t *testing.T) {
 	// The browser's turn runs; the line typed here waits for it (409), and
 	// Ctrl-C interrupts that turn.
 	ctx := testCtx(t)
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.manual = true
 	f.startTurn("c1", "from the browser")
 	f.conflict = make(chan struct{}, 1)
@@ -173,11 +168,7 @@ func TestRunCtrlCStopsSomeoneElsesTurn(t *testing.T) {
 	if err := l.wait(t); err != nil { // "mine" went out after the interrupt
 		t.Fatalf("Run = %v", err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if diff := cmp.Diff([]string{"mine"}, f.sentTexts); diff != "" {
-		t.Errorf("sent (-want +got):\n%s", diff)
-	}
+	f.wantSent(t, "mine")
 }
 
 func TestOnceCtrlC(t *testing.T) {
@@ -191,8 +182,7 @@ func TestOnceCtrlC(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			f := newFakeCP(t)
-			f.addConv("c1", 0)
+			f := newFakeWithC1(t)
 			f.sent = make(chan string, 1)
 			f.interrupted = make(chan struct{}, 1)
 			if tc.hold {
@@ -217,8 +207,7 @@ func TestOnceCtrlC(t *testing.T) {
 }
 
 func TestRunEchoedHidesOwnLines(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.finishTurn("c1", f.startTurn("c1", "from the browser"), false)
 	f.manual = true
 	finishSentTurns(t, f)
@@ -234,8 +223,7 @@ func TestRunEchoedHidesOwnLines(t *testing.T) {
 }
 
 func TestRunHelpMentionsCtrlC(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	s, out := newSession(t, f, false)
 	if err := s.Run(testCtx(t), strings.NewReader("/help\n")); err != nil {
 		t.Fatal(err)
@@ -249,14 +237,7 @@ func TestRunHelpMentionsCtrlC(t *testing.T) {
 
 func TestRunQueuesWhileControlPlaneIsDown(t *testing.T) {
 	ctx := testCtx(t)
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
-	p := proxytest.New(t, f.srv.Listener.Addr().String())
-	c, err := New(p.URL(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fastRetries(c)
+	f, p, c := behindProxy(t)
 	l := startLive(t, c, func(s *Session) { s.Echoed = true })
 
 	p.Down()
@@ -299,8 +280,7 @@ func TestRunQueuedMessageKeepsItsID(t *testing.T) {
 	// Every answer to the first tries is lost although the control-plane
 	// started the turn: the message is queued, and its retry, with the same
 	// client message id, gets that turn instead of starting another.
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.dropAnswers = sendAttempts
 	s, out := newSession(t, f, false)
 	if err := s.Run(testCtx(t), strings.NewReader("hello\n")); err != nil {
@@ -326,14 +306,7 @@ func TestRunQueuedMessageKeepsItsID(t *testing.T) {
 }
 
 func TestRunLeavingSaysWhatIsNotSent(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
-	p := proxytest.New(t, f.srv.Listener.Addr().String())
-	c, err := New(p.URL(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fastRetries(c)
+	_, p, c := behindProxy(t)
 	l := startLive(t, c, nil)
 	p.Down()
 	l.typeLine(t, "lost")
@@ -350,16 +323,11 @@ func TestRunLeavingSaysWhatIsNotSent(t *testing.T) {
 // The turn a send started can end before its answer comes: Run must not
 // wait for that turn's end again.
 func TestRunAnswerAfterTurnEnded(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.dropAnswers = 1 // the retry's answer comes after the turn ended
 	s, _ := newSession(t, f, false)
 	if err := s.Run(testCtx(t), strings.NewReader("a\nb\n")); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if diff := cmp.Diff([]string{"a", "b"}, f.sentTexts); diff != "" {
-		t.Errorf("turns started (-want +got):\n%s", diff)
-	}
+	f.wantSent(t, "a", "b")
 }

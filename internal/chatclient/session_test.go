@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -51,8 +52,7 @@ func TestOnce(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			f := newFakeCP(t)
-			f.addConv("c1", 0)
+			f := newFakeWithC1(t)
 			s, out := newSession(t, f, false)
 			err := s.Once(testCtx(t), tc.text)
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
@@ -66,8 +66,7 @@ func TestOnce(t *testing.T) {
 }
 
 func TestOnceWaitsForItsOwnTurn(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.manual = true
 	f.sent = make(chan string, 1)
 	// History: an earlier turn that failed. After is 0, so it is replayed.
@@ -102,8 +101,7 @@ func TestOnceUnknownConversation(t *testing.T) {
 }
 
 func TestRunQuit(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	s, _ := newSession(t, f, false)
 	if err := s.Run(testCtx(t), strings.NewReader("\n  /quit  \nnot sent\n")); err != nil {
 		t.Fatalf("Run = %v", err)
@@ -116,8 +114,7 @@ func TestRunQuit(t *testing.T) {
 }
 
 func TestRunSendsLinesInTurn(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.manual = true
 	finishSentTurns(t, f)
 	s, out := newSession(t, f, true)
@@ -139,8 +136,7 @@ func TestRunSendsLinesInTurn(t *testing.T) {
 }
 
 func TestRunWaitsForSomeoneElsesTurn(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.manual = true
 	other := f.startTurn("c1", "from the browser")
 	f.conflict = make(chan struct{}, 1)
@@ -166,8 +162,7 @@ func TestRunWaitsForSomeoneElsesTurn(t *testing.T) {
 }
 
 func TestRunInterrupt(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.manual = true // the turn runs until interrupted
 	s, out := newSession(t, f, true)
 	if err := s.Run(testCtx(t), strings.NewReader("hello\n/interrupt\n/interrupt\n")); err != nil {
@@ -191,8 +186,7 @@ func TestRunInterrupt(t *testing.T) {
 }
 
 func TestRunReportsSendFailure(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.sendFail = 100
 	s, out := newSession(t, f, false)
 	if err := s.Run(testCtx(t), strings.NewReader("hello\n")); err != nil {
@@ -215,8 +209,7 @@ func TestRunEnds(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			f := newFakeCP(t)
-			f.addConv("c1", 0)
+			f := newFakeWithC1(t)
 			s, _ := newSession(t, f, false)
 			s.ConversationID = tc.conv
 			// Input that never ends, like an idle terminal.
@@ -235,8 +228,7 @@ func TestRunEnds(t *testing.T) {
 }
 
 func TestRunInputError(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	s, _ := newSession(t, f, false)
 	broken := errors.New("tty gone")
 	if err := s.Run(testCtx(t), io.MultiReader(strings.NewReader("/help\n"), errReader{broken})); !errors.Is(err, broken) {

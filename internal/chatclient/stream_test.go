@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -195,8 +196,7 @@ func TestStreamReturnsCallbackError(t *testing.T) {
 }
 
 func TestStreamLineTooLong(t *testing.T) {
-	f := newFakeCP(t)
-	f.addConv("c1", 0)
+	f := newFakeWithC1(t)
 	f.mu.Lock()
 	big := make([]byte, maxSSELine+10)
 	for i := range big {

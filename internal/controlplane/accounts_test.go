@@ -210,6 +210,28 @@ func (tn *tenancy) as(user, method, path, body string, header http.Header) (*htt
 	return resp, data
 }
 
+// reach has each of users GET each of paths and checks the status: 200
+// for the paths allowed[user] names, 404 for the others, each of which
+// refused, when set, checks further.
+func (tn *tenancy) reach(users []string, paths map[string]string, allowed map[string][]string, refused func(user, path string, resp *http.Response, body []byte)) {
+	tn.t.Helper()
+	for _, user := range users {
+		for name, p := range paths {
+			want := http.StatusNotFound
+			if slices.Contains(allowed[user], name) {
+				want = http.StatusOK
+			}
+			resp, body := tn.as(user, http.MethodGet, p, "", nil)
+			if resp.StatusCode != want {
+				tn.t.Errorf("%s GET %s: %d, want %d: %s", user, p, resp.StatusCode, want, body)
+			}
+			if want == http.StatusNotFound && refused != nil {
+				refused(user, p, resp, body)
+			}
+		}
+	}
+}
+
 // create makes a conversation as user in tenant/env ("" for the default).
 func (tn *tenancy) create(user, id, tenantEnv string) {
 	tn.t.Helper()

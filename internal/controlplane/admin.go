@@ -128,6 +128,15 @@ func subjectOf(r *http.Request) (budget.Subject, error) {
 	}
 }
 
+// paramlessSubject is subjectOf for an endpoint that takes no query
+// parameters.
+func paramlessSubject(r *http.Request) (budget.Subject, error) {
+	if err := onlyParams(r); err != nil {
+		return budget.Subject{}, err
+	}
+	return subjectOf(r)
+}
+
 // kindOf reads the kind from the path: a kind's name or a short alias
 // (daily, rpm, …).
 func kindOf(r *http.Request) (budget.Kind, error) {
@@ -197,10 +206,7 @@ func (s *Server) handleAllLimits(w http.ResponseWriter, r *http.Request, _ Opera
 }
 
 func (s *Server) handleLimits(w http.ResponseWriter, r *http.Request, _ OperatorToken) error {
-	if err := onlyParams(r); err != nil {
-		return err
-	}
-	sub, err := subjectOf(r)
+	sub, err := paramlessSubject(r)
 	if err != nil {
 		return err
 	}
@@ -292,10 +298,7 @@ func limitAmount(l budget.Limit) string {
 }
 
 func (s *Server) handleDeleteLimit(w http.ResponseWriter, r *http.Request, op OperatorToken) error {
-	if err := onlyParams(r); err != nil {
-		return err
-	}
-	sub, err := subjectOf(r)
+	sub, err := paramlessSubject(r)
 	if err != nil {
 		return err
 	}
@@ -360,10 +363,7 @@ func window(k budget.Kind) string {
 }
 
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request, _ OperatorToken) error {
-	if err := onlyParams(r); err != nil {
-		return err
-	}
-	sub, err := subjectOf(r)
+	sub, err := paramlessSubject(r)
 	if err != nil {
 		return err
 	}

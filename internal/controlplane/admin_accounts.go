@@ -117,11 +117,7 @@ func (s *Server) handleAdminListMemberships(w http.ResponseWriter, r *http.Reque
 	if err != nil {
 		return err
 	}
-	out := make([]MembershipView, 0, len(ms))
-	for _, m := range ms {
-		out = append(out, membershipView(m))
-	}
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"memberships": out})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"memberships": views(ms, membershipView)})
 	return nil
 }
 
@@ -130,15 +126,9 @@ func (s *Server) handleAdminPutMembership(w http.ResponseWriter, r *http.Request
 	if err != nil {
 		return err
 	}
-	body, err := httpapi.ReadBody(w, r, maxAdminBody)
-	if err != nil {
-		return err
-	}
 	var req PutMembershipRequest
-	if len(body) > 0 {
-		if err := httpapi.DecodeJSON(body, &req); err != nil {
-			return err
-		}
+	if err := readOptionalJSON(w, r, maxAdminBody, &req); err != nil {
+		return err
 	}
 	m.Role = store.RoleMember
 	if req.Role != "" {
@@ -189,11 +179,7 @@ func (s *Server) handleAdminListTokens(w http.ResponseWriter, r *http.Request, _
 	if err != nil {
 		return err
 	}
-	out := make([]APITokenView, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, tokenView(t))
-	}
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"api_tokens": out})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"api_tokens": views(ts, tokenView)})
 	return nil
 }
 
@@ -202,15 +188,10 @@ func (s *Server) handleAdminIssueToken(w http.ResponseWriter, r *http.Request, o
 	if err := httpapi.ID("user id", user); err != nil {
 		return err
 	}
-	body, err := httpapi.ReadBody(w, r, maxAdminBody)
+	var req IssueTokenRequest
+	err := readOptionalJSON(w, r, maxAdminBody, &req)
 	if err != nil {
 		return err
-	}
-	var req IssueTokenRequest
-	if len(body) > 0 {
-		if err := httpapi.DecodeJSON(body, &req); err != nil {
-			return err
-		}
 	}
 	var ttl time.Duration
 	if req.TTL != "" {

@@ -114,22 +114,36 @@ func pageQuery(r *http.Request, kinds, withEnv bool) (store.PageQuery, error) {
 	return q, nil
 }
 
+// writePage answers one page of a list: its items under key, and the
+// cursor of the next page when there is one.
+func writePage[V any](w http.ResponseWriter, key string, items []V, next *store.PagePosition) {
+	body := map[string]any{key: items}
+	if c := encodeCursor(next); c != "" {
+		body["next"] = c
+	}
+	httpapi.WriteJSON(w, http.StatusOK, body)
+}
+
+// views is xs as the API shows them; never nil, so that an empty list is
+// [] in JSON, not null.
+func views[T, V any](xs []T, view func(T) V) []V {
+	out := make([]V, 0, len(xs))
+	for _, x := range xs {
+		out = append(out, view(x))
+	}
+	return out
+}
+
 func (s *Server) writeReports(w http.ResponseWriter, r *http.Request, q store.PageQuery) error {
 	p, err := s.cfg.Store.ListReportPage(r.Context(), q)
 	if err != nil {
 		return err
 	}
-	out := make([]ReportView, 0, len(p.Reports))
-	for _, sr := range p.Reports {
+	writePage(w, "reports", views(p.Reports, func(sr store.StoredReport) ReportView {
 		rep := sr.Report
-		out = append(out, ReportView{Tenant: sr.Tenant, Env: sr.Env, Kind: rep.Kind, ConversationID: rep.ConversationID, TurnID: rep.TurnID,
-			Time: rep.Time, ReceivedAt: sr.ReceivedAt, Usage: rep.Usage, Tool: rep.Tool, Activity: rep.Activity})
-	}
-	body := map[string]any{"reports": out}
-	if c := encodeCursor(p.Next); c != "" {
-		body["next"] = c
-	}
-	httpapi.WriteJSON(w, http.StatusOK, body)
+		return ReportView{Tenant: sr.Tenant, Env: sr.Env, Kind: rep.Kind, ConversationID: rep.ConversationID, TurnID: rep.TurnID,
+			Time: rep.Time, ReceivedAt: sr.ReceivedAt, Usage: rep.Usage, Tool: rep.Tool, Activity: rep.Activity}
+	}), p.Next)
 	return nil
 }
 
@@ -138,15 +152,9 @@ func (s *Server) writeUsagePage(w http.ResponseWriter, r *http.Request, q store.
 	if err != nil {
 		return err
 	}
-	out := make([]UsageRecordView, 0, len(p.Usage))
-	for _, u := range p.Usage {
-		out = append(out, UsageRecordView{Tenant: u.Tenant, Env: u.Env, ConversationID: u.ConversationID, User: u.UserID, UsageView: usageView(u)})
-	}
-	body := map[string]any{"usage": out}
-	if c := encodeCursor(p.Next); c != "" {
-		body["next"] = c
-	}
-	httpapi.WriteJSON(w, http.StatusOK, body)
+	writePage(w, "usage", views(p.Usage, func(u store.UsageRecord) UsageRecordView {
+		return UsageRecordView{Tenant: u.Tenant, Env: u.Env, ConversationID: u.ConversationID, User: u.UserID, UsageView: usageView(u)}
+	}), p.Next)
 	return nil
 }
 

@@ -178,16 +178,30 @@ func (s *Server) conversation(r *http.Request) (store.Conversation, error) {
 	return c, err
 }
 
-func (s *Server) handleCreateConversation(w http.ResponseWriter, r *http.Request) error {
-	body, err := httpapi.ReadBody(w, r, maxBrowserBody)
+// readJSON decodes the body of r, at most max bytes, into v.
+func readJSON(w http.ResponseWriter, r *http.Request, max int64, v any) error {
+	body, err := httpapi.ReadBody(w, r, max)
 	if err != nil {
 		return err
 	}
+	return httpapi.DecodeJSON(body, v)
+}
+
+// readOptionalJSON is readJSON for a body that may be empty, which leaves
+// v as it is.
+func readOptionalJSON(w http.ResponseWriter, r *http.Request, max int64, v any) error {
+	body, err := httpapi.ReadBody(w, r, max)
+	if err != nil || len(body) == 0 {
+		return err
+	}
+	return httpapi.DecodeJSON(body, v)
+}
+
+func (s *Server) handleCreateConversation(w http.ResponseWriter, r *http.Request) error {
 	var req CreateConversationRequest
-	if len(body) > 0 {
-		if err := httpapi.DecodeJSON(body, &req); err != nil {
-			return err
-		}
+	err := readOptionalJSON(w, r, maxBrowserBody, &req)
+	if err != nil {
+		return err
 	}
 	if req.ID == "" {
 		req.ID = contract.NewID("c_")
@@ -261,10 +275,7 @@ func (s *Server) handleListConversations(w http.ResponseWriter, r *http.Request)
 			cs = append(cs, c)
 		}
 	}
-	out := make([]ConversationView, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, viewOf(c))
-	}
+	out := views(cs, viewOf)
 	s.conversationStatus(r.Context(), cs, out)
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"conversations": out})
 	return nil
@@ -296,12 +307,8 @@ func archivedQuery(r *http.Request) (bool, error) {
 // see but do not own (a tenant-admin's view) is theirs to read, not to
 // change: 403, as for sending.
 func (s *Server) handleUpdateConversation(w http.ResponseWriter, r *http.Request) error {
-	body, err := httpapi.ReadBody(w, r, maxBrowserBody)
-	if err != nil {
-		return err
-	}
 	var req UpdateConversationRequest
-	if err := httpapi.DecodeJSON(body, &req); err != nil {
+	if err := readJSON(w, r, maxBrowserBody, &req); err != nil {
 		return err
 	}
 	if req.Title == nil && req.Archived == nil {
@@ -353,12 +360,8 @@ func (s *Server) handleGetConversation(w http.ResponseWriter, r *http.Request) e
 }
 
 func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) error {
-	body, err := httpapi.ReadBody(w, r, maxBrowserBody)
-	if err != nil {
-		return err
-	}
 	var req SendRequest
-	if err := httpapi.DecodeJSON(body, &req); err != nil {
+	if err := readJSON(w, r, maxBrowserBody, &req); err != nil {
 		return err
 	}
 	// The client may leave the id to us; the worker may not, because its

@@ -316,8 +316,7 @@ func TestSend(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, harnessOptions{})
-			h.insertConversation("demo", user, env)
+			h := demoHarness(t)
 			resp, body := h.do(http.MethodPost, "/api/conversations/demo/messages", tt.body, nil)
 			if tt.wantCode != "" {
 				wantError(t, resp, body, tt.wantStatus, tt.wantCode)
@@ -354,8 +353,7 @@ func TestSend(t *testing.T) {
 }
 
 func TestSendRetryIsDuplicate(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	for i, want := range []struct {
 		status int
 		dup    bool
@@ -370,8 +368,7 @@ func TestSendRetryIsDuplicate(t *testing.T) {
 }
 
 func TestInterrupt(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	resp, body := h.do(http.MethodPost, "/api/conversations/demo/interrupt", "", nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status = %d: %s", resp.StatusCode, body)

@@ -262,6 +262,15 @@ type harnessOptions struct {
 	shareStreams func(store.Store) store.StreamCounts
 }
 
+// demoHarness is a harness with the default options and one conversation,
+// demo, of user in env.
+func demoHarness(t testing.TB) *harness {
+	t.Helper()
+	h := newHarness(t, harnessOptions{})
+	h.insertConversation("demo", user, env)
+	return h
+}
+
 func newHarness(t testing.TB, opts harnessOptions) *harness {
 	t.Helper()
 	clk := fakeclock.New(start)

@@ -1,19 +1,16 @@
 package controlplane_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/slowbody"
 )
 
 // TestStrictJSONOnEveryEndpoint sends each JSON endpoint of the
@@ -21,8 +18,7 @@ import (
 // case, each of which encoding/json alone would take (the last one,
 // ignoring case): every one is a 400 naming the key, and nothing is done.
 func TestStrictJSONOnEveryEndpoint(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	identity := h.addIdentity(env, nil)
 	issue := h.fileIssue(issueRequest("demo/k", "demo"))
 	ts := start.Format(time.RFC3339Nano)
@@ -146,8 +142,7 @@ func TestIssueTitleAndLabelsAreOneLine(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, harnessOptions{})
-			h.insertConversation("demo", user, env)
+			h := demoHarness(t)
 			req := issueRequest("demo/k", "demo")
 			tc.mut(&req)
 			resp, data := h.workerCall(h.reportSigner(env), http.MethodPost, contract.IssuesPath, mustJSON(t, req))
@@ -183,8 +178,7 @@ func TestReportTimesAndCounts(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, harnessOptions{})
-			h.insertConversation("demo", user, env)
+			h := demoHarness(t)
 			bad := usageReport("demo/usage-2", "demo")
 			tc.mut(&bad)
 			body := batch(t, usageReport("demo/usage-1", "demo"), bad)
@@ -199,8 +193,7 @@ func TestReportTimesAndCounts(t *testing.T) {
 		})
 	}
 	t.Run("negative tool duration", func(t *testing.T) {
-		h := newHarness(t, harnessOptions{})
-		h.insertConversation("demo", user, env)
+		h := demoHarness(t)
 		body := batch(t, contract.Report{IdempotencyKey: "demo/tool-1", Kind: contract.ReportToolUse, ConversationID: "demo", Time: start,
 			Tool: &contract.ToolReport{ID: "toolu_1", Name: "Bash", DurationMS: -4}})
 		resp, data := h.send(h.reportRequest(h.reportSigner(env), body), body)
@@ -209,8 +202,7 @@ func TestReportTimesAndCounts(t *testing.T) {
 		}
 	})
 	t.Run("a day old and a few minutes ahead are taken", func(t *testing.T) {
-		h := newHarness(t, harnessOptions{})
-		h.insertConversation("demo", user, env)
+		h := demoHarness(t)
 		old, ahead := usageReport("demo/usage-1", "demo"), usageReport("demo/usage-2", "demo")
 		old.Time, ahead.Time = start.Add(-24*time.Hour), start.Add(contract.MaxFutureSkew)
 		body := batch(t, old, ahead)
@@ -347,43 +339,10 @@ func TestSlowBodiesAreCut(t *testing.T) {
 		"/nope":                                 http.StatusNotFound,           // refused unread
 	} {
 		t.Run(path, func(t *testing.T) {
-			conn, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, addr, bytes)
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				tick := time.NewTicker(every)
-				defer tick.Stop()
-				for range bytes {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-					}
-					if _, err := conn.Write([]byte("x")); err != nil {
-						return
-					}
-				}
-			})
-			defer func() { close(stop); conn.Close(); wg.Wait() }()
-			conn.SetReadDeadline(start.Add(timeout + within))
-			br := bufio.NewReader(conn)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("no answer %v after the request began: %v", time.Since(start), err)
-			}
-			io.Copy(io.Discard, resp.Body)
+			head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, addr, bytes)
+			resp, _ := slowbody.Send(t, addr, head, 'x', bytes, every, timeout+within)
 			if resp.StatusCode != want {
 				t.Errorf("status %d, want %d", resp.StatusCode, want)
-			}
-			if _, err := br.ReadByte(); err == nil {
-				t.Error("more after the answer")
-			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				t.Errorf("the connection was still open %v after the request began", time.Since(start))
 			}
 		})
 	}

@@ -25,8 +25,8 @@ import (
 // agent never sees another's issues.
 
 // verifyWorker reads a signed worker request's body (at most max bytes) and
-// checks its signature and that the signer's env exists, as the report
-// endpoint does: every failure is the same 401.
+// checks its signature and that the signer's env exists: every failure is
+// the same 401.
 func (s *Server) verifyWorker(w http.ResponseWriter, r *http.Request, max int64) (trust.Principal, []byte, error) {
 	body, err := httpapi.ReadBody(w, r, max)
 	if err != nil {
@@ -45,6 +45,15 @@ func (s *Server) verifyWorker(w http.ResponseWriter, r *http.Request, max int64)
 			Msg: "the request's X-Worker-Token signature is missing, invalid, expired or replayed", Err: err}
 	}
 	return p, body, nil
+}
+
+// verifyWorkerJSON is verifyWorker for a JSON body, which it decodes into v.
+func (s *Server) verifyWorkerJSON(w http.ResponseWriter, r *http.Request, max int64, v any) (trust.Principal, error) {
+	p, body, err := s.verifyWorker(w, r, max)
+	if err != nil {
+		return p, err
+	}
+	return p, httpapi.DecodeJSON(body, v)
 }
 
 // workerConversation loads a conversation a worker names: it must exist and
@@ -157,12 +166,9 @@ func listQuery(q url.Values) (status string, limit int, err error) {
 // handleWorkerCreateIssue files an issue: 201 with the issue, or 200 with
 // the issue a request with the same idempotency key filed before.
 func (s *Server) handleWorkerCreateIssue(w http.ResponseWriter, r *http.Request) error {
-	p, body, err := s.verifyWorker(w, r, contract.MaxIssueRequest)
-	if err != nil {
-		return err
-	}
 	var req contract.CreateIssueRequest
-	if err := httpapi.DecodeJSON(body, &req); err != nil {
+	p, err := s.verifyWorkerJSON(w, r, contract.MaxIssueRequest, &req)
+	if err != nil {
 		return err
 	}
 	c, err := s.recordingConversation(r, p, req.IdempotencyKey, req.TurnID, req.ConversationID)

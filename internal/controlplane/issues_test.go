@@ -74,8 +74,7 @@ func (h *harness) listIssues(query string) (*http.Response, []byte) {
 }
 
 func TestIssueCreate(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 
 	req := issueRequest("demo/issue-toolu_1", "demo")
 	req.Title = "  Flaky test  "
@@ -247,8 +246,7 @@ func TestIssueCreateRefused(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, harnessOptions{})
-			h.insertConversation("demo", user, env)
+			h := demoHarness(t)
 			h.insertConversation("elsewhere", user, otherEnv)
 			body := mustJSON(t, issueRequest("demo/k", "demo"))
 			if tt.body != nil {
@@ -271,8 +269,7 @@ func TestIssueCreateRefused(t *testing.T) {
 
 // TestIssueCreateLimits files what is just within every limit.
 func TestIssueCreateLimits(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	req := issueRequest("demo/k", "demo")
 	req.Title = strings.Repeat("é", contract.MaxIssueTitle)
 	req.Body = strings.Repeat("b", contract.MaxIssueBody)
@@ -288,8 +285,7 @@ func TestIssueCreateLimits(t *testing.T) {
 }
 
 func TestIssueKeyOfAnotherConversation(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	h.insertConversation("other", user, env)
 	h.fileIssue(issueRequest("shared-key", "demo"))
 	resp, data := h.workerCall(h.reportSigner(env), http.MethodPost, contract.IssuesPath, mustJSON(t, issueRequest("shared-key", "other")))
@@ -297,8 +293,7 @@ func TestIssueKeyOfAnotherConversation(t *testing.T) {
 }
 
 func TestIssueReplayRefused(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	body := mustJSON(t, issueRequest("demo/k", "demo"))
 	req := h.reportRequest(nil, body)
 	req.URL.Path = contract.IssuesPath
@@ -313,8 +308,7 @@ func TestIssueReplayRefused(t *testing.T) {
 }
 
 func TestIssueList(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	h.insertConversation("other", user, env)
 	h.insertConversation("elsewhere", user, otherEnv)
 	var ids []string
@@ -404,8 +398,7 @@ func TestIssueList(t *testing.T) {
 }
 
 func TestIssueComment(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	h.insertConversation("other", user, env)
 	h.insertConversation("elsewhere", user, otherEnv)
 	iss := h.fileIssue(issueRequest("demo/issue", "demo"))
@@ -488,8 +481,7 @@ func TestIssueComment(t *testing.T) {
 }
 
 func TestIssueCommentLimit(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	iss := h.fileIssue(issueRequest("demo/issue", "demo"))
 	for i := range contract.MaxIssueComments {
 		if _, _, err := h.store.AddIssueComment(t.Context(), store.IssueComment{
@@ -508,8 +500,7 @@ func TestIssueCommentLimit(t *testing.T) {
 }
 
 func TestBrowserIssues(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	h.insertConversation("bobs", otherUser, env)
 	iss := h.fileIssue(issueRequest("demo/issue", "demo"))
 	h.clock.Advance(time.Second)

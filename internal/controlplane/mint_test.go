@@ -34,8 +34,7 @@ func (h *harness) addIdentity(envName string, mutate func(*store.IdentityToken))
 }
 
 func TestMint(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	h.insertConversation("elsewhere", user, otherEnv)
 	h.clock.Advance(10 * time.Minute)
 	now := h.clock.Now()

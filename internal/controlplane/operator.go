@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/atomicfile"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/tokenscheme"
 )
 
@@ -192,13 +193,8 @@ type OperatorTokensOptions struct {
 // holds no tokens (every request is refused) until one is issued; a file
 // that exists but is malformed is an error.
 func NewOperatorTokens(path string, opts *OperatorTokensOptions) (*OperatorTokens, error) {
-	var o OperatorTokensOptions
-	if opts != nil {
-		o = *opts
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o := defaults.Copy(opts)
+	defaults.Logger(&o.Logger)
 	ot := &OperatorTokens{path: path, log: o.Logger}
 	ot.mu.Lock()
 	defer ot.mu.Unlock()

@@ -26,24 +26,9 @@ func (s *Server) reportKey(tenant, env, kid string) ([]byte, bool) {
 }
 
 func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) error {
-	body, err := httpapi.ReadBody(w, r, contract.MaxReportBatch)
-	if err != nil {
-		return err
-	}
-	p, err := s.reports.Verify(r, body)
-	if err == nil {
-		if _, err = s.cfg.Store.GetEnv(r.Context(), p.Tenant, p.Env); errors.Is(err, store.ErrNotFound) {
-			err = fmt.Errorf("env %s/%s does not exist", p.Tenant, p.Env)
-		} else if err != nil {
-			return err
-		}
-	}
-	if err != nil {
-		return &httpapi.Error{Status: http.StatusUnauthorized, Code: contract.CodeUnauthorized,
-			Msg: "the report's X-Worker-Token signature is missing, invalid, expired or replayed", Err: err}
-	}
 	var batch contract.ReportBatch
-	if err := httpapi.DecodeJSON(body, &batch); err != nil {
+	p, err := s.verifyWorkerJSON(w, r, contract.MaxReportBatch, &batch)
+	if err != nil {
 		return err
 	}
 	owned := map[string]bool{}

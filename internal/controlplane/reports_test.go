@@ -87,8 +87,7 @@ func (h *harness) storedReports(conversation string) []contract.Report {
 }
 
 func TestReportsAccepted(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	body, rs := sampleBatch(t)
 
 	steps := []struct {
@@ -240,8 +239,7 @@ func TestReportsRefused(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, harnessOptions{})
-			h.insertConversation("demo", user, env)
+			h := demoHarness(t)
 			h.insertConversation("elsewhere", user, otherEnv)
 			body, _ := sampleBatch(t)
 			if tt.body != nil {
@@ -260,8 +258,7 @@ func TestReportsRefused(t *testing.T) {
 }
 
 func TestReportReplayRefused(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	h.insertConversation("demo", user, env)
+	h := demoHarness(t)
 	body, _ := sampleBatch(t)
 	req := h.reportRequest(h.reportSigner(env), body)
 	resp, data := h.send(req, body)

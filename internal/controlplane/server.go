@@ -16,6 +16,7 @@ import (
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
@@ -190,21 +191,11 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 	if opts != nil {
 		cfg.Options = *opts
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = 15 * time.Second
-	}
-	if cfg.MaxStreamsPerUser <= 0 {
-		cfg.MaxStreamsPerUser = DefaultMaxStreamsPerUser
-	}
-	if cfg.MaxStreamsPerConversation <= 0 {
-		cfg.MaxStreamsPerConversation = DefaultMaxStreamsPerConversation
-	}
+	defaults.Logger(&cfg.Logger)
+	defaults.Clock(&cfg.Now)
+	defaults.IfNotPositive(&cfg.Heartbeat, 15*time.Second)
+	defaults.IfNotPositive(&cfg.MaxStreamsPerUser, DefaultMaxStreamsPerUser)
+	defaults.IfNotPositive(&cfg.MaxStreamsPerConversation, DefaultMaxStreamsPerConversation)
 	if cfg.MaxStreams <= 0 {
 		limit, err := fdlimit.Current()
 		if err != nil {
@@ -212,18 +203,10 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 		}
 		cfg.MaxStreams = DefaultMaxStreams(limit)
 	}
-	if cfg.StreamQueue <= 0 {
-		cfg.StreamQueue = 256
-	}
-	if cfg.StreamWriteTimeout <= 0 {
-		cfg.StreamWriteTimeout = 30 * time.Second
-	}
-	if cfg.StreamShareInterval <= 0 {
-		cfg.StreamShareInterval = DefaultStreamShareInterval
-	}
-	if cfg.StreamShareTTL <= 0 {
-		cfg.StreamShareTTL = DefaultStreamShareTTL
-	}
+	defaults.IfNotPositive(&cfg.StreamQueue, 256)
+	defaults.IfNotPositive(&cfg.StreamWriteTimeout, 30*time.Second)
+	defaults.IfNotPositive(&cfg.StreamShareInterval, DefaultStreamShareInterval)
+	defaults.IfNotPositive(&cfg.StreamShareTTL, DefaultStreamShareTTL)
 	cfg.StreamShareTTL = max(cfg.StreamShareTTL, 3*cfg.StreamShareInterval)
 	if cfg.WorkerTransport == nil {
 		cfg.WorkerTransport = http.DefaultTransport.(*http.Transport).Clone()

@@ -168,8 +168,7 @@ func TestStreamReplayPoint(t *testing.T) {
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			// The fake worker has no session: its 404 ends the stream.
-			h := newHarness(t, harnessOptions{})
-			h.insertConversation("demo", user, env)
+			h := demoHarness(t)
 			header := http.Header{}
 			if tt.header != "" {
 				header.Set("Last-Event-ID", tt.header)

@@ -32,11 +32,7 @@ func (s *Server) handleConversationUsage(w http.ResponseWriter, r *http.Request)
 	if err != nil {
 		return err
 	}
-	out := make([]UsageView, 0, len(us))
-	for _, u := range us {
-		out = append(out, usageView(u))
-	}
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"usage": out})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"usage": views(us, usageView)})
 	return nil
 }
 

@@ -46,6 +46,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/talkide/platform/internal/defaults"
 )
 
 // ErrServerClosed is returned by Listen and Serve after Shutdown.
@@ -99,45 +101,25 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	defaults.Logger(&o.Logger)
 	if o.Resolver == nil {
 		o.Resolver = net.DefaultResolver
 	}
 	if o.Dialer == nil {
 		o.Dialer = &net.Dialer{}
 	}
-	if o.ConnectTimeout <= 0 {
-		o.ConnectTimeout = 10 * time.Second
-	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = 2 * time.Minute
-	}
-	if o.MaxTunnelsPerConversation <= 0 {
-		o.MaxTunnelsPerConversation = 32
-	}
-	if o.MaxTunnels <= 0 {
-		o.MaxTunnels = 512
-	}
-	if o.MaxHeaderBytes <= 0 {
-		o.MaxHeaderBytes = 32 << 10
-	}
-	if o.ReadHeaderTimeout <= 0 {
-		o.ReadHeaderTimeout = 10 * time.Second
-	}
-	if o.LogInterval <= 0 {
-		o.LogInterval = time.Minute
-	}
-	if o.LogBurst <= 0 {
-		o.LogBurst = 10
-	}
+	defaults.IfNotPositive(&o.ConnectTimeout, 10*time.Second)
+	defaults.IfNotPositive(&o.IdleTimeout, 2*time.Minute)
+	defaults.IfNotPositive(&o.MaxTunnelsPerConversation, 32)
+	defaults.IfNotPositive(&o.MaxTunnels, 512)
+	defaults.IfNotPositive(&o.MaxHeaderBytes, 32<<10)
+	defaults.IfNotPositive(&o.ReadHeaderTimeout, 10*time.Second)
+	defaults.IfNotPositive(&o.LogInterval, time.Minute)
+	defaults.IfNotPositive(&o.LogBurst, 10)
 	if o.AllowListName == "" {
 		o.AllowListName = "the deployment's egress allow-list"
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	defaults.Clock(&o.Now)
 }
 
 // Server is the egress proxy. Its ServeHTTP may also be mounted on a
@@ -178,10 +160,7 @@ func New(allow *AllowList, capability func(conversationID string) string, opts *
 	if capability == nil {
 		panic("egress: New needs a capability function")
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	o.setDefaults()
 	s := &Server{
 		allow:      allow,

@@ -291,12 +291,9 @@ func TestAccountingGolden(t *testing.T) {
 // a 429 with Retry-After and an Anthropic rate_limit_error body saying which
 // limit, which the official SDK returns as its typed error.
 func TestBudgetDenied(t *testing.T) {
-	hits := make(chan struct{}, 64)
+	up, hits := countedAnthropic(64)
 	svc := newBudget(t, nil)
-	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits <- struct{}{}
-		fakeAnthropic().ServeHTTP(w, r)
-	}), &Options{Budget: svc})
+	h := newHarness(t, up, &Options{Budget: svc})
 	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User(convA.UserID), Kind: budget.SpendPerDay, Max: 0}); err != nil {
 		t.Fatal(err)
 	}
@@ -473,14 +470,10 @@ func TestHardStop(t *testing.T) {
 // once, the rest are the budget's 429 and never reach the upstream; a
 // spending limit with no room does not stop it.
 func TestCountTokensCountedByRequestsPerMinute(t *testing.T) {
-	hits := make(chan struct{}, 64)
-	up := fakeAnthropic()
+	up, hits := countedAnthropic(64)
 	now := time.Date(2026, 11, 30, 12, 0, 30, 0, time.UTC)
 	svc := newBudget(t, &budget.Options{Now: func() time.Time { return now }})
-	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits <- struct{}{}
-		up.ServeHTTP(w, r)
-	}), &Options{Budget: svc})
+	h := newHarness(t, up, &Options{Budget: svc})
 	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User(convA.UserID), Kind: budget.RequestsPerMinute, Max: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,17 @@ func newCacheHarness(t *testing.T, ttl time.Duration) *cacheHarness {
 func (h *cacheHarness) call(t *testing.T, tenant, env, id string) int {
 	t.Helper()
 	tok, _ := h.keys.MintWorkerToken(tenant, env, id, time.Now())
-	req, err := http.NewRequest(http.MethodPost, h.url+"/v1/messages", strings.NewReader(requestBody))
+	resp := postMessages(t, h.url, tok)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// postMessages sends requestBody to the gateway at url with the worker
+// token tok.
+func postMessages(t *testing.T, url, tok string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/messages", strings.NewReader(requestBody))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,9 +85,7 @@ func (h *cacheHarness) call(t *testing.T, tenant, env, id string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
+	return resp
 }
 
 func TestConversationCache(t *testing.T) {

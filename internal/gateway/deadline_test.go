@@ -1,15 +1,14 @@
 package gateway
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/slowbody"
 )
 
 // TestSlowBodyCut: a worker (or whatever holds a token) that trickles a
@@ -23,12 +22,8 @@ func TestSlowBodyCut(t *testing.T) {
 		every   = 100 * time.Millisecond
 		within  = 3 * time.Second
 	)
-	hits := make(chan struct{}, 8)
-	up := fakeAnthropic()
-	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits <- struct{}{}
-		up.ServeHTTP(w, r)
-	}), &Options{BodyTimeout: timeout})
+	up, hits := countedAnthropic(8)
+	h := newHarness(t, up, &Options{BodyTimeout: timeout})
 	addr := strings.TrimPrefix(strings.TrimSuffix(h.url, Prefix), "http://")
 	for name, tc := range map[string]struct {
 		token  string
@@ -38,47 +33,13 @@ func TestSlowBodyCut(t *testing.T) {
 		"no token":   {"", http.StatusUnauthorized},
 	} {
 		t.Run(name, func(t *testing.T) {
-			conn, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
 			head := fmt.Sprintf("POST %s/v1/messages HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", Prefix, addr, size)
 			if tc.token != "" {
 				head += "X-Worker-Token: " + tc.token + "\r\n"
 			}
-			io.WriteString(conn, head+"\r\n")
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				tick := time.NewTicker(every)
-				defer tick.Stop()
-				for range size {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-					}
-					if _, err := conn.Write([]byte(" ")); err != nil {
-						return
-					}
-				}
-			})
-			defer func() { close(stop); conn.Close(); wg.Wait() }()
-			conn.SetReadDeadline(start.Add(timeout + within))
-			br := bufio.NewReader(conn)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("no answer %v after the request began: %v", time.Since(start), err)
-			}
-			body, _ := io.ReadAll(resp.Body)
+			resp, body := slowbody.Send(t, addr, head+"\r\n", ' ', size, every, timeout+within)
 			if resp.StatusCode != tc.status || !strings.Contains(string(body), `"type":"error"`) {
 				t.Errorf("status %d, body %s; want %d in Anthropic's shape", resp.StatusCode, body, tc.status)
-			}
-			if _, err := br.ReadByte(); err == nil {
-				t.Error("more after the answer")
-			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				t.Errorf("the connection was still open %v after the request began", time.Since(start))
 			}
 			h.waitServed(t)
 		})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
@@ -153,31 +154,16 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 	case st == nil:
 		panic("gateway: nil store")
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o := defaults.Copy(opts)
+	defaults.Logger(&o.Logger)
+	defaults.Clock(&o.Now)
 	if o.Transport == nil {
 		o.Transport = newTransport()
 	}
-	if o.MaxBody <= 0 {
-		o.MaxBody = DefaultMaxBody
-	}
-	if o.DrainTimeout == 0 {
-		o.DrainTimeout = DefaultDrainTimeout
-	}
-	if o.ConversationTTL == 0 {
-		o.ConversationTTL = DefaultConversationTTL
-	}
-	if o.MaxBuffered == 0 {
-		o.MaxBuffered = DefaultMaxBuffered
-	}
+	defaults.IfNotPositive(&o.MaxBody, DefaultMaxBody)
+	defaults.IfZero(&o.DrainTimeout, DefaultDrainTimeout)
+	defaults.IfZero(&o.ConversationTTL, DefaultConversationTTL)
+	defaults.IfZero(&o.MaxBuffered, DefaultMaxBuffered)
 	if o.MaxBuffered > 0 && o.MaxBody > o.MaxBuffered {
 		// A body the bound could never hold is too large, not a retry.
 		o.MaxBody = o.MaxBuffered

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -294,6 +295,17 @@ var (
 	cannedStreamUsage = usage{Model: testModel, InputTokens: 25, OutputTokens: 15, CacheCreationInputTokens: 100, CacheReadInputTokens: 200}
 )
 
+// countedAnthropic is fakeAnthropic with a channel that gets a value for
+// each request it answers, with room for n.
+func countedAnthropic(n int) (http.Handler, chan struct{}) {
+	hits := make(chan struct{}, n)
+	up := fakeAnthropic()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits <- struct{}{}
+		up.ServeHTTP(w, r)
+	}), hits
+}
+
 // fakeAnthropic is a small Anthropic-shaped upstream: it checks the key and
 // answers /v1/messages (streamed or not) and /v1/messages/count_tokens with
 // the canned responses.
@@ -344,11 +356,8 @@ func flip(s string, i int) string {
 }
 
 func TestSecurity(t *testing.T) {
-	hits := make(chan struct{}, 64)
-	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits <- struct{}{}
-		fakeAnthropic().ServeHTTP(w, r)
-	}), nil)
+	up, hits := countedAnthropic(64)
+	h := newHarness(t, up, nil)
 
 	good := h.mint(convA)
 	parts := strings.Split(good, ".")

@@ -98,12 +98,8 @@ func TestModelName(t *testing.T) {
 // a 400 that says so, and is neither forwarded nor recorded; a response
 // naming such a model is charged as the requested one.
 func TestBadModelRefused(t *testing.T) {
-	hits := make(chan struct{}, 8)
-	up := fakeAnthropic()
-	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits <- struct{}{}
-		up.ServeHTTP(w, r)
-	}), nil)
+	up, hits := countedAnthropic(8)
+	h := newHarness(t, up, nil)
 	tok := tokenHeader(h.mint(convA))
 	for _, model := range []string{"a\u0000b", "two words", strings.Repeat("x", contract.MaxModelName+1), "ünïcode"} {
 		body, err := json.Marshal(map[string]any{"model": model, "max_tokens": 10, "messages": []any{}})
@@ -156,12 +152,8 @@ func TestScanRequestRepeated(t *testing.T) {
 // last value) and run upstream as another (a parser that takes the first);
 // the gateway refuses it before it goes anywhere.
 func TestRepeatedKeysRefused(t *testing.T) {
-	hits := make(chan struct{}, 8)
-	up := fakeAnthropic()
-	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits <- struct{}{}
-		up.ServeHTTP(w, r)
-	}), nil)
+	up, hits := countedAnthropic(8)
+	h := newHarness(t, up, nil)
 	tok := tokenHeader(h.mint(convA))
 	for _, body := range []string{
 		`{"model":"claude-opus-4-1","max_tokens":10,"messages":[],"model":"claude-haiku-4-5"}`,

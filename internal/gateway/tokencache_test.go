@@ -127,15 +127,7 @@ func TestTokenCacheExpiresThroughGateway(t *testing.T) {
 	h := newCacheHarness(t, 0)
 	tok, claims := h.keys.MintWorkerToken(convA.Tenant, convA.Env, convA.ID, time.Now())
 	send := func() (int, string) {
-		req, err := http.NewRequest(http.MethodPost, h.url+"/v1/messages", strings.NewReader(requestBody))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set(TokenHeader, tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := postMessages(t, h.url, tok)
 		defer resp.Body.Close()
 		return resp.StatusCode, readAll(t, resp.Body)
 	}

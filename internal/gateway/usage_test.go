@@ -9,9 +9,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// feedSSE writes stream to a fresh parser in chunks of n bytes (all at once
-// when n <= 0) and returns the usage it read.
-func feedSSE(stream []byte, n int) usage {
+// feed writes stream to a fresh parser in chunks of n bytes (all at once
+// when n <= 0) and returns the parser.
+func feed(stream []byte, n int) *sseUsage {
 	var p sseUsage
 	if n <= 0 {
 		n = len(stream) + 1
@@ -21,22 +21,14 @@ func feedSSE(stream []byte, n int) usage {
 		p.Write(stream[:k])
 		stream = stream[k:]
 	}
-	return p.Usage()
+	return &p
 }
 
-// feedRunning is feedSSE for the running usage (content estimate included).
-func feedRunning(stream []byte, n int) usage {
-	var p sseUsage
-	if n <= 0 {
-		n = len(stream) + 1
-	}
-	for len(stream) > 0 {
-		k := min(n, len(stream))
-		p.Write(stream[:k])
-		stream = stream[k:]
-	}
-	return p.Running()
-}
+// feedSSE is the usage feed read.
+func feedSSE(stream []byte, n int) usage { return feed(stream, n).Usage() }
+
+// feedRunning is the running usage feed read (content estimate included).
+func feedRunning(stream []byte, n int) usage { return feed(stream, n).Running() }
 
 func TestDeltaChars(t *testing.T) {
 	tests := map[string]int64{

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/sandbox"
@@ -61,6 +62,44 @@ type Transcript interface {
 	// Compact appends rec as the start of a new context: Records returns it
 	// and what follows; earlier records stay on disk as history.
 	Compact(rec json.RawMessage) error
+}
+
+// MemTranscript is a Transcript in memory: a sub-agent's, and the tests'.
+// Its zero value is empty and ready; it is safe for concurrent use.
+type MemTranscript struct {
+	mu   sync.Mutex
+	recs []json.RawMessage // guarded by mu
+}
+
+// Records returns copies of the records since the last compaction (nil
+// for none).
+func (m *MemTranscript) Records() ([]json.RawMessage, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []json.RawMessage
+	for _, r := range m.recs {
+		out = append(out, append(json.RawMessage(nil), r...))
+	}
+	return out, nil
+}
+
+// Append keeps a copy of rec, which must be JSON.
+func (m *MemTranscript) Append(rec json.RawMessage) error {
+	if !json.Valid(rec) {
+		return errors.New("harness: a transcript record that is not JSON")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recs = append(m.recs, append(json.RawMessage(nil), rec...))
+	return nil
+}
+
+// Compact starts a new context with rec, as the session store does.
+func (m *MemTranscript) Compact(rec json.RawMessage) error {
+	m.mu.Lock()
+	m.recs = nil
+	m.mu.Unlock()
+	return m.Append(rec)
 }
 
 // Result is how a turn ended when it ended normally.

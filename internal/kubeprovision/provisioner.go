@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
@@ -144,15 +145,11 @@ func (o *Options) setDefaults() {
 	if o.ControlPlaneNamespace == "" {
 		o.ControlPlaneNamespace = "talkide"
 	}
-	if o.ControlPlanePort == 0 {
-		o.ControlPlanePort = 7878
-	}
+	defaults.IfZero(&o.ControlPlanePort, 7878)
 	if o.ControlPlaneURL == "" {
 		o.ControlPlaneURL = fmt.Sprintf("http://talkide-controlplane.%s.svc.cluster.local:%d", o.ControlPlaneNamespace, o.ControlPlanePort)
 	}
-	if o.WorkerPort == 0 {
-		o.WorkerPort = 8080
-	}
+	defaults.IfZero(&o.WorkerPort, 8080)
 	def := func(q *resource.Quantity, s string) {
 		if q.IsZero() {
 			*q = resource.MustParse(s)
@@ -163,30 +160,16 @@ func (o *Options) setDefaults() {
 	def(&o.MemoryRequest, "512Mi")
 	def(&o.CPULimit, "2")
 	def(&o.MemoryLimit, "2Gi")
-	if o.TokenTTL == 0 {
-		o.TokenTTL = provision.DefaultTokenTTL
-	}
+	defaults.IfZero(&o.TokenTTL, provision.DefaultTokenTTL)
 	if o.RotateBefore == 0 {
 		o.RotateBefore = 7 * 24 * time.Hour
 	}
-	if o.Grace == 0 {
-		o.Grace = 10 * time.Minute
-	}
-	if o.Resync == 0 {
-		o.Resync = 5 * time.Minute
-	}
-	if o.EnvPoll == 0 {
-		o.EnvPoll = 10 * time.Second
-	}
-	if o.Workers == 0 {
-		o.Workers = 2
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	defaults.IfZero(&o.Grace, 10*time.Minute)
+	defaults.IfZero(&o.Resync, 5*time.Minute)
+	defaults.IfZero(&o.EnvPoll, 10*time.Second)
+	defaults.IfZero(&o.Workers, 2)
+	defaults.Clock(&o.Now)
+	defaults.Logger(&o.Logger)
 }
 
 // Provisioner makes the cluster match the store's tenant-envs. Its methods
@@ -218,10 +201,7 @@ func (p *Provisioner) Resync() {
 // secret and its id, from which each env's worker command key is derived;
 // Options.CommandKeys, when set, replaces them.
 func New(cs kubernetes.Interface, st store.Store, commandSecret []byte, commandKeyID string, opts *Options) *Provisioner {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	keys := o.CommandKeys
 	if keys == nil {
 		var err error

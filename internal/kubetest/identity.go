@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/talkide/platform/internal/defaults"
 )
 
 // callTimeout bounds each API call the helpers make.
@@ -69,10 +71,7 @@ type User struct {
 // and the user's name; nothing deletes them.
 func (s *Server) User(t testing.TB, opts *UserOptions) *User {
 	t.Helper()
-	var o UserOptions
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	if o.Name == "" {
 		o.Name = "user"
 	}

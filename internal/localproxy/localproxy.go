@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/minting"
 )
@@ -79,13 +80,8 @@ func New(gatewayURL *url.URL, m *minting.Minter, opts *Options) *Proxy {
 	if gatewayURL == nil || m == nil {
 		panic("localproxy: New needs a gateway URL and a Minter")
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o := defaults.Copy(opts)
+	defaults.Logger(&o.Logger)
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		panic("localproxy: crypto/rand failed: " + err.Error())

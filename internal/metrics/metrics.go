@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/gateway"
 )
 
@@ -78,16 +79,11 @@ var _ gateway.Metrics = (*Metrics)(nil)
 // default registry: pass the control-plane's own). It panics if they are
 // registered there already.
 func New(reg prometheus.Registerer, opts *Options) *Metrics {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	if o.Prices == nil {
 		o.Prices = budget.DefaultPrices()
 	}
-	if o.MaxTenantEnvs <= 0 {
-		o.MaxTenantEnvs = DefaultMaxTenantEnvs
-	}
+	defaults.IfNotPositive(&o.MaxTenantEnvs, DefaultMaxTenantEnvs)
 	m := &Metrics{
 		prices: o.Prices,
 		envs:   tenantEnvs{max: o.MaxTenantEnvs, seen: make(map[[2]string]bool)},
@@ -129,12 +125,7 @@ func New(reg prometheus.Registerer, opts *Options) *Metrics {
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "talkide_budget_reservations_in_flight",
 		Help: "Calls of this process holding a budget reservation now (admitted against a limit, not yet settled).",
-	}, func() float64 {
-		if f := m.reservations.Load(); f != nil {
-			return float64((*f)())
-		}
-		return 0
-	})
+	}, func() float64 { return read(&m.reservations) })
 	m.streamsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "talkide_streams_refused_total",
 		Help: "Browser event streams refused by a cap, by the cap (user, conversation: answered 429; total: answered 503).",
@@ -153,18 +144,14 @@ func New(reg prometheus.Registerer, opts *Options) *Metrics {
 	shed := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "talkide_connections_shed_total",
 		Help: "Connections the control-plane's listener answered 503 and closed at once because it had as many open as its open-file limit allows.",
-	}, func() float64 {
-		if f := m.shed.Load(); f != nil {
-			return float64((*f)())
-		}
-		return 0
-	})
+	}, func() float64 { return read(&m.shed) })
 	reg.MustRegister(m.requests, m.forward, m.firstByte, m.denials, m.settled, m.tokens, m.webSearches, m.cost, inFlight,
 		m.streamsRefused, streamsOpen, upstreamsOpen, shed)
 	return m
 }
 
-func read(p *atomic.Pointer[func() int]) float64 {
+// read is the value of the source p holds, or 0 before one is set.
+func read[N int | int64](p *atomic.Pointer[func() N]) float64 {
 	if f := p.Load(); f != nil {
 		return float64((*f)())
 	}

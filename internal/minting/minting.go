@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 )
 
 // Aliases of the wire names in contract, for callers of this package.
@@ -63,16 +64,11 @@ type cached struct {
 // token; it is called for every mint, so a rotated token file takes effect
 // without a restart.
 func New(baseURL string, identity func() (string, error), opts *Options) *Minter {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	defaults.Clock(&o.Now)
 	return &Minter{
 		mintURL:  strings.TrimRight(baseURL, "/") + MintPath,
 		identity: identity,

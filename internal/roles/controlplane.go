@@ -21,6 +21,7 @@ import (
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/gateway"
 	"github.com/talkide/platform/internal/kubeprovision"
@@ -109,9 +110,7 @@ type ControlPlane struct {
 
 // StartControlPlane starts a control-plane; Stop ends it.
 func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPlane, err error) {
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	defaults.Logger(&c.Logger)
 	p := &ControlPlane{}
 	defer func() {
 		if err != nil {

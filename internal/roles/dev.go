@@ -13,6 +13,7 @@ import (
 
 	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/lifecycle"
 	"github.com/talkide/platform/internal/provision"
@@ -83,9 +84,7 @@ type DevInfo struct {
 // StartDev starts the control-plane, the simulator (without an API key)
 // and the worker, each on its own loopback port, and writes DIR/dev.json.
 func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	defaults.Logger(&cfg.Logger)
 	if !httpapi.LoopbackHost(cfg.Addr) {
 		return nil, fmt.Errorf("--addr %s is not a loopback address: talkide dev serves one local user without credentials", cfg.Addr)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/harness/claudecode"
 	"github.com/talkide/platform/internal/harness/native"
@@ -130,9 +131,7 @@ type Worker struct {
 
 // StartWorker starts a worker; Stop ends it.
 func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	defaults.Logger(&o.Logger)
 	if err := o.Agent.Check(); err != nil {
 		return nil, err
 	}

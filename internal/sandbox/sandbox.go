@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/talkide/platform/internal/defaults"
 )
 
 // DefaultReadOnly is the system the sandboxed commands may read and
@@ -127,22 +129,15 @@ type Sandbox struct {
 // clear error wrapping ErrUnavailable, so that the worker still starts and
 // says why its tools refuse.
 func New(opts *Options) (*Sandbox, error) {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Mode == "" {
-		o.Mode = ModeAuto
-	}
+	o := defaults.Copy(opts)
+	defaults.IfZero(&o.Mode, ModeAuto)
 	if _, err := ParseMode(string(o.Mode)); err != nil {
 		return nil, fmt.Errorf("sandbox: mode %q: %w", o.Mode, err)
 	}
 	if o.ReadOnly == nil {
 		o.ReadOnly = DefaultReadOnly
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	defaults.Logger(&o.Logger)
 	o.Limits = o.Limits.or(defaultLimits)
 	s := &Sandbox{opts: o}
 	if o.Mode == ModeNone {
@@ -331,9 +326,7 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 	if p.Workspace == "" || !filepath.IsAbs(p.Workspace) {
 		return nil, errors.New("sandbox: the workspace must be an absolute path")
 	}
-	if p.Dir == "" {
-		p.Dir = p.Workspace
-	}
+	defaults.IfZero(&p.Dir, p.Workspace)
 	p.Env = slices.Clone(p.Env)
 	if p.Env == nil {
 		p.Env = []string{}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/proctest"
 	"github.com/talkide/platform/internal/sandbox"
 )
 
@@ -453,19 +454,7 @@ func TestNothingOutlivesTheCall(t *testing.T) {
 
 // processesRunning returns the pids whose command line is cmdline.
 func processesRunning(cmdline string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && string(b) == cmdline {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return proctest.Pids(func(pid int) bool { return proctest.Cmdline(pid) == cmdline })
 }
 
 func TestResourceLimits(t *testing.T) {

@@ -32,6 +32,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/talkide/platform/internal/defaults"
 )
 
 // DefaultPoll is how often the file is re-read even without an event
@@ -86,16 +88,9 @@ func Watch(ctx context.Context, path string, opts *Options) (*File, error) {
 // watching its directory; Run must follow, which keeps the file up to
 // date and ends the watch.
 func Open(path string, opts *Options) (*File, error) {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Poll <= 0 {
-		o.Poll = DefaultPoll
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o := defaults.Copy(opts)
+	defaults.IfNotPositive(&o.Poll, DefaultPoll)
+	defaults.Logger(&o.Logger)
 	f := &File{path: path, poll: o.Poll, log: o.Logger, onChange: o.OnChange}
 	if _, err := f.reload(); err != nil {
 		return nil, err

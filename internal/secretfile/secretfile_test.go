@@ -73,9 +73,7 @@ func TestSwapNeverFailsAReader(t *testing.T) {
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			for range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					for {
 						select {
 						case <-stop:
@@ -91,7 +89,7 @@ func TestSwapNeverFailsAReader(t *testing.T) {
 							failures.Add(1)
 						}
 					}
-				}()
+				})
 			}
 			last := ""
 			for i := 1; i <= 50; i++ {

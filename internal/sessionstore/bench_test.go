@@ -15,12 +15,7 @@ import (
 func BenchmarkAppendEvent(b *testing.B) {
 	for _, syncEach := range []bool{false, true} {
 		b.Run(fmt.Sprintf("sync=%v", syncEach), func(b *testing.B) {
-			st := newStore(b)
-			sess, _, err := st.Create("bench", Meta{Harness: "native"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sess.Close()
+			sess := benchSession(b)
 			b.ReportAllocs()
 			for b.Loop() {
 				ev := contract.Event{Kind: contract.KindTextDelta, TurnID: "t_0123456789", Text: "a few words of streamed model text"}
@@ -40,12 +35,7 @@ func BenchmarkAppendEvent(b *testing.B) {
 // BenchmarkGroupCommit measures 64 events appended and then made durable by
 // one Sync, as a streaming turn does.
 func BenchmarkGroupCommit(b *testing.B) {
-	st := newStore(b)
-	sess, _, err := st.Create("bench", Meta{Harness: "native"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sess.Close()
+	sess := benchSession(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		for i := 0; i < 64; i++ {
@@ -63,12 +53,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 // BenchmarkReplay measures replaying the last 100 events of a 10,000-event
 // log: what a reconnecting client costs.
 func BenchmarkReplay(b *testing.B) {
-	st := newStore(b)
-	sess, _, err := st.Create("bench", Meta{Harness: "native"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sess.Close()
+	sess := benchSession(b)
 	appendN(b, sess, 10000, contract.KindTextDelta)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -136,4 +121,15 @@ func BenchmarkResume(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchSession is a new session of a new store, closed when b ends.
+func benchSession(b *testing.B) *Session {
+	b.Helper()
+	sess, _, err := newStore(b).Create("bench", Meta{Harness: "native"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { sess.Close() })
+	return sess
 }

@@ -4,10 +4,8 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/talkide/platform/internal/contract"
-	"github.com/talkide/platform/internal/fakeclock"
 )
 
 // A holder that opens a session it still holds under the same name (its
@@ -16,8 +14,7 @@ import (
 // fenced off: its release does not give up the new lease, and what it
 // appends is ignored.
 func TestSameHolderReopenTakesNextFence(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "projects")
-	c := fakeclock.New(time.Unix(1_000_000, 0))
+	dir, c := clockedDir(t)
 	st := newStoreAt(t, dir, "w", c)
 	first, _, err := st.Create("c1", Meta{})
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 )
 
 // FormatVersion is written into meta.json; a session written in another
@@ -66,19 +67,10 @@ type Store struct {
 // New returns the store rooted at dir (created if missing), normally
 // $CLAUDE_CONFIG_DIR/projects.
 func New(dir string, opts *Options) (*Store, error) {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.LeaseTTL <= 0 {
-		o.LeaseTTL = DefaultLeaseTTL
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.CheckpointEvery <= 0 {
-		o.CheckpointEvery = 512
-	}
+	o := defaults.Copy(opts)
+	defaults.IfNotPositive(&o.LeaseTTL, DefaultLeaseTTL)
+	defaults.Clock(&o.Now)
+	defaults.IfNotPositive(&o.CheckpointEvery, 512)
 	if o.Fsync == nil {
 		o.Fsync = (*os.File).Sync
 	}

@@ -32,6 +32,12 @@ func newStore(t testing.TB) *Store {
 	return newStoreAt(t, filepath.Join(t.TempDir(), "projects"), "test-worker", nil)
 }
 
+// clockedDir is a fresh projects directory for the stores of a test and
+// the fake clock they share.
+func clockedDir(t *testing.T) (string, *fakeclock.Clock) {
+	return filepath.Join(t.TempDir(), "projects"), fakeclock.New(time.Unix(1_000_000, 0))
+}
+
 func appendN(t testing.TB, s *Session, n int, kind string) {
 	t.Helper()
 	for i := 0; i < n; i++ {
@@ -297,8 +303,7 @@ func TestOutbox(t *testing.T) {
 }
 
 func TestLeaseOneOwner(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "projects")
-	c := fakeclock.New(time.Unix(1_000_000, 0))
+	dir, c := clockedDir(t)
 	a := newStoreAt(t, dir, "worker-a", c)
 	b := newStoreAt(t, dir, "worker-b", c)
 	sa, _, err := a.Create("c1", Meta{})
@@ -333,8 +338,7 @@ func TestLeaseOneOwner(t *testing.T) {
 }
 
 func TestExpiredOwnerIsFencedOff(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "projects")
-	c := fakeclock.New(time.Unix(1_000_000, 0))
+	dir, c := clockedDir(t)
 	a := newStoreAt(t, dir, "worker-a", c)
 	b := newStoreAt(t, dir, "worker-b", c)
 	sa, _, _ := a.Create("c1", Meta{})
@@ -381,8 +385,7 @@ func TestExpiredOwnerIsFencedOff(t *testing.T) {
 }
 
 func TestConcurrentTakeoverHasOneWinner(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "projects")
-	c := fakeclock.New(time.Unix(1_000_000, 0))
+	dir, c := clockedDir(t)
 	first := newStoreAt(t, dir, "w0", c)
 	s0, _, _ := first.Create("c1", Meta{})
 	s0.Close()

@@ -71,80 +71,92 @@ func Validate(dir string) (Validation, error) {
 	ck, haveCk := readCheckpoint(dir)
 	cursor := readCursor(filepath.Join(dir, outboxCursor))
 
+	// checkLog validates the log name, each record's payload with check,
+	// and returns the boundary after each record by the offset where the
+	// record ends (at, when set, says what the boundary holds).
+	checkLog := func(name string, check func(payload []byte) error, at func() boundary) (logSummary, map[int64]boundary, error) {
+		bounds := map[int64]boundary{0: {}}
+		s, err := validateLog(filepath.Join(dir, name), func(end int64, r record) error {
+			if r.payload != nil {
+				if err := check(r.payload); err != nil {
+					return err
+				}
+			}
+			b := boundary{}
+			if at != nil {
+				b = at()
+			}
+			bounds[end] = b
+			return nil
+		})
+		if err != nil {
+			return s, nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return s, bounds, nil
+	}
+
 	// Events: the state after every accepted record, by the offset where
 	// that record ends, so the checkpoint can be compared with it.
 	var state EventState
-	evBounds := map[int64]boundary{0: {}}
-	ev, err := validateLog(filepath.Join(dir, eventsFile), func(end int64, r record) error {
-		if r.payload != nil {
-			var e contract.Event
-			if err := json.Unmarshal(r.payload, &e); err != nil {
-				return fmt.Errorf("event does not decode: %w", err)
-			}
-			if e.Seq != state.LastSeq+1 {
-				return fmt.Errorf("event seq %d after %d", e.Seq, state.LastSeq)
-			}
-			if e.ConversationID != "" && e.ConversationID != v.ConversationID {
-				return fmt.Errorf("event %d belongs to conversation %q", e.Seq, e.ConversationID)
-			}
-			if err := e.ValidateParent(); err != nil {
-				return fmt.Errorf("event %d: %w", e.Seq, err)
-			}
-			switch e.Kind {
-			case "":
-				return fmt.Errorf("event %d has no kind", e.Seq)
-			case contract.KindTurnStarted:
-				if state.OpenTurn != "" {
-					return fmt.Errorf("event %d starts turn %s while turn %s is open", e.Seq, e.TurnID, state.OpenTurn)
-				}
-			case contract.KindTurnFinished, contract.KindTurnFailed:
-				if e.TurnID == "" || e.TurnID != state.OpenTurn {
-					return fmt.Errorf("event %d ends turn %q, but the open turn is %q", e.Seq, e.TurnID, state.OpenTurn)
-				}
-			}
-			state.apply(&e)
-			v.Events++
+	ev, evBounds, err := checkLog(eventsFile, func(payload []byte) error {
+		var e contract.Event
+		if err := json.Unmarshal(payload, &e); err != nil {
+			return fmt.Errorf("event does not decode: %w", err)
 		}
-		evBounds[end] = boundary{lastSeq: state.LastSeq}
+		if e.Seq != state.LastSeq+1 {
+			return fmt.Errorf("event seq %d after %d", e.Seq, state.LastSeq)
+		}
+		if e.ConversationID != "" && e.ConversationID != v.ConversationID {
+			return fmt.Errorf("event %d belongs to conversation %q", e.Seq, e.ConversationID)
+		}
+		if err := e.ValidateParent(); err != nil {
+			return fmt.Errorf("event %d: %w", e.Seq, err)
+		}
+		switch e.Kind {
+		case "":
+			return fmt.Errorf("event %d has no kind", e.Seq)
+		case contract.KindTurnStarted:
+			if state.OpenTurn != "" {
+				return fmt.Errorf("event %d starts turn %s while turn %s is open", e.Seq, e.TurnID, state.OpenTurn)
+			}
+		case contract.KindTurnFinished, contract.KindTurnFailed:
+			if e.TurnID == "" || e.TurnID != state.OpenTurn {
+				return fmt.Errorf("event %d ends turn %q, but the open turn is %q", e.Seq, e.TurnID, state.OpenTurn)
+			}
+		}
+		state.apply(&e)
+		v.Events++
 		return nil
-	})
+	}, func() boundary { return boundary{lastSeq: state.LastSeq} })
 	if err != nil {
-		return fail("%s: %w", eventsFile, err)
+		return fail("%w", err)
 	}
 	v.LastSeq, v.OpenTurn = state.LastSeq, state.OpenTurn
 
-	trBounds := map[int64]boundary{0: {}}
-	tr, err := validateLog(filepath.Join(dir, transcriptFile), func(end int64, r record) error {
-		if r.payload != nil {
-			if !json.Valid(r.payload) {
-				return errors.New("transcript record is not JSON")
-			}
-			v.Transcript++
+	tr, trBounds, err := checkLog(transcriptFile, func(payload []byte) error {
+		if !json.Valid(payload) {
+			return errors.New("transcript record is not JSON")
 		}
-		trBounds[end] = boundary{}
+		v.Transcript++
 		return nil
-	})
+	}, nil)
 	if err != nil {
-		return fail("%s: %w", transcriptFile, err)
+		return fail("%w", err)
 	}
 
-	obBounds := map[int64]boundary{0: {}}
-	ob, err := validateLog(filepath.Join(dir, outboxFile), func(end int64, r record) error {
-		if r.payload != nil {
-			var rep contract.Report
-			if err := json.Unmarshal(r.payload, &rep); err != nil {
-				return fmt.Errorf("report does not decode: %w", err)
-			}
-			if rep.IdempotencyKey == "" {
-				return errors.New("report without an idempotency key")
-			}
-			v.Reports++
+	ob, obBounds, err := checkLog(outboxFile, func(payload []byte) error {
+		var rep contract.Report
+		if err := json.Unmarshal(payload, &rep); err != nil {
+			return fmt.Errorf("report does not decode: %w", err)
 		}
-		obBounds[end] = boundary{}
+		if rep.IdempotencyKey == "" {
+			return errors.New("report without an idempotency key")
+		}
+		v.Reports++
 		return nil
-	})
+	}, nil)
 	if err != nil {
-		return fail("%s: %w", outboxFile, err)
+		return fail("%w", err)
 	}
 
 	for _, l := range []logSummary{ev, tr, ob} {

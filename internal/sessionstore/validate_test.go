@@ -14,7 +14,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/contract"
-	"github.com/talkide/platform/internal/fakeclock"
 )
 
 // healthySession writes a session with two finished turns, transcript
@@ -246,8 +245,7 @@ func TestValidateCorruptIsErrCorrupt(t *testing.T) {
 // written, crashed (abandoned without Close) and reopened by another owner
 // validates, with what readers see.
 func TestValidateAfterTakeover(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "projects")
-	c := fakeclock.New(time.Unix(1_000_000, 0))
+	dir, c := clockedDir(t)
 	a := newStoreAt(t, dir, "a", c)
 	sa, _, err := a.Create("c1", Meta{})
 	if err != nil {

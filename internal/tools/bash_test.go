@@ -7,11 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/proctest"
 )
 
 func TestBash(t *testing.T) {
@@ -97,24 +98,8 @@ func TestBashStreamsOutput(t *testing.T) {
 // sandboxed processes' own pids mean nothing outside their PID namespace,
 // so a test names them by a command line no other process has.
 func running(args ...string) bool {
-	want := strings.Join(args, "\x00") + "\x00"
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || string(b) != want {
-			continue
-		}
-		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-		st := string(stat)
-		if k := strings.LastIndexByte(st, ')'); k >= 0 && k+2 < len(st) && st[k+2] == 'Z' {
-			continue
-		}
-		return true
-	}
-	return false
+	want := proctest.Args(args...)
+	return len(proctest.Pids(func(pid int) bool { return proctest.Cmdline(pid) == want && proctest.Runs(pid) })) > 0
 }
 
 // waitGoneCmd waits, with a deadline, until no process with the command
@@ -197,35 +182,34 @@ func TestBashContextCancel(t *testing.T) {
 	waitGoneCmd(t, "sleep", "30.1002")
 }
 
+// TestBashBackgroundCommandReturns: a command that leaves a process
+// behind returns when bash exits, and the process is gone.
 func TestBashBackgroundCommandReturns(t *testing.T) {
-	ws := newWorkspace(t)
-	started := time.Now()
-	res := run(t, &Bash{}, ws, map[string]any{"command": "sleep 100.1003 & echo done"})
-	if elapsed := time.Since(started); elapsed > 5*time.Second {
-		t.Errorf("returned after %v", elapsed)
+	tests := map[string]struct {
+		prefix, sleep string
+	}{
+		"in the background": {"", "100.1003"},
+		// setsid leaves the process group and keeps the output pipe open:
+		// the sandbox's supervisor kills it all the same when bash exits.
+		"escaped with setsid": {"setsid ", "30.1004"},
 	}
-	if res.IsError || res.Output != "done\n" {
-		t.Errorf("result = %+v", res)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if _, err := exec.LookPath("setsid"); tc.prefix != "" && err != nil {
+				t.Skip("no setsid")
+			}
+			ws := newWorkspace(t)
+			started := time.Now()
+			res := run(t, &Bash{}, ws, map[string]any{"command": tc.prefix + "sleep " + tc.sleep + " & echo done"})
+			if elapsed := time.Since(started); elapsed > 5*time.Second {
+				t.Errorf("returned after %v", elapsed)
+			}
+			if res.IsError || res.Output != "done\n" {
+				t.Errorf("result = %+v", res)
+			}
+			waitGoneCmd(t, "sleep", tc.sleep)
+		})
 	}
-	waitGoneCmd(t, "sleep", "100.1003")
-}
-
-func TestBashEscapedProcessDoesNotHang(t *testing.T) {
-	if _, err := exec.LookPath("setsid"); err != nil {
-		t.Skip("no setsid")
-	}
-	ws := newWorkspace(t)
-	// setsid leaves the process group and keeps the output pipe open: the
-	// sandbox's supervisor kills it all the same when bash exits.
-	started := time.Now()
-	res := run(t, &Bash{}, ws, map[string]any{"command": "setsid sleep 30.1004 & echo done"})
-	if elapsed := time.Since(started); elapsed > 5*time.Second {
-		t.Errorf("returned after %v", elapsed)
-	}
-	if res.IsError || res.Output != "done\n" {
-		t.Errorf("result = %+v", res)
-	}
-	waitGoneCmd(t, "sleep", "30.1004")
 }
 
 func TestBashEnv(t *testing.T) {
@@ -270,27 +254,37 @@ func TestBashEnv(t *testing.T) {
 	}
 }
 
+// headSeqTail is the output of headSeqTailCommand without its exit status.
+var headSeqTail = func() string {
+	var b strings.Builder
+	b.WriteString("HEAD\n")
+	for i := 1; i <= 100000; i++ {
+		fmt.Fprintf(&b, "%d\n", i)
+	}
+	b.WriteString("TAIL\n")
+	return b.String()
+}()
+
+// headSeqTailCommand prints more than any output cap: HEAD, the numbers
+// 1 to 100000 and TAIL, a line each; then it fails.
+const headSeqTailCommand = "echo HEAD; seq 1 100000; echo TAIL; exit 4"
+
 func TestBashTruncatesOutput(t *testing.T) {
 	ws := newWorkspace(t)
 	var streamed strings.Builder
 	res, err := (&Bash{MaxOutputBytes: 1000}).Run(context.Background(), Call{
-		Input:     input(t, map[string]any{"command": "echo HEAD; seq 1 100000; echo TAIL; exit 4"}),
+		Input:     input(t, map[string]any{"command": headSeqTailCommand}),
 		Workspace: ws, Jail: testJail(t, ws),
 		Output: func(c string) { streamed.WriteString(c) },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var full strings.Builder
-	full.WriteString("HEAD\n")
-	for i := 1; i <= 100000; i++ {
-		fmt.Fprintf(&full, "%d\n", i)
+	full := headSeqTail
+	if streamed.String() != full {
+		t.Errorf("streamed output is not the complete output (%d bytes, want %d)", streamed.Len(), len(full))
 	}
-	full.WriteString("TAIL\n")
-	if streamed.String() != full.String() {
-		t.Errorf("streamed output is not the complete output (%d bytes, want %d)", streamed.Len(), full.Len())
-	}
-	note := fmt.Sprintf("[output truncated: %d bytes total]", full.Len())
+	note := fmt.Sprintf("[output truncated: %d bytes total]", len(full))
 	if !res.IsError || !strings.HasPrefix(res.Output, "HEAD\n1\n2\n") || !strings.HasSuffix(res.Output, "100000\nTAIL\nexit status 4") || !strings.Contains(res.Output, note) {
 		t.Errorf("output = %q", res.Output)
 	}

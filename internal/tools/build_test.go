@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/talkide/platform/internal/build"
+	"github.com/talkide/platform/internal/build/buildtest"
 )
 
 // buildWorkspace is a workspace whose ./gradlew is the build package's
@@ -18,13 +19,7 @@ func buildWorkspace(t *testing.T) *Workspace {
 	t.Helper()
 	ws := newWorkspace(t)
 	t.Cleanup(func() { ws.Close() })
-	b, err := os.ReadFile("../build/testdata/fakegradle/gradlew")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ws.Root(), "gradlew"), b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	buildtest.FakeGradle(t, ws.Root())
 	return ws
 }
 

@@ -66,6 +66,25 @@ func lines(s string) []string {
 	return strings.Split(s, "\n")
 }
 
+// checkListing checks the result of a tool that lists lines: an error, or
+// not, as isError says; an output that contains has when has is set or
+// the result is an error, and otherwise the lines want.
+func checkListing(t *testing.T, res Result, isError bool, has string, want []string) {
+	t.Helper()
+	if res.IsError != isError {
+		t.Fatalf("IsError = %v, want %v (%q)", res.IsError, isError, res.Output)
+	}
+	if has != "" || isError {
+		if !strings.Contains(res.Output, has) {
+			t.Errorf("output %q does not contain %q", res.Output, has)
+		}
+		return
+	}
+	if diff := cmp.Diff(want, lines(res.Output)); diff != "" {
+		t.Errorf("output (-want +got):\n%s", diff)
+	}
+}
+
 func TestGlob(t *testing.T) {
 	ws, outside := newSearchWorkspace(t)
 	root := ws.Root()
@@ -105,20 +124,11 @@ func TestGlob(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			res := run(t, &Glob{}, ws, tt.in)
-			if res.IsError != tt.isError {
-				t.Fatalf("IsError = %v, want %v (%q)", res.IsError, tt.isError, res.Output)
-			}
-			if tt.isError {
-				return
-			}
 			want := tt.want
 			if want == nil {
 				want = []string{"No files found"}
 			}
-			if diff := cmp.Diff(want, lines(res.Output)); diff != "" {
-				t.Errorf("output (-want +got):\n%s", diff)
-			}
+			checkListing(t, run(t, &Glob{}, ws, tt.in), tt.isError, "", want)
 		})
 	}
 }

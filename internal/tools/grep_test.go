@@ -163,19 +163,7 @@ func TestGrep(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			res := run(t, &Grep{}, ws, tt.in)
-			if res.IsError != tt.isError {
-				t.Fatalf("IsError = %v, want %v (%q)", res.IsError, tt.isError, res.Output)
-			}
-			if tt.has != "" || tt.isError {
-				if !strings.Contains(res.Output, tt.has) {
-					t.Errorf("output %q does not contain %q", res.Output, tt.has)
-				}
-				return
-			}
-			if diff := cmp.Diff(tt.want, lines(res.Output)); diff != "" {
-				t.Errorf("output (-want +got):\n%s", diff)
-			}
+			checkListing(t, run(t, &Grep{}, ws, tt.in), tt.isError, tt.has, tt.want)
 		})
 	}
 }

@@ -76,19 +76,7 @@ func TestLS(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			res := run(t, &LS{}, ws, tt.in)
-			if (tt.isError != "") != res.IsError {
-				t.Fatalf("IsError = %v, output %q", res.IsError, res.Output)
-			}
-			if tt.isError != "" {
-				if !strings.Contains(res.Output, tt.isError) {
-					t.Errorf("output %q does not contain %q", res.Output, tt.isError)
-				}
-				return
-			}
-			if diff := cmp.Diff(tt.want, lines(res.Output)); diff != "" {
-				t.Errorf("output (-want +got):\n%s", diff)
-			}
+			checkListing(t, run(t, &LS{}, ws, tt.in), tt.isError != "", tt.isError, tt.want)
 		})
 	}
 }

@@ -49,7 +49,7 @@ func TestSpillBash(t *testing.T) {
 	var streamed strings.Builder
 	res, err := (&Bash{MaxOutputBytes: 1000}).Run(context.Background(), Call{
 		ID:        "toolu_big",
-		Input:     input(t, map[string]any{"command": "echo HEAD; seq 1 100000; echo TAIL; exit 4"}),
+		Input:     input(t, map[string]any{"command": headSeqTailCommand}),
 		Workspace: ws, Jail: testJail(t, ws),
 		StateDir: state,
 		Output:   func(c string) { streamed.WriteString(c) },
@@ -57,28 +57,23 @@ func TestSpillBash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want strings.Builder
-	want.WriteString("HEAD\n")
-	for i := 1; i <= 100000; i++ {
-		fmt.Fprintf(&want, "%d\n", i)
-	}
-	want.WriteString("TAIL\n")
+	want := headSeqTail
 
 	// The model's text: cut as before, then the note.
-	wantEnd := "100000\nTAIL\nexit status 4\n" + spillNote("toolu_big", want.Len())
+	wantEnd := "100000\nTAIL\nexit status 4\n" + spillNote("toolu_big", len(want))
 	if !res.IsError || !strings.HasPrefix(res.Output, "HEAD\n1\n2\n") || !strings.HasSuffix(res.Output, wantEnd) ||
-		!strings.Contains(res.Output, fmt.Sprintf("[output truncated: %d bytes total]", want.Len())) {
+		!strings.Contains(res.Output, fmt.Sprintf("[output truncated: %d bytes total]", len(want))) {
 		t.Errorf("output = %q", res.Output)
 	}
-	if len(res.Output) > 1000+len("\nexit status 4\n")+len(spillNote("toolu_big", want.Len())) {
+	if len(res.Output) > 1000+len("\nexit status 4\n")+len(spillNote("toolu_big", len(want))) {
 		t.Errorf("output is %d bytes", len(res.Output))
 	}
 	// The whole output on disk, byte for byte, and the stream untouched.
-	if got := spilled(t, state, "toolu_big"); got != want.String() {
-		t.Errorf("kept output differs: %d bytes, want %d", len(got), want.Len())
+	if got := spilled(t, state, "toolu_big"); got != want {
+		t.Errorf("kept output differs: %d bytes, want %d", len(got), len(want))
 	}
-	if streamed.String() != want.String() {
-		t.Errorf("streamed %d bytes, want %d", streamed.Len(), want.Len())
+	if streamed.String() != want {
+		t.Errorf("streamed %d bytes, want %d", streamed.Len(), len(want))
 	}
 }
 

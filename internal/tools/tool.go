@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/talkide/platform/internal/build"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/sandbox"
 )
 
@@ -106,17 +107,10 @@ const (
 )
 
 func (o *Options) withDefaults() Options {
-	var c Options
-	if o != nil {
-		c = *o
-	}
-	if c.BashTimeout <= 0 {
-		c.BashTimeout = DefaultBashTimeout
-	}
+	c := defaults.Copy(o)
+	defaults.IfNotPositive(&c.BashTimeout, DefaultBashTimeout)
 	c.BashTimeout = min(c.BashTimeout, MaxBashTimeout)
-	if c.MaxOutputBytes <= 0 {
-		c.MaxOutputBytes = DefaultMaxOutputBytes
-	}
+	defaults.IfNotPositive(&c.MaxOutputBytes, DefaultMaxOutputBytes)
 	c.MaxOutputBytes = max(c.MaxOutputBytes, minOutputBytes)
 	if c.Env != nil {
 		c.Env = append([]string{}, c.Env...)
@@ -360,5 +354,29 @@ func plural(n int, word string) string {
 		return fmt.Sprintf("%d %ses", n, word)
 	default:
 		return fmt.Sprintf("%d %ss", n, word)
+	}
+}
+
+// StreamCap wraps emit, a Call's Output, so that it passes on the first max
+// bytes of output, then one note that the live output stopped, then
+// nothing: what streams is durable and replayed to every client, so a
+// command printing gigabytes must not stream gigabytes. The tool's result
+// still shows how the output ended.
+func StreamCap(max int, emit func(string)) func(string) {
+	sent, stopped := 0, false
+	return func(chunk string) {
+		if stopped {
+			return
+		}
+		if sent+len(chunk) > max {
+			if rest := max - sent; rest > 0 {
+				emit(chunk[:rest])
+			}
+			emit(fmt.Sprintf("\n[live output stopped after %d bytes; the tool's result shows how it ended]\n", max))
+			stopped = true
+			return
+		}
+		sent += len(chunk)
+		emit(chunk)
 	}
 }

@@ -302,3 +302,14 @@ func TestBashDescription(t *testing.T) {
 		t.Errorf("default description = %q", d)
 	}
 }
+
+func TestStreamCap(t *testing.T) {
+	var got []string
+	emit := StreamCap(10, func(s string) { got = append(got, s) })
+	for _, c := range []string{"abcd", "efgh", "ijkl", "mnop"} {
+		emit(c)
+	}
+	if len(got) != 4 || got[0] != "abcd" || got[1] != "efgh" || got[2] != "ij" || !strings.Contains(got[3], "stopped after 10 bytes") {
+		t.Fatalf("streamed %q", got)
+	}
+}

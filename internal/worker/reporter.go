@@ -15,6 +15,7 @@ import (
 
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -66,22 +67,13 @@ type ReporterOptions struct {
 
 // NewReporter returns a reporter posting to the control-plane at baseURL.
 func NewReporter(baseURL string, signer *trust.Signer, opts *ReporterOptions) *Reporter {
-	var o ReporterOptions
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Retry.Base <= 0 {
-		o.Retry.Base = 200 * time.Millisecond
-	}
-	if o.Retry.Max <= 0 {
-		o.Retry.Max = 30 * time.Second
-	}
+	defaults.Logger(&o.Logger)
+	defaults.IfNotPositive(&o.Retry.Base, 200*time.Millisecond)
+	defaults.IfNotPositive(&o.Retry.Max, 30*time.Second)
 	return &Reporter{
 		url:    strings.TrimRight(baseURL, "/") + contract.ReportsPath,
 		signer: signer, hc: o.HTTPClient, log: o.Logger, retry: o.Retry,

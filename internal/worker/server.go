@@ -122,12 +122,7 @@ func (w *Worker) handleCreate(rw http.ResponseWriter, r *http.Request, body []by
 // handleRunning lists the sessions whose turn runs. A session still being
 // opened from disk runs nothing yet.
 func (w *Worker) handleRunning(rw http.ResponseWriter, r *http.Request, _ []byte) error {
-	w.mu.Lock()
-	open := make([]*session, 0, len(w.sessions))
-	for _, s := range w.sessions {
-		open = append(open, s)
-	}
-	w.mu.Unlock()
+	open := w.openSessions()
 	out := contract.RunningSessions{Sessions: []contract.SessionState{}}
 	for _, s := range open {
 		st := s.state()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/backoff"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/sandbox"
@@ -187,37 +189,22 @@ func New(tenant, env string, key CommandKey, sessions *sessionstore.Store, works
 
 // withDefaults copies opts and fills in the defaults.
 func withDefaults(opts *Options) Options {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	if o.WorkerID == "" {
 		o.WorkerID, _ = os.Hostname()
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = DefaultHeartbeat
-	}
+	defaults.Logger(&o.Logger)
+	defaults.Clock(&o.Now)
+	defaults.IfNotPositive(&o.Heartbeat, DefaultHeartbeat)
 	if o.MaxRunningTurns == 0 {
 		if nofile, err := fdlimit.Current(); err == nil {
 			// GOMAXPROCS follows the container's CPU limit.
 			o.MaxRunningTurns = MaxTurnsFor(nofile, runtime.GOMAXPROCS(0))
 		}
 	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
-	if o.SyncRetry.Base <= 0 {
-		o.SyncRetry.Base = 10 * time.Millisecond
-	}
-	if o.SyncRetry.Max <= 0 {
-		o.SyncRetry.Max = time.Second
-	}
+	defaults.IfNotPositive(&o.IdleTimeout, DefaultIdleTimeout)
+	defaults.IfNotPositive(&o.SyncRetry.Base, 10*time.Millisecond)
+	defaults.IfNotPositive(&o.SyncRetry.Max, time.Second)
 	return o
 }
 
@@ -328,13 +315,15 @@ func (w *Worker) maintain() {
 	}
 }
 
-func (w *Worker) maintainOnce(ctx context.Context) {
+// openSessions is the sessions open now, to act on without holding w.mu.
+func (w *Worker) openSessions() []*session {
 	w.mu.Lock()
-	open := make([]*session, 0, len(w.sessions))
-	for _, s := range w.sessions {
-		open = append(open, s)
-	}
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	return slices.Collect(maps.Values(w.sessions))
+}
+
+func (w *Worker) maintainOnce(ctx context.Context) {
+	open := w.openSessions()
 	// A session this loop starts closing is closed even when Shutdown
 	// cancels ctx meanwhile: Shutdown waits for this loop, not for the
 	// sessions it no longer finds open.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/sandbox"
 )
@@ -158,10 +159,7 @@ func New(bin string, proxy Proxy, opts *Options) (*Harness, error) {
 	if bin == "" || proxy.BaseURLFor == nil || proxy.Capability == nil {
 		return nil, fmt.Errorf("%w: the executable and both Proxy functions are required", ErrBadOptions)
 	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	for _, kv := range o.ExtraEnv {
 		k, _, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -171,36 +169,18 @@ func New(bin string, proxy Proxy, opts *Options) (*Harness, error) {
 			return nil, fmt.Errorf("%w: ExtraEnv may not set %s", ErrBadOptions, k)
 		}
 	}
-	if o.PermissionMode == "" {
-		o.PermissionMode = DefaultPermissionMode
-	}
+	defaults.IfZero(&o.PermissionMode, DefaultPermissionMode)
 	if o.AllowedTools == nil {
 		o.AllowedTools = DefaultAllowedTools
 	}
-	if o.MaxTurns <= 0 {
-		o.MaxTurns = DefaultMaxTurns
-	}
-	if o.Path == "" {
-		o.Path = DefaultPath
-	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
-	if o.MaxLineBytes <= 0 {
-		o.MaxLineBytes = DefaultMaxLineBytes
-	}
-	if o.MaxToolOutput <= 0 {
-		o.MaxToolOutput = DefaultMaxToolOutput
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.CallWait <= 0 {
-		o.CallWait = DefaultCallWait
-	}
+	defaults.IfNotPositive(&o.MaxTurns, DefaultMaxTurns)
+	defaults.IfZero(&o.Path, DefaultPath)
+	defaults.IfNotPositive(&o.IdleTimeout, DefaultIdleTimeout)
+	defaults.IfNotPositive(&o.MaxLineBytes, DefaultMaxLineBytes)
+	defaults.IfNotPositive(&o.MaxToolOutput, DefaultMaxToolOutput)
+	defaults.Logger(&o.Logger)
+	defaults.Clock(&o.Now)
+	defaults.IfNotPositive(&o.CallWait, DefaultCallWait)
 	for _, s := range o.MCPServers {
 		if s.Name == "" || s.URL == nil {
 			return nil, fmt.Errorf("%w: an MCP server needs a name and a URL", ErrBadOptions)

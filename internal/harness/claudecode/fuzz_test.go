@@ -34,7 +34,7 @@ func FuzzMapper(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line []byte) {
 		open := map[string]bool{}
 		turn := &harness.Turn{
-			Transcript: &memTranscript{},
+			Transcript: &harness.MemTranscript{},
 			Emit: func(ev contract.Event) {
 				switch ev.Kind {
 				case contract.KindToolStarted:

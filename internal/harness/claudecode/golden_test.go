@@ -111,7 +111,7 @@ type golden struct {
 func mapTranscript(t *testing.T, data []byte) golden {
 	var g golden
 	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	tr := &memTranscript{}
+	tr := &harness.MemTranscript{}
 	turn := &harness.Turn{
 		ConversationID: "rec", TurnID: "t1", Transcript: tr,
 		Emit:   func(ev contract.Event) { g.Events = append(g.Events, ev) },
@@ -137,7 +137,7 @@ func mapTranscript(t *testing.T, data []byte) golden {
 		}
 		break
 	}
-	g.Records = tr.recs
+	g.Records, _ = tr.Records()
 	return g
 }
 
@@ -184,7 +184,7 @@ func TestSubAgentInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	var events []contract.Event
-	tr := &memTranscript{}
+	tr := &harness.MemTranscript{}
 	turn := &harness.Turn{
 		ConversationID: "rec", TurnID: "t1", Transcript: tr,
 		Emit:   func(ev contract.Event) { events = append(events, ev) },

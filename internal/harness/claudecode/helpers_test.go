@@ -2,7 +2,6 @@ package claudecode
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -18,32 +17,11 @@ import (
 	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 )
 
-// memTranscript is a harness.Transcript in memory.
-type memTranscript struct {
-	mu   sync.Mutex
-	recs []json.RawMessage // guarded by mu
-}
-
-func (m *memTranscript) Records() ([]json.RawMessage, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]json.RawMessage(nil), m.recs...), nil
-}
-
-func (m *memTranscript) Append(rec json.RawMessage) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.recs = append(m.recs, append(json.RawMessage(nil), rec...))
-	return nil
-}
-
-func (m *memTranscript) Compact(rec json.RawMessage) error { return m.Append(rec) }
-
 // session is one conversation's directories and outlets, kept across turns.
 type session struct {
 	conv       string
 	dir, ws    string
-	transcript *memTranscript
+	transcript *harness.MemTranscript
 	jail       *sandbox.Jail
 
 	mu      sync.Mutex
@@ -60,7 +38,7 @@ func newSession(t *testing.T, conv string) *session {
 	transcripts, _ := filepath.Abs(transcriptDir)
 	jail.Writable = append(jail.Writable, fakeRoot)
 	jail.ReadOnly = append(jail.ReadOnly, transcripts)
-	return &session{conv: conv, dir: t.TempDir(), ws: ws, transcript: &memTranscript{}, jail: jail}
+	return &session{conv: conv, dir: t.TempDir(), ws: ws, transcript: &harness.MemTranscript{}, jail: jail}
 }
 
 func (s *session) turn(text string) *harness.Turn {

@@ -305,7 +305,7 @@ func (a *agent) runTool(ctx context.Context, id, name string, input json.RawMess
 		Jail:      a.jail,
 		// The conversation names a build's Job.
 		Conversation: a.convID,
-		Output: streamCap(MaxStreamedOutput, func(chunk string) {
+		Output: tools.StreamCap(MaxStreamedOutput, func(chunk string) {
 			a.emit(contract.Event{Kind: contract.KindToolOutput, Tool: &contract.ToolEvent{ID: id, Name: name, Output: chunk}})
 		}),
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/tools"
 )
@@ -92,37 +93,20 @@ type ToolSource interface {
 // conversation on each of its requests (contract.ConversationHeader), which
 // the transport mints for.
 func New(client anthropic.Client, opts *Options) *Harness {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Model == "" {
-		o.Model = DefaultModel
-	}
-	if o.MaxTokens <= 0 {
-		o.MaxTokens = DefaultMaxTokens
-	}
-	if o.MaxModelCalls <= 0 {
-		o.MaxModelCalls = DefaultMaxModelCalls
-	}
-	if o.System == "" {
-		o.System = defaultSystemPrompt
-	}
+	o := defaults.Copy(opts)
+	defaults.IfZero(&o.Model, DefaultModel)
+	defaults.IfNotPositive(&o.MaxTokens, DefaultMaxTokens)
+	defaults.IfNotPositive(&o.MaxModelCalls, DefaultMaxModelCalls)
+	defaults.IfZero(&o.System, defaultSystemPrompt)
 	if o.Tools == nil {
 		o.Tools = tools.Default(nil)
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.ContextWindow <= 0 {
-		o.ContextWindow = DefaultContextWindow
-	}
+	defaults.Logger(&o.Logger)
+	defaults.IfNotPositive(&o.ContextWindow, DefaultContextWindow)
 	if o.CompactAt <= 0 || o.CompactAt >= 1 {
 		o.CompactAt = DefaultCompactAt
 	}
-	if o.MaxRetryWait <= 0 {
-		o.MaxRetryWait = DefaultMaxRetryWait
-	}
+	defaults.IfNotPositive(&o.MaxRetryWait, DefaultMaxRetryWait)
 	h := &Harness{client: client, opts: o, tools: make(map[string]tools.Tool),
 		callOpts: []option.RequestOption{option.WithMiddleware(boundRetries(o.MaxRetryWait, time.Now))}}
 	for _, t := range o.Tools {
@@ -267,27 +251,6 @@ func messageText(m *anthropic.Message) string {
 // The tool's result (capped too, kept whole on the session volume) still
 // shows how the output ended.
 const MaxStreamedOutput = 1 << 20
-
-// streamCap passes chunks to emit until max bytes have passed, then one
-// note, then nothing.
-func streamCap(max int, emit func(string)) func(string) {
-	sent, stopped := 0, false
-	return func(chunk string) {
-		if stopped {
-			return
-		}
-		if sent+len(chunk) > max {
-			if rest := max - sent; rest > 0 {
-				emit(chunk[:rest])
-			}
-			emit(fmt.Sprintf("\n[live output stopped after %d bytes; the tool's result shows how it ended]\n", max))
-			stopped = true
-			return
-		}
-		sent += len(chunk)
-		emit(chunk)
-	}
-}
 
 // mapModelError turns an SDK error into a turn failure with a code and
 // whether a later retry can help. The SDK has already retried 429, 529 and

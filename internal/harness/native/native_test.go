@@ -29,40 +29,6 @@ import (
 
 const simKey = "sk-ant-native-test"
 
-// memTranscript is an in-memory harness.Transcript.
-type memTranscript struct {
-	mu   sync.Mutex
-	recs []json.RawMessage // guarded by mu
-}
-
-func (m *memTranscript) Records() ([]json.RawMessage, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]json.RawMessage, len(m.recs))
-	for i, r := range m.recs {
-		out[i] = append(json.RawMessage(nil), r...)
-	}
-	return out, nil
-}
-
-// Compact starts a new context with rec, as the session store does.
-func (m *memTranscript) Compact(rec json.RawMessage) error {
-	m.mu.Lock()
-	m.recs = nil
-	m.mu.Unlock()
-	return m.Append(rec)
-}
-
-func (m *memTranscript) Append(rec json.RawMessage) error {
-	if !json.Valid(rec) {
-		return errors.New("memTranscript: invalid JSON")
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.recs = append(m.recs, append(json.RawMessage(nil), rec...))
-	return nil
-}
-
 // sink collects what a turn emits and reports. onEvent, when set, runs in
 // the harness's goroutine for every event, after it was recorded.
 type sink struct {
@@ -110,7 +76,7 @@ func kinds(evs []contract.Event) []string {
 type fixture struct {
 	h          *Harness
 	sim        *anthropicsim.Simulator
-	transcript *memTranscript
+	transcript *harness.MemTranscript
 	workspace  string
 	jail       *sandbox.Jail
 }
@@ -131,7 +97,7 @@ func newFixture(t *testing.T, opts *Options, wrap func(http.Handler) http.Handle
 	return &fixture{
 		h:          New(client, opts),
 		sim:        sim,
-		transcript: &memTranscript{},
+		transcript: &harness.MemTranscript{},
 		workspace:  ws,
 		jail:       sandboxtest.Jail(t, ws),
 	}
@@ -168,17 +134,11 @@ func (f *fixture) records(t *testing.T) []json.RawMessage {
 // request.
 func (f *fixture) lastRequestMessages(t *testing.T) []json.RawMessage {
 	t.Helper()
-	reqs := f.sim.Requests()
-	if len(reqs) == 0 {
-		t.Fatal("the simulator received no request")
-	}
-	var body struct {
-		Messages []json.RawMessage `json:"messages"`
-	}
-	if err := json.Unmarshal(reqs[len(reqs)-1], &body); err != nil {
+	msgs, _, err := f.sim.LastMessages()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return body.Messages
+	return msgs
 }
 
 func roles(t *testing.T, recs []json.RawMessage) []string {
@@ -500,17 +460,6 @@ func TestResumeRepairsDanglingToolUse(t *testing.T) {
 	validateHistory(t, recs)
 	if !strings.Contains(string(recs[2]), "toolu_crashed") || !strings.Contains(string(recs[2]), `"is_error":true`) {
 		t.Errorf("the fix was not persisted: %s", recs[2])
-	}
-}
-
-func TestStreamCap(t *testing.T) {
-	var got []string
-	emit := streamCap(10, func(s string) { got = append(got, s) })
-	for _, c := range []string{"abcd", "efgh", "ijkl", "mnop"} {
-		emit(c)
-	}
-	if len(got) != 4 || got[0] != "abcd" || got[1] != "efgh" || got[2] != "ij" || !strings.Contains(got[3], "stopped after 10 bytes") {
-		t.Fatalf("streamed %q", got)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/tools"
 )
 
@@ -55,7 +56,7 @@ func (a *agent) runTask(ctx context.Context, id string, input json.RawMessage) t
 		tr.path = filepath.Join(a.sessionDir, "subagents", safeName(id)+".jsonl")
 	}
 	var outMu sync.Mutex
-	output := streamCap(MaxStreamedOutput, func(chunk string) {
+	output := tools.StreamCap(MaxStreamedOutput, func(chunk string) {
 		a.emit(contract.Event{Kind: contract.KindToolOutput, Tool: &contract.ToolEvent{ID: id, Name: taskToolName, Output: chunk}})
 	})
 	say := func(s string) { outMu.Lock(); output(s); outMu.Unlock() }
@@ -153,25 +154,33 @@ func safeName(id string) string {
 // fileTranscript keeps a sub-agent's transcript as JSON lines; with no path
 // it keeps it in memory only. Compaction starts the in-memory view afresh.
 type fileTranscript struct {
+	harness.MemTranscript
 	path string
 
-	mu   sync.Mutex
-	recs []json.RawMessage // guarded by mu
-}
-
-func (f *fileTranscript) Records() ([]json.RawMessage, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]json.RawMessage(nil), f.recs...), nil
+	mu sync.Mutex // orders the appends to the file
 }
 
 func (f *fileTranscript) Append(rec json.RawMessage) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.recs = append(f.recs, append(json.RawMessage(nil), rec...))
+	if err := f.MemTranscript.Append(rec); err != nil {
+		return err
+	}
+	return f.write(rec)
+}
+
+func (f *fileTranscript) Compact(rec json.RawMessage) error {
+	if err := f.MemTranscript.Compact(rec); err != nil {
+		return err
+	}
+	return f.write(rec)
+}
+
+// write appends rec to the file, if there is one.
+func (f *fileTranscript) write(rec json.RawMessage) error {
 	if f.path == "" {
 		return nil
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err := os.MkdirAll(filepath.Dir(f.path), 0o700); err != nil {
 		return err
 	}
@@ -182,11 +191,4 @@ func (f *fileTranscript) Append(rec json.RawMessage) error {
 	defer file.Close()
 	_, err = file.Write(append(append([]byte(nil), rec...), '\n'))
 	return err
-}
-
-func (f *fileTranscript) Compact(rec json.RawMessage) error {
-	f.mu.Lock()
-	f.recs = nil
-	f.mu.Unlock()
-	return f.Append(rec)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/talkide/platform/internal/harness/historytest"
 )
 
 // Records in the Messages API's wire shape, written as literal JSON so that
@@ -55,77 +57,12 @@ func decoded(t *testing.T, recs []json.RawMessage) []any {
 	return out
 }
 
-// validateHistory checks what the Messages API requires of a conversation,
-// after consecutive user messages are merged as the harness merges them:
-// roles alternate starting with user; every tool_use of an assistant message
-// is answered by exactly one tool_result in the next message, and those
-// results come first; every tool_result answers a tool_use of the message
-// right before it; no message and no text block is empty.
+// validateHistory fails t unless recs are a history the Messages API
+// accepts (historytest.Check), every tool call answered.
 func validateHistory(t *testing.T, recs []json.RawMessage) {
 	t.Helper()
-	merged, err := mergeUserRuns(append([]json.RawMessage(nil), recs...))
-	if err != nil {
-		t.Fatalf("merge: %v", err)
-	}
-	msgs := make([]wireMessage, len(merged))
-	for i, r := range merged {
-		if err := json.Unmarshal(r, &msgs[i]); err != nil {
-			t.Fatalf("record %d %s: %v", i, r, err)
-		}
-	}
-	var pending map[string]bool // tool_use ids of the previous message
-	for i, m := range msgs {
-		want := "user"
-		if i%2 == 1 {
-			want = "assistant"
-		}
-		if m.Role != want {
-			t.Fatalf("message %d has role %q, want %q (roles must alternate, starting with user): %s", i, m.Role, want, merged[i])
-		}
-		if len(m.Content) == 0 {
-			t.Errorf("message %d has no content", i)
-		}
-		answered := map[string]bool{}
-		seenOther := false
-		for _, b := range m.Content {
-			switch b.Type {
-			case "text":
-				if strings.TrimSpace(b.Text) == "" {
-					t.Errorf("message %d has an empty text block (the API rejects it): %s", i, merged[i])
-				}
-				seenOther = true
-			case "tool_result":
-				if m.Role != "user" {
-					t.Errorf("message %d: tool_result in an %s message", i, m.Role)
-				}
-				if !pending[b.ToolUseID] {
-					t.Errorf("message %d: tool_result %q answers no tool_use of the previous message", i, b.ToolUseID)
-				}
-				if answered[b.ToolUseID] {
-					t.Errorf("message %d: tool_use %q answered twice", i, b.ToolUseID)
-				}
-				if seenOther {
-					t.Errorf("message %d: tool_result %q comes after other content", i, b.ToolUseID)
-				}
-				answered[b.ToolUseID] = true
-			default:
-				seenOther = true
-			}
-		}
-		for id := range pending {
-			if !answered[id] {
-				t.Errorf("message %d does not answer tool_use %q of the message before it", i, id)
-			}
-		}
-		pending = map[string]bool{}
-		for _, b := range m.Content {
-			if b.Type == "tool_use" {
-				pending[b.ID] = true
-			}
-		}
-	}
-	if len(pending) > 0 {
-		t.Errorf("the last message leaves tool_use calls unanswered: %v", pending)
+	if err := historytest.Check(recs, false); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -52,19 +53,12 @@ func NewClient(baseURL string, signer *trust.Signer, opts *ClientOptions) *Clien
 	if signer == nil || signer.Direction != trust.ToControlPlane {
 		panic("issuetracking: NewClient needs a signer in the direction worker → control-plane")
 	}
-	var o ClientOptions
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
-	if o.Attempts <= 0 {
-		o.Attempts = 3
-	}
-	if o.Backoff <= 0 {
-		o.Backoff = 200 * time.Millisecond
-	}
+	defaults.IfNotPositive(&o.Attempts, 3)
+	defaults.IfNotPositive(&o.Backoff, 200*time.Millisecond)
 	return &Client{base: strings.TrimRight(baseURL, "/"), signer: signer, hc: o.HTTPClient, attempts: o.Attempts, backoff: o.Backoff}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 )
 
 // The server's MCP identity.
@@ -48,13 +49,8 @@ const instructions = `Issue tracking for this TalkIDE conversation. File an issu
 // NewServer returns the talkide-issue-tracking MCP server; its tools call
 // the control-plane through cp.
 func NewServer(cp *Client, opts *ServerOptions) *mcp.Server {
-	var o ServerOptions
-	if opts != nil {
-		o = *opts
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o := defaults.Copy(opts)
+	defaults.Logger(&o.Logger)
 	h := &handlers{cp: cp, log: o.Logger}
 	s := mcp.NewServer(&mcp.Implementation{Name: ServerName, Title: "TalkIDE issue tracking", Version: Version},
 		&mcp.ServerOptions{Instructions: instructions})

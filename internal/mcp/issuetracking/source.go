@@ -8,11 +8,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/mcp/servers"
 	"github.com/talkide/platform/internal/tools"
 )
 
@@ -70,16 +71,11 @@ type SourceOptions struct {
 // NewSource returns a source of the talkide-issue-tracking tools calling the
 // control-plane through cp.
 func NewSource(cp *Client, opts *SourceOptions) *Source {
-	var o SourceOptions
-	if opts != nil {
-		o = *opts
-	}
+	o := defaults.Copy(opts)
 	if o.Server == nil {
 		o.Server = NewServer(cp, &ServerOptions{Logger: o.Logger})
 	}
-	if o.MaxOutputBytes <= 0 {
-		o.MaxOutputBytes = tools.DefaultMaxOutputBytes
-	}
+	defaults.IfNotPositive(&o.MaxOutputBytes, tools.DefaultMaxOutputBytes)
 	return &Source{server: o.Server, maxOutput: o.MaxOutputBytes}
 }
 
@@ -205,53 +201,5 @@ func (t *mcpTool) Run(ctx context.Context, call tools.Call) (tools.Result, error
 		}
 		return tools.Result{Output: fmt.Sprintf("MCP server %s could not run %s: %v", ServerName, t.def.Name, err), IsError: true}, nil
 	}
-	return tools.Result{Output: capText(resultText(res), t.maxOutput), IsError: res.IsError}, nil
-}
-
-// resultText renders a tool result's content for the model: text as it is,
-// anything else described in a line.
-func resultText(res *mcp.CallToolResult) string {
-	var parts []string
-	for _, c := range res.Content {
-		switch c := c.(type) {
-		case *mcp.TextContent:
-			parts = append(parts, c.Text)
-		case *mcp.ImageContent:
-			parts = append(parts, fmt.Sprintf("[image: %s, %d bytes]", c.MIMEType, len(c.Data)))
-		case *mcp.AudioContent:
-			parts = append(parts, fmt.Sprintf("[audio: %s, %d bytes]", c.MIMEType, len(c.Data)))
-		case *mcp.ResourceLink:
-			parts = append(parts, "[resource: "+c.URI+"]")
-		case *mcp.EmbeddedResource:
-			if c.Resource != nil && c.Resource.Text != "" {
-				parts = append(parts, c.Resource.Text)
-			} else if c.Resource != nil {
-				parts = append(parts, "[resource: "+c.Resource.URI+"]")
-			}
-		}
-	}
-	if len(parts) == 0 {
-		if res.IsError {
-			return "the tool failed without saying why"
-		}
-		return "(no output)"
-	}
-	return strings.Join(parts, "\n")
-}
-
-// capText keeps s's head up to max bytes (on a UTF-8 boundary) and says how
-// much was cut.
-func capText(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	note := fmt.Sprintf("\n\n[output truncated: %d bytes total]", len(s))
-	cut := max - len(note)
-	if cut < 0 {
-		cut = 0
-	}
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + note
+	return tools.Result{Output: tools.CapOutput(call, servers.Render(res), t.maxOutput), IsError: res.IsError}, nil
 }

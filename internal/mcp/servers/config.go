@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -63,20 +64,8 @@ type ServerConfig struct {
 // equal reports whether two declarations start the same server.
 func (c ServerConfig) equal(o ServerConfig) bool {
 	return c.Name == o.Name && c.Type == o.Type && c.Command == o.Command &&
-		slices.Equal(c.Args, o.Args) && mapsEqual(c.Env, o.Env) &&
-		c.URL == o.URL && mapsEqual(c.Headers, o.Headers)
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
+		slices.Equal(c.Args, o.Args) && maps.Equal(c.Env, o.Env) &&
+		c.URL == o.URL && maps.Equal(c.Headers, o.Headers)
 }
 
 // Config is a parsed .mcp.json: its servers, sorted by name.

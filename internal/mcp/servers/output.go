@@ -9,10 +9,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// render turns a tool result into the text the model sees: text content as
-// is, other content summarized on a line of its own, the structured content
-// as JSON when there is nothing else.
-func render(res *mcp.CallToolResult) string {
+// Render turns an MCP tool result into the text the model sees: text
+// content as is, other content summarized on a line of its own, the
+// structured content as JSON when there is nothing else.
+func Render(res *mcp.CallToolResult) string {
 	var parts []string
 	for _, c := range res.Content {
 		switch c := c.(type) {
@@ -51,10 +51,13 @@ func render(res *mcp.CallToolResult) string {
 	if !utf8.ValidString(text) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
 	}
-	if text == "" {
-		return "(no output)"
+	switch {
+	case text != "":
+		return text
+	case res.IsError:
+		return "the tool failed without saying why"
 	}
-	return text
+	return "(no output)"
 }
 
 func mimeOr(m string) string { return orDefault(m, "unknown type") }

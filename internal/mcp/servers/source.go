@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/tools"
@@ -108,31 +111,14 @@ type Source struct {
 
 // New returns a source and starts its janitor, which Close stops.
 func New(opts *Options) *Source {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.StartTimeout <= 0 {
-		o.StartTimeout = DefaultStartTimeout
-	}
-	if o.CallTimeout <= 0 {
-		o.CallTimeout = DefaultCallTimeout
-	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
-	if o.CloseGrace <= 0 {
-		o.CloseGrace = DefaultCloseGrace
-	}
-	if o.MaxOutputBytes <= 0 {
-		o.MaxOutputBytes = tools.DefaultMaxOutputBytes
-	}
-	if o.Path == "" {
-		o.Path = DefaultPath
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o := defaults.Copy(opts)
+	defaults.IfNotPositive(&o.StartTimeout, DefaultStartTimeout)
+	defaults.IfNotPositive(&o.CallTimeout, DefaultCallTimeout)
+	defaults.IfNotPositive(&o.IdleTimeout, DefaultIdleTimeout)
+	defaults.IfNotPositive(&o.CloseGrace, DefaultCloseGrace)
+	defaults.IfNotPositive(&o.MaxOutputBytes, tools.DefaultMaxOutputBytes)
+	defaults.IfZero(&o.Path, DefaultPath)
+	defaults.Logger(&o.Logger)
 	s := &Source{opts: o, log: o.Logger, stop: make(chan struct{}), janitorDone: make(chan struct{}), convs: make(map[string]*conversation)}
 	if o.HTTPTransport == nil {
 		s.ownTransport = http.DefaultTransport.(*http.Transport).Clone()
@@ -190,10 +176,7 @@ func (s *Source) Close() error {
 		return nil
 	}
 	s.closed = true
-	convs := make([]*conversation, 0, len(s.convs))
-	for _, c := range s.convs {
-		convs = append(convs, c)
-	}
+	convs := slices.Collect(maps.Values(s.convs))
 	s.convs = nil
 	s.mu.Unlock()
 	close(s.stop)
@@ -445,10 +428,7 @@ func closeConversations(cs []*conversation) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			c.closed = true
-			servers := make([]*server, 0, len(c.servers))
-			for _, srv := range c.servers {
-				servers = append(servers, srv)
-			}
+			servers := slices.Collect(maps.Values(c.servers))
 			c.servers, c.offered = nil, nil
 			closeServers(servers)
 		}()

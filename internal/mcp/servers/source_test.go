@@ -111,6 +111,18 @@ func (f *fixture) tools() (map[string]tools.Tool, error) {
 	return m, err
 }
 
+// echoTools declares the echo server alone and returns its tools, failing
+// the test when they cannot be had.
+func (f *fixture) echoTools() map[string]tools.Tool {
+	f.t.Helper()
+	f.declare(map[string]any{"echo": echo()})
+	ts, err := f.tools()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ts
+}
+
 // call runs a tool and fails the test on a Go error.
 func (f *fixture) call(ts map[string]tools.Tool, name, input string) tools.Result {
 	f.t.Helper()
@@ -217,11 +229,7 @@ func TestStdioServerToolCall(t *testing.T) {
 
 func TestLargeAndNonTextOutput(t *testing.T) {
 	f := newFixture(t, &Options{MaxOutputBytes: 1000})
-	f.declare(map[string]any{"echo": echo()})
-	ts, err := f.tools()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts := f.echoTools()
 	state := t.TempDir()
 	ws, _ := tools.NewWorkspace(f.ws)
 	res, err := ts["mcp__echo__big"].Run(context.Background(), tools.Call{ID: "toolu_big", Input: json.RawMessage(`{}`), Workspace: ws, StateDir: state})
@@ -322,11 +330,7 @@ func TestNothingAllowedByDefault(t *testing.T) {
 
 func TestDeadServerIsRestartedNextTurn(t *testing.T) {
 	f := newFixture(t, nil)
-	f.declare(map[string]any{"echo": echo()})
-	ts, err := f.tools()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts := f.echoTools()
 	pid, _ := f.pids(ts, "mcp__echo__pid")
 	res := f.call(ts, "mcp__echo__crash", `{}`)
 	if !res.IsError {
@@ -338,7 +342,7 @@ func TestDeadServerIsRestartedNextTurn(t *testing.T) {
 		return strings.Contains(f.call(ts, "mcp__echo__echo", `{"text":"x"}`).Output, "not running")
 	})
 
-	ts, err = f.tools()
+	ts, err := f.tools()
 	if err != nil {
 		t.Fatalf("restart: %v", err)
 	}
@@ -353,16 +357,12 @@ func TestDeadServerIsRestartedNextTurn(t *testing.T) {
 
 func TestConfigChange(t *testing.T) {
 	f := newFixture(t, nil)
-	f.declare(map[string]any{"echo": echo()})
-	ts, err := f.tools()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts := f.echoTools()
 	pid, _ := f.pids(ts, "mcp__echo__pid")
 
 	// Declared differently: restarted.
 	f.declare(map[string]any{"echo": echo("-child")})
-	ts, err = f.tools()
+	ts, err := f.tools()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,11 +447,7 @@ func TestIdleConversationIsClosed(t *testing.T) {
 	// sweep at a time past the idle timeout, so a slow machine cannot idle
 	// the server between a turn's Tools and its call.
 	f := newFixture(t, &Options{IdleTimeout: time.Hour})
-	f.declare(map[string]any{"echo": echo()})
-	ts, err := f.tools()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts := f.echoTools()
 	pid, _ := f.pids(ts, "mcp__echo__pid")
 	f.src.closeIdle(time.Now().Add(30 * time.Minute))
 	if !alive(pid) {
@@ -466,7 +462,7 @@ func TestIdleConversationIsClosed(t *testing.T) {
 		t.Errorf("%d conversations kept", n)
 	}
 	// The next turn starts it again.
-	ts, err = f.tools()
+	ts, err := f.tools()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,11 +492,7 @@ func TestStartTimeout(t *testing.T) {
 
 func TestCallTimeoutAndInterrupt(t *testing.T) {
 	f := newFixture(t, &Options{CallTimeout: 200 * time.Millisecond})
-	f.declare(map[string]any{"echo": echo()})
-	ts, err := f.tools()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts := f.echoTools()
 	if res := f.call(ts, "mcp__echo__sleep", `{"ms": 60000}`); !res.IsError || !strings.Contains(res.Output, "did not answer within 200ms") {
 		t.Errorf("slow call = %+v", res)
 	}

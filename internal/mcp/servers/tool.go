@@ -187,7 +187,7 @@ func (t *mcpTool) Run(ctx context.Context, call tools.Call) (tools.Result, error
 	default:
 		return tools.Result{Output: tools.CapOutput(call, fmt.Sprintf("MCP error from server %q: %v", server, err), t.maxOutput), IsError: true}, nil
 	}
-	return tools.Result{Output: tools.CapOutput(call, render(res), t.maxOutput), IsError: res.IsError}, nil
+	return tools.Result{Output: tools.CapOutput(call, Render(res), t.maxOutput), IsError: res.IsError}, nil
 }
 
 func (t *mcpTool) notRunning() tools.Result {

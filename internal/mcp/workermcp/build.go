@@ -3,7 +3,6 @@ package workermcp
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -56,7 +55,7 @@ func newBuildServer(runner build.Runner, maxOutput int, log *slog.Logger) *mcp.S
 			StateDir:     tools.StateDirOf(t.SessionDir),
 			Jail:         t.Jail,
 			Conversation: t.ConversationID,
-			Output: streamCap(MaxStreamedOutput, func(chunk string) {
+			Output: tools.StreamCap(MaxStreamedOutput, func(chunk string) {
 				t.Emit(contract.Event{Kind: contract.KindToolOutput, Tool: &contract.ToolEvent{ID: c.toolUseID, Name: BuildToolName, Output: chunk}})
 			}),
 		})
@@ -68,22 +67,4 @@ func newBuildServer(runner build.Runner, maxOutput int, log *slog.Logger) *mcp.S
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Output}}, IsError: res.IsError}, nil
 	})
 	return s
-}
-
-// streamCap passes at most max bytes on to emit, then says the live output
-// stopped; the result still shows how the build ended.
-func streamCap(max int, emit func(string)) func(string) {
-	sent, stopped := 0, false
-	return func(chunk string) {
-		if stopped {
-			return
-		}
-		if sent+len(chunk) > max {
-			emit(fmt.Sprintf("\n[live output stopped after %d bytes; the tool's result shows how it ended]\n", max))
-			stopped = true
-			return
-		}
-		sent += len(chunk)
-		emit(chunk)
-	}
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/talkide/platform/internal/build"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/mcp/issuetracking"
 )
@@ -101,9 +102,7 @@ func New(opts Options) *Handler {
 	if opts.Capability == nil || opts.Resolve == nil {
 		panic("workermcp: New needs Capability and Resolve")
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	defaults.Logger(&opts.Logger)
 	h := &Handler{opts: opts, log: opts.Logger, servers: make(map[string]http.Handler)}
 	if opts.Issues != nil {
 		s := issuetracking.NewServer(opts.Issues, &issuetracking.ServerOptions{Logger: opts.Logger.With("server", issuetracking.ServerName)})

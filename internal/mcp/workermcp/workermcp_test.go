@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,10 +18,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/talkide/platform/internal/build"
+	"github.com/talkide/platform/internal/build/buildtest"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/mcp/issuetracking"
 	"github.com/talkide/platform/internal/mcp/workermcp"
+	"github.com/talkide/platform/internal/proctest"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 	"github.com/talkide/platform/internal/trust"
@@ -346,13 +347,7 @@ func TestSessionStaysWithItsConversation(t *testing.T) {
 
 func gradleWorkspace(t *testing.T) string {
 	ws := t.TempDir()
-	b, err := os.ReadFile("../../build/testdata/fakegradle/gradlew")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ws, build.GradleWrapper), b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	buildtest.FakeGradle(t, ws)
 	return ws
 }
 
@@ -409,14 +404,7 @@ func TestBuild(t *testing.T) {
 
 // processesIn counts the processes whose working directory is dir.
 func processesIn(dir string) int {
-	entries, _ := os.ReadDir("/proc")
-	n := 0
-	for _, e := range entries {
-		if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err == nil && cwd == dir {
-			n++
-		}
-	}
-	return n
+	return len(proctest.Pids(func(pid int) bool { return proctest.Cwd(pid) == dir }))
 }
 
 // A build stops when its turn ends (an interrupt kills the CLI, whose

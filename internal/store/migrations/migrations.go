@@ -26,6 +26,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -136,4 +137,28 @@ func split(sql string) ([]string, error) {
 		return nil, fmt.Errorf("no statements")
 	}
 	return stmts, nil
+}
+
+// CheckVersion refuses a database whose schema version, latest, is past the
+// last of ms: a newer build has migrated it further than this one knows.
+func CheckVersion(latest int64, ms []Migration) error {
+	if known := int64(len(ms)); latest > known {
+		return fmt.Errorf("database schema version %d is newer than this build's %d", latest, known)
+	}
+	return nil
+}
+
+// ApplyAll applies ms in order with apply, which reports whether it
+// applied one or found it recorded already, and logs each it applied.
+func ApplyAll(ms []Migration, log *slog.Logger, apply func(Migration) (applied bool, err error)) error {
+	for _, m := range ms {
+		applied, err := apply(m)
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+		if applied {
+			log.Info("applied migration", "version", m.Version, "name", m.Name)
+		}
+	}
+	return nil
 }

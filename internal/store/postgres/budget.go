@@ -196,11 +196,7 @@ func (s *Store) RenewBudget(ctx context.Context, ids []string, now, expires time
 
 // SettleBudget implements budget.Store.
 func (s *Store) SettleBudget(ctx context.Context, e budget.Entry) (applied bool, err error) {
-	a, err := s.SettleBudgetBatch(ctx, []budget.Entry{e}, nil)
-	if err != nil {
-		return false, err
-	}
-	return a[0], nil
+	return sqlcore.SettleOne(ctx, s.SettleBudgetBatch, e)
 }
 
 // SettleBudgetBatch implements budget.Store: one batch inserts the ledger

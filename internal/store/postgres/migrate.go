@@ -50,24 +50,15 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 		if err := tx.QueryRow(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&latest); err != nil {
 			return fmt.Errorf("read schema_migrations: %w", err)
 		}
-		if known := int64(len(ms)); latest != nil && *latest > known {
-			return fmt.Errorf("database schema version %d is newer than this build's %d", *latest, known)
+		if latest == nil {
+			return nil
 		}
-		return nil
+		return migrations.CheckVersion(*latest, ms)
 	})
 	if err != nil {
 		return err
 	}
-	for _, m := range ms {
-		applied, err := apply(ctx, pool, m)
-		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.Name, err)
-		}
-		if applied {
-			log.Info("applied migration", "version", m.Version, "name", m.Name)
-		}
-	}
-	return nil
+	return migrations.ApplyAll(ms, log, func(m migrations.Migration) (bool, error) { return apply(ctx, pool, m) })
 }
 
 // apply applies m unless schema_migrations already records it. It checks

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlcore"
 )
@@ -64,13 +65,8 @@ const DefaultMaxConns = 16
 //
 // Errors never contain the password.
 func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o := defaults.Copy(opts)
+	defaults.Logger(&o.Logger)
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", err)

@@ -364,17 +364,7 @@ func (t *Tables) ListAPITokens(ctx context.Context, userID string) ([]store.APIT
 
 // RevokeAPIToken implements store.Store.
 func (t *Tables) RevokeAPIToken(ctx context.Context, id string, at time.Time) error {
-	if at.IsZero() {
-		return fmt.Errorf("%s: revoke API token %s: zero time", t.name, id)
-	}
-	n, err := t.db.Exec(ctx, revokeAPIToken, Millis(at), id)
-	if err == nil && n == 0 {
-		err = store.ErrNotFound
-	}
-	if err != nil {
-		return fmt.Errorf("%s: revoke API token %s: %w", t.name, id, err)
-	}
-	return nil
+	return t.revoke(ctx, revokeAPIToken, "API token", id, at)
 }
 
 // TouchAPIToken implements store.Store.

@@ -37,6 +37,16 @@ const InsertLedger = `INSERT INTO budget_ledger (` + LedgerColumns + `)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
 	ON CONFLICT (id) DO NOTHING`
 
+// SettleOne settles one entry with a store's batch settle, as
+// budget.Store's SettleBudget: whether the entry was new.
+func SettleOne(ctx context.Context, settle func(context.Context, []budget.Entry, *budget.SliceSize) ([]bool, error), e budget.Entry) (bool, error) {
+	a, err := settle(ctx, []budget.Entry{e}, nil)
+	if err != nil {
+		return false, err
+	}
+	return a[0], nil
+}
+
 // LedgerArgs are InsertLedger's arguments for e.
 func LedgerArgs(e budget.Entry) []any {
 	return []any{e.ID, e.Tenant, e.Env, e.User, e.Conversation, e.Model, int64(e.Status), e.Streamed, e.Estimated,

@@ -72,15 +72,21 @@ func (t *Tables) GetIdentityToken(ctx context.Context, id string) (store.Identit
 
 // RevokeIdentityToken implements store.Store.
 func (t *Tables) RevokeIdentityToken(ctx context.Context, id string, at time.Time) error {
+	return t.revoke(ctx, revokeToken, "identity token", id, at)
+}
+
+// revoke runs query, which sets the revocation time of the token id (of
+// kind what) to at: store.ErrNotFound when there is no such token.
+func (t *Tables) revoke(ctx context.Context, query, what, id string, at time.Time) error {
 	if at.IsZero() {
-		return fmt.Errorf("%s: revoke identity token %s: zero time", t.name, id)
+		return fmt.Errorf("%s: revoke %s %s: zero time", t.name, what, id)
 	}
-	n, err := t.db.Exec(ctx, revokeToken, Millis(at), id)
+	n, err := t.db.Exec(ctx, query, Millis(at), id)
 	if err == nil && n == 0 {
 		err = store.ErrNotFound
 	}
 	if err != nil {
-		return fmt.Errorf("%s: revoke identity token %s: %w", t.name, id, err)
+		return fmt.Errorf("%s: revoke %s %s: %w", t.name, what, id, err)
 	}
 	return nil
 }

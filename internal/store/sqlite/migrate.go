@@ -26,19 +26,10 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 	if err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&latest); err != nil {
 		return fmt.Errorf("read schema_migrations: %w", err)
 	}
-	if known := len(ms); latest.Int64 > int64(known) {
-		return fmt.Errorf("database schema version %d is newer than this build's %d", latest.Int64, known)
+	if err := migrations.CheckVersion(latest.Int64, ms); err != nil {
+		return err
 	}
-	for _, m := range ms {
-		applied, err := apply(ctx, db, m)
-		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.Name, err)
-		}
-		if applied {
-			log.Info("applied migration", "version", m.Version, "name", m.Name)
-		}
-	}
-	return nil
+	return migrations.ApplyAll(ms, log, func(m migrations.Migration) (bool, error) { return apply(ctx, db, m) })
 }
 
 // apply applies m unless schema_migrations already records it. It checks

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlcore"
 )
@@ -69,13 +70,8 @@ var _ store.Store = (*Store)(nil)
 // migrations it lacks. The path ":memory:" opens a private in-memory database
 // for tests.
 func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o := defaults.Copy(opts)
+	defaults.Logger(&o.Logger)
 	if path == "" || strings.ContainsAny(path, "?#") || strings.HasPrefix(path, "file:") {
 		return nil, fmt.Errorf("sqlite: open %q: want a file path without '?' or '#', or :memory:", path)
 	}
