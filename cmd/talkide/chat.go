@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/talkide/platform/internal/chatclient"
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/roles"
 )
 
@@ -36,7 +37,7 @@ the client's commands.`,
 		Example: `  talkide chat                          # a new conversation
   talkide chat --conversation demo      # create or reopen "demo"
   talkide chat -m 'hello'               # one message, print the turn, exit`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runChat(cmd, f, std)
 		},
@@ -54,7 +55,7 @@ the client's commands.`,
 	fs.BoolVar(&f.color, "color", false, "use ANSI colours")
 	fs.BoolVar(&f.history, "history", false, "replay all of the conversation's earlier events first (--recent all)")
 	fs.StringVar(&f.recent, "recent", "", "earlier turns to show on reopening a conversation: a number, all or none (default 3, with -m none)")
-	bindEnv(fs, "addr", "data-dir", "color", "verbose", "recent", "url", "token-file", "credentials")
+	cli.BindEnv(fs, "addr", "data-dir", "color", "verbose", "recent", "url", "token-file", "credentials")
 	return cmd
 }
 
@@ -66,13 +67,13 @@ func runChat(cmd *cobra.Command, f chatFlags, std stdio) error {
 	}
 	switch {
 	case f.history && f.recent != "" && f.recent != "all":
-		return usageErrorf(cmd, "--history is --recent all; give one of them")
+		return cli.Usagef(cmd, "--history is --recent all; give one of them")
 	case f.history:
 		turns = chatclient.RecentAll
 	case f.recent != "":
 		n, err := chatclient.ParseRecent(f.recent)
 		if err != nil {
-			return usageErrorf(cmd, "--recent: %v", err)
+			return cli.Usagef(cmd, "--recent: %v", err)
 		}
 		turns = n
 	}
@@ -100,7 +101,7 @@ func runChat(cmd *cobra.Command, f chatFlags, std stdio) error {
 	}()
 
 	if f.url != "" && f.addr != "" && f.url != f.addr {
-		return usageErrorf(cmd, "--url and --addr name the control-plane; give one of them")
+		return cli.Usagef(cmd, "--url and --addr name the control-plane; give one of them")
 	}
 	addr := f.addr
 	if f.url != "" {
@@ -149,7 +150,7 @@ func runChat(cmd *cobra.Command, f chatFlags, std stdio) error {
 		if errors.Is(err, chatclient.ErrTurnFailed) {
 			// The renderer has printed the failure where the turn ended;
 			// as the command's error it would show twice.
-			return &shownError{err}
+			return &cli.ShownError{Err: err}
 		}
 		return err
 	}

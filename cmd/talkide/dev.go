@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/secretenv"
 )
@@ -32,7 +33,7 @@ simulator (a test and demo tool, not a real model). The browser API serves one
 local user, "local", without credentials. DATA-DIR/dev.json names the URL of
 every part. Ctrl-C stops everything; a second Ctrl-C stops running turns at
 once instead of waiting for them.`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := logs.logger(cmd, std.err)
 			if err != nil {
@@ -56,7 +57,7 @@ once instead of waiting for them.`,
 	fs.StringVar(&cfg.DataDir, "data-dir", "./.talkide", "directory for the database, secrets, sessions and workspaces")
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:7878", "loopback HOST:PORT of the browser API")
 	fs.StringVar(&cfg.AnthropicURL, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL (used when ANTHROPIC_API_KEY is set)")
-	bindEnv(fs, "data-dir", "addr", "anthropic-url")
+	cli.BindEnv(fs, "data-dir", "addr", "anthropic-url")
 	registerAgentFlags(fs, &cfg.Agent)
 	registerStreamFlags(fs, &streams)
 	registerGatewayFlags(fs, &gateway)
@@ -65,7 +66,7 @@ once instead of waiting for them.`,
 }
 
 func runDev(parent context.Context, cfg roles.DevConfig, std stdio) error {
-	ctx, later, stop := untilSignal(parent, std.signals)
+	ctx, later, stop := cli.UntilSignal(parent, std.signals)
 	defer stop()
 	logger := cfg.Logger
 	// The key was handed over at start (internal/secretenv): no

@@ -14,6 +14,7 @@ import (
 
 	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/chatclient"
+	"github.com/talkide/platform/internal/cli"
 )
 
 // talkide login keeps an API token per control-plane URL, for talkide chat
@@ -111,10 +112,10 @@ func newLoginCmd(std stdio) *cobra.Command {
 talkide chat --url finds it.`,
 		Example: `  talkide login --url https://talkide.example.com < token.txt
   talkide chat --url https://talkide.example.com`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if u == "" {
-				return usageErrorf(cmd, "--url is required")
+				return cli.Usagef(cmd, "--url is required")
 			}
 			var (
 				tok string
@@ -156,7 +157,7 @@ talkide chat --url finds it.`,
 	fs.StringVar(&u, "url", "", "the control-plane's URL (required)")
 	fs.StringVar(&tokenFile, "token-file", "", "file holding the API token (default: standard input)")
 	fs.StringVar(&creds, "credentials", "", "file the tokens are kept in (default CONFIG-DIR/talkide/tokens.json)")
-	bindEnv(fs, "url", "credentials")
+	cli.BindEnv(fs, "url", "credentials")
 	return cmd
 }
 

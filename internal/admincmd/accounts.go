@@ -1,4 +1,4 @@
-package main
+package admincmd
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/talkide/platform/internal/auth"
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/store"
 )
@@ -18,13 +19,13 @@ import (
 // API tokens, on the control-plane's database directly, as the other admin
 // commands (docs/accounts.md).
 
-func newAdminUserCmd(std stdio) *cobra.Command {
-	return newGroup("user", "Users' memberships of tenants and tenant-envs, with their roles",
+func newAdminUserCmd(std cli.Stdio) *cobra.Command {
+	return cli.NewGroup("user", "Users' memberships of tenants and tenant-envs, with their roles",
 		newAdminUserAddCmd(std), newAdminUserListCmd(std), newAdminUserRemoveCmd(std))
 }
 
-func newAdminAPITokenCmd(std stdio) *cobra.Command {
-	return newGroup("api-token", "Users' API tokens for the browser API (talkide chat, scripts)",
+func newAdminAPITokenCmd(std cli.Stdio) *cobra.Command {
+	return cli.NewGroup("api-token", "Users' API tokens for the browser API (talkide chat, scripts)",
 		newAdminAPITokenIssueCmd(std), newAdminAPITokenListCmd(std), newAdminAPITokenRevokeCmd(std))
 }
 
@@ -59,7 +60,7 @@ func (f *membershipFlags) where() string {
 	return "tenant-env " + f.tenant + "/" + f.env
 }
 
-func newAdminUserAddCmd(std stdio) *cobra.Command {
+func newAdminUserAddCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc        cpLocation
 		f          membershipFlags
@@ -84,7 +85,7 @@ func newAdminUserAddCmd(std stdio) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "user %s is %s of %s, since %s\n", m.UserID, m.Role, f.where(), formatTime(m.CreatedAt))
+		fmt.Fprintf(stdout, "user %s is %s of %s, since %s\n", m.UserID, m.Role, f.where(), cli.FormatTime(m.CreatedAt))
 		return nil
 	})
 	fs := cmd.Flags()
@@ -96,7 +97,7 @@ func newAdminUserAddCmd(std stdio) *cobra.Command {
 	return cmd
 }
 
-func newAdminUserListCmd(std stdio) *cobra.Command {
+func newAdminUserListCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc cpLocation
 		f   membershipFlags
@@ -121,7 +122,7 @@ func newAdminUserListCmd(std stdio) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		t := table{head: []string{"USER", "TENANT", "ENV", "ROLE", "SOURCE", "SINCE"}}
+		t := cli.Table{Head: []string{"USER", "TENANT", "ENV", "ROLE", "SOURCE", "SINCE"}}
 		for _, m := range ms {
 			if f.env != "" && m.Env != f.env && m.Env != "" {
 				continue
@@ -134,13 +135,13 @@ func newAdminUserListCmd(std stdio) *cobra.Command {
 			if m.FromClaim {
 				source = "claim" // the login's tenants claim manages it
 			}
-			t.add(m.UserID, m.Tenant, env, string(m.Role), source, formatTime(m.CreatedAt))
+			t.Add(m.UserID, m.Tenant, env, string(m.Role), source, cli.FormatTime(m.CreatedAt))
 		}
-		if len(t.rows) == 0 {
+		if len(t.Rows) == 0 {
 			fmt.Fprintln(stdout, "no memberships (add one: talkide admin user add --tenant T --user U)")
 			return nil
 		}
-		return t.write(stdout)
+		return t.Write(stdout)
 	})
 	fs := cmd.Flags()
 	fs.StringVar(&f.tenant, "tenant", "", "list this tenant's members")
@@ -149,7 +150,7 @@ func newAdminUserListCmd(std stdio) *cobra.Command {
 	return cmd
 }
 
-func newAdminUserRemoveCmd(std stdio) *cobra.Command {
+func newAdminUserRemoveCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc cpLocation
 		f   membershipFlags
@@ -179,7 +180,7 @@ func newAdminUserRemoveCmd(std stdio) *cobra.Command {
 	return cmd
 }
 
-func newAdminAPITokenIssueCmd(std stdio) *cobra.Command {
+func newAdminAPITokenIssueCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc        cpLocation
 		user, name string
@@ -209,7 +210,7 @@ func newAdminAPITokenIssueCmd(std stdio) *cobra.Command {
 		}
 		fmt.Fprintf(stderr, "issued API token %s for %s, valid until %s; it is shown only this once.\n"+
 			"Use it: talkide login --url URL (paste it), or talkide chat --url URL --token-file FILE.\n"+
-			"Revoke it: talkide admin api-token revoke --id %s\n", rec.ID, rec.UserID, formatTime(rec.ExpiresAt), rec.ID)
+			"Revoke it: talkide admin api-token revoke --id %s\n", rec.ID, rec.UserID, cli.FormatTime(rec.ExpiresAt), rec.ID)
 		return nil
 	})
 	fs := cmd.Flags()
@@ -219,7 +220,7 @@ func newAdminAPITokenIssueCmd(std stdio) *cobra.Command {
 	return cmd
 }
 
-func newAdminAPITokenListCmd(std stdio) *cobra.Command {
+func newAdminAPITokenListCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc  cpLocation
 		user string
@@ -243,21 +244,21 @@ func newAdminAPITokenListCmd(std stdio) *cobra.Command {
 			fmt.Fprintln(stdout, "no API tokens (issue one: talkide admin api-token issue --user U)")
 			return nil
 		}
-		t := table{head: []string{"ID", "USER", "NAME", "CREATED", "EXPIRES", "LAST USED", "REVOKED"}}
+		t := cli.Table{Head: []string{"ID", "USER", "NAME", "CREATED", "EXPIRES", "LAST USED", "REVOKED"}}
 		for _, k := range toks {
 			name := k.Name
 			if name == "" {
 				name = "-"
 			}
-			t.add(k.ID, k.UserID, name, formatTime(k.CreatedAt), formatTime(k.ExpiresAt), formatTime(k.LastUsedAt), formatTime(k.RevokedAt))
+			t.Add(k.ID, k.UserID, name, cli.FormatTime(k.CreatedAt), cli.FormatTime(k.ExpiresAt), cli.FormatTime(k.LastUsedAt), cli.FormatTime(k.RevokedAt))
 		}
-		return t.write(stdout)
+		return t.Write(stdout)
 	})
 	cmd.Flags().StringVar(&user, "user", "", "only this user's tokens")
 	return cmd
 }
 
-func newAdminAPITokenRevokeCmd(std stdio) *cobra.Command {
+func newAdminAPITokenRevokeCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc cpLocation
 		id  string
@@ -277,10 +278,10 @@ func newAdminAPITokenRevokeCmd(std stdio) *cobra.Command {
 			return err
 		}
 		if rec.RevokedAt.Before(now) {
-			fmt.Fprintf(stdout, "API token %s of %s was already revoked at %s\n", rec.ID, rec.UserID, formatTime(rec.RevokedAt))
+			fmt.Fprintf(stdout, "API token %s of %s was already revoked at %s\n", rec.ID, rec.UserID, cli.FormatTime(rec.RevokedAt))
 			return nil
 		}
-		fmt.Fprintf(stdout, "revoked API token %s of %s at %s\n", rec.ID, rec.UserID, formatTime(rec.RevokedAt))
+		fmt.Fprintf(stdout, "revoked API token %s of %s at %s\n", rec.ID, rec.UserID, cli.FormatTime(rec.RevokedAt))
 		return nil
 	})
 	cmd.Flags().StringVar(&id, "id", "", "id of the token (required; talkide admin api-token list)")

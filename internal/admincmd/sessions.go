@@ -1,4 +1,4 @@
-package main
+package admincmd
 
 import (
 	"errors"
@@ -13,11 +13,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/sessionstore"
 )
 
-func newSessionsCmd(std stdio) *cobra.Command {
-	g := newGroup("sessions", "List, archive or delete sessions on a session volume",
+func NewSessions(std cli.Stdio) *cobra.Command {
+	g := cli.NewGroup("sessions", "List, archive or delete sessions on a session volume",
 		newSessionsLeaf(std, "list", "Show the sessions on a session volume: id, created, last event, events, size, lease"),
 		newSessionsLeaf(std, "archive", "Move sessions to DIR/archive/projects/<id>-<UTC time>"),
 		newSessionsLeaf(std, "delete", "Remove sessions for good"),
@@ -31,7 +32,7 @@ shows what would happen and changes nothing. See docs/operations.md.`
 }
 
 // newSessionsLeaf returns talkide sessions list, archive or delete.
-func newSessionsLeaf(std stdio, name, short string) *cobra.Command {
+func newSessionsLeaf(std cli.Stdio, name, short string) *cobra.Command {
 	var (
 		ids        []string
 		dir        string
@@ -43,10 +44,10 @@ func newSessionsLeaf(std stdio, name, short string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: short,
-		Args:  noArgs,
+		Args:  cli.NoArgs,
 	}
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		stdout, stderr := std.out, std.err
+		stdout, stderr := std.Out, std.Err
 		if dir == "" {
 			return errors.New("--claude-config-dir (or CLAUDE_CONFIG_DIR) is required")
 		}
@@ -115,7 +116,7 @@ func newSessionsLeaf(std stdio, name, short string) *cobra.Command {
 	}
 	if name == "archive" {
 		fs.StringVar(&archiveDir, "archive-dir", "", "where sessions go, on the same filesystem (default CLAUDE-CONFIG-DIR/archive/projects)")
-		bindEnv(fs, "archive-dir")
+		cli.BindEnv(fs, "archive-dir")
 	}
 	return cmd
 }
@@ -170,7 +171,7 @@ func printSessions(w io.Writer, infos []sessionstore.SessionInfo, now time.Time)
 		if s.Problem != nil {
 			note = s.Problem.Error()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.ID, formatTime(s.CreatedAt), formatTime(s.LastEvent),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.ID, cli.FormatTime(s.CreatedAt), cli.FormatTime(s.LastEvent),
 			s.LastSeq, formatSize(s.Size), describeLease(s.Lease, now), note)
 	}
 	return tw.Flush()
@@ -181,11 +182,11 @@ func describeLease(l sessionstore.LeaseInfo, now time.Time) string {
 	case l.Fence == 0:
 		return "-"
 	case l.Live(now):
-		return fmt.Sprintf("held by %s until %s", l.Holder, formatTime(l.ExpiresAt))
+		return fmt.Sprintf("held by %s until %s", l.Holder, cli.FormatTime(l.ExpiresAt))
 	case l.Released:
 		return "released by " + l.Holder
 	}
-	return fmt.Sprintf("expired (%s, %s)", l.Holder, formatTime(l.ExpiresAt))
+	return fmt.Sprintf("expired (%s, %s)", l.Holder, cli.FormatTime(l.ExpiresAt))
 }
 
 func formatSize(n int64) string {
