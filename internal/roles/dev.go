@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -219,9 +220,37 @@ func EnsureIdentityToken(ctx context.Context, st store.Store, path, tenant, env 
 	return os.WriteFile(path, []byte(token+"\n"), 0o600)
 }
 
+// devInfoFile is dev.json's name in the data directory.
+const devInfoFile = "dev.json"
+
+// maxDevInfo bounds a dev.json read: a few URLs and paths.
+const maxDevInfo = 64 << 10
+
 func (s *Dev) writeInfo() error {
 	b, _ := json.MarshalIndent(s.Info, "", "  ")
-	return os.WriteFile(filepath.Join(s.cfg.DataDir, "dev.json"), append(b, '\n'), 0o600)
+	return os.WriteFile(filepath.Join(s.cfg.DataDir, devInfoFile), append(b, '\n'), 0o600)
+}
+
+// ReadDevInfo reads the DevInfo a talkide dev with data directory dir
+// wrote: where talkide chat finds its control-plane.
+func ReadDevInfo(dir string) (DevInfo, error) {
+	var info DevInfo
+	f, err := os.Open(filepath.Join(dir, devInfoFile))
+	if err != nil {
+		return info, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxDevInfo+1))
+	if err != nil {
+		return info, err
+	}
+	if len(b) > maxDevInfo {
+		return info, fmt.Errorf("%s: larger than %d bytes", f.Name(), maxDevInfo)
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return DevInfo{}, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	return info, nil
 }
 
 // Config is the configuration dev runs with.
