@@ -92,30 +92,7 @@ func runDev(parent context.Context, cfg roles.DevConfig, std stdio) error {
 	if fatal != nil {
 		logger.Error("shutting down: a part failed", "err", fatal)
 	}
-
-	// The grace period ends after roles.DevGrace, at a second signal, or
-	// when the caller's context ends.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(parent), roles.DevGrace)
-	defer cancel()
-	stopped := make(chan struct{})
-	defer close(stopped)
-	go func() {
-		select {
-		case <-later:
-			logger.Warn("second signal: stopping running turns now; they end as worker_restarted and can be sent again")
-			cancel()
-		case <-parent.Done():
-			cancel()
-		case <-stopped:
-		}
-	}()
-	_, running := st.Worker.Worker.Stats()
-	if running > 0 {
-		logger.Info(fmt.Sprintf("shutting down: waiting up to %s for %d running turn(s) to finish; press Ctrl-C again to stop them now", roles.DevGrace, running))
-	} else {
-		logger.Info("shutting down")
-	}
-	return errors.Join(fatal, st.Stop(sctx))
+	return errors.Join(fatal, st.Shutdown(parent, later))
 }
 
 // selfCommand is how the user can run this binary again: "go run

@@ -67,7 +67,11 @@ func newSessionsLeaf(std cli.Stdio, name, short string) *cobra.Command {
 			return err
 		}
 		now := time.Now()
-		selected, failed := selectSessions(st, ids, idle, now, stderr)
+		selected, problems := st.Select(ids, idle, now)
+		for _, err := range problems {
+			fmt.Fprintln(stderr, err)
+		}
+		failed := len(problems)
 		switch name {
 		case "list":
 			if err := printSessions(stdout, selected, now); err != nil {
@@ -119,44 +123,6 @@ func newSessionsLeaf(std cli.Stdio, name, short string) *cobra.Command {
 		cli.BindEnv(fs, "archive-dir")
 	}
 	return cmd
-}
-
-// selectSessions returns the sessions named by ids (all when none) that
-// have been idle at least idle, and how many names failed.
-func selectSessions(st *sessionstore.Store, ids []string, idle time.Duration, now time.Time, stderr io.Writer) ([]sessionstore.SessionInfo, int) {
-	var all []sessionstore.SessionInfo
-	failed := 0
-	if len(ids) == 0 {
-		var err error
-		if all, err = st.List(); err != nil {
-			fmt.Fprintf(stderr, "list: %v\n", err)
-			return nil, 1
-		}
-	}
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		info, err := st.Info(id)
-		if err != nil {
-			failed++
-			fmt.Fprintf(stderr, "%s: %v\n", id, err)
-			continue
-		}
-		all = append(all, info)
-	}
-	if idle <= 0 {
-		return all, failed
-	}
-	var out []sessionstore.SessionInfo
-	for _, s := range all {
-		if now.Sub(s.LastActive()) >= idle {
-			out = append(out, s)
-		}
-	}
-	return out, failed
 }
 
 func printSessions(w io.Writer, infos []sessionstore.SessionInfo, now time.Time) error {

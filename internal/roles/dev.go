@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/talkide/platform/internal/anthropicsim"
@@ -285,6 +286,36 @@ func (s *Dev) RestartControlPlane(ctx context.Context) error {
 		upstream, key = s.Info.Simulator, s.simKey
 	}
 	return s.startControlPlane(ctx, upstream, key)
+}
+
+// Shutdown stops the stack once Wait has returned, giving running turns
+// DevGrace to finish and saying so in the log. The grace ends early at
+// hurry's first delivery (a second Ctrl-C: the turns end as
+// worker_restarted and can be sent again) or when parent ends.
+func (s *Dev) Shutdown(parent context.Context, hurry <-chan os.Signal) error {
+	log := s.cfg.Logger
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), DevGrace)
+	defer cancel()
+	stopped := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(stopped)
+	wg.Go(func() {
+		select {
+		case <-hurry:
+			log.Warn("second signal: stopping running turns now; they end as worker_restarted and can be sent again")
+			cancel()
+		case <-parent.Done():
+			cancel()
+		case <-stopped:
+		}
+	})
+	if _, running := s.Worker.Worker.Stats(); running > 0 {
+		log.Info(fmt.Sprintf("shutting down: waiting up to %s for %d running turn(s) to finish; press Ctrl-C again to stop them now", DevGrace, running))
+	} else {
+		log.Info("shutting down")
+	}
+	return s.Stop(ctx)
 }
 
 // Wait waits until ctx ends (nil) or a part of the control-plane or the
