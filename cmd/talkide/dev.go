@@ -73,10 +73,7 @@ func runDev(parent context.Context, cfg roles.DevConfig, std stdio) error {
 	// environment of this process or of what it starts holds it.
 	cfg.APIKey = secretenv.Get("ANTHROPIC_API_KEY")
 	os.Unsetenv("ANTHROPIC_API_KEY") // a process that did not re-execute (a test)
-	if err := secretenv.Undumpable(); err != nil {
-		logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
-	}
-	roles.RaiseFileLimit(logger)
+	roles.PrepareProcess(logger)
 
 	st, err := roles.StartDev(ctx, cfg)
 	if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,10 +11,8 @@ import (
 
 	"github.com/talkide/platform/internal/admincmd"
 	"github.com/talkide/platform/internal/cli"
-	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/secretenv"
-	"github.com/talkide/platform/internal/trust"
 	"github.com/talkide/platform/internal/worker"
 )
 
@@ -63,9 +60,6 @@ See docs/operations.md and docs/accounts.md.`,
 			if err != nil {
 				return err
 			}
-			if err := secretenv.Undumpable(); err != nil {
-				logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
-			}
 			if err := streams.check(cmd); err != nil {
 				return err
 			}
@@ -73,10 +67,7 @@ See docs/operations.md and docs/accounts.md.`,
 			if o.MaxBody, o.MaxBuffered, err = gwFlags.options(cmd); err != nil {
 				return err
 			}
-			roles.RaiseFileLimit(logger)
-			if o.LocalUser != "" && !httpapi.LoopbackHost(o.Listen) {
-				return cli.Usagef(cmd, "--local-user needs a loopback --listen address")
-			}
+			roles.PrepareProcess(logger)
 			o.Logger = logger
 			o.APIKey = os.Getenv("ANTHROPIC_API_KEY")
 			if o.APIKey == "" {
@@ -145,10 +136,7 @@ identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
 				return err
 			}
 			o.Logger = logger
-			if err := secretenv.Undumpable(); err != nil {
-				logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
-			}
-			roles.RaiseFileLimit(logger)
+			roles.PrepareProcess(logger)
 			if err := o.Agent.Check(); err != nil {
 				return err
 			}
@@ -177,42 +165,18 @@ identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
 	return cmd
 }
 
-// workerEnv completes o from the environment the seam names
-// (TALKIDE_GATEWAY_BASE_URL, CLAUDE_CONFIG_DIR) and the secrets handed
-// over from the environment at start (internal/secretenv), which nothing
-// the agent runs can then inherit, where no file names them.
+// workerEnv completes o from the environment the seam names and the
+// secrets handed over from it at start (internal/secretenv), which
+// nothing the agent runs can then inherit.
 func workerEnv(o *roles.WorkerConfig) error {
-	if o.Tenant == "" || o.Env == "" {
-		return errors.New("--tenant and --env are required")
-	}
-	if os.Getenv("ANTHROPIC_API_KEY") != "" {
-		return errors.New("ANTHROPIC_API_KEY is set in the worker's environment; the worker must never hold it (remove it)")
-	}
-	o.ControlPlaneURL = os.Getenv("TALKIDE_GATEWAY_BASE_URL")
-	if o.ControlPlaneURL == "" {
-		return errors.New("TALKIDE_GATEWAY_BASE_URL (the control-plane's base URL) is required")
-	}
-	o.ClaudeConfigDir = os.Getenv("CLAUDE_CONFIG_DIR")
-	if o.ClaudeConfigDir == "" {
-		return errors.New("CLAUDE_CONFIG_DIR (the session volume) is required")
-	}
-	if o.WorkspaceRoot == "" {
-		o.WorkspaceRoot = filepath.Join(filepath.Dir(filepath.Clean(o.ClaudeConfigDir)), "workspaces")
-	}
-	if o.IdentityTokenFile == "" {
-		o.IdentityToken = secretenv.Get("TALKIDE_WORKER_IDENTITY_TOKEN")
-	}
-	if o.CommandKeyGrace <= 0 {
-		return errors.New("--command-key-grace must be positive")
-	}
-	if o.CommandKeyFile == "" {
-		k, err := trust.ParseKey(secretenv.Get("TALKIDE_WORKER_COMMAND_KEY"), o.CommandKeyID)
-		if err != nil {
-			return trust.ErrNoCommandKey
-		}
-		o.CommandKey = k
-	}
+	err := o.FromEnv(roles.WorkerEnv{
+		GatewayBaseURL:  os.Getenv("TALKIDE_GATEWAY_BASE_URL"),
+		ClaudeConfigDir: os.Getenv("CLAUDE_CONFIG_DIR"),
+		IdentityToken:   secretenv.Get("TALKIDE_WORKER_IDENTITY_TOKEN"),
+		CommandKey:      secretenv.Get("TALKIDE_WORKER_COMMAND_KEY"),
+		HasAPIKey:       os.Getenv("ANTHROPIC_API_KEY") != "",
+	})
 	os.Unsetenv("TALKIDE_WORKER_IDENTITY_TOKEN") // a process that did not re-execute (a test)
 	os.Unsetenv("TALKIDE_WORKER_COMMAND_KEY")
-	return nil
+	return err
 }

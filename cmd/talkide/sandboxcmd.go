@@ -88,7 +88,7 @@ func newSandboxRunCmd(std stdio) *cobra.Command {
 			defer sb.Close()
 			c, err := sb.Command(sandbox.Policy{
 				Path: args[0], Args: args[1:], Workspace: ws, Timeout: timeout,
-				Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + ws, "LANG=C.UTF-8", "TERM=dumb"},
+				Env: sandbox.BaseEnv(ws),
 			})
 			if err != nil {
 				return err

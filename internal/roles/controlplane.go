@@ -20,9 +20,11 @@ import (
 
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/gateway"
+	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/kubeprovision"
 	"github.com/talkide/platform/internal/lifecycle"
 	"github.com/talkide/platform/internal/metrics"
@@ -111,6 +113,11 @@ type ControlPlane struct {
 func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPlane, err error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	// The local user is served without credentials: only on loopback,
+	// where no one else reaches the browser API.
+	if c.LocalUser != "" && !httpapi.LoopbackHost(c.Listen) {
+		return nil, contract.Invalid(nil, "local-user", "needs a loopback --listen address")
 	}
 	p := &ControlPlane{}
 	defer func() {
