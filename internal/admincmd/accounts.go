@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/cli"
@@ -53,6 +54,13 @@ func (f *membershipFlags) check(needUser bool) error {
 	return nil
 }
 
+// add registers the flags with their help in this command.
+func (f *membershipFlags) add(fs *pflag.FlagSet, tenant, env, user string) {
+	fs.StringVar(&f.tenant, "tenant", "", tenant)
+	fs.StringVar(&f.env, "env", "", env)
+	fs.StringVar(&f.user, "user", "", user)
+}
+
 func (f *membershipFlags) where() string {
 	if f.env == "" {
 		return "tenant " + f.tenant + " (every env)"
@@ -66,15 +74,7 @@ func newAdminUserAddCmd(std cli.Stdio) *cobra.Command {
 		f          membershipFlags
 		role, name string
 	)
-	cmd := adminLeaf(std, "add", "Add a user to a tenant (or one env of it) with a role, creating the user if needed; again to change the role", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		if err := f.check(true); err != nil {
-			return err
-		}
-		st, err := loc.open(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
+	cmd := storeLeaf(std, "add", "Add a user to a tenant (or one env of it) with a role, creating the user if needed; again to change the role", &loc, func() error { return f.check(true) }, func(ctx context.Context, st store.Store, stdout, stderr io.Writer) error {
 		m, err := auth.AddMember(ctx, st, store.Membership{UserID: f.user, Tenant: f.tenant, Env: f.env, Role: store.Role(role)}, name, time.Now())
 		if errors.Is(err, auth.ErrBadRole) {
 			return fmt.Errorf("--role %q: want %s or %s", role, store.RoleMember, store.RoleTenantAdmin)
@@ -89,9 +89,9 @@ func newAdminUserAddCmd(std cli.Stdio) *cobra.Command {
 		return nil
 	})
 	fs := cmd.Flags()
-	fs.StringVar(&f.tenant, "tenant", "", "tenant (required)")
-	fs.StringVar(&f.env, "env", "", "one env of the tenant; default every env of it")
-	fs.StringVar(&f.user, "user", "", "user id (required): the id an OpenID Connect login's user claim, a trusted proxy's header or an API token names")
+	f.add(fs, "tenant (required)",
+		"one env of the tenant; default every env of it",
+		"user id (required): the id an OpenID Connect login's user claim, a trusted proxy's header or an API token names")
 	fs.StringVar(&role, "role", string(store.RoleMember), "member (the user's own conversations) or tenant-admin (every conversation of the tenant, or of --env)")
 	fs.StringVar(&name, "name", "", "display name of a new user (default the id)")
 	return cmd
@@ -102,7 +102,7 @@ func newAdminUserListCmd(std cli.Stdio) *cobra.Command {
 		loc cpLocation
 		f   membershipFlags
 	)
-	cmd := adminLeaf(std, "list", "List the memberships of a tenant (--tenant) or of a user (--user)", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+	cmd := storeLeaf(std, "list", "List the memberships of a tenant (--tenant) or of a user (--user)", &loc, func() error {
 		if f.tenant == "" && f.user == "" {
 			return errors.New("--tenant or --user is required")
 		}
@@ -113,11 +113,8 @@ func newAdminUserListCmd(std cli.Stdio) *cobra.Command {
 		} else if err := contract.ValidateID("user", f.user); err != nil {
 			return err
 		}
-		st, err := loc.open(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
+		return nil
+	}, func(ctx context.Context, st store.Store, stdout, stderr io.Writer) error {
 		ms, err := st.ListMemberships(ctx, f.user, f.tenant)
 		if err != nil {
 			return err
@@ -144,9 +141,9 @@ func newAdminUserListCmd(std cli.Stdio) *cobra.Command {
 		return t.Write(stdout)
 	})
 	fs := cmd.Flags()
-	fs.StringVar(&f.tenant, "tenant", "", "list this tenant's members")
-	fs.StringVar(&f.env, "env", "", "with --tenant: only who reaches this env")
-	fs.StringVar(&f.user, "user", "", "list this user's memberships")
+	f.add(fs, "list this tenant's members",
+		"with --tenant: only who reaches this env",
+		"list this user's memberships")
 	return cmd
 }
 
@@ -155,15 +152,7 @@ func newAdminUserRemoveCmd(std cli.Stdio) *cobra.Command {
 		loc cpLocation
 		f   membershipFlags
 	)
-	cmd := adminLeaf(std, "remove", "Remove a user's membership of a tenant (or of one env of it); their conversations there become unreachable to them", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		if err := f.check(true); err != nil {
-			return err
-		}
-		st, err := loc.open(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
+	cmd := storeLeaf(std, "remove", "Remove a user's membership of a tenant (or of one env of it); their conversations there become unreachable to them", &loc, func() error { return f.check(true) }, func(ctx context.Context, st store.Store, stdout, stderr io.Writer) error {
 		if err := st.DeleteMembership(ctx, f.user, f.tenant, f.env); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("user %s has no membership of %s (talkide admin user list --user %s)", f.user, f.where(), f.user)
@@ -174,9 +163,9 @@ func newAdminUserRemoveCmd(std cli.Stdio) *cobra.Command {
 		return nil
 	})
 	fs := cmd.Flags()
-	fs.StringVar(&f.tenant, "tenant", "", "tenant (required)")
-	fs.StringVar(&f.env, "env", "", "the env of an env membership; default the tenant-wide one")
-	fs.StringVar(&f.user, "user", "", "user id (required)")
+	f.add(fs, "tenant (required)",
+		"the env of an env membership; default the tenant-wide one",
+		"user id (required)")
 	return cmd
 }
 
@@ -186,18 +175,15 @@ func newAdminAPITokenIssueCmd(std cli.Stdio) *cobra.Command {
 		user, name string
 		ttl        time.Duration
 	)
-	cmd := adminLeaf(std, "issue", "Issue an API token for a user and print it (the only time it is shown)", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+	cmd := storeLeaf(std, "issue", "Issue an API token for a user and print it (the only time it is shown)", &loc, func() error {
 		if user == "" {
 			return errors.New("--user is required")
 		}
 		if ttl <= 0 {
 			return fmt.Errorf("--ttl %s: want a positive duration", ttl)
 		}
-		st, err := loc.open(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
+		return nil
+	}, func(ctx context.Context, st store.Store, stdout, stderr io.Writer) error {
 		token, rec, err := auth.IssueAPIToken(ctx, st, user, name, ttl, time.Now())
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("no user %s (add them first: talkide admin user add --tenant T --user %s)", user, user)
@@ -225,17 +211,14 @@ func newAdminAPITokenListCmd(std cli.Stdio) *cobra.Command {
 		loc  cpLocation
 		user string
 	)
-	cmd := adminLeaf(std, "list", "List API tokens (never the tokens themselves): ids, names, lifetimes, last use", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+	cmd := storeLeaf(std, "list", "List API tokens (never the tokens themselves): ids, names, lifetimes, last use", &loc, func() error {
 		if user != "" {
 			if err := contract.ValidateID("user", user); err != nil {
 				return err
 			}
 		}
-		st, err := loc.open(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
+		return nil
+	}, func(ctx context.Context, st store.Store, stdout, stderr io.Writer) error {
 		toks, err := st.ListAPITokens(ctx, user)
 		if err != nil {
 			return err
@@ -259,31 +242,9 @@ func newAdminAPITokenListCmd(std cli.Stdio) *cobra.Command {
 }
 
 func newAdminAPITokenRevokeCmd(std cli.Stdio) *cobra.Command {
-	var (
-		loc cpLocation
-		id  string
-	)
-	cmd := adminLeaf(std, "revoke", "Revoke an API token by its id", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		if id == "" {
-			return errors.New("--id is required")
-		}
-		st, err := loc.open(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		now := time.Now().UTC().Truncate(time.Millisecond)
-		rec, err := auth.RevokeAPIToken(ctx, st, id, now)
-		if err != nil {
-			return err
-		}
-		if rec.RevokedAt.Before(now) {
-			fmt.Fprintf(stdout, "API token %s of %s was already revoked at %s\n", rec.ID, rec.UserID, cli.FormatTime(rec.RevokedAt))
-			return nil
-		}
-		fmt.Fprintf(stdout, "revoked API token %s of %s at %s\n", rec.ID, rec.UserID, cli.FormatTime(rec.RevokedAt))
-		return nil
-	})
-	cmd.Flags().StringVar(&id, "id", "", "id of the token (required; talkide admin api-token list)")
-	return cmd
+	return revokeLeaf(std, "Revoke an API token by its id", "API token", "id of the token (required; talkide admin api-token list)",
+		func(ctx context.Context, st store.Store, id string, now time.Time) (revoked, error) {
+			rec, err := auth.RevokeAPIToken(ctx, st, id, now)
+			return revoked{rec.ID, rec.UserID, rec.RevokedAt}, err
+		})
 }

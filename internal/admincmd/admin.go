@@ -147,15 +147,12 @@ func (l *cpLocation) secrets() (*trust.Secrets, error) {
 func newAdminEnvAddCmd(std cli.Stdio) *cobra.Command {
 	var loc cpLocation
 	var tenant, env, workerURL string
-	cmd := adminLeaf(std, "add", "Create a tenant-env, or set the worker URL of an existing one", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+	cmd := storeLeaf(std, "add", "Create a tenant-env, or set the worker URL of an existing one", &loc, func() error {
 		if tenant == "" || env == "" || workerURL == "" {
 			return errors.New("--tenant, --env and --worker-url are required")
 		}
-		st, err := loc.open(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
+		return nil
+	}, func(ctx context.Context, st store.Store, stdout, stderr io.Writer) error {
 		e, err := provision.EnsureEnv(ctx, st, tenant, env, workerURL)
 		if err != nil {
 			return err
@@ -174,12 +171,7 @@ func newAdminEnvAddCmd(std cli.Stdio) *cobra.Command {
 
 func newAdminEnvListCmd(std cli.Stdio) *cobra.Command {
 	var loc cpLocation
-	cmd := adminLeaf(std, "list", "List the tenant-envs", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		st, err := loc.open(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
+	cmd := storeLeaf(std, "list", "List the tenant-envs", &loc, nil, func(ctx context.Context, st store.Store, stdout, stderr io.Writer) error {
 		envs, err := st.ListEnvs(ctx)
 		if err != nil {
 			return err
@@ -206,7 +198,8 @@ func newAdminTokenIssueCmd(std cli.Stdio) *cobra.Command {
 	var loc cpLocation
 	var tenant, env, output string
 	var ttl time.Duration
-	cmd := adminLeaf(std, "issue", "Issue an identity token and print the worker's Secret talkide-worker-token (the only time the token is shown)", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+	var secrets *trust.Secrets
+	cmd := storeLeaf(std, "issue", "Issue an identity token and print the worker's Secret talkide-worker-token (the only time the token is shown)", &loc, func() (err error) {
 		if tenant == "" || env == "" {
 			return errors.New("--tenant and --env are required")
 		}
@@ -216,16 +209,11 @@ func newAdminTokenIssueCmd(std cli.Stdio) *cobra.Command {
 		if ttl <= 0 {
 			return fmt.Errorf("--ttl %s: want a positive duration", ttl)
 		}
-		// Both before issuing: a token is never issued that cannot be printed.
-		secrets, err := loc.secrets()
-		if err != nil {
-			return err
-		}
-		st, err := loc.open(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
+		// The secrets and the store before issuing: a token is never
+		// issued that cannot be printed.
+		secrets, err = loc.secrets()
+		return err
+	}, func(ctx context.Context, st store.Store, stdout, stderr io.Writer) error {
 		token, rec, err := provision.IssueIdentityToken(ctx, st, tenant, env, ttl, time.Now())
 		if err != nil {
 			return err
@@ -260,32 +248,67 @@ func newAdminTokenIssueCmd(std cli.Stdio) *cobra.Command {
 }
 
 func newAdminTokenRevokeCmd(std cli.Stdio) *cobra.Command {
-	var loc cpLocation
-	var id string
-	cmd := adminLeaf(std, "revoke", "Revoke an identity token (the end of a rotation's grace period)", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+	return revokeLeaf(std, "Revoke an identity token (the end of a rotation's grace period)", "identity token",
+		"id of the identity token to revoke (required; the Secret's talkide/identity-token-id annotation)",
+		func(ctx context.Context, st store.Store, id string, now time.Time) (revoked, error) {
+			rec, err := provision.RevokeIdentityToken(ctx, st, id, now)
+			return revoked{rec.ID, rec.Tenant + "/" + rec.Env, rec.RevokedAt}, err
+		})
+}
+
+// revoked is a token a revokeLeaf revoked: its id, whose it is (a user, a
+// tenant-env) and since when it is refused.
+type revoked struct {
+	id, owner string
+	at        time.Time
+}
+
+// revokeLeaf is a command that revokes the token --id names now, as revoke
+// does, and says so: what is a token's kind ("API token").
+func revokeLeaf(std cli.Stdio, short, what, idHelp string, revoke func(ctx context.Context, st store.Store, id string, now time.Time) (revoked, error)) *cobra.Command {
+	var (
+		loc cpLocation
+		id  string
+	)
+	cmd := storeLeaf(std, "revoke", short, &loc, func() error {
 		if id == "" {
 			return errors.New("--id is required")
+		}
+		return nil
+	}, func(ctx context.Context, st store.Store, stdout, stderr io.Writer) error {
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		r, err := revoke(ctx, st, id, now)
+		if err != nil {
+			return err
+		}
+		// The store keeps the earliest revocation time: one set in the
+		// future (a rotation's grace period) is brought forward to now.
+		if r.at.Before(now) {
+			fmt.Fprintf(stdout, "%s %s of %s was already revoked at %s\n", what, r.id, r.owner, cli.FormatTime(r.at))
+			return nil
+		}
+		fmt.Fprintf(stdout, "revoked %s %s of %s at %s\n", what, r.id, r.owner, cli.FormatTime(r.at))
+		return nil
+	})
+	cmd.Flags().StringVar(&id, "id", "", idHelp)
+	return cmd
+}
+
+// storeLeaf is an adminLeaf that runs body with the control-plane's store
+// open, once check (nil: none) has passed: a command line its flags
+// refuse opens nothing.
+func storeLeaf(std cli.Stdio, use, short string, loc *cpLocation, check func() error, body func(ctx context.Context, st store.Store, stdout, stderr io.Writer) error) *cobra.Command {
+	return adminLeaf(std, use, short, loc, func(ctx context.Context, stdout, stderr io.Writer) error {
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
 		}
 		st, err := loc.open(ctx, stderr)
 		if err != nil {
 			return err
 		}
 		defer st.Close()
-		now := time.Now().UTC().Truncate(time.Millisecond)
-		rec, err := provision.RevokeIdentityToken(ctx, st, id, now)
-		if err != nil {
-			return err
-		}
-		// The store keeps the earliest revocation time: one set in the
-		// future (a rotation's grace period) is brought forward to now.
-		if rec.RevokedAt.Before(now) {
-			fmt.Fprintf(stdout, "identity token %s of %s/%s was already revoked at %s\n", rec.ID, rec.Tenant, rec.Env, cli.FormatTime(rec.RevokedAt))
-			return nil
-		}
-		fmt.Fprintf(stdout, "revoked identity token %s of %s/%s at %s\n", rec.ID, rec.Tenant, rec.Env, cli.FormatTime(rec.RevokedAt))
-		return nil
+		return body(ctx, st, stdout, stderr)
 	})
-	fs := cmd.Flags()
-	fs.StringVar(&id, "id", "", "id of the identity token to revoke (required; the Secret's talkide/identity-token-id annotation)")
-	return cmd
 }

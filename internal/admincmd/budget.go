@@ -19,6 +19,7 @@ import (
 	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/store"
 )
 
 // talkide admin budget …, admin usage and admin operator-token: the
@@ -26,26 +27,23 @@ import (
 // running control-plane needed). The HTTP operator API does the same for
 // automation (internal/controlplane/admin.go).
 
-// openBudget opens the control-plane's store and a budget service on it;
-// done closes both.
-func (l *cpLocation) openBudget(ctx context.Context, stderr io.Writer) (svc *budget.Service, done func(), err error) {
-	st, err := l.open(ctx, stderr)
-	if err != nil {
-		return nil, nil, err
-	}
-	bst, ok := st.(budget.Store)
-	if !ok {
-		st.Close()
-		return nil, nil, fmt.Errorf("the store %T keeps no budgets", st)
-	}
-	// Prices do not matter here: nothing is charged.
-	svc = budget.New(bst, budget.DefaultPrices(), nil)
-	return svc, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		svc.Close(ctx)
-		st.Close()
-	}, nil
+// budgetLeaf is a storeLeaf whose body runs with a budget service on the
+// control-plane's store.
+func budgetLeaf(std cli.Stdio, use, short string, loc *cpLocation, check func() error, body func(ctx context.Context, svc *budget.Service, stdout, stderr io.Writer) error) *cobra.Command {
+	return storeLeaf(std, use, short, loc, check, func(ctx context.Context, st store.Store, stdout, stderr io.Writer) error {
+		bst, ok := st.(budget.Store)
+		if !ok {
+			return fmt.Errorf("the store %T keeps no budgets", st)
+		}
+		// Prices do not matter here: nothing is charged.
+		svc := budget.New(bst, budget.DefaultPrices(), nil)
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			svc.Close(ctx)
+		}()
+		return body(ctx, svc, stdout, stderr)
+	})
 }
 
 // subjectFlags name a budget subject: --user, or --tenant with or without
@@ -101,28 +99,23 @@ func newAdminBudgetSetCmd(std cli.Stdio) *cobra.Command {
 		sf           subjectFlags
 		kind, amount string
 		hard         bool
+		sub          budget.Subject
+		k            budget.Kind
+		max          int64
 	)
-	cmd := adminLeaf(std, "set", "Set a limit of a user, tenant or tenant-env", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		sub, err := sf.required()
-		if err != nil {
+	cmd := budgetLeaf(std, "set", "Set a limit of a user, tenant or tenant-env", &loc, func() (err error) {
+		if sub, err = sf.required(); err != nil {
 			return err
 		}
 		if kind == "" || amount == "" {
 			return errors.New("--kind and --amount are required")
 		}
-		k, err := budget.ParseKind(kind)
-		if err != nil {
+		if k, err = budget.ParseKind(kind); err != nil {
 			return err
 		}
-		max, err := budget.ParseAmount(k, amount)
-		if err != nil {
-			return err
-		}
-		svc, done, err := loc.openBudget(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+		max, err = budget.ParseAmount(k, amount)
+		return err
+	}, func(ctx context.Context, svc *budget.Service, stdout, stderr io.Writer) error {
 		l := budget.Limit{Subject: sub, Kind: k, Max: max, Hard: hard}
 		if err := svc.SetLimit(ctx, l); err != nil {
 			return err
@@ -147,17 +140,13 @@ func newAdminBudgetGetCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc cpLocation
 		sf  subjectFlags
+		sub budget.Subject
+		ok  bool
 	)
-	cmd := adminLeaf(std, "get", "List limits (all of them without a subject)", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		sub, ok, err := sf.subject()
-		if err != nil {
-			return err
-		}
-		svc, done, err := loc.openBudget(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+	cmd := budgetLeaf(std, "get", "List limits (all of them without a subject)", &loc, func() (err error) {
+		sub, ok, err = sf.subject()
+		return err
+	}, func(ctx context.Context, svc *budget.Service, stdout, stderr io.Writer) (err error) {
 		var ls []budget.Limit
 		if ok {
 			ls, err = svc.Limits(ctx, sub)
@@ -196,24 +185,19 @@ func newAdminBudgetDeleteCmd(std cli.Stdio) *cobra.Command {
 		loc  cpLocation
 		sf   subjectFlags
 		kind string
+		sub  budget.Subject
+		k    budget.Kind
 	)
-	cmd := adminLeaf(std, "delete", "Delete a limit", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		sub, err := sf.required()
-		if err != nil {
+	cmd := budgetLeaf(std, "delete", "Delete a limit", &loc, func() (err error) {
+		if sub, err = sf.required(); err != nil {
 			return err
 		}
 		if kind == "" {
 			return errors.New("--kind is required")
 		}
-		k, err := budget.ParseKind(kind)
-		if err != nil {
-			return err
-		}
-		svc, done, err := loc.openBudget(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+		k, err = budget.ParseKind(kind)
+		return err
+	}, func(ctx context.Context, svc *budget.Service, stdout, stderr io.Writer) error {
 		ls, err := svc.Limits(ctx, sub)
 		if err != nil {
 			return err
@@ -242,17 +226,12 @@ func newAdminBudgetStatusCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc cpLocation
 		sf  subjectFlags
+		sub budget.Subject
 	)
-	cmd := adminLeaf(std, "status", "Show used, held and remaining of each limit of a subject, and when it resets", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		sub, err := sf.required()
-		if err != nil {
-			return err
-		}
-		svc, done, err := loc.openBudget(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+	cmd := budgetLeaf(std, "status", "Show used, held and remaining of each limit of a subject, and when it resets", &loc, func() (err error) {
+		sub, err = sf.required()
+		return err
+	}, func(ctx context.Context, svc *budget.Service, stdout, stderr io.Writer) error {
 		return writeBudgetStatus(ctx, stdout, svc, sub, time.Now())
 	})
 	fs := cmd.Flags()
@@ -312,9 +291,10 @@ func newAdminUsageReportCmd(std cli.Stdio) *cobra.Command {
 		by, from, to, order                    string
 		user, tenant, env, conversation, model string
 		limit                                  int
+		q                                      budget.ReportQuery
 	)
-	cmd := adminLeaf(std, "usage", "Show usage and cost from the budget ledger, as a table", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		q, err := budget.ReportRequest{
+	cmd := budgetLeaf(std, "usage", "Show usage and cost from the budget ledger, as a table", &loc, func() (err error) {
+		q, err = budget.ReportRequest{
 			By: by, From: from, To: to, User: user, Tenant: tenant, Env: env,
 			Conversation: conversation, Model: model, Order: order,
 		}.Query(time.Now())
@@ -325,11 +305,8 @@ func newAdminUsageReportCmd(std cli.Stdio) *cobra.Command {
 			return contract.Invalid(nil, "limit", "must not be negative")
 		}
 		q.MaxRows = limit
-		svc, done, err := loc.openBudget(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+		return nil
+	}, func(ctx context.Context, svc *budget.Service, stdout, stderr io.Writer) error {
 		rep, err := svc.Report(ctx, q)
 		if err != nil {
 			return err

@@ -43,20 +43,15 @@ type Credentials map[string]string
 // LoadCredentials reads the tokens file at path; a missing file holds no
 // tokens.
 func LoadCredentials(path string) (Credentials, error) {
-	f, err := os.Open(path)
+	b, err := atomicfile.ReadFile(path, maxCredentialsFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return Credentials{}, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxCredentialsFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxCredentialsFile {
+	if errors.Is(err, atomicfile.ErrTooLarge) {
 		return nil, fmt.Errorf("%s: not a tokens file: larger than %d bytes", path, maxCredentialsFile)
+	}
+	if err != nil {
+		return nil, err
 	}
 	c := Credentials{}
 	if err := json.Unmarshal(b, &c); err != nil {

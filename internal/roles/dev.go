@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/anthropicsim"
+	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/lifecycle"
@@ -236,20 +236,13 @@ func (s *Dev) writeInfo() error {
 // wrote: where talkide chat finds its control-plane.
 func ReadDevInfo(dir string) (DevInfo, error) {
 	var info DevInfo
-	f, err := os.Open(filepath.Join(dir, devInfoFile))
+	path := filepath.Join(dir, devInfoFile)
+	b, err := atomicfile.ReadFile(path, maxDevInfo)
 	if err != nil {
 		return info, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxDevInfo+1))
-	if err != nil {
-		return info, err
-	}
-	if len(b) > maxDevInfo {
-		return info, fmt.Errorf("%s: larger than %d bytes", f.Name(), maxDevInfo)
 	}
 	if err := json.Unmarshal(b, &info); err != nil {
-		return DevInfo{}, fmt.Errorf("%s: %w", f.Name(), err)
+		return DevInfo{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return info, nil
 }
