@@ -77,7 +77,12 @@ type ControlPlaneConfig struct {
 	// Kubernetes, when set, runs the provisioner: each tenant-env's worker
 	// reconciled into a namespace (docs/kubernetes.md).
 	Kubernetes *ProvisionerConfig
-	Logger     *slog.Logger
+	// WrapStore, when set, wraps the store once it is open: every part of
+	// the control-plane reaches the store through what it returns, which
+	// must keep the budget.Store methods. The gateway benchmark times the
+	// store calls of a model call with it.
+	WrapStore func(store.Store) store.Store
+	Logger    *slog.Logger
 }
 
 // ProvisionerConfig is the Kubernetes provisioner's part of a
@@ -145,6 +150,9 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 		return nil, err
 	}
 	p.group.Defer("store", func(context.Context) error { return p.Store.Close() })
+	if c.WrapStore != nil {
+		p.Store = c.WrapStore(p.Store)
+	}
 	// The control-plane's own registry, not the global default one.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
