@@ -31,7 +31,8 @@ type Stdio struct {
 
 // UntilSignal returns a context that ends with parent or at the first
 // signal, and a channel that receives every signal after that one (a
-// second Ctrl-C). stop ends both; the command that called it owns them.
+// second Ctrl-C). stop ends both and waits for the goroutine that watches
+// sigs; the command that called it owns them.
 // Without signals it returns a cancellable parent and a nil channel.
 func UntilSignal(parent context.Context, sigs <-chan os.Signal) (_ context.Context, later <-chan os.Signal, stop func()) {
 	ctx, cancel := context.WithCancel(parent)
@@ -39,9 +40,10 @@ func UntilSignal(parent context.Context, sigs <-chan os.Signal) (_ context.Conte
 		return ctx, nil, cancel
 	}
 	done := make(chan struct{})
-	stop = sync.OnceFunc(func() { cancel(); close(done) })
+	var wg sync.WaitGroup
+	stop = sync.OnceFunc(func() { cancel(); close(done); wg.Wait() })
 	next := make(chan os.Signal, 4)
-	go func() {
+	wg.Go(func() {
 		select {
 		case <-sigs:
 			cancel()
@@ -59,7 +61,7 @@ func UntilSignal(parent context.Context, sigs <-chan os.Signal) (_ context.Conte
 				return
 			}
 		}
-	}()
+	})
 	return ctx, next, stop
 }
 
