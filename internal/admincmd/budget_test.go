@@ -3,7 +3,6 @@ package admincmd
 import (
 	"bytes"
 	"context"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,19 +11,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/budget"
-	"github.com/talkide/platform/internal/roles"
 )
 
 // openBudgetStore opens the SQLite database of a data directory as a
 // budget store, to seed the ledger as the gateway would have.
 func openBudgetStore(t *testing.T, dir string) budget.Store {
 	t.Helper()
-	st, err := roles.OpenStore(t.Context(), "", filepath.Join(dir, "controlplane.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st.(budget.Store)
+	return openTestStore(t, dir).(budget.Store)
 }
 
 func seedLedger(t *testing.T, st budget.Store, es ...budget.Entry) {
