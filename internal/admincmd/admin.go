@@ -1,3 +1,7 @@
+// Package admincmd is the operators' command trees of talkide, `talkide
+// admin …` and `talkide sessions …`: flags and output over the
+// control-plane's store and secrets and a worker's session volume, worked
+// on directly, no running control-plane needed.
 package admincmd
 
 import (
@@ -21,6 +25,7 @@ import (
 	"github.com/talkide/platform/internal/trust"
 )
 
+// New returns the `admin` tree, which reads from and writes to std.
 func New(std cli.Stdio) *cobra.Command {
 	admin := cli.NewGroup("admin", "Operate the control-plane: tenant-envs, identity tokens, signing keys, users, API tokens, budgets, usage, the build cache, operator tokens",
 		cli.NewGroup("env", "Tenant-envs: the environments whose workers the control-plane serves",

@@ -41,6 +41,7 @@ type KubeFlags struct {
 	envPoll      time.Duration
 }
 
+// Add registers the flags into fs.
 func (k *KubeFlags) Add(fs *pflag.FlagSet) {
 	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster ServiceAccount)")
 	fs.StringVar(&k.image, "worker-image", "talkide:latest", "container image of the tenant-env workers")
@@ -268,9 +269,7 @@ func newAdminTokenRotateCmd(std cli.Stdio) *cobra.Command {
 	return cmd
 }
 
-// runProvisioner runs the reconciler beside the control-plane until ctx
-// ends, as the leader among the replicas.
-// provisioner is talkide controlplane --kubernetes's provisioner: the
+// Provisioner is talkide controlplane --kubernetes's provisioner: the
 // cluster and the options the flags name.
 func (k *KubeFlags) Provisioner() (*roles.ProvisionerConfig, error) {
 	opts, err := k.options()

@@ -17,6 +17,8 @@ import (
 	"github.com/talkide/platform/internal/sessionstore"
 )
 
+// NewSessions returns the `sessions` tree, which reads from and writes to
+// std.
 func NewSessions(std cli.Stdio) *cobra.Command {
 	g := cli.NewGroup("sessions", "List, archive or delete sessions on a session volume",
 		newSessionsLeaf(std, "list", "Show the sessions on a session volume: id, created, last event, events, size, lease"),
