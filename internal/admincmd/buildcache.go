@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/talkide/platform/internal/build"
 	"github.com/talkide/platform/internal/buildcache"
@@ -80,7 +78,7 @@ returns once the Job exists). See docs/builds.md.`,
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			cs, err := seedClient(b.Kubeconfig)
+			cs, err := kubeClient(b.Kubeconfig, "talkide-build-cache")
 			if err != nil {
 				return err
 			}
@@ -124,17 +122,6 @@ returns once the Job exists). See docs/builds.md.`,
 	cli.BindEnv(fs, "kubeconfig", "build-image", "build-claim", "build-cache-claim", "build-node-selector", "build-toleration",
 		"build-run-as-user", "build-cpu-request", "build-cpu-limit", "build-memory-request", "build-memory-limit")
 	return cmd
-}
-
-func seedClient(kubeconfig string) (kubernetes.Interface, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes: %w (pass --kubeconfig FILE, or run in a pod)", err)
-	}
-	cfg.UserAgent = "talkide-build-cache"
-	return kubernetes.NewForConfig(cfg)
 }
 
 func printSeeding(w io.Writer, r *buildcache.Result) {

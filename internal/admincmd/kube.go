@@ -61,13 +61,19 @@ func (k *KubeFlags) Add(fs *pflag.FlagSet) {
 }
 
 func (k *KubeFlags) client() (kubernetes.Interface, error) {
+	return kubeClient(k.kubeconfig, "talkide-control-plane")
+}
+
+// kubeClient is a client of the cluster kubeconfig names (empty: the
+// default rules, then the in-cluster ServiceAccount), as userAgent.
+func kubeClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = k.kubeconfig
+	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w (pass --kubeconfig FILE, or run in a pod)", err)
 	}
-	cfg.UserAgent = "talkide-control-plane"
+	cfg.UserAgent = userAgent
 	return kubernetes.NewForConfig(cfg)
 }
 
