@@ -58,10 +58,10 @@ returns once the Job exists). See docs/builds.md.`,
 			if project == "" || b.CacheClaim == "" || b.Image == "" {
 				return errors.New("--project, --build-cache-claim and --build-image are required")
 			}
-			if _, err := roles.ParseTolerations(b.Tolerations); err != nil {
+			tols, err := roles.ParseTolerations(b.Tolerations)
+			if err != nil {
 				return contract.Invalid(nil, "build-toleration", "%v", err)
 			}
-			tols, _ := roles.ParseTolerations(b.Tolerations)
 			resources, err := b.Resources()
 			if err != nil {
 				return err
