@@ -101,7 +101,7 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		}
 	}()
 
-	cpc := roles.ControlPlaneConfig{Listen: "127.0.0.1:0", SecretsPath: filepath.Join(cfg.tmpDir, "controlplane-secrets.json"),
+	cpc := roles.ControlPlaneConfig{Listen: "127.0.0.1:0", SecretsPath: roles.ControlPlaneDir(cfg.tmpDir).Secrets(),
 		APIKey: apiKey, Tenant: benchTenant, Env: benchEnv}
 	switch {
 	case cfg.database == "sqlite":

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -73,8 +72,8 @@ See docs/operations.md and docs/accounts.md.`,
 			if o.APIKey == "" {
 				logger.Warn("ANTHROPIC_API_KEY is not set: the gateway answers 503")
 			}
-			o.DBPath = filepath.Join(dataDir, "controlplane.db")
-			o.SecretsPath = filepath.Join(dataDir, "controlplane-secrets.json")
+			dir := roles.ControlPlaneDir(dataDir)
+			o.DBPath, o.SecretsPath = dir.Database(), dir.Secrets()
 			if kubernetes {
 				if o.Kubernetes, err = kf.Provisioner(); err != nil {
 					return err

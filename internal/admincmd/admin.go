@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -112,7 +111,7 @@ func (l *cpLocation) resolve() error {
 
 // isCPDataDir reports whether dir holds a control-plane's state.
 func isCPDataDir(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, "controlplane-secrets.json"))
+	_, err := os.Stat(roles.ControlPlaneDir(dir).Secrets())
 	return err == nil
 }
 
@@ -125,7 +124,7 @@ func (l *cpLocation) missingHint() string {
 // SQLite database: a missing one means a wrong --data-dir, and tokens
 // issued into a fresh database would be worthless.
 func (l *cpLocation) open(ctx context.Context, stderr io.Writer) (store.Store, error) {
-	def := filepath.Join(l.dataDir, "controlplane.db")
+	def := roles.ControlPlaneDir(l.dataDir).Database()
 	db, err := roles.ParseDatabase(l.database, def)
 	if err != nil {
 		return nil, err
@@ -142,7 +141,7 @@ func (l *cpLocation) open(ctx context.Context, stderr io.Writer) (store.Store, e
 // secrets loads the control-plane's secrets file, which must exist: keys
 // made up here would not be the running control-plane's.
 func (l *cpLocation) secrets() (*trust.Secrets, error) {
-	path := filepath.Join(l.dataDir, "controlplane-secrets.json")
+	path := roles.ControlPlaneDir(l.dataDir).Secrets()
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("no control-plane secrets at %s (%s): %w", path, l.missingHint(), err)
 	}

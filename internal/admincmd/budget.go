@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/store"
 )
 
@@ -393,10 +393,11 @@ func operatorTokenFile(loc *cpLocation, file string) (string, error) {
 	if file != "" {
 		return file, nil
 	}
-	if _, err := os.Stat(filepath.Join(loc.dataDir, "controlplane-secrets.json")); err != nil {
+	dir := roles.ControlPlaneDir(loc.dataDir)
+	if _, err := os.Stat(dir.Secrets()); err != nil {
 		return "", fmt.Errorf("%s is not a control-plane data directory (no controlplane-secrets.json; pass the right --data-dir, or --file): %w", loc.dataDir, err)
 	}
-	return filepath.Join(loc.dataDir, "operator-tokens"), nil
+	return dir.OperatorTokens(), nil
 }
 
 func newAdminOperatorIssueCmd(std cli.Stdio) *cobra.Command {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -36,7 +36,7 @@ func newAdminKeysInitCmd(std cli.Stdio) *cobra.Command {
 			if dataDir == "" {
 				return cli.Usagef(cmd, "--data-dir is required")
 			}
-			path := filepath.Join(dataDir, "controlplane-secrets.json")
+			path := roles.ControlPlaneDir(dataDir).Secrets()
 			if _, err := os.Stat(path); err == nil {
 				return fmt.Errorf("%s exists: its keys sign what workers and browsers hold; rotate them with talkide admin keys rotate", path)
 			}
@@ -111,7 +111,7 @@ func newAdminKeysRotateCmd(std cli.Stdio) *cobra.Command {
 		}
 		// The OIDC login key is written down, so that it outlives the
 		// command secret it may have been derived from.
-		path := filepath.Join(loc.dataDir, "controlplane-secrets.json")
+		path := roles.ControlPlaneDir(loc.dataDir).Secrets()
 		if secretName != "" {
 			if err := writeSecretManifest(stdout, ns, name, s.JSON()); err != nil {
 				return err
@@ -156,7 +156,7 @@ func writeSecretManifest(w io.Writer, ns, name string, file []byte) error {
 	m := map[string]any{
 		"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
 		"metadata": map[string]any{"name": name, "namespace": ns},
-		"data":     map[string][]byte{"controlplane-secrets.json": file},
+		"data":     map[string][]byte{roles.SecretsFile: file},
 	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {

@@ -136,7 +136,7 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 		return nil, err
 	}
 	if c.OperatorTokens == "" {
-		c.OperatorTokens = filepath.Join(filepath.Dir(c.SecretsPath), "operator-tokens")
+		c.OperatorTokens = ControlPlaneDir(filepath.Dir(c.SecretsPath)).OperatorTokens()
 	}
 	operators, err := controlplane.NewOperatorTokens(c.OperatorTokens, &controlplane.OperatorTokensOptions{Logger: c.Logger.With("component", "operator-api")})
 	if err != nil {

@@ -135,8 +135,8 @@ func (s *Dev) startControlPlane(ctx context.Context, upstream, key string) error
 	}
 	cp, err := StartControlPlane(ctx, ControlPlaneConfig{
 		Listen:      s.cfg.Addr,
-		DBPath:      filepath.Join(s.cfg.DataDir, "controlplane.db"),
-		SecretsPath: filepath.Join(s.cfg.DataDir, "controlplane-secrets.json"),
+		DBPath:      ControlPlaneDir(s.cfg.DataDir).Database(),
+		SecretsPath: ControlPlaneDir(s.cfg.DataDir).Secrets(),
 		Upstream:    upstream, APIKey: key,
 		LocalUser: user, Auth: login, Tenant: DevTenant, Env: DevEnv,
 		MaxStreamsPerUser: s.cfg.MaxStreamsPerUser, MaxStreamsPerConversation: s.cfg.MaxStreamsPerConversation, MaxStreams: s.cfg.MaxStreams,
