@@ -29,7 +29,8 @@ type stdio struct {
 	signals  <-chan os.Signal
 }
 
-// lib is std as the command packages take it.
+// lib is std as the command packages take it: cli.Stdio, the same fields
+// exported (this package's tests build stdio values by these names).
 func (s stdio) lib() cli.Stdio {
 	return cli.Stdio{In: s.in, Out: s.out, Err: s.err, Signals: s.signals}
 }
