@@ -21,9 +21,9 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/gateway"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/postgres"
-	"github.com/talkide/platform/internal/store/sqlite"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -46,13 +46,16 @@ const (
 // limitMax is the limited user's daily spending limit: never reached.
 const limitMax = 1_000_000 * budget.Dollar
 
-// stack is one database's set-up: the simulator, a budget service on the
-// store, the gateway, each on a loopback listener of its own.
+// stack is one database's set-up: the simulator, and the control-plane
+// started as talkide controlplane starts it (internal/roles), its store
+// timed; beside it, gateways on the same store configured otherwise, for
+// comparison; each on a loopback listener of its own.
 type stack struct {
 	kind     string // "sqlite" or "postgres"
 	where    string // the file, or user@host:port/db and schema
 	pgPool   int    // PostgreSQL: the pool's connections
-	st       store.Store
+	cp       *roles.ControlPlane
+	st       store.Store // the control-plane's, timed
 	svc      *budget.Service
 	keys     *trust.Keyring
 	simURL   string                      // base URL of the simulator
@@ -98,16 +101,13 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 		}
 	}()
 
+	cpc := roles.ControlPlaneConfig{Listen: "127.0.0.1:0", SecretsPath: roles.ControlPlaneDir(cfg.tmpDir).Secrets(),
+		APIKey: apiKey, Tenant: benchTenant, Env: benchEnv}
 	switch {
 	case cfg.database == "sqlite":
 		s.kind = "sqlite"
-		path := filepath.Join(cfg.tmpDir, "cp.db")
-		st, err := sqlite.Open(ctx, path, nil)
-		if err != nil {
-			return nil, err
-		}
-		s.where, s.st = path, st
-		s.closers = append(s.closers, st.Close)
+		s.where = filepath.Join(cfg.tmpDir, "cp.db")
+		cpc.DBPath = s.where
 	case strings.HasPrefix(cfg.database, "postgres://") || strings.HasPrefix(cfg.database, "postgresql://"):
 		s.kind = "postgres"
 		dsn, schema, drop, err := newSchema(ctx, cfg.database)
@@ -115,12 +115,7 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 			return nil, err
 		}
 		s.closers = append(s.closers, drop)
-		st, err := postgres.Open(ctx, dsn, nil)
-		if err != nil {
-			return nil, err
-		}
-		s.st = st
-		s.closers = append(s.closers, st.Close)
+		cpc.Database = dsn
 		s.postgres = cfg.database
 		u, _ := url.Parse(cfg.database)
 		s.where = fmt.Sprintf("%s%s, schema %s", u.Host, u.Path, schema)
@@ -138,41 +133,45 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 	} else if s.simURL, err = s.serve(s.trace.wrap(newSim(cfg.deltaDelay)), s.trace.connState); err != nil {
 		return nil, err
 	}
+	cpc.Upstream = s.simURL
 
-	bst, ok := s.st.(budget.Store)
-	if !ok {
-		return nil, fmt.Errorf("the store %T keeps no budgets", s.st)
+	cpc.Logger = slog.New(slog.DiscardHandler)
+	if cfg.gatewayLog {
+		// What production pays for its log lines, but for the write.
+		cpc.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	}
-	timed := &timedStore{appStore: s.st, budgetStore: bst, t: s.trace}
-	s.svc = budget.New(timed, budget.DefaultPrices(), nil)
+	cpc.WrapStore = func(st store.Store) store.Store {
+		bst, ok := st.(budget.Store)
+		if !ok {
+			return st // which StartControlPlane refuses
+		}
+		return &timedStore{appStore: st, budgetStore: bst, t: s.trace}
+	}
+	if s.cp, err = roles.StartControlPlane(ctx, cpc); err != nil {
+		return nil, err
+	}
+	// Last (closers run in reverse): the comparison gateways below use
+	// its store and budget service.
 	s.closers = append(s.closers, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		return s.svc.Close(ctx)
+		return s.cp.Stop(ctx)
 	})
+	s.st, s.svc, s.keys = s.cp.Store, s.cp.Budget, s.cp.Secrets.Tokens()
 
-	if s.keys, err = trust.NewKeyring("k1", map[string][]byte{"k1": trust.NewKey()}); err != nil {
-		return nil, err
-	}
-	logger := slog.New(slog.DiscardHandler)
-	if cfg.gatewayLog {
-		// What production pays for its log line, but for the write.
-		logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
-	}
 	up, err := url.Parse(s.simURL)
 	if err != nil {
 		return nil, err
 	}
-	// Four gateways on the same store and budget service: as cmd/talkide
-	// wires it (the default Transport, the budget service), the same
-	// without a budget service (the gateway before budgets), and both as
-	// they were before the changes this benchmark led to ("-before": no
-	// conversation cache, http.DefaultTransport's two idle upstream
-	// connections per host).
-	s.gateways = map[string]string{}
-	s.gws = map[string]*gateway.Gateway{}
-	for _, v := range []string{"budget", "nobudget", "budget-before", "nobudget-before"} {
-		opts := gateway.Options{Logger: logger, Budget: s.svc}
+	// The control-plane's own gateway, on its listener ("budget"); beside
+	// it, on listeners of their own, the same without a budget service
+	// (the gateway before budgets), and both as they were before the
+	// changes this benchmark led to ("-before": no conversation cache,
+	// http.DefaultTransport's two idle upstream connections per host).
+	s.gateways = map[string]string{"budget": s.cp.HTTP.URL() + gateway.Prefix}
+	s.gws = map[string]*gateway.Gateway{"budget": s.cp.Gateway}
+	for _, v := range []string{"nobudget", "budget-before", "nobudget-before"} {
+		opts := gateway.Options{Logger: cpc.Logger.With("component", "gateway"), Budget: s.svc}
 		if strings.HasPrefix(v, "nobudget") {
 			opts.Budget = nil
 		}
@@ -180,10 +179,10 @@ func startStack(ctx context.Context, cfg stackConfig) (_ *stack, err error) {
 			opts.ConversationTTL = -1
 			opts.Transport = http.DefaultTransport.(*http.Transport).Clone()
 		}
-		gw := gateway.New(up, apiKey, s.keys, timed, &opts)
+		gw := gateway.New(up, apiKey, s.keys, s.st, &opts)
 		s.gws[v] = gw
 		// After its server has shut down (closers run in reverse), before
-		// the store closes: its last usage records.
+		// the control-plane stops: its last usage records.
 		s.closers = append(s.closers, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/talkide/platform/internal/auth"
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/roles"
 )
 
@@ -21,7 +22,7 @@ func addAuthFlags(fs *pflag.FlagSet, f *roles.AuthConfig) {
 	fs.StringVar(&f.TrustedHeader, "trusted-header", auth.DefaultTrustedHeader, "the header a trusted proxy names the user in")
 	fs.DurationVar(&f.SessionIdle, "session-idle", auth.DefaultSessionIdle, "a browser session unused this long ends")
 	fs.DurationVar(&f.SessionAbsolute, "session-absolute", auth.DefaultSessionAbsolute, "a browser session ends this long after its login, however active")
-	bindEnv(fs, "oidc-issuer", "oidc-client-id", "oidc-client-secret-file", "oidc-redirect-url", "oidc-user-claim",
+	cli.BindEnv(fs, "oidc-issuer", "oidc-client-id", "oidc-client-secret-file", "oidc-redirect-url", "oidc-user-claim",
 		"oidc-tenants-claim", "oidc-tenants-prefix",
 		"trusted-proxies", "trusted-header", "session-idle", "session-absolute")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/syncbuf"
+	"github.com/talkide/platform/internal/trust"
 )
 
 // TestAdminUsersAndAPITokens: memberships and API tokens kept with talkide
@@ -165,4 +166,38 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newControlPlaneDir makes a data directory as talkide controlplane leaves
+// it: a secrets file and a migrated SQLite database.
+func newControlPlaneDir(t *testing.T) (string, *trust.Secrets) {
+	t.Helper()
+	dir := t.TempDir()
+	secrets, err := trust.LoadOrCreateSecrets(filepath.Join(dir, "controlplane-secrets.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := roles.OpenStore(t.Context(), "", filepath.Join(dir, "controlplane.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	return dir, secrets
+}
+
+// admin runs talkide admin with args and returns stdout and stderr.
+func admin(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := run(context.Background(), append([]string{"admin"}, args...), stdio{in: strings.NewReader(""), out: &out, err: &errb})
+	return out.String(), errb.String(), err
+}
+
+func mustAdmin(t *testing.T, args ...string) (string, string) {
+	t.Helper()
+	out, errs, err := admin(t, args...)
+	if err != nil {
+		t.Fatalf("talkide admin %s: %v\nstderr: %s", strings.Join(args, " "), err, errs)
+	}
+	return out, errs
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/talkide/platform/internal/build"
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/roles"
 )
 
@@ -32,7 +33,7 @@ func registerBuildFlags(fs *pflag.FlagSet, b *roles.BuildConfig) {
 	fs.StringVar(&b.LocalFileSize, "build-local-file-size", "", "largest file a local build writes, like 2Gi (default: the sandbox's, 1Gi)")
 	fs.IntVar(&b.LocalProcs, "build-local-procs", 0, "processes a local build may hold at once (default: the sandbox's, 256)")
 	fs.DurationVar(&b.LocalCPU, "build-local-cpu-time", 0, "CPU time of each process of a local build (default: the sandbox's, 20m)")
-	bindEnv(fs, "builds", "kubeconfig", "build-namespace", "build-image", "build-image-builder", "build-registry-secret", "build-claim",
+	cli.BindEnv(fs, "builds", "kubeconfig", "build-namespace", "build-image", "build-image-builder", "build-registry-secret", "build-claim",
 		"build-claim-mount", "build-cache-claim", "build-node-selector", "build-toleration", "build-max-concurrent", "build-run-as-user",
 		"build-timeout", "build-cpu-request", "build-cpu-limit", "build-memory-request", "build-memory-limit",
 		"build-local-memory", "build-local-file-size", "build-local-procs", "build-local-cpu-time")

@@ -1,19 +1,15 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/talkide/platform/internal/chatclient"
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/roles"
 )
 
@@ -36,7 +32,7 @@ the client's commands.`,
 		Example: `  talkide chat                          # a new conversation
   talkide chat --conversation demo      # create or reopen "demo"
   talkide chat -m 'hello'               # one message, print the turn, exit`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runChat(cmd, f, std)
 		},
@@ -54,7 +50,7 @@ the client's commands.`,
 	fs.BoolVar(&f.color, "color", false, "use ANSI colours")
 	fs.BoolVar(&f.history, "history", false, "replay all of the conversation's earlier events first (--recent all)")
 	fs.StringVar(&f.recent, "recent", "", "earlier turns to show on reopening a conversation: a number, all or none (default 3, with -m none)")
-	bindEnv(fs, "addr", "data-dir", "color", "verbose", "recent", "url", "token-file", "credentials")
+	cli.BindEnv(fs, "addr", "data-dir", "color", "verbose", "recent", "url", "token-file", "credentials")
 	return cmd
 }
 
@@ -66,41 +62,18 @@ func runChat(cmd *cobra.Command, f chatFlags, std stdio) error {
 	}
 	switch {
 	case f.history && f.recent != "" && f.recent != "all":
-		return usageErrorf(cmd, "--history is --recent all; give one of them")
+		return cli.Usagef(cmd, "--history is --recent all; give one of them")
 	case f.history:
 		turns = chatclient.RecentAll
 	case f.recent != "":
 		n, err := chatclient.ParseRecent(f.recent)
 		if err != nil {
-			return usageErrorf(cmd, "--recent: %v", err)
+			return cli.Usagef(cmd, "--recent: %v", err)
 		}
 		turns = n
 	}
-	// Ctrl-C belongs to the session: the first one interrupts the running
-	// turn, the next one leaves. SIGTERM ends the command.
-	ctx, cancel := context.WithCancel(cmd.Context())
-	defer cancel()
-	interrupts := make(chan os.Signal, 1)
-	go func() {
-		for {
-			select {
-			case s := <-std.signals:
-				if s == syscall.SIGTERM {
-					cancel()
-					return
-				}
-				select {
-				case interrupts <- s:
-				default: // one is still waiting to be handled
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-
 	if f.url != "" && f.addr != "" && f.url != f.addr {
-		return usageErrorf(cmd, "--url and --addr name the control-plane; give one of them")
+		return cli.Usagef(cmd, "--url and --addr name the control-plane; give one of them")
 	}
 	addr := f.addr
 	if f.url != "" {
@@ -108,11 +81,8 @@ func runChat(cmd *cobra.Command, f chatFlags, std stdio) error {
 	}
 	if addr == "" {
 		addr = "http://127.0.0.1:7878"
-		if b, err := os.ReadFile(filepath.Join(f.dataDir, "dev.json")); err == nil {
-			var info roles.DevInfo
-			if json.Unmarshal(b, &info) == nil && info.ControlPlane != "" {
-				addr = info.ControlPlane
-			}
+		if info, err := roles.ReadDevInfo(f.dataDir); err == nil && info.ControlPlane != "" {
+			addr = info.ControlPlane
 		}
 	}
 	if !strings.Contains(addr, "://") {
@@ -122,39 +92,16 @@ func runChat(cmd *cobra.Command, f chatFlags, std stdio) error {
 	if err != nil {
 		return err
 	}
-	client, err := chatclient.New(addr, &chatclient.Options{Token: token})
-	if err != nil {
-		return err
+	err = chatclient.Chat(cmd.Context(), addr, chatclient.ChatOptions{
+		Token: token, ConversationID: f.conv, Title: f.title, Message: f.message, Recent: turns,
+		In: std.in, Out: std.out, Verbose: f.verbose, Color: f.color, Echoed: isTerminal(std.in), Signals: std.signals,
+	})
+	if f.message != "" && errors.Is(err, chatclient.ErrTurnFailed) {
+		// The renderer has printed the failure where the turn ended; as
+		// the command's error it would show twice.
+		return &cli.ShownError{Err: err}
 	}
-	c, err := client.CreateConversation(ctx, f.conv, f.title)
-	if err != nil {
-		return err
-	}
-	if c.State == nil {
-		if c, err = client.GetConversation(ctx, c.ID); err != nil {
-			return err
-		}
-	}
-	var after int64
-	if !c.Created && c.State != nil {
-		// Creating the session already logged events (a notice that the
-		// model is simulated, say): a new conversation shows them all.
-		after = c.State.LastSeq
-	}
-	r := &chatclient.Renderer{W: std.out, Verbose: f.verbose, Color: f.color, ShowUser: true}
-	s := &chatclient.Session{Client: client, ConversationID: c.ID, Renderer: r, After: after, Recent: turns,
-		Interrupts: interrupts, Echoed: f.message == "" && isTerminal(std.in)}
-	if f.message != "" {
-		err := s.Once(ctx, f.message)
-		if errors.Is(err, chatclient.ErrTurnFailed) {
-			// The renderer has printed the failure where the turn ended;
-			// as the command's error it would show twice.
-			return &shownError{err}
-		}
-		return err
-	}
-	fmt.Fprintf(std.out, "conversation %s (type /help for commands)\n", c.ID)
-	return s.Run(ctx, std.in)
+	return err
 }
 
 // isTerminal reports whether r is a terminal, which echoes what is typed.

@@ -16,11 +16,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/talkide/platform/internal/cli"
 )
 
-// cli runs the command line args as the binary would, and returns its
+// talkide runs the command line args as the binary would, and returns its
 // exit code, stdout and stderr.
-func cli(t *testing.T, args ...string) (int, string, string) {
+func talkide(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := execute(context.Background(), args, stdio{in: strings.NewReader(""), out: &out, err: &errb})
@@ -57,7 +59,7 @@ func TestEveryCommandAnswersHelp(t *testing.T) {
 		}
 		for _, h := range []string{"--help", "-h"} {
 			args := append(slices.Clone(p), h)
-			code, out, errs := cli(t, args...)
+			code, out, errs := talkide(t, args...)
 			if code != exitOK {
 				t.Errorf("talkide %s: exit %d, stderr %q", strings.Join(args, " "), code, errs)
 				continue
@@ -91,7 +93,7 @@ func TestUsageErrors(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			code, _, errs := cli(t, tc.args...)
+			code, _, errs := talkide(t, tc.args...)
 			if code != exitUsage {
 				t.Errorf("exit %d, want %d; stderr:\n%s", code, exitUsage, errs)
 			}
@@ -110,7 +112,7 @@ func TestUsageErrors(t *testing.T) {
 		})
 	}
 	// Bare talkide shows its help and fails as a usage error, as before.
-	if code, _, errs := cli(t); code != exitUsage || !strings.Contains(errs, "talkide dev") {
+	if code, _, errs := talkide(t); code != exitUsage || !strings.Contains(errs, "talkide dev") {
 		t.Errorf("bare talkide: exit %d, stderr:\n%s", code, errs)
 	}
 	if err := run(context.Background(), []string{"admin"}, stdio{in: strings.NewReader(""), out: &bytes.Buffer{}, err: &bytes.Buffer{}}); !errors.Is(err, flag.ErrHelp) {
@@ -119,12 +121,12 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestVersionAndCompletion(t *testing.T) {
-	code, out, _ := cli(t, "--version")
+	code, out, _ := talkide(t, "--version")
 	if code != exitOK || !strings.HasPrefix(out, "talkide ") || !strings.Contains(out, "go1.") {
 		t.Errorf("--version: exit %d, %q", code, out)
 	}
 	for shell, marker := range map[string]string{"bash": "complete -o default", "zsh": "#compdef talkide", "fish": "complete -c talkide"} {
-		code, out, errs := cli(t, "completion", shell)
+		code, out, errs := talkide(t, "completion", shell)
 		if code != exitOK || !strings.Contains(out, marker) {
 			t.Errorf("completion %s: exit %d, stderr %q, output without %q", shell, code, errs, marker)
 		}
@@ -135,20 +137,20 @@ func TestVersionAndCompletion(t *testing.T) {
 // well as --name; scripts written then keep working.
 func TestSingleDashLongFlags(t *testing.T) {
 	dir, _ := newControlPlaneDir(t)
-	code, out, errs := cli(t, "admin", "env", "list", "-data-dir", dir)
+	code, out, errs := talkide(t, "admin", "env", "list", "-data-dir", dir)
 	if code != exitOK || !strings.Contains(out, "no tenant-envs") {
 		t.Errorf("-data-dir: exit %d\n%s%s", code, out, errs)
 	}
-	code, out, errs = cli(t, "admin", "env", "list", "-data-dir="+dir)
+	code, out, errs = talkide(t, "admin", "env", "list", "-data-dir="+dir)
 	if code != exitOK || !strings.Contains(out, "no tenant-envs") {
 		t.Errorf("-data-dir=: exit %d\n%s%s", code, out, errs)
 	}
 	// Not a flag of the tree: left alone, so it stays an error.
-	if code, _, _ := cli(t, "admin", "env", "list", "-data-dirx", dir); code != exitUsage {
+	if code, _, _ := talkide(t, "admin", "env", "list", "-data-dirx", dir); code != exitUsage {
 		t.Errorf("-data-dirx: exit %d, want %d", code, exitUsage)
 	}
 	// After --, nothing is rewritten.
-	if got := normalizeArgs(newRoot(stdio{}), []string{"chat", "-m", "x", "--", "-data-dir"}); got[4] != "-data-dir" {
+	if got := cli.NormalizeArgs(newRoot(stdio{}), []string{"chat", "-m", "x", "--", "-data-dir"}); got[4] != "-data-dir" {
 		t.Errorf("rewrote after --: %v", got)
 	}
 }
@@ -157,22 +159,22 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 	dir, _ := newControlPlaneDir(t)
 	empty := t.TempDir()
 	t.Setenv("TALKIDE_DATA_DIR", dir)
-	if code, out, errs := cli(t, "admin", "env", "list"); code != exitOK || !strings.Contains(out, "no tenant-envs") {
+	if code, out, errs := talkide(t, "admin", "env", "list"); code != exitOK || !strings.Contains(out, "no tenant-envs") {
 		t.Errorf("TALKIDE_DATA_DIR: exit %d\n%s%s", code, out, errs)
 	}
 	// The command line wins over the environment.
-	if code, _, errs := cli(t, "admin", "env", "list", "--data-dir", empty); code != exitError || !strings.Contains(errs, empty) {
+	if code, _, errs := talkide(t, "admin", "env", "list", "--data-dir", empty); code != exitError || !strings.Contains(errs, empty) {
 		t.Errorf("--data-dir over TALKIDE_DATA_DIR: exit %d, stderr %q", code, errs)
 	}
 	t.Setenv("TALKIDE_LOG_LEVEL", "loud")
-	if code, _, errs := cli(t, "worker", "--tenant", "a", "--env", "b"); code != exitUsage || !strings.Contains(errs, "loud") {
+	if code, _, errs := talkide(t, "worker", "--tenant", "a", "--env", "b"); code != exitUsage || !strings.Contains(errs, "loud") {
 		t.Errorf("a bad TALKIDE_LOG_LEVEL: exit %d, stderr %q", code, errs)
 	}
 	t.Setenv("TALKIDE_LOG_LEVEL", "")
 	os.Unsetenv("TALKIDE_LOG_LEVEL")
 	// What names a command's object never comes from the environment.
 	t.Setenv("TALKIDE_ID", "x")
-	if code, _, errs := cli(t, "admin", "token", "revoke"); code != exitError || !strings.Contains(errs, "--id is required") {
+	if code, _, errs := talkide(t, "admin", "token", "revoke"); code != exitError || !strings.Contains(errs, "--id is required") {
 		t.Errorf("TALKIDE_ID set --id: exit %d, stderr %q", code, errs)
 	}
 }
@@ -186,11 +188,11 @@ func TestAdminFindsTheDevDataDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Chdir(work)
-	if code, out, errs := cli(t, "admin", "env", "list"); code != exitOK || !strings.Contains(out, "no tenant-envs") {
+	if code, out, errs := talkide(t, "admin", "env", "list"); code != exitOK || !strings.Contains(out, "no tenant-envs") {
 		t.Errorf("admin env list beside .talkide: exit %d\n%s%s", code, out, errs)
 	}
 	t.Chdir(t.TempDir())
-	code, _, errs := cli(t, "admin", "env", "list")
+	code, _, errs := talkide(t, "admin", "env", "list")
 	if code != exitError || !strings.Contains(errs, ".talkide-cp") || !strings.Contains(errs, "talkide dev's") {
 		t.Errorf("admin env list with neither: exit %d, stderr %q", code, errs)
 	}
@@ -212,8 +214,8 @@ func envTable(root *cobra.Command) string {
 		}
 		leaves = append(leaves, strings.Join(p, " "))
 		cmd.LocalFlags().VisitAll(func(f *pflag.Flag) {
-			if vs := f.Annotations[envAnnotation]; len(vs) > 0 {
-				r := row{vs[0], f.Name}
+			if env, ok := cli.EnvOf(f); ok {
+				r := row{env, f.Name}
 				if takes[r] == nil {
 					takes[r] = map[string]bool{}
 				}
@@ -288,14 +290,14 @@ func TestCLIReferenceIsCurrent(t *testing.T) {
 }
 
 func TestSandboxCommands(t *testing.T) {
-	code, out, errs := cli(t, "sandbox", "check")
+	code, out, errs := talkide(t, "sandbox", "check")
 	if code != exitOK || !strings.Contains(out, "landlock") {
 		t.Errorf("sandbox check: exit %d, %q %q", code, out, errs)
 	}
 	ws := t.TempDir()
 	secret := filepath.Join(t.TempDir(), "secret")
 	os.WriteFile(secret, []byte("s3cret"), 0o600)
-	code, out, errs = cli(t, "sandbox", "run", "--workspace", ws, "--", "sh", "-c", "echo hi > f; cat f; cat "+secret)
+	code, out, errs = talkide(t, "sandbox", "run", "--workspace", ws, "--", "sh", "-c", "echo hi > f; cat f; cat "+secret)
 	if code != exitError || !strings.HasPrefix(out, "hi\n") || strings.Contains(out, "s3cret") {
 		t.Errorf("sandbox run: exit %d, stdout %q, stderr %q", code, out, errs)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/secretenv"
 )
@@ -32,7 +33,7 @@ simulator (a test and demo tool, not a real model). The browser API serves one
 local user, "local", without credentials. DATA-DIR/dev.json names the URL of
 every part. Ctrl-C stops everything; a second Ctrl-C stops running turns at
 once instead of waiting for them.`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := logs.logger(cmd, std.err)
 			if err != nil {
@@ -56,7 +57,7 @@ once instead of waiting for them.`,
 	fs.StringVar(&cfg.DataDir, "data-dir", "./.talkide", "directory for the database, secrets, sessions and workspaces")
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:7878", "loopback HOST:PORT of the browser API")
 	fs.StringVar(&cfg.AnthropicURL, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL (used when ANTHROPIC_API_KEY is set)")
-	bindEnv(fs, "data-dir", "addr", "anthropic-url")
+	cli.BindEnv(fs, "data-dir", "addr", "anthropic-url")
 	registerAgentFlags(fs, &cfg.Agent)
 	registerStreamFlags(fs, &streams)
 	registerGatewayFlags(fs, &gateway)
@@ -65,17 +66,14 @@ once instead of waiting for them.`,
 }
 
 func runDev(parent context.Context, cfg roles.DevConfig, std stdio) error {
-	ctx, later, stop := untilSignal(parent, std.signals)
+	ctx, later, stop := cli.UntilSignal(parent, std.signals)
 	defer stop()
 	logger := cfg.Logger
 	// The key was handed over at start (internal/secretenv): no
 	// environment of this process or of what it starts holds it.
 	cfg.APIKey = secretenv.Get("ANTHROPIC_API_KEY")
 	os.Unsetenv("ANTHROPIC_API_KEY") // a process that did not re-execute (a test)
-	if err := secretenv.Undumpable(); err != nil {
-		logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
-	}
-	roles.RaiseFileLimit(logger)
+	roles.PrepareProcess(logger)
 
 	st, err := roles.StartDev(ctx, cfg)
 	if err != nil {
@@ -91,30 +89,7 @@ func runDev(parent context.Context, cfg roles.DevConfig, std stdio) error {
 	if fatal != nil {
 		logger.Error("shutting down: a part failed", "err", fatal)
 	}
-
-	// The grace period ends after roles.DevGrace, at a second signal, or
-	// when the caller's context ends.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(parent), roles.DevGrace)
-	defer cancel()
-	stopped := make(chan struct{})
-	defer close(stopped)
-	go func() {
-		select {
-		case <-later:
-			logger.Warn("second signal: stopping running turns now; they end as worker_restarted and can be sent again")
-			cancel()
-		case <-parent.Done():
-			cancel()
-		case <-stopped:
-		}
-	}()
-	_, running := st.Worker.Worker.Stats()
-	if running > 0 {
-		logger.Info(fmt.Sprintf("shutting down: waiting up to %s for %d running turn(s) to finish; press Ctrl-C again to stop them now", roles.DevGrace, running))
-	} else {
-		logger.Info("shutting down")
-	}
-	return errors.Join(fatal, st.Stop(sctx))
+	return errors.Join(fatal, st.Shutdown(parent, later))
 }
 
 // selfCommand is how the user can run this binary again: "go run

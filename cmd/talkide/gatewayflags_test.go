@@ -43,7 +43,7 @@ func TestGatewayFlagsRefuseBadSizes(t *testing.T) {
 		{"--gateway-max-buffered=lots"},
 		{"--gateway-max-body=64Mi", "--gateway-max-buffered=32Mi"},
 	} {
-		code, _, stderr := cli(t, append([]string{"dev", "--data-dir", t.TempDir()}, args...)...)
+		code, _, stderr := talkide(t, append([]string{"dev", "--data-dir", t.TempDir()}, args...)...)
 		if code != exitUsage || !strings.Contains(stderr, "--gateway-max-") {
 			t.Errorf("talkide dev %v: exit %d, %s", args, code, stderr)
 		}

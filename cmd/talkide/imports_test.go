@@ -42,7 +42,8 @@ var importGroups = []importGroup{
 		pkgs: []string{"internal/contract", "internal/trust", "internal/tokenscheme", "internal/sse", "internal/httpapi",
 			"internal/backoff", "internal/atomicfile", "internal/fakeclock", "internal/fdlimit",
 			"internal/readiness", "internal/secretfile", "internal/kubetest",
-			"internal/proxytest", "internal/lifecycle", "internal/secretenv", "internal/syncbuf"},
+			"internal/proxytest", "internal/lifecycle", "internal/secretenv", "internal/syncbuf", "internal/cli",
+			"internal/defaults", "internal/linediff", "internal/slowbody", "internal/proctest"},
 		mayNotImport: []string{"worker-side", "control-plane-side", "client"},
 	},
 	{
@@ -60,15 +61,17 @@ var importGroups = []importGroup{
 	},
 	{
 		// The roles are assembled from both sides' parts (internal/roles)
-		// and started by the commands.
+		// and started by the commands; the operators' commands
+		// (internal/admincmd) work on both sides' stores.
 		name: "commands",
-		pkgs: []string{"cmd/talkide", "cmd/talkide-sandbox", "internal/roles", "bench", "deploy", "e2e"},
+		pkgs: []string{"cmd/talkide", "cmd/talkide-sandbox", "internal/roles", "internal/admincmd", "bench", "deploy", "e2e"},
 	},
 }
 
 // simulatorUsers may import internal/anthropicsim (tests may too: go list's
-// Deps leave test imports out).
-var simulatorUsers = []string{"cmd/talkide", "internal/roles", "bench"}
+// Deps leave test imports out); internal/admincmd only through
+// internal/roles, whose store and provisioner set-up it shares.
+var simulatorUsers = []string{"cmd/talkide", "internal/roles", "internal/admincmd", "bench"}
 
 func under(pkg string, paths []string) bool {
 	for _, p := range paths {

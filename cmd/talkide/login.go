@@ -1,81 +1,26 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/chatclient"
+	"github.com/talkide/platform/internal/cli"
 )
 
-// talkide login keeps an API token per control-plane URL, for talkide chat
-// against a shared control-plane. The file holds secrets: it is written
-// 0600 in a 0700 directory, and never printed.
-
-// maxTokenFile bounds a token file read.
-const maxTokenFile = 4 << 10
-
-// credentialsPath is where talkide login keeps tokens unless --credentials
-// says otherwise: talkide/tokens.json in the user's config directory.
+// credentialsPath is the tokens file --credentials names, else talkide
+// login's default.
 func credentialsPath(flag string) (string, error) {
 	if flag != "" {
 		return flag, nil
 	}
-	dir, err := os.UserConfigDir()
+	path, err := chatclient.DefaultCredentialsPath()
 	if err != nil {
 		return "", fmt.Errorf("no config directory for the stored tokens (pass --credentials FILE): %w", err)
 	}
-	return filepath.Join(dir, "talkide", "tokens.json"), nil
-}
-
-// credentials maps a control-plane's base URL to its API token.
-type credentials map[string]string
-
-func loadCredentials(path string) (credentials, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return credentials{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	c := credentials{}
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("%s: not a tokens file: %w", path, err)
-	}
-	return c, nil
-}
-
-func (c credentials) save(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(path, append(b, '\n'), 0o600)
-}
-
-// readToken reads a token from r: its first line, trimmed.
-func readToken(r io.Reader) (string, error) {
-	line, err := bufio.NewReader(io.LimitReader(r, maxTokenFile)).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
-		return "", err
-	}
-	tok := strings.TrimSpace(line)
-	if tok == "" {
-		return "", errors.New("no token given")
-	}
-	return tok, nil
+	return path, nil
 }
 
 func readTokenFile(path string) (string, error) {
@@ -84,19 +29,11 @@ func readTokenFile(path string) (string, error) {
 		return "", fmt.Errorf("--token-file: %w", err)
 	}
 	defer f.Close()
-	tok, err := readToken(f)
+	tok, err := chatclient.ReadToken(f)
 	if err != nil {
 		return "", fmt.Errorf("--token-file %s: %w", path, err)
 	}
 	return tok, nil
-}
-
-// normalizeURL is the key a URL's token is stored under.
-func normalizeURL(u string) string {
-	if !strings.Contains(u, "://") {
-		u = "http://" + u
-	}
-	return strings.TrimRight(u, "/")
 }
 
 func newLoginCmd(std stdio) *cobra.Command {
@@ -111,10 +48,10 @@ func newLoginCmd(std stdio) *cobra.Command {
 talkide chat --url finds it.`,
 		Example: `  talkide login --url https://talkide.example.com < token.txt
   talkide chat --url https://talkide.example.com`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if u == "" {
-				return usageErrorf(cmd, "--url is required")
+				return cli.Usagef(cmd, "--url is required")
 			}
 			var (
 				tok string
@@ -123,12 +60,12 @@ talkide chat --url finds it.`,
 			if tokenFile != "" {
 				tok, err = readTokenFile(tokenFile)
 			} else {
-				tok, err = readToken(std.in)
+				tok, err = chatclient.ReadToken(std.in)
 			}
 			if err != nil {
 				return err
 			}
-			base := normalizeURL(u)
+			base := chatclient.BaseURL(u)
 			client, err := chatclient.New(base, &chatclient.Options{Token: tok})
 			if err != nil {
 				return err
@@ -140,12 +77,12 @@ talkide chat --url finds it.`,
 			if err != nil {
 				return err
 			}
-			c, err := loadCredentials(path)
+			c, err := chatclient.LoadCredentials(path)
 			if err != nil {
 				return err
 			}
-			c[base] = tok
-			if err := c.save(path); err != nil {
+			c.Set(base, tok)
+			if err := c.Save(path); err != nil {
 				return err
 			}
 			fmt.Fprintf(std.out, "logged in to %s; the token is in %s\n", base, path)
@@ -156,7 +93,7 @@ talkide chat --url finds it.`,
 	fs.StringVar(&u, "url", "", "the control-plane's URL (required)")
 	fs.StringVar(&tokenFile, "token-file", "", "file holding the API token (default: standard input)")
 	fs.StringVar(&creds, "credentials", "", "file the tokens are kept in (default CONFIG-DIR/talkide/tokens.json)")
-	bindEnv(fs, "url", "credentials")
+	cli.BindEnv(fs, "url", "credentials")
 	return cmd
 }
 
@@ -170,9 +107,9 @@ func chatToken(base, tokenFile, creds string) (string, error) {
 	if err != nil {
 		return "", nil // nowhere to look: no stored token
 	}
-	c, err := loadCredentials(path)
+	c, err := chatclient.LoadCredentials(path)
 	if err != nil {
 		return "", err
 	}
-	return c[normalizeURL(base)], nil
+	return c.Token(base), nil
 }

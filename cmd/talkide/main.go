@@ -8,7 +8,7 @@
 //	talkide sessions      retention: list, archive, delete sessions
 //
 // This package is flags, wiring, signals and output; what the roles do
-// lives in internal/.
+// lives in internal/, the admin and sessions trees in internal/admincmd.
 package main
 
 import (

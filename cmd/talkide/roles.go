@@ -1,19 +1,17 @@
 package main
 
 import (
-	"errors"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/admincmd"
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/secretenv"
-	"github.com/talkide/platform/internal/trust"
 	"github.com/talkide/platform/internal/worker"
 )
 
@@ -30,7 +28,7 @@ func registerAgentFlags(fs *pflag.FlagSet, a *roles.AgentConfig) {
 	fs.StringVar(&a.SandboxHelper, "sandbox-helper", "", "the sandbox's helper, started for every agent command: a talkide-sandbox binary built from the same source (default: talkide-sandbox beside this executable when there is one, else this executable)")
 	fs.StringVar(&a.EgressAllow, "egress-allow", "", "JSON file of the destinations agent commands may reach through the egress proxy (docs/egress.md); default none")
 	fs.IntVar(&a.MaxRunningTurns, "max-running-turns", 0, "turns the worker runs at once; a message beyond is refused before its turn starts (worker_busy, Retry-After), never lost (0: derived from the open-file limit, "+strconv.Itoa(worker.DescriptorsPerTurn)+" descriptors a turn; negative: no bound; docs/operations.md)")
-	bindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow", "sandbox", "sandbox-read-only", "sandbox-helper", "egress-allow", "max-running-turns")
+	cli.BindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow", "sandbox", "sandbox-read-only", "sandbox-helper", "egress-allow", "max-running-turns")
 	registerBuildFlags(fs, &a.Builds)
 }
 
@@ -42,7 +40,7 @@ func newControlPlaneCmd(std stdio) *cobra.Command {
 		logs       logFlags
 		kubernetes bool
 		gwFlags    gatewayFlags
-		kf         kubeFlags
+		kf         admincmd.KubeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "controlplane",
@@ -55,14 +53,11 @@ Without --local-user the browser API authenticates with API tokens (talkide
 admin api-token), an OpenID Connect login (--oidc-*) or a trusted proxy's
 header (--trusted-proxies). Without ANTHROPIC_API_KEY the gateway answers 503.
 See docs/operations.md and docs/accounts.md.`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := logs.logger(cmd, std.err)
 			if err != nil {
 				return err
-			}
-			if err := secretenv.Undumpable(); err != nil {
-				logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
 			}
 			if err := streams.check(cmd); err != nil {
 				return err
@@ -71,23 +66,20 @@ See docs/operations.md and docs/accounts.md.`,
 			if o.MaxBody, o.MaxBuffered, err = gwFlags.options(cmd); err != nil {
 				return err
 			}
-			roles.RaiseFileLimit(logger)
-			if o.LocalUser != "" && !httpapi.LoopbackHost(o.Listen) {
-				return usageErrorf(cmd, "--local-user needs a loopback --listen address")
-			}
+			roles.PrepareProcess(logger)
 			o.Logger = logger
 			o.APIKey = os.Getenv("ANTHROPIC_API_KEY")
 			if o.APIKey == "" {
 				logger.Warn("ANTHROPIC_API_KEY is not set: the gateway answers 503")
 			}
-			o.DBPath = filepath.Join(dataDir, "controlplane.db")
-			o.SecretsPath = filepath.Join(dataDir, "controlplane-secrets.json")
+			dir := roles.ControlPlaneDir(dataDir)
+			o.DBPath, o.SecretsPath = dir.Database(), dir.Secrets()
 			if kubernetes {
-				if o.Kubernetes, err = kf.provisioner(); err != nil {
+				if o.Kubernetes, err = kf.Provisioner(); err != nil {
 					return err
 				}
 			}
-			ctx, _, stop := untilSignal(cmd.Context(), std.signals)
+			ctx, _, stop := cli.UntilSignal(cmd.Context(), std.signals)
 			defer stop()
 			return roles.RunControlPlane(ctx, o, func(cp *roles.ControlPlane) {
 				logger.Info("control-plane serving", "url", cp.HTTP.URL())
@@ -102,7 +94,7 @@ See docs/operations.md and docs/accounts.md.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.Listen, "listen", "127.0.0.1:7878", "HOST:PORT to serve on")
-	fs.StringVar(&dataDir, "data-dir", defaultCPDataDir, "directory for the secrets file and the default SQLite database")
+	fs.StringVar(&dataDir, "data-dir", admincmd.DefaultControlPlaneDataDir, "directory for the secrets file and the default SQLite database")
 	fs.StringVar(&o.Database, "database", "", "the store: a postgres://… or postgresql://… URL (password better in PGPASSWORD or ~/.pgpass), or sqlite:PATH or a file path (default DATA-DIR/controlplane.db)")
 	fs.StringVar(&o.Upstream, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL")
 	fs.StringVar(&o.LocalUser, "local-user", "", "serve the browser API as this one user without credentials (loopback only)")
@@ -112,13 +104,13 @@ See docs/operations.md and docs/accounts.md.`,
 	fs.StringVar(&o.OperatorTokens, "operator-tokens", "", "file of the operator tokens' hashes that the operator API /api/admin accepts, re-read when it changes (default DATA-DIR/operator-tokens; kept by talkide admin operator-token)")
 	fs.StringVar(&o.InternalListen, "internal-listen", "", "HOST:PORT for what workers and operators call (gateway, mint, reports, issues, operator API); default: on --listen. Set it, and --listen answers 404 there (docs/accounts.md)")
 	fs.StringVar(&o.MetricsListen, "metrics-listen", "", "HOST:PORT for /metrics; default: on --listen")
-	bindEnv(fs, "listen", "data-dir", "database", "anthropic-url", "local-user", "default-tenant", "default-env", "prices", "operator-tokens", "internal-listen", "metrics-listen")
+	cli.BindEnv(fs, "listen", "data-dir", "database", "anthropic-url", "local-user", "default-tenant", "default-env", "prices", "operator-tokens", "internal-listen", "metrics-listen")
 	addAuthFlags(fs, &o.Auth)
 	registerStreamFlags(fs, &streams)
 	registerGatewayFlags(fs, &gwFlags)
 	fs.BoolVar(&kubernetes, "kubernetes", false, "provision each tenant-env's worker on Kubernetes: reconcile the store's tenant-envs into namespaces (docs/kubernetes.md)")
-	bindEnv(fs, "kubernetes")
-	kf.add(fs)
+	cli.BindEnv(fs, "kubernetes")
+	kf.Add(fs)
 	logs.add(fs)
 	return cmd
 }
@@ -136,24 +128,21 @@ control-plane calls, the agent loop of each conversation, the session store on
 CLAUDE_CONFIG_DIR, and the LocalGatewayProxy. It reaches the model only through
 the control-plane at TALKIDE_GATEWAY_BASE_URL, with WorkerTokens minted by its
 identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := logs.logger(cmd, std.err)
 			if err != nil {
 				return err
 			}
 			o.Logger = logger
-			if err := secretenv.Undumpable(); err != nil {
-				logger.Warn("the process stays dumpable: its /proc files are readable to its own user", "err", err)
-			}
-			roles.RaiseFileLimit(logger)
+			roles.PrepareProcess(logger)
 			if err := o.Agent.Check(); err != nil {
 				return err
 			}
 			if err := workerEnv(&o); err != nil {
 				return err
 			}
-			ctx, _, stop := untilSignal(cmd.Context(), std.signals)
+			ctx, _, stop := cli.UntilSignal(cmd.Context(), std.signals)
 			defer stop()
 			return roles.RunWorker(ctx, o, func(w *roles.Worker) {
 				logger.Info("worker serving", "url", w.HTTP.URL(), "localproxy", w.LocalProxy.URL(), "tenant", o.Tenant, "env", o.Env)
@@ -169,48 +158,24 @@ identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
 	fs.StringVar(&o.CommandKeyID, "command-key-id", "c1", "id of a bare base64 command signing key (a key given as ID:BASE64 names its own)")
 	fs.DurationVar(&o.CommandKeyGrace, "command-key-grace", 10*time.Minute, "how long the previous command key still verifies after --command-key-file changes")
 	fs.StringVar(&o.WorkspaceRoot, "workspaces", "", "directory of the conversations' workspaces (default: $CLAUDE_CONFIG_DIR/../workspaces)")
-	bindEnv(fs, "listen", "tenant", "env", "identity-token-file", "command-key-file", "command-key-id", "command-key-grace", "workspaces")
+	cli.BindEnv(fs, "listen", "tenant", "env", "identity-token-file", "command-key-file", "command-key-id", "command-key-grace", "workspaces")
 	registerAgentFlags(fs, &o.Agent)
 	logs.add(fs)
 	return cmd
 }
 
-// workerEnv completes o from the environment the seam names
-// (TALKIDE_GATEWAY_BASE_URL, CLAUDE_CONFIG_DIR) and the secrets handed
-// over from the environment at start (internal/secretenv), which nothing
-// the agent runs can then inherit, where no file names them.
+// workerEnv completes o from the environment the seam names and the
+// secrets handed over from it at start (internal/secretenv), which
+// nothing the agent runs can then inherit.
 func workerEnv(o *roles.WorkerConfig) error {
-	if o.Tenant == "" || o.Env == "" {
-		return errors.New("--tenant and --env are required")
-	}
-	if os.Getenv("ANTHROPIC_API_KEY") != "" {
-		return errors.New("ANTHROPIC_API_KEY is set in the worker's environment; the worker must never hold it (remove it)")
-	}
-	o.ControlPlaneURL = os.Getenv("TALKIDE_GATEWAY_BASE_URL")
-	if o.ControlPlaneURL == "" {
-		return errors.New("TALKIDE_GATEWAY_BASE_URL (the control-plane's base URL) is required")
-	}
-	o.ClaudeConfigDir = os.Getenv("CLAUDE_CONFIG_DIR")
-	if o.ClaudeConfigDir == "" {
-		return errors.New("CLAUDE_CONFIG_DIR (the session volume) is required")
-	}
-	if o.WorkspaceRoot == "" {
-		o.WorkspaceRoot = filepath.Join(filepath.Dir(filepath.Clean(o.ClaudeConfigDir)), "workspaces")
-	}
-	if o.IdentityTokenFile == "" {
-		o.IdentityToken = secretenv.Get("TALKIDE_WORKER_IDENTITY_TOKEN")
-	}
-	if o.CommandKeyGrace <= 0 {
-		return errors.New("--command-key-grace must be positive")
-	}
-	if o.CommandKeyFile == "" {
-		k, err := trust.ParseKey(secretenv.Get("TALKIDE_WORKER_COMMAND_KEY"), o.CommandKeyID)
-		if err != nil {
-			return trust.ErrNoCommandKey
-		}
-		o.CommandKey = k
-	}
+	err := o.FromEnv(roles.WorkerEnv{
+		GatewayBaseURL:  os.Getenv("TALKIDE_GATEWAY_BASE_URL"),
+		ClaudeConfigDir: os.Getenv("CLAUDE_CONFIG_DIR"),
+		IdentityToken:   secretenv.Get("TALKIDE_WORKER_IDENTITY_TOKEN"),
+		CommandKey:      secretenv.Get("TALKIDE_WORKER_COMMAND_KEY"),
+		HasAPIKey:       os.Getenv("ANTHROPIC_API_KEY") != "",
+	})
 	os.Unsetenv("TALKIDE_WORKER_IDENTITY_TOKEN") // a process that did not re-execute (a test)
 	os.Unsetenv("TALKIDE_WORKER_COMMAND_KEY")
-	return nil
+	return err
 }

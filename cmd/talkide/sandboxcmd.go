@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/sandbox"
 )
@@ -19,7 +20,7 @@ import (
 // machine gives the agent's commands, and to try one by hand.
 
 func newSandboxCmd(std stdio) *cobra.Command {
-	g := newGroup("sandbox", "See and try the sandbox the agent's commands run in",
+	g := cli.NewGroup("sandbox", "See and try the sandbox the agent's commands run in",
 		newSandboxCheckCmd(std), newSandboxRunCmd(std))
 	g.Long = `See and try the sandbox the agent's commands run in (docs/sandbox.md):
 "check" says which layers this machine gives every command, "run" runs one
@@ -32,7 +33,7 @@ func newSandboxCheckCmd(std stdio) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Say which sandbox layers this machine gives the agent's commands",
-		Args:  noArgs,
+		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sb, err := newCLISandbox(cmd, mode, helper)
 			if err != nil {
@@ -71,7 +72,7 @@ func newSandboxRunCmd(std stdio) *cobra.Command {
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if workspace == "" {
-				return usageErrorf(cmd, "--workspace is required")
+				return cli.Usagef(cmd, "--workspace is required")
 			}
 			ws, err := filepath.Abs(workspace)
 			if err != nil {
@@ -87,13 +88,13 @@ func newSandboxRunCmd(std stdio) *cobra.Command {
 			defer sb.Close()
 			c, err := sb.Command(sandbox.Policy{
 				Path: args[0], Args: args[1:], Workspace: ws, Timeout: timeout,
-				Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + ws, "LANG=C.UTF-8", "TERM=dumb"},
+				Env: sandbox.BaseEnv(ws),
 			})
 			if err != nil {
 				return err
 			}
 			c.Stdin, c.Stdout, c.Stderr = std.in, std.out, std.err
-			ctx, _, stop := untilSignal(cmd.Context(), std.signals)
+			ctx, _, stop := cli.UntilSignal(cmd.Context(), std.signals)
 			defer stop()
 			o, err := c.Run(ctx)
 			if err != nil {
@@ -118,7 +119,7 @@ func newSandboxRunCmd(std stdio) *cobra.Command {
 func newCLISandbox(cmd *cobra.Command, mode, helper string) (*sandbox.Sandbox, error) {
 	m, err := sandbox.ParseMode(mode)
 	if err != nil {
-		return nil, usageErrorf(cmd, "--sandbox %q: %v", mode, err)
+		return nil, cli.Usagef(cmd, "--sandbox %q: %v", mode, err)
 	}
 	explicit := helper != ""
 	if m != sandbox.ModeNone && !explicit {

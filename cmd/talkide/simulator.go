@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/talkide/platform/internal/anthropicsim"
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/secretenv"
 )
@@ -29,7 +30,7 @@ func newSimulatorCmd(std stdio) *cobra.Command {
 deterministic test and demo tool, NOT a model. Every reply says so. Point a
 control-plane at it with --anthropic-url and give both the same
 ANTHROPIC_API_KEY: the simulator checks it as the API does.`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := logs.logger(cmd, std.err)
 			if err != nil {
@@ -37,9 +38,9 @@ ANTHROPIC_API_KEY: the simulator checks it as the API does.`,
 			}
 			key := secretenv.Get("ANTHROPIC_API_KEY")
 			if key == "" {
-				return usageErrorf(cmd, "ANTHROPIC_API_KEY must name the key clients present")
+				return cli.Usagef(cmd, "ANTHROPIC_API_KEY must name the key clients present")
 			}
-			ctx, _, stop := untilSignal(cmd.Context(), std.signals)
+			ctx, _, stop := cli.UntilSignal(cmd.Context(), std.signals)
 			defer stop()
 			err = roles.RunSimulator(ctx, listenAddr, key, &anthropicsim.Options{Logger: logger, ChunkDelay: chunkDelay}, func(url string) {
 				logger.Warn("the model SIMULATOR is serving: a test and demo tool, not a real model", "url", url)
@@ -53,7 +54,7 @@ ANTHROPIC_API_KEY: the simulator checks it as the API does.`,
 	fs := cmd.Flags()
 	fs.StringVar(&listenAddr, "listen", "127.0.0.1:8080", "HOST:PORT to serve on")
 	fs.DurationVar(&chunkDelay, "chunk-delay", 0, "pause before each streamed text delta, as a model's pace")
-	bindEnv(fs, "listen", "chunk-delay")
+	cli.BindEnv(fs, "listen", "chunk-delay")
 	logs.add(fs)
 	return cmd
 }

@@ -72,7 +72,7 @@ func TestDevStreamCaps(t *testing.T) {
 
 func TestStreamFlagsRefuseNegative(t *testing.T) {
 	for _, flag := range []string{"--max-streams=-1", "--max-streams-per-user=-3", "--max-streams-per-conversation=-1"} {
-		code, _, stderr := cli(t, "dev", "--data-dir", t.TempDir(), flag)
+		code, _, stderr := talkide(t, "dev", "--data-dir", t.TempDir(), flag)
 		if code != exitUsage || !strings.Contains(stderr, strings.SplitN(flag, "=", 2)[0]) {
 			t.Errorf("talkide dev %s: exit %d, %s", flag, code, stderr)
 		}

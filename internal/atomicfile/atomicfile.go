@@ -2,7 +2,7 @@
 // temporary file in the destination's directory, synced, given its mode and
 // renamed over the destination, and the directory is synced. A reader sees
 // the old content or the new, never a mix, and after a crash the file is one
-// or the other.
+// or the other. ReadFile reads such a file back whole, within a bound.
 package atomicfile
 
 import (

@@ -205,3 +205,19 @@ func TestSyncDir(t *testing.T) {
 		t.Errorf("SyncDir(missing) = %v", err)
 	}
 }
+
+func TestReadFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	if _, err := ReadFile(path, 4); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing file: %v", err)
+	}
+	if err := WriteFile(path, []byte("four"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ReadFile(path, 4); err != nil || string(b) != "four" {
+		t.Errorf("ReadFile at the bound = %q, %v", b, err)
+	}
+	if b, err := ReadFile(path, 3); !errors.Is(err, ErrTooLarge) || b != nil {
+		t.Errorf("ReadFile beyond the bound = %q, %v; want ErrTooLarge", b, err)
+	}
+}

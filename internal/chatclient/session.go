@@ -29,8 +29,8 @@ type Session struct {
 	// every earlier event, 0 none. Showing some but not all reads the log
 	// from its start and keeps only those turns.
 	Recent int
-	// Interrupts delivers the user's Ctrl-C; the command wires os.Interrupt
-	// to it, this package reads no signals. While a turn runs, the first
+	// Interrupts delivers the user's Ctrl-C; Chat wires the process's
+	// os.Interrupt to it (this package never subscribes to signals). While a turn runs, the first
 	// one interrupts the turn; the next one, or one while no turn runs,
 	// leaves. Nil: Ctrl-C is not the session's business.
 	Interrupts <-chan os.Signal

@@ -20,10 +20,12 @@ import (
 
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/gateway"
+	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/kubeprovision"
 	"github.com/talkide/platform/internal/lifecycle"
 	"github.com/talkide/platform/internal/metrics"
@@ -76,7 +78,12 @@ type ControlPlaneConfig struct {
 	// Kubernetes, when set, runs the provisioner: each tenant-env's worker
 	// reconciled into a namespace (docs/kubernetes.md).
 	Kubernetes *ProvisionerConfig
-	Logger     *slog.Logger
+	// WrapStore, when set, wraps the store once it is open: every part of
+	// the control-plane reaches the store through what it returns, which
+	// must keep the budget.Store methods. The gateway benchmark times the
+	// store calls of a model call with it.
+	WrapStore func(store.Store) store.Store
+	Logger    *slog.Logger
 }
 
 // ProvisionerConfig is the Kubernetes provisioner's part of a
@@ -111,6 +118,11 @@ type ControlPlane struct {
 // StartControlPlane starts a control-plane; Stop ends it.
 func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPlane, err error) {
 	defaults.Logger(&c.Logger)
+	// The local user is served without credentials: only on loopback,
+	// where no one else reaches the browser API.
+	if c.LocalUser != "" && !httpapi.LoopbackHost(c.Listen) {
+		return nil, contract.Invalid(nil, "local-user", "needs a loopback --listen address")
+	}
 	p := &ControlPlane{}
 	defer func() {
 		if err != nil {
@@ -123,7 +135,7 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 		return nil, err
 	}
 	if c.OperatorTokens == "" {
-		c.OperatorTokens = filepath.Join(filepath.Dir(c.SecretsPath), "operator-tokens")
+		c.OperatorTokens = ControlPlaneDir(filepath.Dir(c.SecretsPath)).OperatorTokens()
 	}
 	operators, err := controlplane.NewOperatorTokens(c.OperatorTokens, &controlplane.OperatorTokensOptions{Logger: c.Logger.With("component", "operator-api")})
 	if err != nil {
@@ -137,6 +149,9 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 		return nil, err
 	}
 	p.group.Defer("store", func(context.Context) error { return p.Store.Close() })
+	if c.WrapStore != nil {
+		p.Store = c.WrapStore(p.Store)
+	}
 	// The control-plane's own registry, not the global default one.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

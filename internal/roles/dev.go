@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/talkide/platform/internal/anthropicsim"
+	"github.com/talkide/platform/internal/atomicfile"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/httpapi"
@@ -132,8 +134,8 @@ func (s *Dev) startControlPlane(ctx context.Context, upstream, key string) error
 	}
 	cp, err := StartControlPlane(ctx, ControlPlaneConfig{
 		Listen:      s.cfg.Addr,
-		DBPath:      filepath.Join(s.cfg.DataDir, "controlplane.db"),
-		SecretsPath: filepath.Join(s.cfg.DataDir, "controlplane-secrets.json"),
+		DBPath:      ControlPlaneDir(s.cfg.DataDir).Database(),
+		SecretsPath: ControlPlaneDir(s.cfg.DataDir).Secrets(),
 		Upstream:    upstream, APIKey: key,
 		LocalUser: user, Auth: login, Tenant: DevTenant, Env: DevEnv,
 		MaxStreamsPerUser: s.cfg.MaxStreamsPerUser, MaxStreamsPerConversation: s.cfg.MaxStreamsPerConversation, MaxStreams: s.cfg.MaxStreams,
@@ -218,9 +220,30 @@ func EnsureIdentityToken(ctx context.Context, st store.Store, path, tenant, env 
 	return os.WriteFile(path, []byte(token+"\n"), 0o600)
 }
 
+// devInfoFile is dev.json's name in the data directory.
+const devInfoFile = "dev.json"
+
+// maxDevInfo bounds a dev.json read: a few URLs and paths.
+const maxDevInfo = 64 << 10
+
 func (s *Dev) writeInfo() error {
 	b, _ := json.MarshalIndent(s.Info, "", "  ")
-	return os.WriteFile(filepath.Join(s.cfg.DataDir, "dev.json"), append(b, '\n'), 0o600)
+	return os.WriteFile(filepath.Join(s.cfg.DataDir, devInfoFile), append(b, '\n'), 0o600)
+}
+
+// ReadDevInfo reads the DevInfo a talkide dev with data directory dir
+// wrote: where talkide chat finds its control-plane.
+func ReadDevInfo(dir string) (DevInfo, error) {
+	var info DevInfo
+	path := filepath.Join(dir, devInfoFile)
+	b, err := atomicfile.ReadFile(path, maxDevInfo)
+	if err != nil {
+		return info, err
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return DevInfo{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return info, nil
 }
 
 // Config is the configuration dev runs with.
@@ -255,6 +278,36 @@ func (s *Dev) RestartControlPlane(ctx context.Context) error {
 		upstream, key = s.Info.Simulator, s.simKey
 	}
 	return s.startControlPlane(ctx, upstream, key)
+}
+
+// Shutdown stops the stack once Wait has returned, giving running turns
+// DevGrace to finish and saying so in the log. The grace ends early at
+// hurry's first delivery (a second Ctrl-C: the turns end as
+// worker_restarted and can be sent again) or when parent ends.
+func (s *Dev) Shutdown(parent context.Context, hurry <-chan os.Signal) error {
+	log := s.cfg.Logger
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), DevGrace)
+	defer cancel()
+	stopped := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(stopped)
+	wg.Go(func() {
+		select {
+		case <-hurry:
+			log.Warn("second signal: stopping running turns now; they end as worker_restarted and can be sent again")
+			cancel()
+		case <-parent.Done():
+			cancel()
+		case <-stopped:
+		}
+	})
+	if _, running := s.Worker.Worker.Stats(); running > 0 {
+		log.Info(fmt.Sprintf("shutting down: waiting up to %s for %d running turn(s) to finish; press Ctrl-C again to stop them now", DevGrace, running))
+	} else {
+		log.Info("shutting down")
+	}
+	return s.Stop(ctx)
 }
 
 // Wait waits until ctx ends (nil) or a part of the control-plane or the

@@ -145,12 +145,7 @@ func (j *jails) egressPort() int { return j.egress.Addr().(*net.TCPAddr).Port }
 // namespace), and an environment that names only them.
 func (j *jails) jail(id, workspace string) *sandbox.Jail {
 	lpPort, egPort := j.lp.Port(), j.egressPort()
-	env := []string{
-		"PATH=/usr/local/bin:/usr/bin:/bin",
-		"HOME=" + workspace,
-		"LANG=C.UTF-8",
-		"TERM=dumb",
-	}
+	env := sandbox.BaseEnv(workspace)
 	// The one credential within reach: the LocalGatewayProxy's for this
 	// conversation, with which a script or SDK reaches the model as the
 	// conversation does, within its budget.

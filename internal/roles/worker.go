@@ -119,6 +119,54 @@ func (a *AgentConfig) Check() error {
 	return a.Builds.Check()
 }
 
+// WorkerEnv is what a worker takes from its environment: the seam's
+// variables, and the secrets handed over from it at start
+// (internal/secretenv) for where no file names them.
+type WorkerEnv struct {
+	GatewayBaseURL  string // TALKIDE_GATEWAY_BASE_URL: the control-plane's base URL
+	ClaudeConfigDir string // CLAUDE_CONFIG_DIR: the session volume
+	IdentityToken   string // TALKIDE_WORKER_IDENTITY_TOKEN
+	CommandKey      string // TALKIDE_WORKER_COMMAND_KEY: ID:BASE64, or bare base64 named by CommandKeyID
+	// HasAPIKey says ANTHROPIC_API_KEY is set, with which a worker
+	// refuses to start: it must never hold the key.
+	HasAPIKey bool
+}
+
+// FromEnv completes o, as its flags left it, from env, and refuses a
+// worker that must not start.
+func (o *WorkerConfig) FromEnv(env WorkerEnv) error {
+	if o.Tenant == "" || o.Env == "" {
+		return errors.New("--tenant and --env are required")
+	}
+	if env.HasAPIKey {
+		return errors.New("ANTHROPIC_API_KEY is set in the worker's environment; the worker must never hold it (remove it)")
+	}
+	if o.ControlPlaneURL = env.GatewayBaseURL; o.ControlPlaneURL == "" {
+		return errors.New("TALKIDE_GATEWAY_BASE_URL (the control-plane's base URL) is required")
+	}
+	if o.ClaudeConfigDir = env.ClaudeConfigDir; o.ClaudeConfigDir == "" {
+		return errors.New("CLAUDE_CONFIG_DIR (the session volume) is required")
+	}
+	if o.WorkspaceRoot == "" {
+		o.WorkspaceRoot = filepath.Join(filepath.Dir(filepath.Clean(o.ClaudeConfigDir)), "workspaces")
+	}
+	if o.IdentityTokenFile == "" {
+		o.IdentityToken = env.IdentityToken
+	}
+	if o.CommandKeyGrace <= 0 {
+		return errors.New("--command-key-grace must be positive")
+	}
+	if o.CommandKeyFile == "" {
+		k, err := trust.ParseKey(env.CommandKey, o.CommandKeyID)
+		if err != nil {
+			// Not err: it could quote the key.
+			return trust.ErrNoCommandKey
+		}
+		o.CommandKey = k
+	}
+	return nil
+}
+
 // Worker is a running worker.
 type Worker struct {
 	group      lifecycle.Group

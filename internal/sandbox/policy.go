@@ -170,3 +170,10 @@ const (
 	EndMemory  Ending = "memory"  // the tree's resident memory passed Limits.MaxMemory
 	EndStopped Ending = "stopped" // the worker asked (Cmd.Stop, the caller's context)
 )
+
+// BaseEnv is the environment an agent command starts from: the system's
+// PATH, its workspace as HOME, UTF-8 and a terminal that takes no escape
+// codes; nothing of the worker's. A worker adds its proxies' variables.
+func BaseEnv(home string) []string {
+	return []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "LANG=C.UTF-8", "TERM=dumb"}
+}

@@ -99,6 +99,44 @@ func (s *Store) List() ([]SessionInfo, error) {
 	return out, nil
 }
 
+// Select returns the sessions named by ids, or every session when ids is
+// empty, that have been idle at least idle at now (LastActive; every one
+// when idle is 0), and an error for each name that could not be described
+// (or for the listing), which names it. A repeated id counts once.
+func (s *Store) Select(ids []string, idle time.Duration, now time.Time) ([]SessionInfo, []error) {
+	var all []SessionInfo
+	var failed []error
+	if len(ids) == 0 {
+		var err error
+		if all, err = s.List(); err != nil {
+			return nil, []error{fmt.Errorf("list: %w", err)}
+		}
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		info, err := s.Info(id)
+		if err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", id, err))
+			continue
+		}
+		all = append(all, info)
+	}
+	if idle <= 0 {
+		return all, failed
+	}
+	var out []SessionInfo
+	for _, i := range all {
+		if now.Sub(i.LastActive()) >= idle {
+			out = append(out, i)
+		}
+	}
+	return out, failed
+}
+
 // Info describes the session id without disturbing an owner: it reads the
 // session read-only (as Inspect does) and its lease directory.
 func (s *Store) Info(id string) (SessionInfo, error) {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -334,5 +335,44 @@ func TestRetentionValidatesIDs(t *testing.T) {
 	infos, _ := f.admin.List()
 	if diff := cmp.Diff([]string{"busy", "done", "stale"}, ids(infos)); diff != "" {
 		t.Errorf("List shows (-want +got):\n%s", diff)
+	}
+}
+
+func TestSelect(t *testing.T) {
+	f := newRetentionFixture(t)
+	now := f.clock.Now()
+
+	got, failed := f.admin.Select(nil, 0, now)
+	if diff := cmp.Diff([]string{"busy", "done", "stale"}, ids(got)); diff != "" || len(failed) != 0 {
+		t.Errorf("no names: failed %v, ids (-want +got):\n%s", failed, diff)
+	}
+	got, failed = f.admin.Select([]string{"stale", "nope", "done", "stale", "../busy"}, 0, now)
+	if diff := cmp.Diff([]string{"stale", "done"}, ids(got)); diff != "" {
+		t.Errorf("named: ids (-want +got):\n%s", diff)
+	}
+	if len(failed) != 2 || !errors.Is(failed[0], ErrNotFound) || !strings.HasPrefix(failed[0].Error(), "nope: ") ||
+		!strings.HasPrefix(failed[1].Error(), "../busy: ") {
+		t.Errorf("named: failed %v, want nope (not found) and ../busy", failed)
+	}
+
+	// Idle: the open session's owner renews its lease, which keeps it
+	// active; the others' leases ended at most a lease after the start.
+	for range 6 {
+		f.clock.Advance(20 * time.Second)
+		if err := f.busy.RenewLease(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := f.clock.Now()
+	got, _ = f.admin.Select(nil, time.Minute, later)
+	if diff := cmp.Diff([]string{"done", "stale"}, ids(got)); diff != "" {
+		t.Errorf("idle a minute, two minutes on: ids (-want +got):\n%s", diff)
+	}
+	if got, _ = f.admin.Select(nil, 100*time.Second, later); len(got) != 0 {
+		t.Errorf("idle 100s, two minutes on: %v, want none", ids(got))
+	}
+	got, _ = f.admin.Select([]string{"busy", "done"}, time.Minute, later)
+	if diff := cmp.Diff([]string{"done"}, ids(got)); diff != "" {
+		t.Errorf("named and idle: ids (-want +got):\n%s", diff)
 	}
 }

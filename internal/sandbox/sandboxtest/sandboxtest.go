@@ -45,7 +45,7 @@ func Jail(t testing.TB, workspace string) *sandbox.Jail {
 	return &sandbox.Jail{
 		Sandbox:   Sandbox(t),
 		Workspace: workspace,
-		Env:       []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workspace, "LANG=C.UTF-8", "TERM=dumb"},
+		Env:       sandbox.BaseEnv(workspace),
 	}
 }
 

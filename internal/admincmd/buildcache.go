@@ -1,4 +1,4 @@
-package main
+package admincmd
 
 import (
 	"errors"
@@ -9,25 +9,24 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/talkide/platform/internal/build"
 	"github.com/talkide/platform/internal/buildcache"
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/roles"
 )
 
-func newAdminBuildCacheCmd(std stdio) *cobra.Command {
-	return newGroup("build-cache", "The read-only Gradle dependency cache of Kubernetes builds (docs/builds.md)",
+func newAdminBuildCacheCmd(std cli.Stdio) *cobra.Command {
+	return cli.NewGroup("build-cache", "The read-only Gradle dependency cache of Kubernetes builds (docs/builds.md)",
 		newAdminBuildCacheSeedCmd(std), newAdminBuildCachePromoteCmd(std))
 }
 
 // newAdminBuildCacheSeedCmd runs a seeding Job in a tenant-env's
 // namespace. It takes the worker's --build-* flags by their names, so the
 // same values place and shape it as the build Jobs.
-func newAdminBuildCacheSeedCmd(std stdio) *cobra.Command {
+func newAdminBuildCacheSeedCmd(std cli.Stdio) *cobra.Command {
 	var (
 		b                           roles.BuildConfig
 		tenant, env, namespace      string
@@ -51,7 +50,7 @@ longest build deadline are removed by a later seeding.
 One seeding of a cache runs at a time: while its Job runs, another is
 refused. The command waits for the Job and prints what it did (--no-wait
 returns once the Job exists). See docs/builds.md.`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := requireEnv(tenant, env); err != nil {
 				return err
@@ -59,10 +58,10 @@ returns once the Job exists). See docs/builds.md.`,
 			if project == "" || b.CacheClaim == "" || b.Image == "" {
 				return errors.New("--project, --build-cache-claim and --build-image are required")
 			}
-			if _, err := roles.ParseTolerations(b.Tolerations); err != nil {
+			tols, err := roles.ParseTolerations(b.Tolerations)
+			if err != nil {
 				return contract.Invalid(nil, "build-toleration", "%v", err)
 			}
-			tols, _ := roles.ParseTolerations(b.Tolerations)
 			resources, err := b.Resources()
 			if err != nil {
 				return err
@@ -79,24 +78,24 @@ returns once the Job exists). See docs/builds.md.`,
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			cs, err := seedClient(b.Kubeconfig)
+			cs, err := kubeClient(b.Kubeconfig, "talkide-build-cache")
 			if err != nil {
 				return err
 			}
-			ctx, _, stop := untilSignal(cmd.Context(), std.signals)
+			ctx, _, stop := cli.UntilSignal(cmd.Context(), std.Signals)
 			defer stop()
 			s, err := buildcache.Start(ctx, cs, o, time.Now())
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(std.out, "seeding generation %s of the claim %s as Job %s\n", s.Generation, o.CacheClaim, s.Job)
+			fmt.Fprintf(std.Out, "seeding generation %s of the claim %s as Job %s\n", s.Generation, o.CacheClaim, s.Job)
 			if noWait {
 				return nil
 			}
 			if err := buildcache.Wait(ctx, cs, s, nil); err != nil {
 				return err
 			}
-			printSeeding(std.out, s.Result)
+			printSeeding(std.Out, s.Result)
 			return nil
 		},
 	}
@@ -120,20 +119,9 @@ returns once the Job exists). See docs/builds.md.`,
 	fs.StringVar(&b.CPULimit, "build-cpu-limit", build.DefaultCPULimit, "CPU limit of the Gradle container")
 	fs.StringVar(&b.MemoryRequest, "build-memory-request", build.DefaultMemoryRequest, "memory request of the Gradle container")
 	fs.StringVar(&b.MemoryLimit, "build-memory-limit", build.DefaultMemoryLimit, "memory limit of the Gradle container")
-	bindEnv(fs, "kubeconfig", "build-image", "build-claim", "build-cache-claim", "build-node-selector", "build-toleration",
+	cli.BindEnv(fs, "kubeconfig", "build-image", "build-claim", "build-cache-claim", "build-node-selector", "build-toleration",
 		"build-run-as-user", "build-cpu-request", "build-cpu-limit", "build-memory-request", "build-memory-limit")
 	return cmd
-}
-
-func seedClient(kubeconfig string) (kubernetes.Interface, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes: %w (pass --kubeconfig FILE, or run in a pod)", err)
-	}
-	cfg.UserAgent = "talkide-build-cache"
-	return kubernetes.NewForConfig(cfg)
 }
 
 func printSeeding(w io.Writer, r *buildcache.Result) {
@@ -161,7 +149,7 @@ func printSeeding(w io.Writer, r *buildcache.Result) {
 
 // newAdminBuildCachePromoteCmd is the seeding Job's second step, run in
 // its pod: people run seed.
-func newAdminBuildCachePromoteCmd(std stdio) *cobra.Command {
+func newAdminBuildCachePromoteCmd(std cli.Stdio) *cobra.Command {
 	var root, home, gen, resultFile string
 	cmd := &cobra.Command{
 		Use:   "promote",
@@ -172,7 +160,7 @@ it, and remove generations retired longer than the longest build deadline.
 The seeding Job runs it once Gradle has succeeded; talkide admin build-cache
 seed starts that Job. What it did goes to stdout and, as JSON, to
 --result-file (the container's termination message).`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if root == "" || home == "" || gen == "" {
 				return errors.New("--root, --gradle-home and --generation are required")
@@ -188,13 +176,13 @@ seed starts that Job. What it did goes to stdout and, as JSON, to
 				if werr := os.WriteFile(resultFile, msg, 0o644); werr != nil && err == nil {
 					// The generation is current: a failed exit would have
 					// the seeding reported as leaving the pointer as it was.
-					fmt.Fprintf(std.err, "talkide: warning: the generation is current, but its report could not be written: %v\n", werr)
+					fmt.Fprintf(std.Err, "talkide: warning: the generation is current, but its report could not be written: %v\n", werr)
 				}
 			}
 			if err != nil {
 				return err
 			}
-			printSeeding(std.out, res)
+			printSeeding(std.Out, res)
 			return nil
 		},
 	}

@@ -1,4 +1,4 @@
-package main
+package admincmd
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/store"
@@ -35,11 +36,22 @@ func newControlPlaneDir(t *testing.T) (string, *trust.Secrets) {
 	return dir, secrets
 }
 
+// run runs the command line args on a root holding the admin and sessions
+// trees, as cmd/talkide's does.
+func run(ctx context.Context, args []string, std cli.Stdio) error {
+	root := cli.NewGroup("talkide", "TalkIDE")
+	root.SetIn(std.In)
+	root.SetOut(std.Out)
+	root.SetErr(std.Err)
+	root.AddCommand(New(std), NewSessions(std))
+	return cli.Run(ctx, root, args)
+}
+
 // admin runs talkide admin with args and returns stdout and stderr.
 func admin(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	err := run(context.Background(), append([]string{"admin"}, args...), stdio{in: strings.NewReader(""), out: &out, err: &errb})
+	err := run(context.Background(), append([]string{"admin"}, args...), cli.Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	return out.String(), errb.String(), err
 }
 

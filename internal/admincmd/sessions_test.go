@@ -1,4 +1,4 @@
-package main
+package admincmd
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/sessionstore"
 )
@@ -59,7 +60,7 @@ func newSessionVolume(t *testing.T) (dir string, busy *sessionstore.Session) {
 func sessionsCmd(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	err := run(context.Background(), append([]string{"sessions"}, args...), stdio{in: strings.NewReader(""), out: &out, err: &errb})
+	err := run(context.Background(), append([]string{"sessions"}, args...), cli.Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	return out.String(), errb.String(), err
 }
 

@@ -1,4 +1,4 @@
-package main
+package admincmd
 
 import (
 	"context"
@@ -6,48 +6,49 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/trust"
 )
 
-func newAdminKeysCmd(std stdio) *cobra.Command {
-	return newGroup("keys", "The control-plane's signing keys: the command secret and the WorkerToken keys, rotated by key id",
+func newAdminKeysCmd(std cli.Stdio) *cobra.Command {
+	return cli.NewGroup("keys", "The control-plane's signing keys: the command secret and the WorkerToken keys, rotated by key id",
 		newAdminKeysInitCmd(std), newAdminKeysRotateCmd(std), newAdminKeysListCmd(std))
 }
 
 // newAdminKeysInitCmd makes a control-plane's secrets file before any
 // control-plane has run: what an operator puts into the Secret the
 // control-plane's pods mount (docs/operations.md).
-func newAdminKeysInitCmd(std stdio) *cobra.Command {
+func newAdminKeysInitCmd(std cli.Stdio) *cobra.Command {
 	var dataDir string
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Create the control-plane's secrets file (fresh signing keys) in --data-dir; refuses to replace one",
-		Args:  noArgs,
+		Args:  cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dataDir == "" {
-				return usageErrorf(cmd, "--data-dir is required")
+				return cli.Usagef(cmd, "--data-dir is required")
 			}
-			path := filepath.Join(dataDir, "controlplane-secrets.json")
+			path := roles.ControlPlaneDir(dataDir).Secrets()
 			if _, err := os.Stat(path); err == nil {
 				return fmt.Errorf("%s exists: its keys sign what workers and browsers hold; rotate them with talkide admin keys rotate", path)
 			}
 			if _, err := trust.LoadOrCreateSecrets(path); err != nil {
 				return err
 			}
-			fmt.Fprintf(std.err, "created %s\n", path)
+			fmt.Fprintf(std.Err, "created %s\n", path)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "the directory to create controlplane-secrets.json in (created if missing)")
-	bindEnv(cmd.Flags(), "data-dir")
+	cli.BindEnv(cmd.Flags(), "data-dir")
 	return cmd
 }
 
@@ -62,7 +63,7 @@ const (
 	defaultKeyGrace   = 10 * time.Minute
 )
 
-func newAdminKeysRotateCmd(std stdio) *cobra.Command {
+func newAdminKeysRotateCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc            cpLocation
 		only           string
@@ -72,10 +73,10 @@ func newAdminKeysRotateCmd(std stdio) *cobra.Command {
 	)
 	cmd = adminLeaf(std, "rotate", "Add new signing keys that sign after --publish; the old ones verify for --grace more", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
 		if publish < 0 {
-			return usageErrorf(cmd, "--publish must not be negative")
+			return cli.Usagef(cmd, "--publish must not be negative")
 		}
 		if grace <= 0 {
-			return usageErrorf(cmd, "--grace must be positive")
+			return cli.Usagef(cmd, "--grace must be positive")
 		}
 		var rotateCommands, rotateTokens bool
 		switch only {
@@ -86,13 +87,13 @@ func newAdminKeysRotateCmd(std stdio) *cobra.Command {
 		case "token":
 			rotateTokens = true
 		default:
-			return usageErrorf(cmd, "--only %q: want command or token", only)
+			return cli.Usagef(cmd, "--only %q: want command or token", only)
 		}
 		var ns, name string
 		if secretName != "" {
 			var ok bool
 			if ns, name, ok = strings.Cut(secretName, "/"); !ok || contract.ValidateID("namespace", ns) != nil || contract.ValidateID("name", name) != nil {
-				return usageErrorf(cmd, "--print-secret %q: want NAMESPACE/NAME", secretName)
+				return cli.Usagef(cmd, "--print-secret %q: want NAMESPACE/NAME", secretName)
 			}
 		}
 		s, err := loc.secrets()
@@ -110,7 +111,7 @@ func newAdminKeysRotateCmd(std stdio) *cobra.Command {
 		}
 		// The OIDC login key is written down, so that it outlives the
 		// command secret it may have been derived from.
-		path := filepath.Join(loc.dataDir, "controlplane-secrets.json")
+		path := roles.ControlPlaneDir(loc.dataDir).Secrets()
 		if secretName != "" {
 			if err := writeSecretManifest(stdout, ns, name, s.JSON()); err != nil {
 				return err
@@ -155,7 +156,7 @@ func writeSecretManifest(w io.Writer, ns, name string, file []byte) error {
 	m := map[string]any{
 		"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
 		"metadata": map[string]any{"name": name, "namespace": ns},
-		"data":     map[string][]byte{"controlplane-secrets.json": file},
+		"data":     map[string][]byte{roles.SecretsFile: file},
 	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -165,7 +166,7 @@ func writeSecretManifest(w io.Writer, ns, name string, file []byte) error {
 	return err
 }
 
-func newAdminKeysListCmd(std stdio) *cobra.Command {
+func newAdminKeysListCmd(std cli.Stdio) *cobra.Command {
 	var loc cpLocation
 	return adminLeaf(std, "list", "List the signing keys by id: when each signs and until when it verifies", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
 		s, err := loc.secrets()

@@ -1,4 +1,4 @@
-package main
+package admincmd
 
 import (
 	"cmp"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -16,8 +15,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/store"
 )
 
 // talkide admin budget …, admin usage and admin operator-token: the
@@ -25,26 +27,23 @@ import (
 // running control-plane needed). The HTTP operator API does the same for
 // automation (internal/controlplane/admin.go).
 
-// openBudget opens the control-plane's store and a budget service on it;
-// done closes both.
-func (l *cpLocation) openBudget(ctx context.Context, stderr io.Writer) (svc *budget.Service, done func(), err error) {
-	st, err := l.open(ctx, stderr)
-	if err != nil {
-		return nil, nil, err
-	}
-	bst, ok := st.(budget.Store)
-	if !ok {
-		st.Close()
-		return nil, nil, fmt.Errorf("the store %T keeps no budgets", st)
-	}
-	// Prices do not matter here: nothing is charged.
-	svc = budget.New(bst, budget.DefaultPrices(), nil)
-	return svc, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		svc.Close(ctx)
-		st.Close()
-	}, nil
+// budgetLeaf is a storeLeaf whose body runs with a budget service on the
+// control-plane's store.
+func budgetLeaf(std cli.Stdio, use, short string, loc *cpLocation, check func() error, body func(ctx context.Context, svc *budget.Service, stdout, stderr io.Writer) error) *cobra.Command {
+	return storeLeaf(std, use, short, loc, check, func(ctx context.Context, st store.Store, stdout, stderr io.Writer) error {
+		bst, ok := st.(budget.Store)
+		if !ok {
+			return fmt.Errorf("the store %T keeps no budgets", st)
+		}
+		// Prices do not matter here: nothing is charged.
+		svc := budget.New(bst, budget.DefaultPrices(), nil)
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			svc.Close(ctx)
+		}()
+		return body(ctx, svc, stdout, stderr)
+	})
 }
 
 // subjectFlags name a budget subject: --user, or --tenant with or without
@@ -94,34 +93,29 @@ func (f *subjectFlags) required() (budget.Subject, error) {
 
 const kindHelp = "the kind of limit (required): daily, weekly, monthly, rolling-5h (spend in dollars), rpm (requests per minute), tokens-per-day, concurrency (calls in flight), or a full name such as spend_per_day"
 
-func newAdminBudgetSetCmd(std stdio) *cobra.Command {
+func newAdminBudgetSetCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc          cpLocation
 		sf           subjectFlags
 		kind, amount string
 		hard         bool
+		sub          budget.Subject
+		k            budget.Kind
+		max          int64
 	)
-	cmd := adminLeaf(std, "set", "Set a limit of a user, tenant or tenant-env", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		sub, err := sf.required()
-		if err != nil {
+	cmd := budgetLeaf(std, "set", "Set a limit of a user, tenant or tenant-env", &loc, func() (err error) {
+		if sub, err = sf.required(); err != nil {
 			return err
 		}
 		if kind == "" || amount == "" {
 			return errors.New("--kind and --amount are required")
 		}
-		k, err := budget.ParseKind(kind)
-		if err != nil {
+		if k, err = budget.ParseKind(kind); err != nil {
 			return err
 		}
-		max, err := budget.ParseAmount(k, amount)
-		if err != nil {
-			return err
-		}
-		svc, done, err := loc.openBudget(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+		max, err = budget.ParseAmount(k, amount)
+		return err
+	}, func(ctx context.Context, svc *budget.Service, stdout, stderr io.Writer) error {
 		l := budget.Limit{Subject: sub, Kind: k, Max: max, Hard: hard}
 		if err := svc.SetLimit(ctx, l); err != nil {
 			return err
@@ -142,21 +136,17 @@ func newAdminBudgetSetCmd(std stdio) *cobra.Command {
 	return cmd
 }
 
-func newAdminBudgetGetCmd(std stdio) *cobra.Command {
+func newAdminBudgetGetCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc cpLocation
 		sf  subjectFlags
+		sub budget.Subject
+		ok  bool
 	)
-	cmd := adminLeaf(std, "get", "List limits (all of them without a subject)", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		sub, ok, err := sf.subject()
-		if err != nil {
-			return err
-		}
-		svc, done, err := loc.openBudget(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+	cmd := budgetLeaf(std, "get", "List limits (all of them without a subject)", &loc, func() (err error) {
+		sub, ok, err = sf.subject()
+		return err
+	}, func(ctx context.Context, svc *budget.Service, stdout, stderr io.Writer) (err error) {
 		var ls []budget.Limit
 		if ok {
 			ls, err = svc.Limits(ctx, sub)
@@ -179,40 +169,35 @@ func newAdminBudgetGetCmd(std stdio) *cobra.Command {
 			return cmp.Or(cmp.Compare(a.Subject.Scope, b.Subject.Scope), cmp.Compare(a.Subject.ID, b.Subject.ID),
 				a.Kind.Order()-b.Kind.Order())
 		})
-		t := table{head: []string{"SCOPE", "SUBJECT", "KIND", "LIMIT", "HARD", "UPDATED"}, right: []bool{3: true}}
+		t := cli.Table{Head: []string{"SCOPE", "SUBJECT", "KIND", "LIMIT", "HARD", "UPDATED"}, Right: []bool{3: true}}
 		for _, l := range ls {
-			t.add(string(l.Subject.Scope), l.Subject.ID, string(l.Kind), l.Kind.Display(l.Max), yesNo(l.Hard), formatTime(l.UpdatedAt))
+			t.Add(string(l.Subject.Scope), l.Subject.ID, string(l.Kind), l.Kind.Display(l.Max), yesNo(l.Hard), cli.FormatTime(l.UpdatedAt))
 		}
-		return t.write(stdout)
+		return t.Write(stdout)
 	})
 	fs := cmd.Flags()
 	sf.add(fs)
 	return cmd
 }
 
-func newAdminBudgetDeleteCmd(std stdio) *cobra.Command {
+func newAdminBudgetDeleteCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc  cpLocation
 		sf   subjectFlags
 		kind string
+		sub  budget.Subject
+		k    budget.Kind
 	)
-	cmd := adminLeaf(std, "delete", "Delete a limit", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		sub, err := sf.required()
-		if err != nil {
+	cmd := budgetLeaf(std, "delete", "Delete a limit", &loc, func() (err error) {
+		if sub, err = sf.required(); err != nil {
 			return err
 		}
 		if kind == "" {
 			return errors.New("--kind is required")
 		}
-		k, err := budget.ParseKind(kind)
-		if err != nil {
-			return err
-		}
-		svc, done, err := loc.openBudget(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+		k, err = budget.ParseKind(kind)
+		return err
+	}, func(ctx context.Context, svc *budget.Service, stdout, stderr io.Writer) error {
 		ls, err := svc.Limits(ctx, sub)
 		if err != nil {
 			return err
@@ -237,21 +222,16 @@ func newAdminBudgetDeleteCmd(std stdio) *cobra.Command {
 	return cmd
 }
 
-func newAdminBudgetStatusCmd(std stdio) *cobra.Command {
+func newAdminBudgetStatusCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc cpLocation
 		sf  subjectFlags
+		sub budget.Subject
 	)
-	cmd := adminLeaf(std, "status", "Show used, held and remaining of each limit of a subject, and when it resets", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		sub, err := sf.required()
-		if err != nil {
-			return err
-		}
-		svc, done, err := loc.openBudget(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+	cmd := budgetLeaf(std, "status", "Show used, held and remaining of each limit of a subject, and when it resets", &loc, func() (err error) {
+		sub, err = sf.required()
+		return err
+	}, func(ctx context.Context, svc *budget.Service, stdout, stderr io.Writer) error {
 		return writeBudgetStatus(ctx, stdout, svc, sub, time.Now())
 	})
 	fs := cmd.Flags()
@@ -279,7 +259,7 @@ func writeBudgetStatus(ctx context.Context, w io.Writer, svc *budget.Service, su
 			today = r.Totals
 		}
 	}
-	fmt.Fprintf(w, "%s at %s\n", sub, formatTime(now))
+	fmt.Fprintf(w, "%s at %s\n", sub, cli.FormatTime(now))
 	fmt.Fprintf(w, "spent today %s (%s); this month %s (%s)\n\n",
 		today.Cost.Display(), calls(today.Requests), rep.Total.Cost.Display(), calls(rep.Total.Requests))
 	if len(sts) == 0 {
@@ -287,11 +267,11 @@ func writeBudgetStatus(ctx context.Context, w io.Writer, svc *budget.Service, su
 		return nil
 	}
 	slices.SortStableFunc(sts, func(a, b budget.LimitStatus) int { return a.Kind.Order() - b.Kind.Order() })
-	t := table{head: []string{"KIND", "HARD", "LIMIT", "USED", "HELD", "REMAINING", "RESETS"},
-		right: []bool{2: true, 3: true, 4: true, 5: true}}
+	t := cli.Table{Head: []string{"KIND", "HARD", "LIMIT", "USED", "HELD", "REMAINING", "RESETS"},
+		Right: []bool{2: true, 3: true, 4: true, 5: true}}
 	for _, st := range sts {
 		limit, used, held, rem := st.Displayed()
-		usedS, heldS, resets := st.Kind.Display(used), st.Kind.Display(held), formatTime(st.Resets)
+		usedS, heldS, resets := st.Kind.Display(used), st.Kind.Display(held), cli.FormatTime(st.Resets)
 		switch st.Kind {
 		case budget.Concurrent:
 			usedS, resets = "-", "now"
@@ -300,20 +280,21 @@ func writeBudgetStatus(ctx context.Context, w io.Writer, svc *budget.Service, su
 		case budget.SpendPer5h:
 			resets = "rolling 5 h"
 		}
-		t.add(string(st.Kind), yesNo(st.Hard), st.Kind.Display(limit), usedS, heldS, st.Kind.Display(rem), resets)
+		t.Add(string(st.Kind), yesNo(st.Hard), st.Kind.Display(limit), usedS, heldS, st.Kind.Display(rem), resets)
 	}
-	return t.write(w)
+	return t.Write(w)
 }
 
-func newAdminUsageReportCmd(std stdio) *cobra.Command {
+func newAdminUsageReportCmd(std cli.Stdio) *cobra.Command {
 	var (
 		loc                                    cpLocation
 		by, from, to, order                    string
 		user, tenant, env, conversation, model string
 		limit                                  int
+		q                                      budget.ReportQuery
 	)
-	cmd := adminLeaf(std, "usage", "Show usage and cost from the budget ledger, as a table", &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
-		q, err := budget.ReportRequest{
+	cmd := budgetLeaf(std, "usage", "Show usage and cost from the budget ledger, as a table", &loc, func() (err error) {
+		q, err = budget.ReportRequest{
 			By: by, From: from, To: to, User: user, Tenant: tenant, Env: env,
 			Conversation: conversation, Model: model, Order: order,
 		}.Query(time.Now())
@@ -324,11 +305,8 @@ func newAdminUsageReportCmd(std stdio) *cobra.Command {
 			return contract.Invalid(nil, "limit", "must not be negative")
 		}
 		q.MaxRows = limit
-		svc, done, err := loc.openBudget(ctx, stderr)
-		if err != nil {
-			return err
-		}
-		defer done()
+		return nil
+	}, func(ctx context.Context, svc *budget.Service, stdout, stderr io.Writer) error {
 		rep, err := svc.Report(ctx, q)
 		if err != nil {
 			return err
@@ -358,9 +336,9 @@ func writeUsage(w io.Writer, rep *budget.Report) error {
 	}
 	end := "now"
 	if !q.To.IsZero() {
-		end = formatTime(q.To)
+		end = cli.FormatTime(q.To)
 	}
-	fmt.Fprintf(w, "usage by %s, settled from %s to %s", strings.Join(names, ", "), formatTime(q.From), end)
+	fmt.Fprintf(w, "usage by %s, settled from %s to %s", strings.Join(names, ", "), cli.FormatTime(q.From), end)
 	for _, f := range []struct{ name, v string }{{"user", q.User}, {"tenant", q.Tenant}, {"env", q.Env}, {"conversation", q.Conversation}, {"model", q.Model}} {
 		if f.v != "" {
 			fmt.Fprintf(w, ", %s %s", f.name, f.v)
@@ -372,14 +350,14 @@ func writeUsage(w io.Writer, rep *budget.Report) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	t := table{}
+	t := cli.Table{}
 	for _, n := range names {
-		t.head = append(t.head, strings.ToUpper(n))
-		t.right = append(t.right, false)
+		t.Head = append(t.Head, strings.ToUpper(n))
+		t.Right = append(t.Right, false)
 	}
-	t.head = append(t.head, "CALLS", "INPUT", "CACHE WRITE", "CACHE READ", "OUTPUT", "COST")
+	t.Head = append(t.Head, "CALLS", "INPUT", "CACHE WRITE", "CACHE READ", "OUTPUT", "COST")
 	for range 6 {
-		t.right = append(t.right, true)
+		t.Right = append(t.Right, true)
 	}
 	cells := func(tot budget.Totals) []string {
 		return []string{budget.FormatCount(tot.Requests), budget.FormatCount(tot.InputTokens),
@@ -387,17 +365,17 @@ func writeUsage(w io.Writer, rep *budget.Report) error {
 			budget.FormatCount(tot.OutputTokens), tot.Cost.Display()}
 	}
 	for _, r := range rep.Rows {
-		t.add(append(append([]string(nil), r.Key...), cells(r.Totals)...)...)
+		t.Add(append(append([]string(nil), r.Key...), cells(r.Totals)...)...)
 	}
 	if rep.Omitted > 0 {
 		row := make([]string, len(names))
 		row[0] = fmt.Sprintf("(%d more)", rep.Omitted)
-		t.add(append(row, make([]string, 6)...)...)
+		t.Add(append(row, make([]string, 6)...)...)
 	}
 	total := make([]string, len(names))
 	total[0] = "TOTAL"
-	t.add(append(total, cells(rep.Total)...)...)
-	if err := t.write(w); err != nil {
+	t.Add(append(total, cells(rep.Total)...)...)
+	if err := t.Write(w); err != nil {
 		return err
 	}
 	if rep.Total.Failed > 0 || rep.Total.Estimated > 0 {
@@ -415,13 +393,14 @@ func operatorTokenFile(loc *cpLocation, file string) (string, error) {
 	if file != "" {
 		return file, nil
 	}
-	if _, err := os.Stat(filepath.Join(loc.dataDir, "controlplane-secrets.json")); err != nil {
+	dir := roles.ControlPlaneDir(loc.dataDir)
+	if _, err := os.Stat(dir.Secrets()); err != nil {
 		return "", fmt.Errorf("%s is not a control-plane data directory (no controlplane-secrets.json; pass the right --data-dir, or --file): %w", loc.dataDir, err)
 	}
-	return filepath.Join(loc.dataDir, "operator-tokens"), nil
+	return dir.OperatorTokens(), nil
 }
 
-func newAdminOperatorIssueCmd(std stdio) *cobra.Command {
+func newAdminOperatorIssueCmd(std cli.Stdio) *cobra.Command {
 	var loc cpLocation
 	var name, file string
 	cmd := adminLeaf(std, "issue", "Issue a token for the operator API (/api/admin)", &loc, func(_ context.Context, stdout, stderr io.Writer) error {
@@ -447,7 +426,7 @@ func newAdminOperatorIssueCmd(std stdio) *cobra.Command {
 	return cmd
 }
 
-func newAdminOperatorListCmd(std stdio) *cobra.Command {
+func newAdminOperatorListCmd(std cli.Stdio) *cobra.Command {
 	var loc cpLocation
 	var file string
 	cmd := adminLeaf(std, "list", "List the operator tokens", &loc, func(_ context.Context, stdout, stderr io.Writer) error {
@@ -463,22 +442,22 @@ func newAdminOperatorListCmd(std stdio) *cobra.Command {
 			fmt.Fprintln(stdout, "no operator tokens (issue one: talkide admin operator-token issue --name NAME)")
 			return nil
 		}
-		t := table{head: []string{"ID", "CREATED", "NAME"}}
+		t := cli.Table{Head: []string{"ID", "CREATED", "NAME"}}
 		for _, o := range ts {
 			n := o.Name
 			if n == "" {
 				n = "-"
 			}
-			t.add(o.ID, formatTime(o.CreatedAt), n)
+			t.Add(o.ID, cli.FormatTime(o.CreatedAt), n)
 		}
-		return t.write(stdout)
+		return t.Write(stdout)
 	})
 	fs := cmd.Flags()
 	fs.StringVar(&file, "file", "", "the token file (default DATA-DIR/operator-tokens)")
 	return cmd
 }
 
-func newAdminOperatorRevokeCmd(std stdio) *cobra.Command {
+func newAdminOperatorRevokeCmd(std cli.Stdio) *cobra.Command {
 	var loc cpLocation
 	var id, file string
 	cmd := adminLeaf(std, "revoke", "Revoke an operator token", &loc, func(_ context.Context, stdout, stderr io.Writer) error {
@@ -493,7 +472,7 @@ func newAdminOperatorRevokeCmd(std stdio) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "revoked operator token %s (created %s); running control-planes refuse it from their next request\n", rec.ID, formatTime(rec.CreatedAt))
+		fmt.Fprintf(stdout, "revoked operator token %s (created %s); running control-planes refuse it from their next request\n", rec.ID, cli.FormatTime(rec.CreatedAt))
 		return nil
 	})
 	fs := cmd.Flags()

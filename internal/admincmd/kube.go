@@ -1,4 +1,4 @@
-package main
+package admincmd
 
 import (
 	"context"
@@ -16,15 +16,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/kubeprovision"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/roles"
 )
 
-// kubeFlags say which cluster to reach and how to provision workers in
+// KubeFlags say which cluster to reach and how to provision workers in
 // it; talkide controlplane --kubernetes and talkide admin env/token share
 // them, so a sync by hand builds exactly what the reconciler builds.
-type kubeFlags struct {
+type KubeFlags struct {
 	kubeconfig   string
 	image        string
 	cpURL        string
@@ -40,7 +41,8 @@ type kubeFlags struct {
 	envPoll      time.Duration
 }
 
-func (k *kubeFlags) add(fs *pflag.FlagSet) {
+// Add registers the flags into fs.
+func (k *KubeFlags) Add(fs *pflag.FlagSet) {
 	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster ServiceAccount)")
 	fs.StringVar(&k.image, "worker-image", "talkide:latest", "container image of the tenant-env workers")
 	fs.StringVar(&k.cpURL, "worker-controlplane-url", "", "the control-plane as workers reach it (default http://talkide-controlplane.NAMESPACE.svc.cluster.local:7878)")
@@ -54,22 +56,28 @@ func (k *kubeFlags) add(fs *pflag.FlagSet) {
 	fs.DurationVar(&k.grace, "rotation-grace", 10*time.Minute, "how long a rotated-out identity token stays valid (longer than the kubelet takes to update a mounted Secret)")
 	fs.DurationVar(&k.resync, "resync", 5*time.Minute, "how often the reconciler syncs every tenant-env without an event")
 	fs.DurationVar(&k.envPoll, "env-poll", 10*time.Second, "how often the reconciler looks in the store for tenant-envs it has not synced yet (talkide admin env add), and syncs those at once")
-	bindEnv(fs, "kubeconfig", "worker-image", "worker-controlplane-url", "controlplane-namespace", "sessions-storage-class",
+	cli.BindEnv(fs, "kubeconfig", "worker-image", "worker-controlplane-url", "controlplane-namespace", "sessions-storage-class",
 		"sessions-size", "worker-egress-allow", "worker-arg", "token-ttl", "rotate-before", "rotation-grace", "resync", "env-poll")
 }
 
-func (k *kubeFlags) client() (kubernetes.Interface, error) {
+func (k *KubeFlags) client() (kubernetes.Interface, error) {
+	return kubeClient(k.kubeconfig, "talkide-control-plane")
+}
+
+// kubeClient is a client of the cluster kubeconfig names (empty: the
+// default rules, then the in-cluster ServiceAccount), as userAgent.
+func kubeClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = k.kubeconfig
+	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w (pass --kubeconfig FILE, or run in a pod)", err)
 	}
-	cfg.UserAgent = "talkide-control-plane"
+	cfg.UserAgent = userAgent
 	return kubernetes.NewForConfig(cfg)
 }
 
-func (k *kubeFlags) options() (*kubeprovision.Options, error) {
+func (k *KubeFlags) options() (*kubeprovision.Options, error) {
 	size, err := resource.ParseQuantity(k.sessionsSize)
 	if err != nil || size.Sign() <= 0 {
 		return nil, fmt.Errorf("--sessions-size %q: want a positive quantity such as 10Gi", k.sessionsSize)
@@ -106,7 +114,7 @@ func (k *kubeFlags) options() (*kubeprovision.Options, error) {
 }
 
 // adminProvisioner opens the store and the cluster for an admin command.
-func (k *kubeFlags) adminProvisioner(ctx context.Context, loc *cpLocation, stderr io.Writer) (*kubeprovision.Provisioner, func(), error) {
+func (k *KubeFlags) adminProvisioner(ctx context.Context, loc *cpLocation, stderr io.Writer) (*kubeprovision.Provisioner, func(), error) {
 	opts, err := k.options()
 	if err != nil {
 		return nil, nil, err
@@ -147,9 +155,9 @@ func printRotation(w io.Writer, r *kubeprovision.Rotation) {
 	if r == nil {
 		return
 	}
-	fmt.Fprintf(w, "identity token %s issued (%s), valid until %s\n", r.NewID, r.Reason, formatTime(r.ExpiresAt))
+	fmt.Fprintf(w, "identity token %s issued (%s), valid until %s\n", r.NewID, r.Reason, cli.FormatTime(r.ExpiresAt))
 	if r.OldID != "" {
-		fmt.Fprintf(w, "identity token %s stays valid until %s, then is refused\n", r.OldID, formatTime(r.OldUntil))
+		fmt.Fprintf(w, "identity token %s stays valid until %s, then is refused\n", r.OldID, cli.FormatTime(r.OldUntil))
 	}
 }
 
@@ -157,9 +165,9 @@ func printRotation(w io.Writer, r *kubeprovision.Rotation) {
 // objects: it takes --tenant, --env and the cluster flags, checks them (and
 // what check adds) before reaching the cluster, and hands run a
 // provisioner. The caller adds its own flags to the returned command.
-func kubeEnvLeaf(std stdio, use, short string, check func() error, run func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error) *cobra.Command {
+func kubeEnvLeaf(std cli.Stdio, use, short string, check func() error, run func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error) *cobra.Command {
 	var loc cpLocation
-	var kf kubeFlags
+	var kf KubeFlags
 	var tenant, env string
 	cmd := adminLeaf(std, use, short, &loc, func(ctx context.Context, stdout, stderr io.Writer) error {
 		if err := requireEnv(tenant, env); err != nil {
@@ -180,11 +188,11 @@ func kubeEnvLeaf(std stdio, use, short string, check func() error, run func(ctx 
 	fs := cmd.Flags()
 	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
 	fs.StringVar(&env, "env", "", "env (required)")
-	kf.add(fs)
+	kf.Add(fs)
 	return cmd
 }
 
-func newAdminEnvSyncCmd(std stdio) *cobra.Command {
+func newAdminEnvSyncCmd(std cli.Stdio) *cobra.Command {
 	return kubeEnvLeaf(std, "sync", "Reconcile one tenant-env's Kubernetes objects once and print what changed", nil, func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error {
 		res, err := p.Sync(ctx, tenant, env, nil)
 		if len(res.Changes) > 0 {
@@ -201,7 +209,7 @@ func newAdminEnvSyncCmd(std stdio) *cobra.Command {
 	})
 }
 
-func newAdminEnvStatusCmd(std stdio) *cobra.Command {
+func newAdminEnvStatusCmd(std cli.Stdio) *cobra.Command {
 	return kubeEnvLeaf(std, "status", "Show a tenant-env's Kubernetes objects and whether its worker is ready", nil, func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error {
 		st, err := p.Status(ctx, tenant, env)
 		if err != nil {
@@ -226,7 +234,7 @@ func newAdminEnvStatusCmd(std stdio) *cobra.Command {
 	})
 }
 
-func newAdminEnvDeleteCmd(std stdio) *cobra.Command {
+func newAdminEnvDeleteCmd(std cli.Stdio) *cobra.Command {
 	var keep bool
 	cmd := kubeEnvLeaf(std, "delete", "Retire a tenant-env: revoke its identity tokens, then delete its namespace (or, with --keep-sessions, all but the namespace and its session claim)", nil, func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error {
 		res, err := p.Delete(ctx, tenant, env, &kubeprovision.DeleteOptions{KeepSessions: keep})
@@ -247,7 +255,7 @@ func newAdminEnvDeleteCmd(std stdio) *cobra.Command {
 	return cmd
 }
 
-func newAdminTokenRotateCmd(std stdio) *cobra.Command {
+func newAdminTokenRotateCmd(std cli.Stdio) *cobra.Command {
 	var grace time.Duration
 	check := func() error {
 		if grace <= 0 {
@@ -267,11 +275,9 @@ func newAdminTokenRotateCmd(std stdio) *cobra.Command {
 	return cmd
 }
 
-// runProvisioner runs the reconciler beside the control-plane until ctx
-// ends, as the leader among the replicas.
-// provisioner is talkide controlplane --kubernetes's provisioner: the
+// Provisioner is talkide controlplane --kubernetes's provisioner: the
 // cluster and the options the flags name.
-func (k *kubeFlags) provisioner() (*roles.ProvisionerConfig, error) {
+func (k *KubeFlags) Provisioner() (*roles.ProvisionerConfig, error) {
 	opts, err := k.options()
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package main
+package admincmd
 
 import (
 	"errors"
@@ -13,11 +13,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/sessionstore"
 )
 
-func newSessionsCmd(std stdio) *cobra.Command {
-	g := newGroup("sessions", "List, archive or delete sessions on a session volume",
+// NewSessions returns the `sessions` tree, which reads from and writes to
+// std.
+func NewSessions(std cli.Stdio) *cobra.Command {
+	g := cli.NewGroup("sessions", "List, archive or delete sessions on a session volume",
 		newSessionsLeaf(std, "list", "Show the sessions on a session volume: id, created, last event, events, size, lease"),
 		newSessionsLeaf(std, "archive", "Move sessions to DIR/archive/projects/<id>-<UTC time>"),
 		newSessionsLeaf(std, "delete", "Remove sessions for good"),
@@ -31,7 +34,7 @@ shows what would happen and changes nothing. See docs/operations.md.`
 }
 
 // newSessionsLeaf returns talkide sessions list, archive or delete.
-func newSessionsLeaf(std stdio, name, short string) *cobra.Command {
+func newSessionsLeaf(std cli.Stdio, name, short string) *cobra.Command {
 	var (
 		ids        []string
 		dir        string
@@ -43,10 +46,10 @@ func newSessionsLeaf(std stdio, name, short string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: short,
-		Args:  noArgs,
+		Args:  cli.NoArgs,
 	}
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		stdout, stderr := std.out, std.err
+		stdout, stderr := std.Out, std.Err
 		if dir == "" {
 			return errors.New("--claude-config-dir (or CLAUDE_CONFIG_DIR) is required")
 		}
@@ -66,7 +69,11 @@ func newSessionsLeaf(std stdio, name, short string) *cobra.Command {
 			return err
 		}
 		now := time.Now()
-		selected, failed := selectSessions(st, ids, idle, now, stderr)
+		selected, problems := st.Select(ids, idle, now)
+		for _, err := range problems {
+			fmt.Fprintln(stderr, err)
+		}
+		failed := len(problems)
 		switch name {
 		case "list":
 			if err := printSessions(stdout, selected, now); err != nil {
@@ -115,47 +122,9 @@ func newSessionsLeaf(std stdio, name, short string) *cobra.Command {
 	}
 	if name == "archive" {
 		fs.StringVar(&archiveDir, "archive-dir", "", "where sessions go, on the same filesystem (default CLAUDE-CONFIG-DIR/archive/projects)")
-		bindEnv(fs, "archive-dir")
+		cli.BindEnv(fs, "archive-dir")
 	}
 	return cmd
-}
-
-// selectSessions returns the sessions named by ids (all when none) that
-// have been idle at least idle, and how many names failed.
-func selectSessions(st *sessionstore.Store, ids []string, idle time.Duration, now time.Time, stderr io.Writer) ([]sessionstore.SessionInfo, int) {
-	var all []sessionstore.SessionInfo
-	failed := 0
-	if len(ids) == 0 {
-		var err error
-		if all, err = st.List(); err != nil {
-			fmt.Fprintf(stderr, "list: %v\n", err)
-			return nil, 1
-		}
-	}
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		info, err := st.Info(id)
-		if err != nil {
-			failed++
-			fmt.Fprintf(stderr, "%s: %v\n", id, err)
-			continue
-		}
-		all = append(all, info)
-	}
-	if idle <= 0 {
-		return all, failed
-	}
-	var out []sessionstore.SessionInfo
-	for _, s := range all {
-		if now.Sub(s.LastActive()) >= idle {
-			out = append(out, s)
-		}
-	}
-	return out, failed
 }
 
 func printSessions(w io.Writer, infos []sessionstore.SessionInfo, now time.Time) error {
@@ -170,7 +139,7 @@ func printSessions(w io.Writer, infos []sessionstore.SessionInfo, now time.Time)
 		if s.Problem != nil {
 			note = s.Problem.Error()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.ID, formatTime(s.CreatedAt), formatTime(s.LastEvent),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.ID, cli.FormatTime(s.CreatedAt), cli.FormatTime(s.LastEvent),
 			s.LastSeq, formatSize(s.Size), describeLease(s.Lease, now), note)
 	}
 	return tw.Flush()
@@ -181,11 +150,11 @@ func describeLease(l sessionstore.LeaseInfo, now time.Time) string {
 	case l.Fence == 0:
 		return "-"
 	case l.Live(now):
-		return fmt.Sprintf("held by %s until %s", l.Holder, formatTime(l.ExpiresAt))
+		return fmt.Sprintf("held by %s until %s", l.Holder, cli.FormatTime(l.ExpiresAt))
 	case l.Released:
 		return "released by " + l.Holder
 	}
-	return fmt.Sprintf("expired (%s, %s)", l.Holder, formatTime(l.ExpiresAt))
+	return fmt.Sprintf("expired (%s, %s)", l.Holder, cli.FormatTime(l.ExpiresAt))
 }
 
 func formatSize(n int64) string {

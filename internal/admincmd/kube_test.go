@@ -1,4 +1,4 @@
-package main
+package admincmd
 
 import (
 	"crypto/rand"
