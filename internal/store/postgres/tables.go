@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,6 +31,29 @@ var dialect = sqlcore.Dialect{
 	AnyOf: func(col string, vals []string) (string, []any) {
 		return col + ` = ANY($1)`, []any{vals}
 	},
+	// The GIN index is on to_tsvector('simple', body): the query names
+	// that very expression. ts_rank is higher for a better match.
+	Search: sqlcore.Search{
+		Hits: `SELECT t.conversation_id, t.kind, t.body,
+		ts_rank(to_tsvector('simple', t.body), to_tsquery('simple', $2))::float8 AS score,
+		ROW_NUMBER() OVER (PARTITION BY t.conversation_id
+			ORDER BY ts_rank(to_tsvector('simple', t.body), to_tsquery('simple', $2)) DESC, t.at DESC, t.key COLLATE "C" DESC) AS n
+	FROM conversation_texts t
+	JOIN conversations c ON c.id = t.conversation_id
+	WHERE c.user_id = $1 AND to_tsvector('simple', t.body) @@ to_tsquery('simple', $2)`,
+		Match: tsQuery,
+	},
+}
+
+// tsQuery writes search terms as a tsquery: each a quoted lexeme (the
+// terms hold no quote or backslash; doubled anyway), all of them required,
+// the last a prefix.
+func tsQuery(terms []string) string {
+	q := make([]string, len(terms))
+	for i, t := range terms {
+		q[i] = "'" + strings.NewReplacer(`'`, `''`, `\`, `\\`).Replace(t) + "'"
+	}
+	return strings.Join(q, " & ") + ":*"
 }
 
 // querier is a *pgxpool.Pool or a pgx.Tx.
