@@ -127,12 +127,12 @@ func TestVersion(t *testing.T) {
 		want    int
 		wantErr bool
 	}{
-		"0001_init.sql":   {want: 1},
-		"0012_add_x.sql":  {want: 12},
-		"init.sql":        {wantErr: true},
-		"0000_zero.sql":   {wantErr: true},
-		"abcd_letter.sql": {wantErr: true},
-		"0002_.sql":       {wantErr: true},
+		"0001_init.sql":     {want: 1},
+		"0012_add_x.sql":    {want: 12},
+		"init.sql":          {wantErr: true},
+		"0000_zero.sql":     {wantErr: true},
+		"abcd_letter.sql":   {wantErr: true},
+		"0002_.sql":         {wantErr: true},
 		"0011_x.sqlite.sql": {want: 11},
 	}
 	for name, tt := range tests {
