@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/gateway"
+	"github.com/talkide/platform/internal/harness/native"
 	"github.com/talkide/platform/internal/kubeprovision"
 	"github.com/talkide/platform/internal/lifecycle"
 	"github.com/talkide/platform/internal/metrics"
@@ -75,6 +77,10 @@ type ControlPlaneConfig struct {
 	// Kubernetes, when set, runs the provisioner: each tenant-env's worker
 	// reconciled into a namespace (docs/kubernetes.md).
 	Kubernetes *ProvisionerConfig
+	// TitleModel names new conversations (controlplane.Options.TitleModel);
+	// empty: the native harness's default model. Without an API key no
+	// title call is made.
+	TitleModel string
 	Logger     *slog.Logger
 }
 
@@ -180,6 +186,10 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 		}
 	}
 	shared := sharedStreamCounts(p.Store)
+	titleModel := ""
+	if p.Gateway != nil {
+		titleModel = cmp.Or(c.TitleModel, native.DefaultModel)
+	}
 	p.Server, err = controlplane.New(p.Store,
 		controlplane.Keys{Tokens: p.Secrets.Tokens(), Commands: p.Secrets.Commands()},
 		controlplane.TenantEnv{Tenant: c.Tenant, Env: c.Env}, &controlplane.Options{
@@ -191,10 +201,13 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 			StreamMetrics:     p.metrics,
 			MaxStreamsPerUser: c.MaxStreamsPerUser, MaxStreamsPerConversation: c.MaxStreamsPerConversation, MaxStreams: c.MaxStreams,
 			StreamCounts: shared, StreamShareInterval: c.ShareInterval, StreamShareTTL: c.ShareTTL,
+			TitleModel: titleModel,
 		})
 	if err != nil {
 		return nil, err
 	}
+	// Stopped before the gateway, the budget and the store it uses.
+	p.group.Go("titles", p.Server.RunTitles)
 	if shared != nil {
 		// When the streams have ended, the other replicas stop counting
 		// this one's at once rather than after the TTL.
