@@ -344,22 +344,10 @@ func newHarness(t testing.TB, opts harnessOptions) *harness {
 		t.Fatal(err)
 	}
 	if opts.titles != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			cp.RunTitles(ctx)
-		}()
-		t.Cleanup(func() { cancel(); <-done })
+		runForTest(t, func(ctx context.Context) { cp.RunTitles(ctx) })
 	}
 	if counts != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			cp.ShareStreamCounts(ctx)
-		}()
-		t.Cleanup(func() { cancel(); <-done })
+		runForTest(t, cp.ShareStreamCounts)
 	}
 	if opts.listener != nil {
 		srv := &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -371,6 +359,17 @@ func newHarness(t testing.TB, opts harnessOptions) *harness {
 	srv := httptest.NewServer(cp.Handler())
 	t.Cleanup(srv.Close)
 	return &harness{t: t, url: srv.URL, client: srv.Client(), store: st, keyring: kr, clock: clk, worker: fw, cp: cp, gw: gw, budget: bud}
+}
+
+// runForTest runs fn until the test ends, and waits for it to return.
+func runForTest(t testing.TB, fn func(context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 // do sends a request to the control-plane and returns the answer with its

@@ -3,35 +3,7 @@
 // message, the list ordered by last activity, and Ctrl+K searching the text
 // of replies. Merged into scenarios.mjs's map.
 
-const T = 30_000;
-const DESKTOP = { width: 1280, height: 800 };
-const PHONE = { width: 390, height: 844 };
-
-function check(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
-
-/** create makes a conversation through the API and opens it. */
-async function create(h, title) {
-  if (!h.page.url().startsWith(h.base)) await h.page.goto(h.base + "/");
-  const c = await h.page.evaluate(async (title) => {
-    const r = await fetch("/api/conversations", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(title ? { title } : {}) });
-    return r.json();
-  }, title);
-  await h.page.goto(h.base + "/c/" + c.id);
-  await h.page.locator("[data-testid=conn][data-state=live]").waitFor({ timeout: T });
-  return c.id;
-}
-
-async function send(h, text) {
-  const box = h.page.getByTestId("composer");
-  await box.fill(text);
-  await box.press("Enter");
-}
-
-async function turnEnds(h, n) {
-  await h.page.locator(".turn-footer").nth(n - 1).waitFor({ timeout: T });
-}
+import { T, DESKTOP, PHONE, check, create, send, turnEnds } from "./daily.mjs";
 
 /** firstInList waits for conversation id to head the list. */
 async function firstInList(h, id, what) {
