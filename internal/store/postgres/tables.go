@@ -31,16 +31,15 @@ var dialect = sqlcore.Dialect{
 	AnyOf: func(col string, vals []string) (string, []any) {
 		return col + ` = ANY($1)`, []any{vals}
 	},
-	// The GIN index is on to_tsvector('simple', body): the query names
-	// that very expression. ts_rank is higher for a better match.
+	// search is the body's tsvector, a generated column with a GIN index.
+	// ts_rank is higher for a better match.
 	Search: sqlcore.Search{
-		Hits: `SELECT t.conversation_id, t.kind, t.body,
-		ts_rank(to_tsvector('simple', t.body), to_tsquery('simple', $2))::float8 AS score,
+		Hits: `SELECT t.conversation_id, t.kind, t.body, ts_rank(t.search, to_tsquery('simple', $2))::float8 AS score,
 		ROW_NUMBER() OVER (PARTITION BY t.conversation_id
-			ORDER BY ts_rank(to_tsvector('simple', t.body), to_tsquery('simple', $2)) DESC, t.at DESC, t.key COLLATE "C" DESC) AS n
+			ORDER BY ts_rank(t.search, to_tsquery('simple', $2)) DESC, t.at DESC, t.key COLLATE "C" DESC) AS n
 	FROM conversation_texts t
 	JOIN conversations c ON c.id = t.conversation_id
-	WHERE c.user_id = $1 AND to_tsvector('simple', t.body) @@ to_tsquery('simple', $2)`,
+	WHERE c.user_id = $1 AND t.search @@ to_tsquery('simple', $2)`,
 		Match: tsQuery,
 	},
 }
