@@ -189,7 +189,10 @@ func kinds(got []streamed) []string {
 func TestEndToEndBashTurn(t *testing.T) {
 	st, _ := startTestStack(t)
 	base := st.Info.ControlPlane
-	c := createConversation(t, base)
+	var c contractView // untitled: the control-plane names it
+	if code := api(t, http.MethodPost, base+"/api/conversations", map[string]string{}, &c); code != http.StatusCreated {
+		t.Fatalf("create conversation: status %d", code)
+	}
 
 	got := firstToolTurn(t, base, c.ID, `Please run it. [[tool:Bash {"command":"echo hello-from-bash; echo second line"}]]`)
 	var started, finished *contract.ToolEvent
@@ -219,10 +222,33 @@ func TestEndToEndBashTurn(t *testing.T) {
 	if !strings.Contains(finalText.String(), "hello-from-bash") {
 		t.Errorf("final text %q does not quote the tool result", finalText.String())
 	}
-	// The gateway recorded both model calls against this conversation.
-	usage := toolTurnRecorded(t, st, c.ID, got)
-	if len(usage) != 2 {
-		t.Fatalf("usage records = %d", len(usage))
+	// The gateway recorded both model calls against this conversation,
+	// and the call that named it, marked as such.
+	// The title call runs beside the turn: once the title is stored it
+	// has ended, and Flush (in toolTurnRecorded) writes its record.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		cv, err := st.ControlPlane.Store.GetConversation(t.Context(), c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cv.Title != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the conversation got no title")
+		}
+	}
+	var usage []store.UsageRecord
+	titles := 0
+	for _, u := range toolTurnRecorded(t, st, c.ID, got) {
+		if u.Purpose == store.PurposeTitle {
+			titles++
+			continue
+		}
+		usage = append(usage, u)
+	}
+	if len(usage) != 2 || titles != 1 {
+		t.Fatalf("usage records = %d and %d title calls, want 2 and 1", len(usage), titles)
 	}
 	for _, u := range usage {
 		if u.InputTokens == 0 || u.OutputTokens == 0 || u.Status != 200 || u.Tenant != roles.DevTenant || u.UserID != roles.DevUser {
@@ -231,15 +257,33 @@ func TestEndToEndBashTurn(t *testing.T) {
 	}
 }
 
+// agentRequests returns the simulator's requests but the control-plane's
+// title calls, which run beside the turns.
+func agentRequests(st *roles.Dev) [][]byte {
+	var out [][]byte
+	for _, r := range st.Simulator.Requests() {
+		if !bytes.Contains(r, []byte(contract.TitlePrompt)) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // lastRequestMessages returns the number of messages in the simulator's last
 // request and that request's raw body.
 func lastRequestMessages(t *testing.T, st *roles.Dev) (int, string) {
 	t.Helper()
-	msgs, body, err := st.Simulator.LastMessages()
-	if err != nil {
+	reqs := agentRequests(st)
+	if len(reqs) == 0 {
+		t.Fatal("the simulator received no request")
+	}
+	var body struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(reqs[len(reqs)-1], &body); err != nil {
 		t.Fatal(err)
 	}
-	return len(msgs), string(body)
+	return len(body.Messages), string(reqs[len(reqs)-1])
 }
 
 func TestWorkerRestartKeepsHistoryAndStream(t *testing.T) {

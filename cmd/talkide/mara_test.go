@@ -132,7 +132,7 @@ func TestScriptedCodingSession(t *testing.T) {
 	var body struct {
 		Messages []json.RawMessage `json:"messages"`
 	}
-	reqs := st.Simulator.Requests()
+	reqs := agentRequests(st)
 	json.Unmarshal(reqs[len(reqs)-1], &body)
 	if len(body.Messages) < 20 {
 		t.Fatalf("the last request carried %d messages", len(body.Messages))

@@ -120,6 +120,9 @@ func checkReports(t *testing.T, st store.Store, projects string, convs []string)
 				t.Errorf("%s: idempotency key %s is used by two reports; the second is lost as a duplicate:\n%+v\n%+v", id, r.IdempotencyKey, prev, r)
 			}
 			r.Time = r.Time.Truncate(time.Millisecond)
+			if r.Kind == contract.ReportTurnEnded {
+				r.Reply = nil // the control-plane indexes the reply and stores the report without it
+			}
 			want[r.IdempotencyKey] = r
 		}
 		stored, err := st.ListReports(ctx, id)

@@ -7,7 +7,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
+
+	"github.com/talkide/platform/internal/contract"
 )
 
 // Marker starts every text the simulator writes, so that nobody mistakes a
@@ -51,6 +54,17 @@ type usage struct {
 func (s *Simulator) decide(req *request, body []byte) (*reply, error) {
 	last := lastUserMessage(req.Messages)
 	text := joinText(last)
+	if strings.HasPrefix(req.system, contract.TitlePrompt) {
+		// A title request: the message is the user's, quoted, so its
+		// directives are not the caller's; the title is its first words.
+		rep := &reply{StopReason: "end_turn", Content: []contentBlock{textBlock(Marker + titleOf(text))}}
+		if truncate(rep, req.MaxTokens) {
+			rep.StopReason = "max_tokens"
+		}
+		rep.Usage = s.inputUsage(req, len(body))
+		rep.Usage.OutputTokens = outputTokens(rep.Content)
+		return rep, nil
+	}
 	d := parseDirectives(text)
 	if d.Malformed == "" && d.Error != 0 {
 		return nil, newAPIError(d.Error, "%ssimulated %d %s requested by an [[error:%d]] directive", Marker, d.Error, errorType(d.Error), d.Error)
@@ -72,6 +86,22 @@ func (s *Simulator) decide(req *request, body []byte) (*reply, error) {
 	rep.Usage = s.inputUsage(req, len(body))
 	rep.Usage.OutputTokens = outputTokens(rep.Content)
 	return rep, nil
+}
+
+// titleWords is how many words of the message a simulated title has.
+const titleWords = 6
+
+// titleOf is the simulated title of a message: its first titleWords words,
+// without directives' brackets.
+func titleOf(text string) string {
+	words := strings.FieldsFunc(text, func(r rune) bool { return unicode.IsSpace(r) || r == '[' || r == ']' })
+	if len(words) > titleWords {
+		words = words[:titleWords]
+	}
+	if len(words) == 0 {
+		return "untitled"
+	}
+	return strings.Join(words, " ")
 }
 
 // lastUserMessage returns the last message with role "user", or nil.

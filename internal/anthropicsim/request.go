@@ -20,6 +20,8 @@ type request struct {
 	// systemJSON and toolsJSON are the compacted "system" and "tools" values,
 	// the prefix the cache rule looks at; empty when absent.
 	systemJSON, toolsJSON []byte
+	// system is the system prompt's text (its text blocks joined).
+	system string
 	// cacheControl reports whether a non-null "cache_control" key appears
 	// anywhere in the body.
 	cacheControl bool
@@ -121,6 +123,7 @@ func parseRequest(body []byte, needMaxTokens bool) (*request, error) {
 		}
 	}
 	req.systemJSON = compactJSON(w.System)
+	req.system = systemText(w.System)
 	req.cacheControl = hasCacheControl(body)
 	return req, nil
 }
@@ -219,6 +222,23 @@ func resultText(raw json.RawMessage, path string) (string, error) {
 		return strings.Join(texts, "\n"), nil
 	}
 	return "", badRequest("%s: must be a string or an array of content blocks", path)
+}
+
+// systemText returns the text of a system prompt checkSystem accepted.
+func systemText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var blocks []struct {
+		Text string `json:"text"`
+	}
+	json.Unmarshal(raw, &blocks)
+	var b strings.Builder
+	for _, bl := range blocks {
+		b.WriteString(bl.Text)
+	}
+	return b.String()
 }
 
 // checkSystem accepts an absent system prompt, a string, or an array of text

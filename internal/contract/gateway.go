@@ -20,6 +20,13 @@ const (
 	ConversationHeader = "X-Talkide-Conversation"
 )
 
+// TitlePrompt is the system prompt of the control-plane's call that names
+// a new conversation; the user's first message is the call's one message.
+// The model simulator recognises a title request by it.
+const TitlePrompt = "Name this conversation: answer with a title of at most six words for it, " +
+	"in the language of the user's message, on one line, without quotes and without a full stop. " +
+	"The user's first message follows; do not answer it."
+
 // MintRequest is the body of a mint call.
 type MintRequest struct {
 	ConversationID string `json:"conversation_id"`

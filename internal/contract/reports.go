@@ -1,6 +1,9 @@
 package contract
 
-import "time"
+import (
+	"time"
+	"unicode/utf8"
+)
 
 // Reporting endpoint (worker → control-plane), signed with X-Worker-Token.
 const ReportsPath = "/api/internal/worker/reports"
@@ -13,7 +16,15 @@ const (
 	ReportUsage    = "usage"
 	ReportToolUse  = "tool_use"
 	ReportActivity = "activity"
+	// ReportTurnEnded says a turn ended, with the main agent's text of it
+	// (Reply): one per turn, what the control-plane indexes for the
+	// conversation search and dates the conversation's activity by.
+	ReportTurnEnded = "turn_ended"
 )
+
+// MaxReplyText bounds the bytes of a turn_ended report's reply; the worker
+// cuts a longer reply (at a character boundary) and says so.
+const MaxReplyText = 16 << 10
 
 // ReportBatch is the body of POST /api/internal/worker/reports.
 type ReportBatch struct {
@@ -33,6 +44,15 @@ type Report struct {
 	Usage    *Usage      `json:"usage,omitempty"`    // usage
 	Tool     *ToolReport `json:"tool,omitempty"`     // tool_use
 	Activity string      `json:"activity,omitempty"` // activity: a one-line summary
+	Reply    *TurnReply  `json:"reply,omitempty"`    // turn_ended
+}
+
+// TurnReply is what a turn_ended report carries: the text of the main
+// agent's assistant messages of the turn, joined by blank lines, never a
+// tool's input or output nor a sub-agent's text.
+type TurnReply struct {
+	Text      string `json:"text"` // may be empty: a turn that failed before any text
+	Truncated bool   `json:"truncated,omitempty"`
 }
 
 // ToolReport is the control-plane's record of one tool call: no output, only
@@ -91,8 +111,20 @@ func (r Report) Validate(now time.Time) error {
 	case ReportActivity:
 		_, err := ValidateLine("activity", r.Activity, MaxActivity)
 		return err
+	case ReportTurnEnded:
+		switch {
+		case r.TurnID == "":
+			return Invalid(nil, "turn_id", "is missing from a turn_ended report")
+		case r.Reply == nil:
+			return Invalid(nil, "reply", "is missing from a turn_ended report")
+		case len(r.Reply.Text) > MaxReplyText:
+			return Invalid(nil, "reply.text", "is %d bytes, more than the %d allowed", len(r.Reply.Text), MaxReplyText)
+		case !utf8.ValidString(r.Reply.Text):
+			return Invalid(nil, "reply.text", "is not valid UTF-8")
+		}
+		return nil
 	}
-	return Invalid(nil, "kind", "%q is not one of %s, %s, %s", r.Kind, ReportUsage, ReportToolUse, ReportActivity)
+	return Invalid(nil, "kind", "%q is not one of %s, %s, %s, %s", r.Kind, ReportUsage, ReportToolUse, ReportActivity, ReportTurnEnded)
 }
 
 // validate checks a model call's usage as a client reports it: a model

@@ -170,34 +170,47 @@ func TestReportValidate(t *testing.T) {
 	tool := Report{IdempotencyKey: "demo/tool-1", Kind: ReportToolUse, ConversationID: "demo", Time: now,
 		Tool: &ToolReport{ID: "toolu_1", Name: "Bash", DurationMS: 4}}
 	activity := Report{IdempotencyKey: "demo/r-1", Kind: ReportActivity, ConversationID: "demo", Time: now, Activity: "ran the tests"}
+	ended := func(mut func(*Report)) Report {
+		r := Report{IdempotencyKey: "demo/t_1/turn-ended", Kind: ReportTurnEnded, ConversationID: "demo", TurnID: "t_1", Time: now,
+			Reply: &TurnReply{Text: "Done: the tests pass.\n\n```go\nx := 1\n```"}}
+		mut(&r)
+		return r
+	}
 	tests := map[string]struct {
 		r     Report
 		field string // "" accepted
 	}{
-		"usage":                     {r: usage(nil)},
-		"usage without a model":     {r: usage(func(r *Report) { r.Usage.Model = "" })},
-		"tool":                      {r: tool},
-		"activity":                  {r: activity},
-		"no key":                    {r: usage(func(r *Report) { r.IdempotencyKey = "" }), field: "idempotency_key"},
-		"key with NUL":              {r: usage(func(r *Report) { r.IdempotencyKey = "a\x00b" }), field: "idempotency_key"},
-		"key too long":              {r: usage(func(r *Report) { r.IdempotencyKey = strings.Repeat("k", MaxIdempotencyKey+1) }), field: "idempotency_key"},
-		"traversal conversation":    {r: usage(func(r *Report) { r.ConversationID = "../x" }), field: "conversation_id"},
-		"bad turn":                  {r: usage(func(r *Report) { r.TurnID = "t 1" }), field: "turn_id"},
-		"unknown kind":              {r: usage(func(r *Report) { r.Kind = "spend" }), field: "kind"},
-		"9999-12-31":                {r: usage(func(r *Report) { r.Time = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC) }), field: "time"},
-		"no time":                   {r: usage(func(r *Report) { r.Time = time.Time{} }), field: "time"},
-		"negative input tokens":     {r: usage(func(r *Report) { r.Usage.InputTokens = -1000 }), field: "usage.input_tokens"},
-		"negative output tokens":    {r: usage(func(r *Report) { r.Usage.OutputTokens = -1 }), field: "usage.output_tokens"},
-		"negative cache writes":     {r: usage(func(r *Report) { r.Usage.CacheCreationInputTokens = -1 }), field: "usage.cache_creation_input_tokens"},
-		"huge cache reads":          {r: usage(func(r *Report) { r.Usage.CacheReadInputTokens = 1<<63 - 1 }), field: "usage.cache_read_input_tokens"},
-		"model with NUL":            {r: usage(func(r *Report) { r.Usage.Model = "a\x00b" }), field: "usage.model"},
-		"usage missing":             {r: usage(func(r *Report) { r.Usage = nil }), field: "usage"},
-		"tool missing":              {r: Report{IdempotencyKey: "k", Kind: ReportToolUse, ConversationID: "demo", Time: now}, field: "tool"},
-		"negative tool duration":    {r: Report{IdempotencyKey: "k", Kind: ReportToolUse, ConversationID: "demo", Time: now, Tool: &ToolReport{ID: "t", Name: "Bash", DurationMS: -5}}, field: "tool.duration_ms"},
-		"tool name with ESC":        {r: Report{IdempotencyKey: "k", Kind: ReportToolUse, ConversationID: "demo", Time: now, Tool: &ToolReport{ID: "t", Name: "Ba\x1bsh"}}, field: "tool.name"},
-		"activity of two lines":     {r: Report{IdempotencyKey: "k", Kind: ReportActivity, ConversationID: "demo", Time: now, Activity: "a\nb"}, field: "activity"},
-		"activity with an override": {r: Report{IdempotencyKey: "k", Kind: ReportActivity, ConversationID: "demo", Time: now, Activity: "a\u202eb"}, field: "activity"},
-		"activity empty":            {r: Report{IdempotencyKey: "k", Kind: ReportActivity, ConversationID: "demo", Time: now}, field: "activity"},
+		"usage":                      {r: usage(nil)},
+		"usage without a model":      {r: usage(func(r *Report) { r.Usage.Model = "" })},
+		"tool":                       {r: tool},
+		"activity":                   {r: activity},
+		"no key":                     {r: usage(func(r *Report) { r.IdempotencyKey = "" }), field: "idempotency_key"},
+		"key with NUL":               {r: usage(func(r *Report) { r.IdempotencyKey = "a\x00b" }), field: "idempotency_key"},
+		"key too long":               {r: usage(func(r *Report) { r.IdempotencyKey = strings.Repeat("k", MaxIdempotencyKey+1) }), field: "idempotency_key"},
+		"traversal conversation":     {r: usage(func(r *Report) { r.ConversationID = "../x" }), field: "conversation_id"},
+		"bad turn":                   {r: usage(func(r *Report) { r.TurnID = "t 1" }), field: "turn_id"},
+		"unknown kind":               {r: usage(func(r *Report) { r.Kind = "spend" }), field: "kind"},
+		"9999-12-31":                 {r: usage(func(r *Report) { r.Time = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC) }), field: "time"},
+		"no time":                    {r: usage(func(r *Report) { r.Time = time.Time{} }), field: "time"},
+		"negative input tokens":      {r: usage(func(r *Report) { r.Usage.InputTokens = -1000 }), field: "usage.input_tokens"},
+		"negative output tokens":     {r: usage(func(r *Report) { r.Usage.OutputTokens = -1 }), field: "usage.output_tokens"},
+		"negative cache writes":      {r: usage(func(r *Report) { r.Usage.CacheCreationInputTokens = -1 }), field: "usage.cache_creation_input_tokens"},
+		"huge cache reads":           {r: usage(func(r *Report) { r.Usage.CacheReadInputTokens = 1<<63 - 1 }), field: "usage.cache_read_input_tokens"},
+		"model with NUL":             {r: usage(func(r *Report) { r.Usage.Model = "a\x00b" }), field: "usage.model"},
+		"usage missing":              {r: usage(func(r *Report) { r.Usage = nil }), field: "usage"},
+		"tool missing":               {r: Report{IdempotencyKey: "k", Kind: ReportToolUse, ConversationID: "demo", Time: now}, field: "tool"},
+		"negative tool duration":     {r: Report{IdempotencyKey: "k", Kind: ReportToolUse, ConversationID: "demo", Time: now, Tool: &ToolReport{ID: "t", Name: "Bash", DurationMS: -5}}, field: "tool.duration_ms"},
+		"tool name with ESC":         {r: Report{IdempotencyKey: "k", Kind: ReportToolUse, ConversationID: "demo", Time: now, Tool: &ToolReport{ID: "t", Name: "Ba\x1bsh"}}, field: "tool.name"},
+		"activity of two lines":      {r: Report{IdempotencyKey: "k", Kind: ReportActivity, ConversationID: "demo", Time: now, Activity: "a\nb"}, field: "activity"},
+		"activity with an override":  {r: Report{IdempotencyKey: "k", Kind: ReportActivity, ConversationID: "demo", Time: now, Activity: "a\u202eb"}, field: "activity"},
+		"activity empty":             {r: Report{IdempotencyKey: "k", Kind: ReportActivity, ConversationID: "demo", Time: now}, field: "activity"},
+		"turn ended":                 {r: ended(func(*Report) {})},
+		"turn ended without text":    {r: ended(func(r *Report) { r.Reply.Text = "" })},
+		"turn ended at the limit":    {r: ended(func(r *Report) { r.Reply.Text = strings.Repeat("é", MaxReplyText/2) })},
+		"turn ended, reply too long": {r: ended(func(r *Report) { r.Reply.Text = strings.Repeat("x", MaxReplyText+1) }), field: "reply.text"},
+		"turn ended, invalid utf-8":  {r: ended(func(r *Report) { r.Reply.Text = "a\xffb" }), field: "reply.text"},
+		"turn ended without reply":   {r: ended(func(r *Report) { r.Reply = nil }), field: "reply"},
+		"turn ended without turn":    {r: ended(func(r *Report) { r.TurnID = "" }), field: "turn_id"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -100,8 +100,8 @@ func pageQuery(r *http.Request, kinds, withEnv bool) (store.PageQuery, error) {
 		q.Before = &store.PagePosition{Time: time.UnixMilli(c.T).UTC(), Env: c.E, Key: c.K}
 	}
 	if v := qs.Get("kind"); v != "" {
-		if v != contract.ReportUsage && v != contract.ReportToolUse && v != contract.ReportActivity {
-			return q, badQuery("kind %.32q: want %s, %s or %s", v, contract.ReportToolUse, contract.ReportUsage, contract.ReportActivity)
+		if v != contract.ReportUsage && v != contract.ReportToolUse && v != contract.ReportActivity && v != contract.ReportTurnEnded {
+			return q, badQuery("kind %.32q: want %s, %s, %s or %s", v, contract.ReportToolUse, contract.ReportUsage, contract.ReportActivity, contract.ReportTurnEnded)
 		}
 		q.Kind = v
 	}

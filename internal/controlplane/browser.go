@@ -119,6 +119,9 @@ type ConversationView struct {
 	// the tenant's.
 	User      string    `json:"user,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// LastActivityAt is when a message was last sent or a turn last ended
+	// in it; the list is ordered by it, the most recent first.
+	LastActivityAt time.Time `json:"last_activity_at"`
 	// ArchivedAt is when the owner archived it; absent while it is not.
 	ArchivedAt *time.Time `json:"archived_at,omitempty"`
 	// Status is "running" while a turn runs and "idle" otherwise, in the
@@ -257,7 +260,8 @@ func (s *Server) handleCreateConversation(w http.ResponseWriter, r *http.Request
 	return nil
 }
 
-// handleListConversations lists what the caller may see, newest first,
+// handleListConversations lists what the caller may see, the most recently
+// active first,
 // each with whether a turn runs in it; archived conversations only with
 // ?archived=1.
 func (s *Server) handleListConversations(w http.ResponseWriter, r *http.Request) error {
@@ -388,6 +392,7 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) error {
 	}
 	if !resp.Duplicate {
 		s.activity.learn(c.ID, resp.Seq, true, resp.TurnID)
+		s.messageSent(r.Context(), c, msg)
 	}
 	httpapi.WriteJSON(w, status, resp)
 	return nil

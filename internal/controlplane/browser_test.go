@@ -68,7 +68,7 @@ func TestCreateConversation(t *testing.T) {
 				t.Errorf("id = %q, want %q", got.ID, tt.wantID)
 			}
 			want := controlplane.ConversationView{
-				ID: got.ID, Title: tt.wantTitle, Tenant: "acme", Env: "prod", User: user, CreatedAt: start,
+				ID: got.ID, Title: tt.wantTitle, Tenant: "acme", Env: "prod", User: user, CreatedAt: start, LastActivityAt: start,
 				State: &contract.SessionState{ConversationID: got.ID, Created: true, Status: contract.StatusIdle, LastSeq: 2, CreatedAt: start, Harness: "fake"},
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
@@ -159,7 +159,9 @@ func TestListConversations(t *testing.T) {
 		Env       string    `json:"env"`
 		User      string    `json:"user"`
 		CreatedAt time.Time `json:"created_at"`
+		Activity  time.Time `json:"last_activity_at"`
 		Status    string    `json:"status"`
+		Turn      string    `json:"running_turn_id"`
 	}
 	list := func() []item {
 		t.Helper()
@@ -189,12 +191,29 @@ func TestListConversations(t *testing.T) {
 		if resp.StatusCode != http.StatusCreated {
 			t.Fatalf("create %s: %d %s", id, resp.StatusCode, body)
 		}
-		want = append([]item{{ID: id, Title: "t-" + id, Tenant: tenant, Env: env, User: user, CreatedAt: h.clock.Now(), Status: contract.StatusIdle}}, want...)
+		want = append([]item{{ID: id, Title: "t-" + id, Tenant: tenant, Env: env, User: user, CreatedAt: h.clock.Now(), Activity: h.clock.Now(), Status: contract.StatusIdle}}, want...)
 	}
 	h.clock.Advance(time.Second)
 	h.insertConversation("bobs", otherUser, env) // newest, but not alice's
 	if diff := cmp.Diff(want, list()); diff != "" {
 		t.Errorf("list (-want +got):\n%s", diff)
+	}
+
+	// A message moves its conversation to the top: the list is by last
+	// activity.
+	h.clock.Advance(time.Second)
+	resp, body := h.do(http.MethodPost, "/api/conversations/c/messages", `{"text":"hello","client_message_id":"m_1"}`, nil)
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("send: %d %s", resp.StatusCode, body)
+	}
+	c := want[2]
+	c.Activity, c.Status = h.clock.Now(), ""
+	got := list()
+	if len(got) == 3 {
+		got[0].Status, got[0].Turn = "", ""
+	}
+	if diff := cmp.Diff([]item{c, want[0], want[1]}, got); diff != "" {
+		t.Errorf("list after a message in c (-want +got):\n%s", diff)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/fakeclock"
+	"github.com/talkide/platform/internal/gateway"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
@@ -35,6 +37,7 @@ const (
 	user       = "alice"
 	otherUser  = "bob"
 	commandKID = "c1"
+	simKey     = "sk-sim-test"
 	tokenKID   = "k1"
 )
 
@@ -240,6 +243,8 @@ type harness struct {
 	clock   *fakeclock.Clock
 	worker  *fakeWorker
 	cp      *controlplane.Server
+	gw      *gateway.Gateway // with harnessOptions.titles
+	budget  *budget.Service  // with harnessOptions.budget
 }
 
 type harnessOptions struct {
@@ -260,6 +265,12 @@ type harnessOptions struct {
 	// StreamShareInterval and StreamShareTTL), and runs their sharing
 	// for the test.
 	shareStreams func(store.Store) store.StreamCounts
+	// titles, when set, is the Anthropic API (the simulator) of a real
+	// gateway the control-plane names conversations through, with
+	// titleModel (and the harness's budget, if any); the harness runs
+	// RunTitles for the test.
+	titles     http.Handler
+	titleModel string
 }
 
 // demoHarness is a harness with the default options and one conversation,
@@ -301,9 +312,27 @@ func newHarness(t testing.TB, opts harnessOptions) *harness {
 	if opts.shareStreams != nil {
 		counts = opts.shareStreams(st)
 	}
+	gwHandler := opts.gateway
+	var gw *gateway.Gateway
+	if opts.titles != nil {
+		up := httptest.NewServer(opts.titles)
+		t.Cleanup(up.Close)
+		u, err := url.Parse(up.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gopts := &gateway.Options{Now: clk.Now}
+		if bud != nil {
+			gopts.Budget = bud
+		}
+		gw = gateway.New(u, simKey, kr, st, gopts)
+		t.Cleanup(func() { gw.Close(context.Background()) })
+		gwHandler = gw
+	}
 	cp, err := controlplane.New(st, controlplane.Keys{Tokens: kr, CommandSecret: commandSecret, CommandKeyID: commandKID},
 		controlplane.TenantEnv{Tenant: tenant, Env: env}, &controlplane.Options{
-			Gateway:     opts.gateway,
+			Gateway:     gwHandler,
+			TitleModel:  opts.titleModel,
 			Metrics:     opts.metrics,
 			BodyTimeout: opts.bodyTimeout,
 			LocalUser:   localUser,
@@ -323,25 +352,33 @@ func newHarness(t testing.TB, opts harnessOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if opts.titles != nil {
+		runForTest(t, func(ctx context.Context) { cp.RunTitles(ctx) })
+	}
 	if counts != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			cp.ShareStreamCounts(ctx)
-		}()
-		t.Cleanup(func() { cancel(); <-done })
+		runForTest(t, cp.ShareStreamCounts)
 	}
 	if opts.listener != nil {
 		srv := &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 10 * time.Second}
 		srv.RegisterOnShutdown(cp.CloseStreams)
 		go srv.Serve(opts.listener)
 		t.Cleanup(func() { srv.Close() })
-		return &harness{t: t, url: "http://" + opts.listener.Addr().String(), client: &http.Client{}, store: st, keyring: kr, clock: clk, worker: fw, cp: cp}
+		return &harness{t: t, url: "http://" + opts.listener.Addr().String(), client: &http.Client{}, store: st, keyring: kr, clock: clk, worker: fw, cp: cp, gw: gw, budget: bud}
 	}
 	srv := httptest.NewServer(cp.Handler())
 	t.Cleanup(srv.Close)
-	return &harness{t: t, url: srv.URL, client: srv.Client(), store: st, keyring: kr, clock: clk, worker: fw, cp: cp}
+	return &harness{t: t, url: srv.URL, client: srv.Client(), store: st, keyring: kr, clock: clk, worker: fw, cp: cp, gw: gw, budget: bud}
+}
+
+// runForTest runs fn until the test ends, and waits for it to return.
+func runForTest(t testing.TB, fn func(context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 // do sends a request to the control-plane and returns the answer with its

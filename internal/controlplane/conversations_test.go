@@ -14,6 +14,7 @@ import (
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/sse"
+	"github.com/talkide/platform/internal/store"
 )
 
 type listAnswer struct {
@@ -624,13 +625,25 @@ func TestTurnUsage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The call that named the conversation, during t_a: part of its cost,
+	// not of its calls or tokens.
+	if _, err := h.store.SettleBudget(t.Context(), budget.Entry{ID: "title-call", Tenant: tenant, Env: env, User: user, Conversation: "c1",
+		Usage: budget.Usage{Model: "claude-sonnet-4-6", InputTokens: 30, OutputTokens: 5}, Cost: 2 * budget.Microdollar, Status: 200,
+		StartedAt: t0.Add(12 * time.Second), SettledAt: t0.Add(13 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.RecordUsage(t.Context(), store.UsageRecord{ID: "title-call", Tenant: tenant, Env: env, ConversationID: "c1", UserID: user,
+		Model: "claude-sonnet-4-6", Status: 200, InputTokens: 30, OutputTokens: 5, StartedAt: t0.Add(12 * time.Second), Purpose: store.PurposeTitle}); err != nil {
+		t.Fatal(err)
+	}
 	wantTurn := map[string]struct {
 		calls int64
 		cost  string
+		title string
 	}{
-		"t_a": {3, "0.000016"},
-		"t_b": {1, "0.0001"},
-		"t_c": {1, "0.000007"},
+		"t_a": {3, "0.000018", "0.000002"},
+		"t_b": {1, "0.0001", ""},
+		"t_c": {1, "0.000007", ""},
 	}
 	for turn, w := range wantTurn {
 		resp, body := h.do(http.MethodGet, "/api/conversations/c1/turns/"+turn+"/usage", "", nil)
@@ -639,7 +652,8 @@ func TestTurnUsage(t *testing.T) {
 		}
 		var u controlplane.TurnUsage
 		decodeJSON(t, body, &u)
-		if u.TurnID != turn || u.Calls != w.calls || u.CostUSD != w.cost || u.InputTokens != 100*w.calls || u.OutputTokens != 10*w.calls {
+		if u.TurnID != turn || u.Calls != w.calls || u.CostUSD != w.cost || u.InputTokens != 100*w.calls || u.OutputTokens != 10*w.calls ||
+			u.TitleCostUSD != w.title || (u.TitleCalls == 1) != (w.title != "") {
 			t.Errorf("%s: %+v, want %d calls costing %s", turn, u, w.calls, w.cost)
 		}
 	}
@@ -650,7 +664,7 @@ func TestTurnUsage(t *testing.T) {
 	}
 	var page controlplane.HistoryPage
 	decodeJSON(t, body, &page)
-	if len(page.TurnUsage) != 2 || page.TurnUsage["t_a"] == nil || page.TurnUsage["t_a"].CostUSD != "0.000016" || page.TurnUsage["t_b"].Calls != 1 {
+	if len(page.TurnUsage) != 2 || page.TurnUsage["t_a"] == nil || page.TurnUsage["t_a"].CostUSD != "0.000018" || page.TurnUsage["t_b"].Calls != 1 {
 		t.Errorf("history turn_usage: %s", body)
 	}
 	resp, body = h.do(http.MethodGet, "/api/conversations/c1/events?before=3&limit=2", "", nil)

@@ -52,7 +52,19 @@ func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) error {
 		}
 		owned[rep.ConversationID] = true
 	}
-	accepted, dups, err := s.cfg.Store.AddReports(r.Context(), p.Tenant, p.Env, batch.Reports, s.cfg.Now().UTC())
+	// A turn's reply is kept where the search reads it, not twice: the
+	// report itself is stored without it.
+	stored := make([]contract.Report, len(batch.Reports))
+	for i, rep := range batch.Reports {
+		if rep.Kind == contract.ReportTurnEnded {
+			if err := s.turnEnded(r.Context(), rep); err != nil {
+				return err
+			}
+			rep.Reply = nil
+		}
+		stored[i] = rep
+	}
+	accepted, dups, err := s.cfg.Store.AddReports(r.Context(), p.Tenant, p.Env, stored, s.cfg.Now().UTC())
 	if err != nil {
 		return err
 	}

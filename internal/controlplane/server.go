@@ -112,6 +112,13 @@ type Options struct {
 	// still counted; 0: DefaultStreamShareTTL. It is raised to at least
 	// three intervals.
 	StreamShareTTL time.Duration
+
+	// TitleModel is the model that names new conversations, through
+	// Gateway (titles.go); "": no title call, every title is the first
+	// words of the first message. TitleTimeout bounds each call; 0:
+	// DefaultTitleTimeout.
+	TitleModel   string
+	TitleTimeout time.Duration
 }
 
 // StreamMetrics observes the browser event streams (metrics.Metrics).
@@ -146,6 +153,7 @@ type Server struct {
 	replica      string // ReplicaID
 	hubs         *hubs
 	activity     *activity
+	titles       *titles
 }
 
 // StreamLimits returns the caps on browser streams in force.
@@ -208,6 +216,9 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 	defaults.IfNotPositive(&cfg.StreamShareInterval, DefaultStreamShareInterval)
 	defaults.IfNotPositive(&cfg.StreamShareTTL, DefaultStreamShareTTL)
 	cfg.StreamShareTTL = max(cfg.StreamShareTTL, 3*cfg.StreamShareInterval)
+	if cfg.TitleTimeout <= 0 {
+		cfg.TitleTimeout = DefaultTitleTimeout
+	}
 	if cfg.WorkerTransport == nil {
 		cfg.WorkerTransport = http.DefaultTransport.(*http.Transport).Clone()
 	}
@@ -228,6 +239,7 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 	// then fall StreamQueue more behind.
 	s.hubs = newHubs(s, cfg.StreamQueue, 2*cfg.StreamQueue)
 	s.activity = newActivity(cfg.Now)
+	s.titles = newTitles(s)
 	s.reports = trust.NewVerifier(trust.ToControlPlane, s.reportKey, cfg.Now)
 	return s, nil
 }
@@ -244,6 +256,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("PATCH /api/conversations/{id}", h(s.browser(s.handleUpdateConversation)))
 	mux.Handle("GET /api/conversations/{id}/turns/{turn}/usage", h(s.browser(s.handleTurnUsage)))
 	mux.Handle("GET /api/me/budget", h(s.browser(s.handleMyBudget)))
+	mux.Handle("GET /api/search", h(s.browser(s.handleSearch)))
 	mux.Handle("POST /api/conversations/{id}/messages", h(s.browser(s.handleSend)))
 	mux.Handle("POST /api/conversations/{id}/interrupt", h(s.browser(s.handleInterrupt)))
 	mux.Handle("GET /api/conversations/{id}/stream", h(s.browser(s.handleStream)))
@@ -291,6 +304,7 @@ func (s *Server) Handler() http.Handler {
 		"/api/conversations":                 {http.MethodGet, http.MethodPost},
 		"/api/conversations/{id}":            {http.MethodGet, http.MethodPatch},
 		"/api/me/budget":                     {http.MethodGet},
+		"/api/search":                        {http.MethodGet},
 		"/api/conversations/{id}/messages":   {http.MethodPost},
 		"/api/conversations/{id}/interrupt":  {http.MethodPost},
 		"/api/conversations/{id}/stream":     {http.MethodGet},

@@ -17,7 +17,7 @@ import (
 // the request.
 
 func viewOf(c store.Conversation) ConversationView {
-	v := ConversationView{ID: c.ID, Title: c.Title, Tenant: c.Tenant, Env: c.Env, User: c.UserID, CreatedAt: c.CreatedAt}
+	v := ConversationView{ID: c.ID, Title: c.Title, Tenant: c.Tenant, Env: c.Env, User: c.UserID, CreatedAt: c.CreatedAt, LastActivityAt: c.LastActivityAt}
 	if !c.ArchivedAt.IsZero() {
 		at := c.ArchivedAt
 		v.ArchivedAt = &at
@@ -149,7 +149,7 @@ func (s *Server) visibleConversations(r *http.Request) ([]store.Conversation, er
 		add(cs)
 	}
 	slices.SortStableFunc(out, func(a, b store.Conversation) int {
-		if d := b.CreatedAt.Compare(a.CreatedAt); d != 0 {
+		if d := b.LastActivityAt.Compare(a.LastActivityAt); d != 0 {
 			return d
 		}
 		return strings.Compare(b.ID, a.ID)

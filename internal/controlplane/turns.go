@@ -9,6 +9,7 @@ import (
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/store"
 )
 
 // What each turn cost, for the turn's footer in the browser. The money is
@@ -24,12 +25,20 @@ import (
 // control-plane's clocks disagreeing by more than the gap between two
 // turns could make, goes to the nearest turn rather than nowhere.
 
+// A conversation's title call (titles.go) is made as its first turn
+// runs and falls in that turn's span: its cost is part of the turn's
+// (what the turn cost the user, as the budget counts it), and TitleCalls
+// and TitleCostUSD say how much of it named the conversation; Calls and
+// the token counts are the agent's own calls alone, comparable with
+// finish.model_calls. A ledger entry is a title call when its usage record
+// says so (the same id), which the gateway writes a moment after the call.
+
 // TurnUsage is what one turn's model calls used and cost.
 type TurnUsage struct {
 	TurnID string `json:"turn_id"`
-	// Calls counts the model calls the ledger holds for the turn; a call
-	// settles just after it ends, so right after the turn it may lag
-	// finish.model_calls by the last one.
+	// Calls counts the agent's model calls the ledger holds for the turn;
+	// a call settles just after it ends, so right after the turn it may
+	// lag finish.model_calls by the last one.
 	Calls             int64  `json:"calls"`
 	InputTokens       int64  `json:"input_tokens"`
 	OutputTokens      int64  `json:"output_tokens"`
@@ -39,7 +48,11 @@ type TurnUsage struct {
 	CostUSD           string `json:"cost_usd"` // exact decimal dollars
 	Estimated         bool   `json:"estimated,omitempty"`
 	Failed            int64  `json:"failed,omitempty"` // calls the upstream refused or never answered
-	cost              budget.Money
+	// TitleCalls counts the calls that named the conversation, and
+	// TitleCostUSD is their part of CostUSD.
+	TitleCalls   int64  `json:"title_calls,omitempty"`
+	TitleCostUSD string `json:"title_cost_usd,omitempty"`
+	cost, title  budget.Money
 }
 
 // turnSpan is one turn's span in the log.
@@ -119,9 +132,19 @@ func (s *Server) turnUsage(ctx context.Context, conv string, spans []turnSpan, w
 	if err != nil {
 		return nil, err
 	}
+	titles, err := s.titleCalls(ctx, conv)
+	if err != nil {
+		return nil, err
+	}
 	for _, e := range es {
 		u := out[spans[turnOf(spans, e.StartedAt)].id]
 		if u == nil {
+			continue
+		}
+		if titles[e.ID] {
+			u.TitleCalls++
+			u.title += e.Cost
+			u.cost += e.Cost
 			continue
 		}
 		u.Calls++
@@ -138,8 +161,26 @@ func (s *Server) turnUsage(ctx context.Context, conv string, spans []turnSpan, w
 	}
 	for _, u := range out {
 		u.CostUSD = usd(u.cost)
+		if u.TitleCalls > 0 {
+			u.TitleCostUSD = usd(u.title)
+		}
 	}
 	return out, nil
+}
+
+// titleCalls returns the ids of conversation conv's title calls.
+func (s *Server) titleCalls(ctx context.Context, conv string) (map[string]bool, error) {
+	us, err := s.cfg.Store.ListUsage(ctx, conv)
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string]bool{}
+	for _, u := range us {
+		if u.Purpose == store.PurposeTitle {
+			ids[u.ID] = true
+		}
+	}
+	return ids, nil
 }
 
 // handleTurnUsage is GET /api/conversations/{id}/turns/{turn}/usage: what

@@ -19,6 +19,9 @@ type UsageView struct {
 	CacheReadInputTokens     int64     `json:"cache_read_input_tokens"`
 	StartedAt                time.Time `json:"started_at"`
 	DurationMS               int64     `json:"duration_ms"`
+	// Purpose is "title" for the call that named the conversation; absent
+	// for the agent's own calls.
+	Purpose string `json:"purpose,omitempty"`
 }
 
 // handleConversationUsage is GET /api/conversations/{id}/usage: the
@@ -39,5 +42,5 @@ func (s *Server) handleConversationUsage(w http.ResponseWriter, r *http.Request)
 func usageView(u store.UsageRecord) UsageView {
 	return UsageView{Model: u.Model, Status: u.Status, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CacheCreationInputTokens: u.CacheCreationInputTokens, CacheReadInputTokens: u.CacheReadInputTokens,
-		StartedAt: u.StartedAt, DurationMS: u.Duration.Milliseconds()}
+		StartedAt: u.StartedAt, DurationMS: u.Duration.Milliseconds(), Purpose: u.Purpose}
 }

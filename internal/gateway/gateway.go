@@ -287,6 +287,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 			ConversationID: conv.ID,
 			UserID:         conv.UserID,
 			StartedAt:      start,
+			Purpose:        purposeOf(r.Context()),
 		},
 		reqModel: model,
 		body:     held,
@@ -355,6 +356,22 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		w = &firstByteWriter{ResponseWriter: w, c: c}
 	}
 	g.proxy.ServeHTTP(w, in)
+}
+
+// purposeKey carries a call's purpose (WithPurpose).
+type purposeKey struct{}
+
+// WithPurpose returns a context whose call through the gateway is recorded
+// with purpose p (store.UsageRecord.Purpose). Only a caller in the same
+// process sets it, on a request it hands to ServeHTTP itself (the
+// control-plane's title call): nothing a worker sends can.
+func WithPurpose(ctx context.Context, p string) context.Context {
+	return context.WithValue(ctx, purposeKey{}, p)
+}
+
+func purposeOf(ctx context.Context) string {
+	p, _ := ctx.Value(purposeKey{}).(string)
+	return p
 }
 
 // callKey carries a call to the proxy's hooks, in the upstream request's

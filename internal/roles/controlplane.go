@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/gateway"
+	"github.com/talkide/platform/internal/harness/native"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/kubeprovision"
 	"github.com/talkide/platform/internal/lifecycle"
@@ -83,7 +85,11 @@ type ControlPlaneConfig struct {
 	// must keep the budget.Store methods. The gateway benchmark times the
 	// store calls of a model call with it.
 	WrapStore func(store.Store) store.Store
-	Logger    *slog.Logger
+	// TitleModel names new conversations (controlplane.Options.TitleModel);
+	// empty: the native harness's default model. Without an API key no
+	// title call is made.
+	TitleModel string
+	Logger     *slog.Logger
 }
 
 // ProvisionerConfig is the Kubernetes provisioner's part of a
@@ -194,6 +200,10 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 		}
 	}
 	shared := sharedStreamCounts(p.Store)
+	titleModel := ""
+	if p.Gateway != nil {
+		titleModel = cmp.Or(c.TitleModel, native.DefaultModel)
+	}
 	p.Server, err = controlplane.New(p.Store,
 		controlplane.Keys{Tokens: p.Secrets.Tokens(), Commands: p.Secrets.Commands()},
 		controlplane.TenantEnv{Tenant: c.Tenant, Env: c.Env}, &controlplane.Options{
@@ -205,10 +215,13 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 			StreamMetrics:     p.metrics,
 			MaxStreamsPerUser: c.MaxStreamsPerUser, MaxStreamsPerConversation: c.MaxStreamsPerConversation, MaxStreams: c.MaxStreams,
 			StreamCounts: shared, StreamShareInterval: c.ShareInterval, StreamShareTTL: c.ShareTTL,
+			TitleModel: titleModel,
 		})
 	if err != nil {
 		return nil, err
 	}
+	// Stopped before the gateway, the budget and the store it uses.
+	p.group.Go("titles", p.Server.RunTitles)
 	if shared != nil {
 		// When the streams have ended, the other replicas stop counting
 		// this one's at once rather than after the TTL.

@@ -140,7 +140,8 @@ func (s *Dev) startControlPlane(ctx context.Context, upstream, key string) error
 		LocalUser: user, Auth: login, Tenant: DevTenant, Env: DevEnv,
 		MaxStreamsPerUser: s.cfg.MaxStreamsPerUser, MaxStreamsPerConversation: s.cfg.MaxStreamsPerConversation, MaxStreams: s.cfg.MaxStreams,
 		MaxBody: s.cfg.MaxBody, MaxBuffered: s.cfg.MaxBuffered,
-		Logger: s.cfg.Logger,
+		TitleModel: s.cfg.Agent.Model, // the agent's: the one model known to be served
+		Logger:     s.cfg.Logger,
 	})
 	if err != nil {
 		return err

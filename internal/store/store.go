@@ -58,6 +58,9 @@ type Conversation struct {
 	UserID    string
 	Title     string
 	CreatedAt time.Time
+	// LastActivityAt is when a message was last sent or a turn last
+	// ended in it; CreateConversation starts it at CreatedAt (when zero).
+	LastActivityAt time.Time
 	// ArchivedAt is when the user archived the conversation; zero while
 	// it is not archived.
 	ArchivedAt time.Time
@@ -67,6 +70,9 @@ type Conversation struct {
 // is set, the others stay.
 type ConversationChange struct {
 	Title *string
+	// Untitled sets Title only on a conversation whose title is empty:
+	// a generated title never replaces one the user gave.
+	Untitled bool
 	// Archived archives the conversation at At (one already archived
 	// keeps its first ArchivedAt) or, false, unarchives it.
 	Archived *bool
@@ -148,6 +154,42 @@ type UsageRecord struct {
 	CacheReadInputTokens     int64
 	StartedAt                time.Time
 	Duration                 time.Duration
+	// Purpose is what the call was for: "" for the agent's own calls,
+	// PurposeTitle for the call that named the conversation.
+	Purpose string
+}
+
+// PurposeTitle marks the usage record of the model call that named a
+// conversation.
+const PurposeTitle = "title"
+
+// The kinds of ConversationText.
+const (
+	TextTitle     = "title"     // the conversation's title (one per conversation, key "title")
+	TextUser      = "user"      // a message the user sent
+	TextAssistant = "assistant" // the assistant's reply at the end of a turn
+)
+
+// ConversationText is one text the conversation search looks through.
+type ConversationText struct {
+	ConversationID string
+	// Key is unique per conversation: a text given again under its key is
+	// not indexed twice.
+	Key  string
+	Kind string // TextUser or TextAssistant; titles are kept by UpdateConversation and CreateConversation
+	Body string
+	At   time.Time
+}
+
+// SearchHit is one conversation a search found, with the text of it that
+// matched best.
+type SearchHit struct {
+	Conversation Conversation
+	Kind         string // the matching text's kind (TextTitle, TextUser, TextAssistant)
+	Body         string // the matching text
+	// Score orders hits, higher first; it compares hits of one search
+	// only, and differs between the stores.
+	Score float64
 }
 
 // StoredReport is a worker report as the control-plane keeps it.
@@ -267,9 +309,24 @@ type Store interface {
 	// c's tenant-env or user does not exist.
 	CreateConversation(ctx context.Context, c Conversation) (stored Conversation, created bool, err error)
 	GetConversation(ctx context.Context, id string) (Conversation, error)
-	// ListConversations returns the user's conversations newest first
-	// (CreatedAt descending, then ID descending), archived ones too.
+	// ListConversations returns the user's conversations, the most
+	// recently active first (LastActivityAt descending, then ID
+	// descending), archived ones too.
 	ListConversations(ctx context.Context, userID string) ([]Conversation, error)
+	// TouchConversation moves the conversation's LastActivityAt to at if
+	// that is later. ErrNotFound when there is no such conversation.
+	TouchConversation(ctx context.Context, id string, at time.Time) error
+	// AddConversationText indexes t for SearchConversations; added is
+	// false, and nothing changes, when t's conversation already has a text
+	// under t.Key. The conversation need not be stored (as for reports).
+	AddConversationText(ctx context.Context, t ConversationText) (added bool, err error)
+	// SearchConversations returns the user's conversations (archived ones
+	// too) whose title or texts hold every word of query (the last one as
+	// a prefix: the user may still be typing it), best first, one hit per
+	// conversation, at most limit (at least 1). The words are
+	// SearchTerms(query): no character of the query is syntax to the
+	// database. A query without a word finds nothing.
+	SearchConversations(ctx context.Context, userID, query string, limit int) ([]SearchHit, error)
 	// UpdateConversation applies ch to the conversation and returns it as
 	// stored after. ErrNotFound when there is no such conversation.
 	UpdateConversation(ctx context.Context, id string, ch ConversationChange) (Conversation, error)

@@ -172,7 +172,29 @@ func (rp *Reporter) Flush(ctx context.Context) error {
 	return first
 }
 
-const maxBatch = 200
+// A batch holds at most maxBatch reports and, unless it is one report,
+// maxBatchBytes of them as JSON: a turn's reply is up to
+// contract.MaxReplyText, and a batch the control-plane refuses as too
+// large would be dropped.
+const (
+	maxBatch      = 200
+	maxBatchBytes = contract.MaxReportBatch / 2
+)
+
+// batchLen returns how many of pending the next batch takes.
+func batchLen(pending []sessionstore.PendingReport) int {
+	size := 0
+	for i, p := range pending[:min(len(pending), maxBatch)] {
+		b, err := json.Marshal(p.Report)
+		if err != nil {
+			return max(i, 1) // post fails on it, alone
+		}
+		if size += len(b) + 1; size > maxBatchBytes && i > 0 {
+			return i
+		}
+	}
+	return min(len(pending), maxBatch)
+}
 
 func (rp *Reporter) deliver(ctx context.Context, ob Outbox) error {
 	if err := ob.Sync(); err != nil {
@@ -183,7 +205,7 @@ func (rp *Reporter) deliver(ctx context.Context, ob Outbox) error {
 		return err
 	}
 	for len(pending) > 0 {
-		n := min(len(pending), maxBatch)
+		n := batchLen(pending)
 		batch := make([]contract.Report, n)
 		for i := range batch {
 			batch[i] = pending[i].Report

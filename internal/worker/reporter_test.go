@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -301,5 +302,41 @@ func TestReporterRunRetriesWithBackoff(t *testing.T) {
 		if n := cp.deliveries(k); n != 4 {
 			t.Errorf("%s delivered %d times, want 4 (three lost answers, one acknowledged)", k, n)
 		}
+	}
+}
+
+// Turns' replies make large reports: a batch of them stays under half the
+// control-plane's body limit, so none is refused as too large and dropped.
+func TestBatchBoundedInBytes(t *testing.T) {
+	reply := strings.Repeat("\x01", contract.MaxReplyText) // 6 bytes each in JSON
+	var pending []sessionstore.PendingReport
+	for i := range 300 {
+		pending = append(pending, sessionstore.PendingReport{Report: contract.Report{
+			IdempotencyKey: fmt.Sprint("k", i), Kind: contract.ReportTurnEnded, ConversationID: "c", TurnID: "t",
+			Reply: &contract.TurnReply{Text: reply}}})
+	}
+	for len(pending) > 0 {
+		n := batchLen(pending)
+		if n < 1 {
+			t.Fatalf("batchLen = %d", n)
+		}
+		body, err := json.Marshal(contract.ReportBatch{Reports: func() []contract.Report {
+			var rs []contract.Report
+			for _, p := range pending[:n] {
+				rs = append(rs, p.Report)
+			}
+			return rs
+		}()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(body) > contract.MaxReportBatch {
+			t.Fatalf("a batch of %d reports is %d bytes, more than %d", n, len(body), contract.MaxReportBatch)
+		}
+		pending = pending[n:]
+	}
+	small := make([]sessionstore.PendingReport, 500)
+	if n := batchLen(small); n != maxBatch {
+		t.Errorf("batchLen of 500 small reports = %d, want %d", n, maxBatch)
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
@@ -405,6 +407,10 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 	log := s.log.With("turn", rt.id)
 	start := time.Now()
 	meta := s.store.Meta()
+	var (
+		replyMu sync.Mutex
+		reply   replyText // guarded by replyMu: a harness may emit from goroutines of its own
+	)
 	t := &harness.Turn{
 		ConversationID: s.id,
 		TurnID:         rt.id,
@@ -421,6 +427,11 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 				// nesting a client could not trust is dropped.
 				s.log.Warn("harness event with a bad parent tool call", "kind", ev.Kind, "err", err)
 				ev.ParentToolUseID = ""
+			}
+			if ev.Kind == contract.KindMessage && ev.ParentToolUseID == "" {
+				replyMu.Lock()
+				reply.add(ev.Text)
+				replyMu.Unlock()
 			}
 			s.emit(ev)
 		},
@@ -462,9 +473,47 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 		}})
 		log.Info("turn finished", "stop_reason", res.StopReason, "model_calls", res.ModelCalls, "duration", time.Since(start))
 	}
+	// After the terminal event, before the session is idle: the
+	// control-plane dates the conversation's activity by it and indexes
+	// the reply for the search, once per turn (the key), whether or not
+	// anyone watched the turn.
+	replyMu.Lock()
+	r := reply.report()
+	replyMu.Unlock()
+	s.report(contract.Report{Kind: contract.ReportTurnEnded, IdempotencyKey: s.id + "/" + rt.id + "/turn-ended",
+		ConversationID: s.id, TurnID: rt.id, Time: s.eventTime(), Reply: &r})
 	s.running = nil
 	s.lastUsed = s.cfg.now()
 	s.mu.Unlock()
+}
+
+// replyText gathers the main agent's assistant messages of a turn, up to
+// contract.MaxReplyText bytes.
+type replyText struct {
+	b         strings.Builder
+	truncated bool
+}
+
+func (r *replyText) add(text string) {
+	text = strings.TrimSpace(text)
+	if text == "" || r.truncated {
+		return
+	}
+	if r.b.Len() > 0 {
+		text = "\n\n" + text
+	}
+	if room := contract.MaxReplyText - r.b.Len(); len(text) > room {
+		// Cut at a character boundary.
+		for room > 0 && !utf8.RuneStart(text[room]) {
+			room--
+		}
+		text, r.truncated = text[:room], true
+	}
+	r.b.WriteString(text)
+}
+
+func (r *replyText) report() contract.TurnReply {
+	return contract.TurnReply{Text: r.b.String(), Truncated: r.truncated}
 }
 
 // interrupt cancels the running turn and waits until it has closed.

@@ -68,8 +68,11 @@ export interface SessionState {
 
 export interface Conversation {
   id: string;
+  /** "" until the control-plane names it after its first message. */
   title: string;
   created_at: string;
+  /** When a message was last sent or a turn last ended: the list's order. */
+  last_activity_at?: string;
   archived_at?: string;
   /** In the list: "running" or "idle", as the control-plane knows it. */
   status?: string;
@@ -86,6 +89,16 @@ export interface TurnUsage {
   output_tokens: number;
   cost_usd: string;
   estimated?: boolean;
+  /** The call that named the conversation, when it fell in this turn: part of cost_usd, not of calls. */
+  title_calls?: number;
+  title_cost_usd?: string;
+}
+
+/** One conversation the search found, with a snippet of its best matching text. */
+export interface SearchResult {
+  conversation: Conversation;
+  kind: "title" | "user" | "assistant";
+  snippet: string;
 }
 
 export interface HistoryPage {
@@ -258,6 +271,7 @@ export const api = {
   list: (archived = false) => call<{ conversations: Conversation[] }>("GET", "/api/conversations" + (archived ? "?archived=1" : "")),
   update: (id: string, change: { title?: string; archived?: boolean }) => call<Conversation>("PATCH", conv(id), change),
   budget: () => call<{ limits: LimitStatus[] }>("GET", "/api/me/budget"),
+  search: (q: string) => call<{ results: SearchResult[] }>("GET", "/api/search?q=" + encodeURIComponent(q)),
   tenantBudget: (tenant: string, env?: string) =>
     call<TenantBudget>("GET", "/api/tenants/" + encodeURIComponent(tenant) + "/budget" + (env ? "?env=" + encodeURIComponent(env) : "")),
   tenantUsage: (tenant: string, env?: string) =>

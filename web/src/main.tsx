@@ -1,7 +1,7 @@
 import { render } from "preact";
 import { useEffect, useRef, useState, useMemo, useLayoutEffect } from "preact/hooks";
 import { signal, computed, effect } from "@preact/signals";
-import { api, ApiError, loginNeeded, type Conversation, type Me } from "./api";
+import { api, ApiError, loginNeeded, type Conversation, type Me, type SearchResult } from "./api";
 import { Session } from "./session";
 import { TranscriptView } from "./view";
 import { SidePanel } from "./panel";
@@ -57,6 +57,10 @@ function scheduleList() {
 }
 window.addEventListener("talkide:turn", (e) => {
   loadList();
+  // The control-plane names a new conversation after its first message,
+  // in the background: while the open one has no title, look again.
+  const open = conversations.value.find((c) => c.id === currentId.value);
+  if (open && !open.title) for (const ms of [1000, 3000, 8000]) setTimeout(loadList, ms);
   if ((e as CustomEvent).detail?.kind !== "turn.started") {
     // The turn's last call settles a moment after the turn ends: read
     // again shortly, so that the header does not stay one call behind.
@@ -234,6 +238,23 @@ function closeDrawer() {
   setTimeout(focusComposer, 0);
 }
 
+/** displayName is what the list calls a conversation: its title, or, until
+ * the control-plane names it, "New conversation" (its id is in the tooltip). */
+function displayName(c: Conversation): string {
+  return c.title || "New conversation";
+}
+
+/** touchLocal moves conversation id to the top of the list at once when a
+ * message is sent in it, as the next read of the list will. */
+function touchLocal(id: string) {
+  const cs = conversations.value;
+  const i = cs.findIndex((c) => c.id === id);
+  if (i <= 0) return;
+  const moved = { ...cs[i], last_activity_at: new Date().toISOString() };
+  conversations.value = [moved, ...cs.slice(0, i), ...cs.slice(i + 1)];
+}
+window.addEventListener("talkide:sent", (e) => touchLocal((e as CustomEvent).detail?.conversation));
+
 function Sidebar() {
   const cur = currentId.value;
   const [editing, setEditing] = useState<string | null>(null);
@@ -258,7 +279,7 @@ function Sidebar() {
       {listError.value && <p class="error" role="alert">{listError.value}</p>}
       <ul>
         {conversations.value.map((c) => {
-          const name = c.title || c.id;
+          const name = displayName(c);
           const running = c.id === cur ? !!session.value?.t.value.running.value : c.status === "running";
           const archived = !!c.archived_at;
           return (
@@ -274,10 +295,10 @@ function Sidebar() {
                     navigate("/c/" + c.id);
                   }}
                 >
-                  <span class="title" data-testid="conversation-title">{name}</span>
+                  <span class="title" data-testid="conversation-title" data-untitled={c.title ? undefined : "1"} title={c.id}>{name}</span>
                   {running && <span class="running" role="img" aria-label="running" data-testid="running">●</span>}
                   {archived && <span class="badge">archived</span>}
-                  <time>{new Date(c.created_at).toLocaleString()}</time>
+                  <time dateTime={c.last_activity_at ?? c.created_at} title="Last activity">{new Date(c.last_activity_at ?? c.created_at).toLocaleString()}</time>
                 </a>
               )}
               <div class="conv-actions">
@@ -300,17 +321,78 @@ function Sidebar() {
   );
 }
 
+/** The switcher matches titles in the list at once and, from two
+ * characters on, the text of messages and replies through the search
+ * endpoint, 250 ms after the last keystroke. */
+const searchDelay = 250;
+
+/** words splits a query as the control-plane does: letters, digits and marks. */
+function words(q: string): string[] {
+  return q.toLowerCase().split(/[^\p{L}\p{N}\p{M}]+/u).filter(Boolean);
+}
+
+/** Highlight marks the words of text that begin with a word of the query. */
+function Highlight({ text, q }: { text: string; q: string }) {
+  const ws = words(q);
+  const parts = text.split(/([\p{L}\p{N}\p{M}]+)/u);
+  return (
+    <>
+      {parts.map((p, i) => (i % 2 === 1 && ws.some((w) => p.toLowerCase().startsWith(w)) ? <mark key={i}>{p}</mark> : p))}
+    </>
+  );
+}
+
+interface Hit {
+  c: Conversation;
+  kind?: string;
+  snippet?: string;
+}
+
 function Switcher() {
   const [q, setQ] = useState("");
   const [sel, setSel] = useState(0);
+  const [found, setFound] = useState<{ q: string; results: SearchResult[] }>({ q: "", results: [] });
+  const [searchError, setSearchError] = useState<string | null>(null);
   const input = useRef<HTMLInputElement>(null);
   useEffect(() => input.current?.focus(), []);
-  const hits = conversations.value.filter((c) => (c.title + " " + c.id).toLowerCase().includes(q.toLowerCase())).slice(0, 20);
+  useEffect(() => {
+    const query = q.trim();
+    if (query.length < 2) {
+      setFound({ q: "", results: [] });
+      setSearchError(null);
+      return;
+    }
+    let stale = false;
+    const timer = window.setTimeout(async () => {
+      try {
+        const r = await api.search(query);
+        if (!stale) {
+          setFound({ q: query, results: r.results });
+          setSearchError(null);
+        }
+      } catch (e) {
+        if (!stale) setSearchError((e as ApiError).message);
+      }
+    }, searchDelay);
+    return () => {
+      stale = true;
+      clearTimeout(timer);
+    };
+  }, [q]);
+  const needle = q.trim().toLowerCase();
+  const byId = new Map(found.results.map((r) => [r.conversation.id, r]));
+  const hits: Hit[] = conversations.value
+    .filter((c) => (c.title + " " + c.id).toLowerCase().includes(needle))
+    .slice(0, 20)
+    .map((c) => ({ c, kind: byId.get(c.id)?.kind, snippet: byId.get(c.id)?.snippet }));
+  for (const r of found.results) {
+    if (!hits.some((h) => h.c.id === r.conversation.id)) hits.push({ c: r.conversation, kind: r.kind, snippet: r.snippet });
+  }
   const box = useRef<HTMLDivElement>(null);
-  const open = (c: Conversation | undefined) => {
-    if (!c) return;
+  const open = (h: Hit | undefined) => {
+    if (!h) return;
     closeSwitcher();
-    navigate("/c/" + c.id);
+    navigate("/c/" + h.c.id);
   };
   return (
     <div class="switcher-backdrop" onClick={closeSwitcher}>
@@ -328,8 +410,9 @@ function Switcher() {
         }}>
         <input
           ref={input}
-          aria-label="Conversation title"
-          placeholder="Go to conversation…"
+          aria-label="Search conversations"
+          data-testid="switcher-input"
+          placeholder="Go to conversation, or search messages…"
           value={q}
           onInput={(e) => {
             setQ((e.target as HTMLInputElement).value);
@@ -343,10 +426,17 @@ function Switcher() {
             e.preventDefault();
           }}
         />
-        <ul role="listbox">
-          {hits.map((c, i) => (
-            <li key={c.id} role="option" aria-selected={i === sel} onClick={() => open(c)}>
-              {c.title || c.id}
+        {searchError && <p class="error" role="alert">{searchError}</p>}
+        <ul role="listbox" data-testid="switcher-hits" data-searched={found.q}>
+          {hits.map((h, i) => (
+            <li key={h.c.id} role="option" aria-selected={i === sel} onClick={() => open(h)}
+              data-testid="switcher-hit" data-conversation={h.c.id} data-kind={h.kind}>
+              <span class="title">{displayName(h.c)}</span>
+              {h.snippet && h.kind !== "title" && (
+                <span class="snippet" data-testid="snippet">
+                  <Highlight text={h.snippet} q={found.q} />
+                </span>
+              )}
             </li>
           ))}
         </ul>
@@ -483,7 +573,8 @@ function App() {
     if (!currentId.value && conversations.value.length && route.value === "/") navigate("/c/" + conversations.value[0].id);
   }, [conversations.value]);
   const s = session.value;
-  const title = conversations.value.find((c) => c.id === s?.id)?.title || s?.id || "";
+  const open = conversations.value.find((c) => c.id === s?.id);
+  const title = open ? displayName(open) : "";
   useEffect(() => {
     document.title = title ? title + " — Mara" : s ? "Mara" : "New conversation — Mara";
   }, [title, s]);

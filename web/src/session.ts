@@ -154,6 +154,8 @@ export class Session {
     this.outbox.update(first.cmid, { state: "sending" });
     try {
       await api.send(this.id, first.text, first.cmid);
+      // The list moves this conversation to the top at once.
+      window.dispatchEvent(new CustomEvent("talkide:sent", { detail: { conversation: this.id } }));
       this.posted.add(first.cmid);
       this.error.value = null;
     } catch (e) {

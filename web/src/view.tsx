@@ -430,8 +430,14 @@ function TurnCost({ turnId }: { turnId?: string }) {
   const u = turnId ? turnCosts.value.get(turnId) : undefined;
   if (!u) return null;
   return (
-    <span class="cost" data-testid="cost" data-usd={u.cost_usd} title={`${u.calls} model call${u.calls === 1 ? "" : "s"} charged${u.estimated ? " (partly estimated)" : ""}`}>
+    <span class="cost" data-testid="cost" data-usd={u.cost_usd} title={`${u.calls} model call${u.calls === 1 ? "" : "s"} charged${u.estimated ? " (partly estimated)" : ""}${u.title_cost_usd ? `, and ${fmtUSD(u.title_cost_usd)} for naming the conversation` : ""}`}
+      data-title-usd={u.title_cost_usd}>
       {fmtUSD(u.cost_usd)}
+      {u.title_cost_usd && (
+        <span class="title-cost" data-testid="title-cost">
+          {" "}(incl. {fmtUSD(u.title_cost_usd)} to name the conversation)
+        </span>
+      )}
     </span>
   );
 }

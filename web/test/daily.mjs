@@ -4,17 +4,17 @@
 // things. Merged into scenarios.mjs's map. Where layout matters a
 // scenario runs at both sizes users had: a laptop and a phone.
 
-const T = 30_000;
+export const T = 30_000;
 export const DESKTOP = { width: 1280, height: 800 };
 export const PHONE = { width: 390, height: 844 };
 const sizes = [["desktop", DESKTOP], ["phone", PHONE]];
 
-function check(cond, msg) {
+export function check(cond, msg) {
   if (!cond) throw new Error(msg);
 }
 
 /** create makes a conversation through the API (the same at every width). */
-async function create(h, title) {
+export async function create(h, title) {
   if (!h.page.url().startsWith(h.base)) await h.page.goto(h.base + "/");
   const c = await h.page.evaluate(async (title) => {
     const r = await fetch("/api/conversations", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(title ? { title } : {}) });
@@ -25,14 +25,14 @@ async function create(h, title) {
   return c.id;
 }
 
-async function send(h, text) {
+export async function send(h, text) {
   const box = h.page.getByTestId("composer");
   await box.fill(text);
   await box.press("Enter");
 }
 
 const footers = (h) => h.page.locator(".turn-footer");
-async function turnEnds(h, n, timeout = T) {
+export async function turnEnds(h, n, timeout = T) {
   await footers(h).nth(n - 1).waitFor({ timeout });
 }
 

@@ -4,6 +4,7 @@
 // call that tool, and it echoes the rest (docs/simulator.md).
 
 import { daily } from "./daily.mjs";
+import { find } from "./find.mjs";
 
 const T = 30_000;
 
@@ -512,3 +513,5 @@ export const scenarios = {
 
 // What a day of use turned up (daily.mjs, browser_daily_test.go).
 Object.assign(scenarios, daily);
+// Finding a conversation (find.mjs, browser_find_test.go).
+Object.assign(scenarios, find);

@@ -14,6 +14,13 @@
 // UTC, hashes lowercase hex TEXT; no BLOB, no AUTOINCREMENT, nothing only one
 // of the databases understands.
 //
+// # Dialect files
+//
+// What has no portable form (full-text search: SQLite's FTS5, PostgreSQL's
+// tsvector and GIN) is a version written twice, NNNN_name.sqlite.sql and
+// NNNN_name.postgres.sql, and no NNNN_name.sql: each store applies its own
+// under the one version number, so the numbering stays one sequence.
+//
 // # Statements
 //
 // A statement ends with a semicolon that is the last character of its line
@@ -27,6 +34,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,11 +51,22 @@ const VersionTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
     applied_at BIGINT NOT NULL
 )`
 
+// The dialects of a store, as dialect files name them.
+const (
+	SQLite   = "sqlite"
+	Postgres = "postgres"
+)
+
+// dialects are every dialect a version written per dialect must have.
+var dialects = []string{SQLite, Postgres}
+
 // Migration is one numbered schema change.
 type Migration struct {
 	Version int
 	Name    string // the file name, e.g. "0001_init.sql"
 	SQL     string // the file's text
+	// Dialect is the dialect of a dialect file; "" for a portable one.
+	Dialect string
 }
 
 // Statements splits m.SQL into statements, each without its semicolon, by the
@@ -58,29 +77,48 @@ func (m Migration) Statements() []string {
 	return stmts
 }
 
-// Files returns the embedded migrations sorted by version. It fails when a
-// file is misnamed, versions repeat or leave a gap, or a file does not split
-// into statements.
-func Files() ([]Migration, error) {
+// Files returns the embedded migrations of dialect (SQLite or Postgres)
+// sorted by version: the portable files and that dialect's files. It fails
+// when a file is misnamed, versions repeat or leave a gap, a version
+// written per dialect lacks one of them, or a file does not split into
+// statements.
+func Files(dialect string) ([]Migration, error) {
+	if !slices.Contains(dialects, dialect) {
+		return nil, fmt.Errorf("migrations: unknown dialect %q", dialect)
+	}
 	names, err := fs.Glob(files, "*.sql")
 	if err != nil {
 		return nil, err
 	}
 	ms := make([]Migration, 0, len(names))
+	perDialect := map[int][]string{} // version → its dialect files' dialects
 	for _, name := range names {
 		v, err := version(name)
 		if err != nil {
 			return nil, err
 		}
+		d := dialectOf(name)
+		if d != "" {
+			perDialect[v] = append(perDialect[v], d)
+			if d != dialect {
+				continue
+			}
+		}
 		b, err := files.ReadFile(name)
 		if err != nil {
 			return nil, err
 		}
-		m := Migration{Version: v, Name: name, SQL: string(b)}
+		m := Migration{Version: v, Name: name, SQL: string(b), Dialect: d}
 		if _, err := split(m.SQL); err != nil {
 			return nil, fmt.Errorf("migration %s: %w", name, err)
 		}
 		ms = append(ms, m)
+	}
+	for v, ds := range perDialect {
+		slices.Sort(ds)
+		if want := slices.Sorted(slices.Values(dialects)); !slices.Equal(ds, want) {
+			return nil, fmt.Errorf("migration %04d: dialect files for %v, want exactly one for each of %v", v, ds, want)
+		}
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
 	for i, m := range ms {
@@ -89,6 +127,17 @@ func Files() ([]Migration, error) {
 		}
 	}
 	return ms, nil
+}
+
+// dialectOf returns the dialect of a dialect file's name
+// (NNNN_name.DIALECT.sql), "" for a portable one.
+func dialectOf(name string) string {
+	for _, d := range dialects {
+		if strings.HasSuffix(name, "."+d+".sql") {
+			return d
+		}
+	}
+	return ""
 }
 
 // version parses the NNNN of NNNN_name.sql.

@@ -8,7 +8,16 @@ import (
 )
 
 func TestFiles(t *testing.T) {
-	ms, err := Files()
+	for _, d := range dialects {
+		t.Run(d, func(t *testing.T) { testFiles(t, d) })
+	}
+	if _, err := Files("mysql"); err == nil {
+		t.Error("Files(\"mysql\"): no error")
+	}
+}
+
+func testFiles(t *testing.T, dialect string) {
+	ms, err := Files(dialect)
 	if err != nil {
 		t.Fatalf("Files: %v", err)
 	}
@@ -25,6 +34,9 @@ func TestFiles(t *testing.T) {
 		if len(m.Statements()) == 0 {
 			t.Errorf("%s: no statements", m.Name)
 		}
+		if m.Dialect != "" && m.Dialect != dialect {
+			t.Errorf("%s: the %s dialect's file among the %s migrations", m.Name, m.Dialect, dialect)
+		}
 	}
 	if ms[0].Name != "0001_init.sql" {
 		t.Errorf("ms[0].Name = %q, want 0001_init.sql", ms[0].Name)
@@ -32,14 +44,18 @@ func TestFiles(t *testing.T) {
 }
 
 // TestPortable guards the promise that one migration set serves SQLite and
-// PostgreSQL by rejecting what only one of them understands.
+// PostgreSQL by rejecting, outside the dialect files, what only one of
+// them understands.
 func TestPortable(t *testing.T) {
-	ms, err := Files()
+	ms, err := Files(SQLite)
 	if err != nil {
 		t.Fatalf("Files: %v", err)
 	}
 	banned := []string{"AUTOINCREMENT", "BLOB", "BYTEA", "SERIAL", "PRAGMA", "WITHOUT ROWID", "INSERT OR", "REPLACE INTO", "JSONB", "TIMESTAMP", "DATETIME"}
 	for _, m := range ms {
+		if m.Dialect != "" {
+			continue
+		}
 		upper := strings.ToUpper(m.SQL)
 		for _, b := range banned {
 			if strings.Contains(upper, b) {
@@ -111,12 +127,13 @@ func TestVersion(t *testing.T) {
 		want    int
 		wantErr bool
 	}{
-		"0001_init.sql":   {want: 1},
-		"0012_add_x.sql":  {want: 12},
-		"init.sql":        {wantErr: true},
-		"0000_zero.sql":   {wantErr: true},
-		"abcd_letter.sql": {wantErr: true},
-		"0002_.sql":       {wantErr: true},
+		"0001_init.sql":     {want: 1},
+		"0012_add_x.sql":    {want: 12},
+		"init.sql":          {wantErr: true},
+		"0000_zero.sql":     {wantErr: true},
+		"abcd_letter.sql":   {wantErr: true},
+		"0002_.sql":         {wantErr: true},
+		"0011_x.sqlite.sql": {want: 11},
 	}
 	for name, tt := range tests {
 		got, err := version(name)

@@ -28,7 +28,7 @@ const migrationLockKey = `hashtextextended('talkide.schema_migrations.' || curre
 // transaction that also records it in schema_migrations. It refuses a
 // database that a newer build has migrated further than it knows.
 func migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
-	ms, err := migrations.Files()
+	ms, err := migrations.Files(migrations.Postgres)
 	if err != nil {
 		return err
 	}

@@ -69,7 +69,7 @@ func TestMigrationsAppliedOnce(t *testing.T) {
 // the test holds the migration lock until every Open is waiting for it.
 func TestConcurrentOpen(t *testing.T) {
 	const n = 4
-	ms, err := migrations.Files()
+	ms, err := migrations.Files(migrations.Postgres)
 	if err != nil {
 		t.Fatal(err)
 	}

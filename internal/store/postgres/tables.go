@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,6 +31,28 @@ var dialect = sqlcore.Dialect{
 	AnyOf: func(col string, vals []string) (string, []any) {
 		return col + ` = ANY($1)`, []any{vals}
 	},
+	// search is the body's tsvector, a generated column with a GIN index.
+	// ts_rank is higher for a better match.
+	Search: sqlcore.Search{
+		Hits: `SELECT t.conversation_id, t.kind, t.body, ts_rank(t.search, to_tsquery('simple', $2))::float8 AS score,
+		ROW_NUMBER() OVER (PARTITION BY t.conversation_id
+			ORDER BY ts_rank(t.search, to_tsquery('simple', $2)) DESC, t.at DESC, t.key COLLATE "C" DESC) AS n
+	FROM conversation_texts t
+	JOIN conversations c ON c.id = t.conversation_id
+	WHERE c.user_id = $1 AND t.search @@ to_tsquery('simple', $2)`,
+		Match: tsQuery,
+	},
+}
+
+// tsQuery writes search terms as a tsquery: each a quoted lexeme (the
+// terms hold no quote or backslash; doubled anyway), all of them required,
+// the last a prefix.
+func tsQuery(terms []string) string {
+	q := make([]string, len(terms))
+	for i, t := range terms {
+		q[i] = "'" + strings.NewReplacer(`'`, `''`, `\`, `\\`).Replace(t) + "'"
+	}
+	return strings.Join(q, " & ") + ":*"
 }
 
 // querier is a *pgxpool.Pool or a pgx.Tx.

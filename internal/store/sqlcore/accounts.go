@@ -129,7 +129,7 @@ func (t *Tables) ListMemberships(ctx context.Context, userID, tenant string) ([]
 // listConversations.
 func listTenantConversations(d Dialect, where string) string {
 	return `SELECT ` + conversationColumns + ` FROM conversations
-	WHERE ` + where + ` ORDER BY created_at DESC, id` + d.ByBytes + ` DESC`
+	WHERE ` + where + byActivity(d)
 }
 
 // ListTenantConversations implements store.Store.

@@ -182,3 +182,54 @@ func BenchmarkStore(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSearch searches a user's 200 conversations of 50 texts each
+// (10,000 texts of about 300 bytes, 1 in 100 holding the rare word),
+// beside another user's as many, on each store.
+func BenchmarkSearch(b *testing.B) {
+	const convs, texts = 200, 50
+	vocabulary := []string{"build", "deploy", "scheduler", "test", "cache", "config", "error", "retry", "timeout", "service", "database", "index"}
+	for name, open := range stores {
+		b.Run(name, func(b *testing.B) {
+			s := open(b)
+			ctx := b.Context()
+			t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+			if err := s.PutEnv(ctx, store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w:8080", CreatedAt: t0}); err != nil {
+				b.Fatal(err)
+			}
+			for _, u := range []string{"ada", "bob"} {
+				if err := s.PutUser(ctx, store.User{ID: u, Name: u, CreatedAt: t0}); err != nil {
+					b.Fatal(err)
+				}
+				for i := range convs {
+					id := fmt.Sprintf("%s-c%d", u, i)
+					if _, _, err := s.CreateConversation(ctx, store.Conversation{ID: id, Tenant: "acme", Env: "prod", UserID: u, CreatedAt: t0}); err != nil {
+						b.Fatal(err)
+					}
+					for j := range texts {
+						var body []byte
+						for k := range 40 {
+							body = fmt.Appendf(body, "%s ", vocabulary[(i*7+j*3+k)%len(vocabulary)])
+						}
+						if (i*texts+j)%100 == 0 {
+							body = append(body, "quokka"...)
+						}
+						if _, err := s.AddConversationText(ctx, store.ConversationText{ConversationID: id, Key: fmt.Sprint("m/", j), Kind: store.TextUser, Body: string(body), At: t0}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+			for q, want := range map[string]int{"quokka": 20, "sched": 20, "deploy retry": 20} {
+				b.Run(q, func(b *testing.B) {
+					for b.Loop() {
+						hs, err := s.SearchConversations(ctx, "ada", q, 20)
+						if err != nil || len(hs) != want {
+							b.Fatalf("%d hits, %v; want %d", len(hs), err, want)
+						}
+					}
+				})
+			}
+		})
+	}
+}

@@ -145,6 +145,10 @@ type Dialect struct {
 	// PostgreSQL binds vals as one array; SQLite, which has no arrays,
 	// lists them.
 	AnyOf func(col string, vals []string) (cond string, args []any)
+
+	// Search is the conversation search's SQL (search.go); Hits and Match
+	// must be set.
+	Search Search
 }
 
 // Tables implements the store.Store methods of the CRUD tables on a DB.
@@ -155,12 +159,13 @@ type Tables struct {
 	name string // d.Name, the first word of every error
 
 	// The statements whose text depends on d, made once by New.
-	listEnvs          string
-	listConversations string
-	listUsage         string
-	listReports       string
-	listIssues        string
-	lockIssue         string
+	listEnvs            string
+	listConversations   string
+	searchConversations string
+	listUsage           string
+	listReports         string
+	listIssues          string
+	lockIssue           string
 
 	listMembershipsOfUser   string
 	listMembershipsOfTenant string
@@ -174,19 +179,20 @@ type Tables struct {
 // New returns the CRUD tables on db, written for d. Every field of d but
 // the strings must be set.
 func New(db DB, d Dialect) *Tables {
-	if d.Name == "" || d.NoRows == nil || d.Violation == nil || d.AnyOf == nil {
+	if d.Name == "" || d.NoRows == nil || d.Violation == nil || d.AnyOf == nil || d.Search.Hits == "" || d.Search.Match == nil {
 		panic("sqlcore: New: incomplete Dialect")
 	}
 	return &Tables{
-		db:                db,
-		d:                 d,
-		name:              d.Name,
-		listEnvs:          listEnvs(d),
-		listConversations: listConversations(d),
-		listUsage:         listUsage(d),
-		listReports:       listReports(d),
-		listIssues:        listIssues(d),
-		lockIssue:         lockIssue(d),
+		db:                  db,
+		d:                   d,
+		name:                d.Name,
+		listEnvs:            listEnvs(d),
+		listConversations:   listConversations(d),
+		searchConversations: searchConversations(d),
+		listUsage:           listUsage(d),
+		listReports:         listReports(d),
+		listIssues:          listIssues(d),
+		lockIssue:           lockIssue(d),
 
 		listMembershipsOfUser:   listMemberships(d, `user_id = $1`),
 		listMembershipsOfTenant: listMemberships(d, `tenant = $1`),

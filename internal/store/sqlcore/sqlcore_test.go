@@ -56,7 +56,7 @@ var hash = [32]byte{1, 2, 3, 0xfe, 0xff}
 // scanner: what the one writes in the columns' order, the other reads back
 // (the reports' SELECT reads a part of the columns).
 func TestArgsScanRoundTrip(t *testing.T) {
-	conv := store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "ada", Title: "T", CreatedAt: t0}
+	conv := store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "ada", Title: "T", CreatedAt: t0, LastActivityAt: t0.Add(time.Minute)}
 	issue := store.Issue{ID: "i1", Tenant: "acme", Env: "prod", ConversationID: "c1", UserID: "ada", TurnID: "t1",
 		IdempotencyKey: "k", Title: "T", Body: "B", Severity: "minor", Labels: []string{"a", "b"}, Status: "open",
 		CreatedAt: t0, UpdatedAt: t0.Add(time.Hour)}
@@ -112,12 +112,12 @@ func TestArgsScanRoundTrip(t *testing.T) {
 			// the insert's columns and a NULL archived_at
 			row:  append(conversationArgs(conv), nullMillis(time.Time{})),
 			scan: scanAs(scanConversation),
-			want: store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "ada", Title: "T", CreatedAt: ms(t0)},
+			want: store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "ada", Title: "T", CreatedAt: ms(t0), LastActivityAt: ms(t0.Add(time.Minute))},
 		},
 		"archived conversation": {
 			row:  append(conversationArgs(conv), nullMillis(t0.Add(time.Hour))),
 			scan: scanAs(scanConversation),
-			want: store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "ada", Title: "T", CreatedAt: ms(t0), ArchivedAt: ms(t0.Add(time.Hour))},
+			want: store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "ada", Title: "T", CreatedAt: ms(t0), LastActivityAt: ms(t0.Add(time.Minute)), ArchivedAt: ms(t0.Add(time.Hour))},
 		},
 		"usage": {
 			row: usageArgs(store.UsageRecord{ID: "u1", Tenant: "acme", Env: "prod", ConversationID: "c1", UserID: "ada",
@@ -291,7 +291,8 @@ func fakeAnyOf(col string, vals []string) (string, []any) {
 	return col + " IN " + fmt.Sprint(len(vals)), []any{vals}
 }
 
-var fakeDialect = Dialect{Name: "fake", NoRows: errNoRows, Violation: fakeViolation, AnyOf: fakeAnyOf}
+var fakeDialect = Dialect{Name: "fake", NoRows: errNoRows, Violation: fakeViolation, AnyOf: fakeAnyOf,
+	Search: Search{Hits: "hits", Match: func(terms []string) string { return strings.Join(terms, " ") }}}
 
 // fakeDB is a DB and its Tx. It answers Query with query's rows, and
 // ExecEach by failing at the run failAt (none when negative).

@@ -12,11 +12,11 @@ import (
 
 const usageColumns = `id, tenant, env, conversation_id, user_id, model, status, streamed,
 	input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens,
-	started_at, duration_us`
+	started_at, duration_us, purpose`
 
 // insertUsage stores one usage record unless its ID is stored already.
 const insertUsage = `INSERT INTO usage_records (` + usageColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 	ON CONFLICT (id) DO NOTHING`
 
 // listUsage: oldest first, then by ID.
@@ -28,7 +28,7 @@ func listUsage(d Dialect) string {
 func usageArgs(u store.UsageRecord) []any {
 	return []any{u.ID, u.Tenant, u.Env, u.ConversationID, u.UserID, u.Model, u.Status, u.Streamed,
 		u.InputTokens, u.OutputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens,
-		Millis(u.StartedAt), u.Duration.Microseconds()}
+		Millis(u.StartedAt), u.Duration.Microseconds(), u.Purpose}
 }
 
 func scanUsage(r Row) (store.UsageRecord, error) {
@@ -38,7 +38,7 @@ func scanUsage(r Row) (store.UsageRecord, error) {
 	)
 	err := r.Scan(&u.ID, &u.Tenant, &u.Env, &u.ConversationID, &u.UserID, &u.Model, &u.Status, &u.Streamed,
 		&u.InputTokens, &u.OutputTokens, &u.CacheCreationInputTokens, &u.CacheReadInputTokens,
-		&started, &duration)
+		&started, &duration, &u.Purpose)
 	if err != nil {
 		return store.UsageRecord{}, err
 	}

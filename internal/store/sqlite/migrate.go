@@ -15,7 +15,7 @@ import (
 // also records it in schema_migrations. It refuses a database that a newer
 // build has migrated further than it knows.
 func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) error {
-	ms, err := migrations.Files()
+	ms, err := migrations.Files(migrations.SQLite)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strconv"
+	"strings"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -28,6 +29,34 @@ var dialect = sqlcore.Dialect{
 		sqlite3.SQLITE_CONSTRAINT_UNIQUE:     sqlcore.Unique,
 	}),
 	AnyOf: anyOf,
+	Search: sqlcore.Search{
+		// The FTS5 index names a text by its rowid, conversation_texts.id.
+		Index:   `INSERT INTO conversation_texts_fts (rowid, body) SELECT id, body FROM conversation_texts WHERE conversation_id = $1 AND key = $2`,
+		Unindex: `DELETE FROM conversation_texts_fts WHERE rowid IN (SELECT id FROM conversation_texts WHERE conversation_id = $1 AND key = $2)`,
+		// rank is bm25, lower for a better match.
+		Hits: `SELECT t.conversation_id, t.kind, t.body, -conversation_texts_fts.rank AS score,
+		ROW_NUMBER() OVER (PARTITION BY t.conversation_id ORDER BY conversation_texts_fts.rank, t.at DESC, t.id DESC) AS n
+	FROM conversation_texts_fts
+	JOIN conversation_texts t ON t.id = conversation_texts_fts.rowid
+	JOIN conversations c ON c.id = t.conversation_id
+	WHERE c.user_id = $1 AND conversation_texts_fts MATCH $2`,
+		Match: ftsMatch,
+	},
+}
+
+// ftsMatch writes search terms as an FTS5 query: each a quoted string
+// (the terms hold no quote), all of them required (FTS5's implicit AND),
+// the last a prefix.
+func ftsMatch(terms []string) string {
+	var b strings.Builder
+	for i, t := range terms {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(`"` + strings.ReplaceAll(t, `"`, `""`) + `"`)
+	}
+	b.WriteByte('*')
+	return b.String()
 }
 
 // anyOf lists vals as parameters of an IN list: SQLite has no arrays. Their

@@ -24,29 +24,33 @@ import (
 // arranges with t.Cleanup to close it; Run calls it once per subtest.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests := map[string]func(*testing.T, store.Store){
-		"Envs":               testEnvs,
-		"IdentityTokens":     testIdentityTokens,
-		"Users":              testUsers,
-		"Conversations":      testConversations,
-		"ConversationList":   testConversationList,
-		"ConversationUpdate": testConversationUpdate,
-		"Usage":              testUsage,
-		"UsageBatch":         testUsageBatch,
-		"UsageBatchOrders":   testUsageBatchOrders,
-		"Reports":            testReports,
-		"ReportsTenantEnvs":  testReportsTenantEnvs,
-		"ReportsRoundTrip":   testReportsRoundTrip,
-		"NotFound":           testNotFound,
-		"Concurrent":         testConcurrent,
-		"ConcurrentOrders":   testConcurrentOrders,
-		"ByteOrder":          testByteOrder,
-		"ReportPages":        testReportPages,
-		"UsagePages":         testUsagePages,
+		"Envs":                 testEnvs,
+		"IdentityTokens":       testIdentityTokens,
+		"Users":                testUsers,
+		"Conversations":        testConversations,
+		"ConversationList":     testConversationList,
+		"ConversationUpdate":   testConversationUpdate,
+		"ConversationActivity": testConversationActivity,
+		"Usage":                testUsage,
+		"UsageBatch":           testUsageBatch,
+		"UsageBatchOrders":     testUsageBatchOrders,
+		"Reports":              testReports,
+		"ReportsTenantEnvs":    testReportsTenantEnvs,
+		"ReportsRoundTrip":     testReportsRoundTrip,
+		"NotFound":             testNotFound,
+		"Concurrent":           testConcurrent,
+		"ConcurrentOrders":     testConcurrentOrders,
+		"ByteOrder":            testByteOrder,
+		"ReportPages":          testReportPages,
+		"UsagePages":           testUsagePages,
 	}
 	for name, test := range issueTests {
 		tests[name] = test
 	}
 	for name, test := range accountTests {
+		tests[name] = test
+	}
+	for name, test := range searchTests {
 		tests[name] = test
 	}
 	for name, test := range streamTests {
@@ -315,6 +319,7 @@ func testConversations(t *testing.T, s store.Store) {
 	c := store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "u1", Title: "First", CreatedAt: at(0)}
 	want := c
 	want.CreatedAt = ms(c.CreatedAt)
+	want.LastActivityAt = want.CreatedAt // a new conversation's activity starts at its creation
 
 	got, created, err := s.CreateConversation(ctx, c)
 	must(t, err)
@@ -393,6 +398,7 @@ func testConversationList(t *testing.T, s store.Store) {
 
 	stored := func(c store.Conversation) store.Conversation {
 		c.CreatedAt = ms(c.CreatedAt)
+		c.LastActivityAt = c.CreatedAt
 		return c
 	}
 	tests := map[string]struct {
@@ -429,7 +435,7 @@ func testConversationUpdate(t *testing.T, s store.Store) {
 	must(t, err)
 	_, _, err = s.CreateConversation(ctx, store.Conversation{ID: "c2", Tenant: "acme", Env: "prod", UserID: "u1", Title: "Other", CreatedAt: at(time.Minute)})
 	must(t, err)
-	want := store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "u1", Title: "First", CreatedAt: ms(at(0))}
+	want := store.Conversation{ID: "c1", Tenant: "acme", Env: "prod", UserID: "u1", Title: "First", CreatedAt: ms(at(0)), LastActivityAt: ms(at(0))}
 	yes, no := true, false
 	title := func(s string) *string { return &s }
 
@@ -448,6 +454,9 @@ func testConversationUpdate(t *testing.T, s store.Store) {
 			c.Title = "Back"
 		}},
 		{"unarchive what is not archived", store.ConversationChange{Archived: &no}, func(*store.Conversation) {}},
+		{"a generated title for a named conversation", store.ConversationChange{Title: title("Generated"), Untitled: true}, func(*store.Conversation) {}},
+		{"rename to nothing", store.ConversationChange{Title: title("")}, func(c *store.Conversation) { c.Title = "" }},
+		{"a generated title for an unnamed conversation", store.ConversationChange{Title: title("Generated"), Untitled: true}, func(c *store.Conversation) { c.Title = "Generated" }},
 	}
 	for _, st := range steps {
 		st.edit(&want)
@@ -946,7 +955,7 @@ func testByteOrder(t *testing.T, s store.Store) {
 	}
 	var wantConvs []store.Conversation
 	for _, n := range slices.Backward(sorted) {
-		wantConvs = append(wantConvs, store.Conversation{ID: n, Tenant: "t", Env: "e", UserID: "u1", Title: "T " + n, CreatedAt: ms(t0)})
+		wantConvs = append(wantConvs, store.Conversation{ID: n, Tenant: "t", Env: "e", UserID: "u1", Title: "T " + n, CreatedAt: ms(t0), LastActivityAt: ms(t0)})
 	}
 	convs, err := s.ListConversations(ctx, "u1")
 	must(t, err)
