@@ -50,6 +50,9 @@ once instead of waiting for them.`,
 				return err
 			}
 			cfg.Logger = logger
+			if cfg.Telemetry, err = telemetryConfig(); err != nil {
+				return err
+			}
 			return runDev(cmd.Context(), cfg, std)
 		},
 	}
@@ -57,7 +60,8 @@ once instead of waiting for them.`,
 	fs.StringVar(&cfg.DataDir, "data-dir", "./.talkide", "directory for the database, secrets, sessions and workspaces")
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:7878", "loopback HOST:PORT of the browser API")
 	fs.StringVar(&cfg.AnthropicURL, "anthropic-url", "https://api.anthropic.com", "Anthropic API base URL (used when ANTHROPIC_API_KEY is set)")
-	cli.BindEnv(fs, "data-dir", "addr", "anthropic-url")
+	fs.BoolVar(&cfg.TraceFile, "trace-file", false, "record every span as a JSON line in DATA-DIR/traces.jsonl, for talkide admin trace TURN_ID (docs/observability.md)")
+	cli.BindEnv(fs, "data-dir", "addr", "anthropic-url", "trace-file")
 	registerAgentFlags(fs, &cfg.Agent)
 	registerStreamFlags(fs, &streams)
 	registerGatewayFlags(fs, &gateway)

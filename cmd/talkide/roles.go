@@ -68,6 +68,9 @@ See docs/operations.md and docs/accounts.md.`,
 			}
 			roles.PrepareProcess(logger)
 			o.Logger = logger
+			if o.Telemetry, err = telemetryConfig(); err != nil {
+				return err
+			}
 			o.APIKey = os.Getenv("ANTHROPIC_API_KEY")
 			if o.APIKey == "" {
 				logger.Warn("ANTHROPIC_API_KEY is not set: the gateway answers 503")
@@ -140,6 +143,9 @@ identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
 				return err
 			}
 			if err := workerEnv(&o); err != nil {
+				return err
+			}
+			if o.Telemetry, err = telemetryConfig(); err != nil {
 				return err
 			}
 			ctx, _, stop := cli.UntilSignal(cmd.Context(), std.signals)

@@ -38,6 +38,7 @@ func New(std cli.Stdio) *cobra.Command {
 			newAdminBudgetSetCmd(std), newAdminBudgetGetCmd(std), newAdminBudgetDeleteCmd(std), newAdminBudgetStatusCmd(std)),
 		newAdminUsageReportCmd(std),
 		newAdminBuildCacheCmd(std),
+		newAdminTraceCmd(std),
 		cli.NewGroup("operator-token", "Tokens of the operator API (/api/admin)",
 			newAdminOperatorIssueCmd(std), newAdminOperatorListCmd(std), newAdminOperatorRevokeCmd(std)),
 	)

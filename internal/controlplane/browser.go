@@ -7,6 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/talkide/platform/internal/observe"
+
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
@@ -363,7 +367,13 @@ func (s *Server) handleGetConversation(w http.ResponseWriter, r *http.Request) e
 	return nil
 }
 
-func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) error {
+func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) (err error) {
+	// A browser's traceparent is not ours to continue: the turn's trace
+	// starts here, linked to the caller's span when it sent one.
+	ctx, span := observe.Start(r.Context(), s.tracer, "POST /api/conversations/{id}/messages",
+		append(observe.Untrusted(r.Header), trace.WithSpanKind(trace.SpanKindServer))...)
+	defer func() { observe.End(span, err, errorCode(err)) }()
+	r = r.WithContext(ctx)
 	var req SendRequest
 	if err := readJSON(w, r, maxBrowserBody, &req); err != nil {
 		return err
@@ -384,12 +394,14 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) error {
 	if !auth.CallerOf(r).CanSend(c) {
 		return httpapi.Errorf(http.StatusForbidden, contract.CodeForbidden, "only the conversation's owner sends messages in it")
 	}
+	span.SetAttributes(observe.Tenant.String(c.Tenant), observe.Env.String(c.Env), observe.Conversation.String(c.ID))
 	var resp contract.SendMessageResponse
 	status, err := wc.do(r.Context(), http.MethodPost, contract.MessagesPath, c.ID,
 		msg, &resp)
 	if err != nil {
 		return workerFailure(err)
 	}
+	span.SetAttributes(observe.Turn.String(resp.TurnID))
 	if !resp.Duplicate {
 		s.activity.learn(c.ID, resp.Seq, true, resp.TurnID)
 		s.messageSent(r.Context(), c, msg)
@@ -409,6 +421,18 @@ func (s *Server) handleInterrupt(w http.ResponseWriter, r *http.Request) error {
 	}
 	httpapi.WriteJSON(w, http.StatusOK, resp)
 	return nil
+}
+
+// errorCode is the contract code of a handler's error, for a span: what
+// kind of failure, never its message.
+func errorCode(err error) string {
+	if he, ok := errors.AsType[*httpapi.Error](err); ok {
+		return he.Code
+	}
+	if fe, ok := errors.AsType[*contract.FieldError](err); ok {
+		return fe.Code
+	}
+	return ""
 }
 
 // workerFailure turns a worker call's error into what the browser sees.

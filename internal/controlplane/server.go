@@ -13,6 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/talkide/platform/internal/observe"
+
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
@@ -98,6 +102,10 @@ type Options struct {
 	StreamWriteTimeout time.Duration
 	// StreamMetrics, when set, is told of every stream refused.
 	StreamMetrics StreamMetrics
+	// TracerProvider, when set, traces each message sent from its browser
+	// request through the signed command to the worker (docs/observability.md);
+	// nil: no spans.
+	TracerProvider trace.TracerProvider
 
 	// StreamCounts, when set, is where the replicas sharing the store
 	// publish their open streams per user and per conversation, so that
@@ -146,6 +154,7 @@ type Server struct {
 	reports          *trust.Verifier
 	workerHTTP       *http.Client
 	workerStreamHTTP *http.Client
+	tracer           trace.Tracer // nil: tracing off
 	// streams ends every browser stream when cancelled (CloseStreams).
 	streams      context.Context
 	closeStreams context.CancelFunc
@@ -228,6 +237,7 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 		workerHTTP:       &http.Client{Transport: cfg.WorkerTransport, Timeout: 30 * time.Second},
 		workerStreamHTTP: &http.Client{Transport: cfg.WorkerTransport},
 		replica:          newReplicaID(),
+		tracer:           observe.Tracer(cfg.TracerProvider, "controlplane"),
 	}
 	s.streams, s.closeStreams = context.WithCancel(context.Background())
 	var refused func(string)

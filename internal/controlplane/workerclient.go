@@ -12,8 +12,12 @@ import (
 	"strconv"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/talkide/platform/internal/contract"
+
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
@@ -66,7 +70,10 @@ func (c *workerClient) do(ctx context.Context, method, path, id string, in, out 
 }
 
 // doQuery is do with a query string and a bound on the answer's bytes.
-func (c *workerClient) doQuery(ctx context.Context, method, path, id string, query url.Values, limit int64, in, out any) (int, error) {
+func (c *workerClient) doQuery(ctx context.Context, method, path, id string, query url.Values, limit int64, in, out any) (_ int, err error) {
+	ctx, span := observe.Start(ctx, observe.FromContext(ctx, "controlplane"), "worker "+method+" "+path,
+		trace.WithSpanKind(trace.SpanKindClient))
+	defer func() { observe.End(span, err, errorCode(err)) }()
 	var body []byte
 	if in != nil {
 		var err error
@@ -81,6 +88,9 @@ func (c *workerClient) doQuery(ctx context.Context, method, path, id string, que
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	// Not covered by the signature (docs/observability.md): the worker
+	// continues the trace only once the signature has verified.
+	observe.Inject(ctx, req.Header)
 	c.signer.Sign(req, body)
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -4,6 +4,9 @@
 package gateway
 
 import (
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -17,6 +20,7 @@ import (
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -115,6 +119,11 @@ type Options struct {
 	// for its body is refused before it is read, 503 with Retry-After.
 	// 0: DefaultMaxBuffered; negative: no bound.
 	MaxBuffered int64
+	// TracerProvider, when set, makes a span of each call whose
+	// WorkerToken verified, continuing the worker's trace, with the budget
+	// decision and the call's usage (docs/observability.md); nil: none,
+	// at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // Gateway is an http.Handler that forwards model calls upstream. It is safe
@@ -130,9 +139,10 @@ type Gateway struct {
 	maxBody  int64
 	budget   Budget // nil: budgets off
 	drain    time.Duration
-	convs    *convCache  // nil: no cache
-	tokens   *tokenCache // WorkerTokens that verified (tokencache.go)
-	metrics  Metrics     // nil: no metrics
+	convs    *convCache   // nil: no cache
+	tokens   *tokenCache  // WorkerTokens that verified (tokencache.go)
+	metrics  Metrics      // nil: no metrics
+	tracer   trace.Tracer // nil: tracing off
 	rec      *recorder
 	bodies   *bodyLimiter        // nil: no bound
 	urls     map[string]*url.URL // the upstream URL of each forwarded path
@@ -182,6 +192,7 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		convs:    newConvCache(o.ConversationTTL),
 		tokens:   newTokenCache(),
 		metrics:  o.Metrics,
+		tracer:   observe.Tracer(o.TracerProvider, "gateway"),
 		rec:      newRecorder(st, o.Logger),
 		bodies:   newBodyLimiter(o.MaxBuffered),
 	}
@@ -240,11 +251,22 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		g.deny(w, r, conv, herr)
 		return
 	}
+	span := noSpan
+	if g.tracer != nil {
+		// The WorkerToken verified: the worker's trace goes on here.
+		var ctx context.Context
+		ctx, span = g.tracer.Start(observe.Continue(r.Context(), r.Header), "gateway POST "+rest,
+			trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(observe.Tenant.String(conv.Tenant),
+				observe.Env.String(conv.Env), observe.Conversation.String(conv.ID)))
+		defer span.End()
+		r = r.WithContext(ctx)
+	}
 	if rf, ok := g.budget.(Refuser); ok {
 		// A limit with nothing left refuses this call whatever its body
 		// says: refused before the body is read.
 		who := budget.Call{Tenant: conv.Tenant, Env: conv.Env, User: conv.UserID, Conversation: conv.ID, StartedAt: start}
 		if d := rf.Refused(who, rest != "/v1/messages"); d != nil {
+			budgetSpan(span, "refused", d)
 			w.Header().Set("Connection", "close") // the body is not read
 			if g.metrics != nil {
 				g.metrics.BudgetDenied(conv.Tenant, conv.Env, d)
@@ -278,6 +300,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &call{
 		g:    g,
+		span: span,
 		ctx:  r.Context(),
 		path: rest,
 		rec: store.UsageRecord{
@@ -300,12 +323,22 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		var hold *budget.Hold
 		var err error
+		_, bspan := observe.Start(r.Context(), g.tracer, "budget admission")
 		if rest == "/v1/messages" {
 			hold, err = g.budget.Reserve(r.Context(), bc)
 		} else {
 			// count_tokens is free, but a request: requests-per-minute
 			// limits count it.
 			err = g.budget.Admit(r.Context(), bc)
+		}
+		if g.tracer != nil {
+			d, _ := errors.AsType[*budget.Denial](err)
+			decision, errType := "admitted", "budget_error"
+			if d != nil {
+				decision, errType = "denied", "budget_denied"
+			}
+			budgetSpan(bspan, decision, d)
+			observe.End(bspan, err, errType)
 		}
 		if d, ok := errors.AsType[*budget.Denial](err); ok {
 			if g.metrics != nil {
@@ -395,6 +428,10 @@ var deniedHeaders = map[string]bool{
 	// No protocol switches through the gateway.
 	"Upgrade":    true,
 	"Connection": true,
+	// The platform's traces end here: the upstream is outside.
+	"Traceparent": true,
+	"Tracestate":  true,
+	"Baggage":     true,
 }
 
 // talkidePrefix starts the names of our own identity headers.
@@ -485,4 +522,19 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	c.body.release()
 	c.err = err
 	writeError(w, http.StatusBadGateway, errAPI, "upstream unavailable")
+}
+
+// noSpan records nothing: a call's span while tracing is off.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// budgetSpan records a budget decision on span: admitted, or refused by
+// which kind of limit of which scope (never the subject's id).
+func budgetSpan(span trace.Span, decision string, d *budget.Denial) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.String("talkide.budget.decision", decision))
+	if d != nil {
+		span.SetAttributes(attribute.String("talkide.budget.scope", string(d.Limit.Subject.Scope)), attribute.String("talkide.budget.kind", string(d.Limit.Kind)))
+	}
 }

@@ -5,10 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/store"
 )
 
@@ -20,6 +26,7 @@ const checkTimeout = 5 * time.Second
 // no field needs a lock.
 type call struct {
 	g        *Gateway
+	span     trace.Span      // the call's; records nothing while tracing is off
 	ctx      context.Context // the inbound request's; used only for its values
 	path     string          // upstream path, e.g. /v1/messages
 	reqModel string          // the model the request names, or ""
@@ -108,6 +115,9 @@ func (c *call) finish() {
 		} else {
 			c.g.observe(rec.Tenant, rec.Env, rec.Model, http.StatusBadGateway, false) // proxyError's answer
 		}
+		if c.span.IsRecording() {
+			c.recordSpan(rec)
+		}
 		if c.hold != nil {
 			// The hold writes in the background; until it has, the
 			// reservation keeps holding the call's money.
@@ -132,4 +142,25 @@ func (c *call) finish() {
 		// for the log line's values only.
 		c.g.rec.add(p)
 	})
+}
+
+// recordSpan puts what the call measured on its span: the GenAI
+// attributes of the usage the gateway metered, the status, a hard limit's
+// cut. Never a header, a body or a token.
+func (c *call) recordSpan(rec store.UsageRecord) {
+	m := observe.ModelCall{RequestModel: c.reqModel, ResponseModel: rec.Model,
+		Input: rec.InputTokens, Output: rec.OutputTokens,
+		CacheRead: rec.CacheReadInputTokens, CacheCreation: rec.CacheCreationInputTokens}
+	c.span.SetAttributes(m.SpanAttributes()...)
+	c.span.SetAttributes(observe.ChatOperation, observe.Anthropic[0], observe.Anthropic[1],
+		observe.GenAIRequestModel.String(c.reqModel), attribute.Int("http.response.status_code", rec.Status))
+	switch {
+	case c.cut != nil:
+		budgetSpan(c.span, "cut", c.cut)
+		c.span.SetStatus(codes.Error, "budget_cut")
+	case c.err != nil:
+		c.span.SetStatus(codes.Error, "upstream_unreachable")
+	case rec.Status >= 500:
+		c.span.SetStatus(codes.Error, "upstream_"+strconv.Itoa(rec.Status))
+	}
 }

@@ -6,6 +6,11 @@
 package localproxy
 
 import (
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/talkide/platform/internal/observe"
+
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -33,7 +38,9 @@ type Proxy struct {
 	rp     *httputil.ReverseProxy
 	mcp    http.Handler
 	logger *slog.Logger
-	key    []byte // derives the per-conversation capabilities; never leaves the process
+	key    []byte       // derives the per-conversation capabilities; never leaves the process
+	tracer trace.Tracer // nil: tracing off
+	turn   func(conversationID string) trace.SpanContext
 }
 
 // capabilityPrefix marks a LocalGatewayProxy capability in logs and scans.
@@ -71,6 +78,14 @@ type Options struct {
 	// dot segments, a loopback host and the conversation's capability.
 	// The handler sees the request as it came, path included.
 	MCP http.Handler
+	// TracerProvider, when set, makes a span of each forwarded call, and
+	// the minting transport carries it to the gateway as traceparent;
+	// nil: none.
+	TracerProvider trace.TracerProvider
+	// Turn, when set, names the span of the turn a conversation runs now
+	// (invalid: none runs): a forwarded call's span is its child. What
+	// the agent's processes send as traceparent is never the parent.
+	Turn func(conversationID string) trace.SpanContext
 }
 
 // New returns a proxy forwarding to gatewayURL (the control-plane's
@@ -86,7 +101,7 @@ func New(gatewayURL *url.URL, m *minting.Minter, opts *Options) *Proxy {
 	if _, err := rand.Read(key); err != nil {
 		panic("localproxy: crypto/rand failed: " + err.Error())
 	}
-	p := &Proxy{logger: o.Logger, key: key, mcp: o.MCP}
+	p := &Proxy{logger: o.Logger, key: key, mcp: o.MCP, tracer: observe.Tracer(o.TracerProvider, "localproxy"), turn: o.Turn}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// The conversation id was validated and stripped in ServeHTTP;
@@ -162,6 +177,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	r2.Header.Set(minting.ConversationHeader, id)
+	// The agent's processes do not choose the trace their calls join.
+	observe.Strip(r2.Header)
+	if p.tracer != nil {
+		ctx, span := p.startSpan(r, id, rest)
+		defer span.End()
+		r2 = r2.WithContext(ctx)
+	}
 	// By default the server reads what is left of a request's body, and
 	// closes it, when the response's head goes out. Here the body is still
 	// the Transport's to send: a gateway that answers before it has read
@@ -222,3 +244,26 @@ func (s *Server) Capability(id string) string { return s.proxy.Capability(id) }
 
 // Shutdown stops the server, waiting for calls in flight until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// startSpan starts the span of a call forwarded for conversation id: the
+// child of the conversation's running turn, or a root of its own (linked
+// to what the caller sent) when none runs.
+func (p *Proxy) startSpan(r *http.Request, id, path string) (context.Context, trace.Span) {
+	ctx := r.Context()
+	// The path is the caller's: only so much of it is kept.
+	if len(path) > 64 {
+		path = path[:64]
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(observe.Conversation.String(id), attribute.String("url.path", path))}
+	var turn trace.SpanContext
+	if p.turn != nil {
+		turn = p.turn(id)
+	}
+	if turn.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, turn)
+	} else {
+		opts = append(opts, observe.Untrusted(r.Header)...)
+	}
+	return p.tracer.Start(ctx, "localproxy "+r.Method+" "+path, opts...)
+}

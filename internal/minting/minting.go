@@ -4,6 +4,8 @@
 package minting
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/defaults"
+	"github.com/talkide/platform/internal/observe"
 )
 
 // Aliases of the wire names in contract, for callers of this package.
@@ -107,8 +110,10 @@ func (m *Minter) Token(ctx context.Context, conversationID string) (string, erro
 	return resp.Token, nil
 }
 
-func (m *Minter) mint(ctx context.Context, conversationID string) (contract.MintResponse, error) {
-	var out contract.MintResponse
+func (m *Minter) mint(ctx context.Context, conversationID string) (out contract.MintResponse, err error) {
+	ctx, span := observe.Start(ctx, observe.FromContext(ctx, "minting"), "worker token mint",
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(observe.Conversation.String(conversationID)))
+	defer func() { observe.End(span, err, "mint_failed") }()
 	identity, err := m.identity()
 	if err != nil {
 		return out, fmt.Errorf("%w: read identity token: %w", ErrMint, err)
@@ -171,6 +176,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	out.Header.Set(TokenHeader, tok)
 	out.Header.Set(ConversationHeader, id)
+	// The gateway continues this trace once the token has verified.
+	observe.Inject(req.Context(), out.Header)
 	base := t.Base
 	if base == nil {
 		base = http.DefaultTransport

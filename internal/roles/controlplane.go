@@ -32,6 +32,7 @@ import (
 	"github.com/talkide/platform/internal/lifecycle"
 	"github.com/talkide/platform/internal/metrics"
 	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/telemetry"
 	"github.com/talkide/platform/internal/trust"
 	"github.com/talkide/platform/internal/webui"
 )
@@ -89,7 +90,12 @@ type ControlPlaneConfig struct {
 	// empty: the native harness's default model. Without an API key no
 	// title call is made.
 	TitleModel string
-	Logger     *slog.Logger
+	// Telemetry says where spans and metrics go (docs/observability.md);
+	// the zero value: nowhere.
+	Telemetry telemetry.Config
+	Logger    *slog.Logger
+
+	telemetry *telemetry.Telemetry // talkide dev's, shared; nil: the role's own
 }
 
 // ProvisionerConfig is the Kubernetes provisioner's part of a
@@ -137,6 +143,10 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 			p.group.Stop(sctx)
 		}
 	}()
+	tel, err := startTelemetry(ctx, &p.group, c.telemetry, c.Telemetry, &c.Logger, "talkide-controlplane")
+	if err != nil {
+		return nil, err
+	}
 	if p.Secrets, err = trust.LoadOrCreateSecrets(c.SecretsPath); err != nil {
 		return nil, err
 	}
@@ -184,7 +194,7 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 			return nil, fmt.Errorf("bad Anthropic API URL %q", c.Upstream)
 		}
 		p.Gateway = gateway.New(up, c.APIKey, p.Secrets.Tokens(), p.Store, &gateway.Options{Logger: c.Logger.With("component", "gateway"), Budget: p.Budget, Metrics: p.metrics,
-			MaxBody: c.MaxBody, MaxBuffered: c.MaxBuffered})
+			MaxBody: c.MaxBody, MaxBuffered: c.MaxBuffered, TracerProvider: tel.TracerProvider()})
 		gwHandler = p.Gateway
 		// Its last usage records.
 		p.group.Defer("gateway", func(ctx context.Context) error {
@@ -215,7 +225,8 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 			StreamMetrics:     p.metrics,
 			MaxStreamsPerUser: c.MaxStreamsPerUser, MaxStreamsPerConversation: c.MaxStreamsPerConversation, MaxStreams: c.MaxStreams,
 			StreamCounts: shared, StreamShareInterval: c.ShareInterval, StreamShareTTL: c.ShareTTL,
-			TitleModel: titleModel,
+			TitleModel:     titleModel,
+			TracerProvider: tel.TracerProvider(),
 		})
 	if err != nil {
 		return nil, err

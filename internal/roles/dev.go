@@ -20,6 +20,7 @@ import (
 	"github.com/talkide/platform/internal/lifecycle"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/store"
+	"github.com/talkide/platform/internal/telemetry"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -55,8 +56,13 @@ type DevConfig struct {
 	// Login, when set, runs the control-plane without the local user,
 	// authenticating as a shared deployment does (the browser login
 	// test).
-	Login  *AuthConfig
-	Logger *slog.Logger
+	Login *AuthConfig
+	// Telemetry says where spans and metrics go (docs/observability.md);
+	// the zero value: nowhere. TraceFile adds DATA-DIR/traces.jsonl,
+	// which talkide admin trace reads.
+	Telemetry telemetry.Config
+	TraceFile bool
+	Logger    *slog.Logger
 }
 
 // Dev is everything talkide dev runs.
@@ -67,6 +73,9 @@ type Dev struct {
 	Worker       *Worker
 	// Simulator is the model simulator, nil with an API key.
 	Simulator *anthropicsim.Simulator
+	// telemetry is shared by the control-plane and the worker, and shut
+	// down after both.
+	telemetry *telemetry.Telemetry
 	simKey    string
 	Info      DevInfo
 }
@@ -104,6 +113,16 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 			s.Stop(sctx)
 		}
 	}()
+	if cfg.TraceFile {
+		cfg.Telemetry.File = filepath.Join(cfg.DataDir, telemetry.TraceFileName)
+	}
+	if s.telemetry, err = telemetry.New(ctx, cfg.Telemetry, "talkide-dev", envResource(DevTenant, DevEnv)...); err != nil {
+		return nil, err
+	}
+	if s.telemetry.Enabled() {
+		cfg.Logger = slog.New(telemetry.LogHandler(cfg.Logger.Handler()))
+		s.cfg.Logger = cfg.Logger
+	}
 	upstream, key := cfg.AnthropicURL, cfg.APIKey
 	if key == "" {
 		key = fmt.Sprintf("sk-sim-%x", trust.NewKey())
@@ -142,6 +161,7 @@ func (s *Dev) startControlPlane(ctx context.Context, upstream, key string) error
 		MaxBody: s.cfg.MaxBody, MaxBuffered: s.cfg.MaxBuffered,
 		TitleModel: s.cfg.Agent.Model, // the agent's: the one model known to be served
 		Logger:     s.cfg.Logger,
+		telemetry:  s.telemetry,
 	})
 	if err != nil {
 		return err
@@ -183,6 +203,7 @@ func (s *Dev) startWorker(ctx context.Context) error {
 		WorkerID:          "dev-" + host,
 		PretendNoLandlock: s.cfg.PretendNoLandlock,
 		Logger:            s.cfg.Logger,
+		telemetry:         s.telemetry,
 	})
 	if err != nil {
 		return err
@@ -337,6 +358,10 @@ func (s *Dev) Stop(ctx context.Context) error {
 		s.ControlPlane = nil
 	}
 	errs = append(errs, s.simulator.Stop(ctx))
+	// Last: the spans of everything that stopped before.
+	tctx, cancel := afterGrace(ctx)
+	defer cancel()
+	errs = append(errs, s.telemetry.Shutdown(tctx))
 	return errors.Join(errs...)
 }
 

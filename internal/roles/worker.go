@@ -18,6 +18,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/defaults"
@@ -35,6 +36,7 @@ import (
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/secretfile"
 	"github.com/talkide/platform/internal/sessionstore"
+	"github.com/talkide/platform/internal/telemetry"
 	"github.com/talkide/platform/internal/tools"
 	"github.com/talkide/platform/internal/trust"
 	"github.com/talkide/platform/internal/worker"
@@ -74,7 +76,12 @@ type WorkerConfig struct {
 	PretendNoLandlock bool
 	WorkerID          string        // names the worker in session leases; default host-pid
 	LeaseTTL          time.Duration // session lease lifetime; default sessionstore.DefaultLeaseTTL
-	Logger            *slog.Logger
+	// Telemetry says where spans and metrics go (docs/observability.md);
+	// the zero value: nowhere.
+	Telemetry telemetry.Config
+	Logger    *slog.Logger
+
+	telemetry *telemetry.Telemetry // talkide dev's, shared; nil: the role's own
 }
 
 // AgentConfig shapes the agent: talkide dev and talkide worker share it.
@@ -195,6 +202,10 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 			p.group.Stop(sctx)
 		}
 	}()
+	tel, err := startTelemetry(ctx, &p.group, o.telemetry, o.Telemetry, &o.Logger, "talkide-worker", envResource(o.Tenant, o.Env)...)
+	if err != nil {
+		return nil, err
+	}
 	identity, identityReadable, err := p.identitySource(o)
 	if err != nil {
 		return nil, err
@@ -206,6 +217,9 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 	}
 	gatewayURL, _ := url.Parse(strings.TrimRight(o.ControlPlaneURL, "/") + contract.GatewayPrefix)
 	minter := minting.New(o.ControlPlaneURL, identity, nil)
+	// The local proxy parents a model call under its conversation's
+	// running turn, which only the worker, made last, knows.
+	var turns atomic.Pointer[worker.Worker]
 	client := anthropic.NewClient(
 		option.WithBaseURL(gatewayURL.String()+"/"),
 		option.WithHTTPClient(&http.Client{Transport: &minting.Transport{Minter: minter}}),
@@ -240,7 +254,13 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 		proxy    *localproxy.Proxy
 		resolver atomic.Pointer[claudecode.Harness]
 		endpoint *workermcp.Handler
-		lpOpts   = &localproxy.Options{Logger: o.Logger.With("component", "localproxy")}
+		lpOpts   = &localproxy.Options{Logger: o.Logger.With("component", "localproxy"), TracerProvider: tel.TracerProvider(),
+			Turn: func(id string) trace.SpanContext {
+				if w := turns.Load(); w != nil {
+					return w.TurnSpan(id)
+				}
+				return trace.SpanContext{}
+			}}
 	)
 	if o.Agent.Harness == claudecode.Name {
 		endpoint = workermcp.New(workermcp.Options{
@@ -284,11 +304,12 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 	mcpSource := mcpservers.New(&mcpservers.Options{AllowList: mcpAllow, Logger: o.Logger.With("component", "mcp-servers")})
 	p.group.Defer("MCP servers", func(context.Context) error { mcpSource.Close(); return nil })
 	h := native.New(client, &native.Options{
-		Model:       o.Agent.Model,
-		Tools:       tools.Default(&tools.Options{Builds: builds}),
-		Policy:      policy,
-		ToolSources: append([]native.ToolSource{issues}, mcpSource),
-		Logger:      o.Logger.With("component", "harness"),
+		Model:          o.Agent.Model,
+		Tools:          tools.Default(&tools.Options{Builds: builds}),
+		Policy:         policy,
+		ToolSources:    append([]native.ToolSource{issues}, mcpSource),
+		Logger:         o.Logger.With("component", "harness"),
+		TracerProvider: tel.TracerProvider(), MeterProvider: tel.MeterProvider(),
 	})
 	selected, cc, err := selectHarness(o, h, lp, endpoint)
 	if err != nil {
@@ -314,11 +335,13 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 		Jail:            jails.jail,
 		CommandKeys:     commandKeys,
 		MaxRunningTurns: o.Agent.MaxRunningTurns,
+		TracerProvider:  tel.TracerProvider(),
 	})
 	if err != nil {
 		return nil, err
 	}
 	p.Worker = w
+	turns.Store(w)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", workerMetrics(w, o.Logger))
 	mux.Handle("/metrics", httpapi.MethodNotAllowed(o.Logger, http.MethodGet))

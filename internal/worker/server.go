@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/sse"
 )
@@ -47,6 +50,11 @@ func (w *Worker) Handler() http.Handler {
 	return mux
 }
 
+// streamPattern is the event stream's: a stream lasts as long as a
+// browser follows the conversation, and is no step of a turn, so it gets
+// no span.
+const streamPattern = "GET " + contract.StreamPath
+
 type signedHandler func(rw http.ResponseWriter, r *http.Request, body []byte) error
 
 // signed reads the bounded body and verifies X-Worker-Token over it before
@@ -67,6 +75,19 @@ func (w *Worker) signed(h signedHandler) http.Handler {
 			}
 		}
 		w.commands.Add(1)
+		if w.scfg.tracer != nil && r.Pattern != streamPattern {
+			// Signed by the control-plane: its trace goes on here. The
+			// traceparent is not under the signature; what a forger could
+			// do with it is mislabel a span, and a forger cannot get here.
+			ctx, span := w.scfg.tracer.Start(observe.Continue(r.Context(), r.Header), "worker "+r.Pattern,
+				trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithAttributes(observe.Tenant.String(w.scfg.tenant), observe.Env.String(w.scfg.env)))
+			defer span.End()
+			if id := r.PathValue("id"); id != "" { // validated above
+				span.SetAttributes(observe.Conversation.String(id))
+			}
+			r = r.WithContext(ctx)
+		}
 		err = h(rw, r, body)
 		switch {
 		case errors.Is(err, errShuttingDown):
@@ -165,7 +186,7 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 	if err != nil {
 		return err
 	}
-	resp, err := s.send(req)
+	resp, err := s.send(r.Context(), req)
 	var running errTurnRunning
 	switch {
 	case errors.Is(err, errBusy):

@@ -1,6 +1,9 @@
 package worker
 
 import (
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +17,7 @@ import (
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sessionstore"
 )
@@ -41,6 +45,9 @@ type sessionConfig struct {
 	jail       func(conversationID, workspace string) *sandbox.Jail // nil: turns get none
 	workspaces string                                               // holds one working tree per conversation
 	syncRetry  backoff.Policy
+	tracer     trace.Tracer // nil: tracing off
+	tenant     string
+	env        string
 }
 
 // jail returns the sandbox of this conversation's processes, nil when the
@@ -81,6 +88,7 @@ type session struct {
 }
 
 type runningTurn struct {
+	span   trace.Span // the turn's; ended by run
 	id     string
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -359,7 +367,8 @@ func (e errTurnRunning) Error() string { return "a turn is running: " + e.turnID
 
 // send starts a turn for a user message, or returns the turn a previous
 // call with the same client message id started.
-func (s *session) send(req contract.SendMessageRequest) (contract.SendMessageResponse, error) {
+// parent is the command's context: the turn's span is its span's child.
+func (s *session) send(parent context.Context, req contract.SendMessageRequest) (contract.SendMessageResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if prev, ok := s.seen[req.ClientMessageID]; ok {
@@ -394,6 +403,11 @@ func (s *session) send(req contract.SendMessageRequest) (contract.SendMessageRes
 	s.lastUsed = s.cfg.now()
 
 	rt := &runningTurn{id: turnID, cancel: cancel, done: make(chan struct{})}
+	// The turn outlives the command; its span is the command's child all
+	// the same, and every span of the turn is its child.
+	ctx, rt.span = observe.Start(trace.ContextWithSpanContext(ctx, trace.SpanContextFromContext(parent)), s.cfg.tracer, "turn",
+		trace.WithAttributes(observe.Tenant.String(s.cfg.tenant), observe.Env.String(s.cfg.env),
+			observe.Conversation.String(s.id), observe.Turn.String(turnID)))
 	s.running = rt
 	go s.run(ctx, rt, req.Text)
 	return resp, nil
@@ -453,6 +467,8 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 		},
 	}
 	res, err := s.cfg.harness.RunTurn(ctx, t)
+	var failure string
+	defer func() { observe.End(rt.span, err, failure) }()
 	s.mu.Lock()
 	if err != nil {
 		f := harness.Failure(err)
@@ -466,12 +482,14 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 			}
 		}
 		s.emitLocked(contract.Event{Kind: contract.KindTurnFailed, TurnID: rt.id, Failure: &f})
-		log.Info("turn failed", "code", f.Code, "err", err)
+		failure = f.Code
+		log.InfoContext(ctx, "turn failed", "code", f.Code, "err", err)
 	} else {
 		s.emitLocked(contract.Event{Kind: contract.KindTurnFinished, TurnID: rt.id, Finish: &contract.TurnFinish{
 			StopReason: res.StopReason, ModelCalls: res.ModelCalls, DurationMS: time.Since(start).Milliseconds(),
 		}})
-		log.Info("turn finished", "stop_reason", res.StopReason, "model_calls", res.ModelCalls, "duration", time.Since(start))
+		rt.span.SetAttributes(attribute.String("talkide.turn.stop_reason", res.StopReason), attribute.Int("talkide.turn.model_calls", res.ModelCalls))
+		log.InfoContext(ctx, "turn finished", "stop_reason", res.StopReason, "model_calls", res.ModelCalls, "duration", time.Since(start))
 	}
 	// After the terminal event, before the session is idle: the
 	// control-plane dates the conversation's activity by it and indexes

@@ -4,6 +4,8 @@
 package worker
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +23,7 @@ import (
 	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/trust"
@@ -71,6 +74,10 @@ type Options struct {
 	// so a rotated key (and its predecessor, for the grace) is taken
 	// without a restart.
 	CommandKeys *trust.Keyring
+	// TracerProvider, when set, traces each command, each turn and each
+	// session resumed, continuing the control-plane's trace of a command
+	// whose signature verified (docs/observability.md); nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // DescriptorsPerTurn is what MaxTurnsFor counts a running turn to hold
@@ -182,6 +189,7 @@ func New(tenant, env string, key CommandKey, sessions *sessionstore.Store, works
 	w.scfg = &sessionConfig{
 		gate: w.gate, harness: h, reporter: o.Reporter, log: w.log, now: o.Now,
 		workerID: o.WorkerID, notices: o.Notices, jail: o.Jail, workspaces: workspaces, syncRetry: o.SyncRetry,
+		tracer: observe.Tracer(o.TracerProvider, "worker"), tenant: tenant, env: env,
 	}
 	go w.maintain()
 	return w, nil
@@ -253,7 +261,7 @@ func (w *Worker) session(ctx context.Context, id, userID string, create bool) (*
 	w.loading[id] = l
 	w.mu.Unlock()
 
-	l.s, l.created, l.err = w.open(id, userID, create)
+	l.s, l.created, l.err = w.open(ctx, id, userID, create)
 
 	w.mu.Lock()
 	delete(w.loading, id)
@@ -278,11 +286,14 @@ func (w *Worker) session(ctx context.Context, id, userID string, create bool) (*
 
 // open reads the session of id from disk (or creates it) and takes its
 // lease. The store's calls do not take a context: they are bounded by the
-// disk, and an open half done would leave the lease taken.
-func (w *Worker) open(id, userID string, create bool) (*session, bool, error) {
+// disk, and an open half done would leave the lease taken; ctx is only
+// the parent of its span.
+func (w *Worker) open(ctx context.Context, id, userID string, create bool) (_ *session, _ bool, err error) {
+	_, span := observe.Start(ctx, w.scfg.tracer, "session open",
+		trace.WithAttributes(observe.Conversation.String(id), observe.Tenant.String(w.scfg.tenant), observe.Env.String(w.scfg.env)))
+	defer func() { observe.End(span, err, sessionErrType(err)) }()
 	var st *sessionstore.Session
 	var created bool
-	var err error
 	if create {
 		st, created, err = w.store.Create(id, sessionstore.Meta{UserID: userID, Harness: w.scfg.harness.Name(), CreatedAt: w.opts.Now().UTC()})
 	} else {
@@ -292,6 +303,9 @@ func (w *Worker) open(id, userID string, create bool) (*session, bool, error) {
 		return nil, false, err
 	}
 	s := openSession(w.scfg, st, created)
+	if !created {
+		span.SetName("session resume")
+	}
 	if p, err := st.PendingReports(); err == nil && len(p) > 0 {
 		w.opts.Reporter.Notify(st)
 	}
@@ -498,4 +512,33 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 func (w *Worker) Stats() (open, running int) {
 	l := w.Load()
 	return l.OpenSessions, l.RunningTurns
+}
+
+// sessionErrType is the kind of a session open's failure, for its span.
+func sessionErrType(err error) string {
+	switch {
+	case errors.Is(err, sessionstore.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, sessionstore.ErrLeaseHeld):
+		return "lease_held"
+	}
+	return ""
+}
+
+// TurnSpan is the span of the turn conversation id runs now: what the
+// local proxy makes the parent of that turn's model calls. It is invalid
+// when no turn runs there or tracing is off.
+func (w *Worker) TurnSpan(id string) trace.SpanContext {
+	w.mu.Lock()
+	s := w.sessions[id]
+	w.mu.Unlock()
+	if s == nil {
+		return trace.SpanContext{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running == nil {
+		return trace.SpanContext{}
+	}
+	return s.running.span.SpanContext()
 }

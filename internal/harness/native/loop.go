@@ -1,6 +1,10 @@
 package native
 
 import (
+	"errors"
+
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/tools"
 )
@@ -119,7 +124,20 @@ func (a *agent) loop(ctx context.Context, history []json.RawMessage) (harness.Re
 // callModel streams one model call, emitting text deltas as they arrive
 // (unless quiet). On interruption it returns what had arrived, cut to
 // complete text blocks, so the transcript keeps what the user saw.
-func (a *agent) callModel(ctx context.Context, history []json.RawMessage, quiet bool) (*anthropic.Message, error) {
+func (a *agent) callModel(ctx context.Context, history []json.RawMessage, quiet bool) (_ *anthropic.Message, err error) {
+	start := time.Now()
+	ctx, span := observe.StartModelCall(ctx, a.h.tracer, a.h.opts.Model,
+		observe.Conversation.String(a.convID), observe.Turn.String(a.turnID))
+	mc := observe.ModelCall{RequestModel: a.h.opts.Model}
+	defer func() {
+		mc.Duration = time.Since(start)
+		if err != nil {
+			mc.ErrType = modelErrType(err)
+		}
+		span.SetAttributes(mc.SpanAttributes()...)
+		observe.End(span, err, mc.ErrType)
+		a.h.genai.Record(ctx, mc)
+	}()
 	msgs := make([]anthropic.MessageParam, len(history))
 	for i, r := range history {
 		msgs[i] = param.Override[anthropic.MessageParam](r)
@@ -148,6 +166,9 @@ func (a *agent) callModel(ctx context.Context, history []json.RawMessage, quiet 
 	var acc anthropic.Message
 	for stream.Next() {
 		ev := stream.Current()
+		if mc.FirstToken == 0 && ev.Type == "content_block_delta" {
+			mc.FirstToken = time.Since(start)
+		}
 		if err := acc.Accumulate(ev); err != nil {
 			return nil, &harness.TurnError{Code: contract.FailModelError, Message: "the model's stream could not be read", Retryable: true, Err: err}
 		}
@@ -155,7 +176,11 @@ func (a *agent) callModel(ctx context.Context, history []json.RawMessage, quiet 
 			a.emit(contract.Event{Kind: contract.KindTextDelta, Text: ev.Delta.Text, Index: int(ev.Index)})
 		}
 	}
-	err := stream.Err()
+	err = stream.Err()
+	mc.ResponseModel, mc.ResponseID = string(acc.Model), acc.ID
+	mc.Input, mc.Output = acc.Usage.InputTokens, acc.Usage.OutputTokens
+	mc.CacheRead, mc.CacheCreation = acc.Usage.CacheReadInputTokens, acc.Usage.CacheCreationInputTokens
+	mc.FinishReason = string(acc.StopReason)
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()
 	}
@@ -267,8 +292,18 @@ func (a *agent) runTools(ctx context.Context, uses []anthropic.ContentBlockUnion
 // tool_use report for the control-plane, a tool_result for the model.
 func (a *agent) runOne(ctx context.Context, id, name string, input json.RawMessage) wireBlock {
 	start := time.Now()
+	// The span names the tool and says how it went; never its input or
+	// its output.
+	ctx, span := observe.Start(ctx, a.h.tracer, "tool "+name, trace.WithAttributes(observe.Tool.String(name),
+		observe.ToolCallID.String(id), observe.Conversation.String(a.convID), observe.Turn.String(a.turnID)))
 	res := a.runTool(ctx, id, name, input)
 	dur := time.Since(start)
+	outcome := "ok"
+	if res.IsError {
+		outcome = "error"
+	}
+	span.SetAttributes(observe.ToolOutcome.String(outcome))
+	span.End()
 	a.emit(contract.Event{Kind: contract.KindToolFinished, Tool: &contract.ToolEvent{
 		ID: id, Name: name, Output: res.Output, IsError: res.IsError, DurationMS: dur.Milliseconds(),
 	}})
@@ -330,4 +365,16 @@ func (a *agent) toolNames() []string {
 		names = append(names, taskToolName)
 	}
 	return names
+}
+
+// modelErrType is the kind of a model call's failure, for its span and
+// the duration metric: the turn failure's code, or the context's.
+func modelErrType(err error) string {
+	if errors.Is(err, context.Canceled) {
+		return "canceled"
+	}
+	if te, ok := errors.AsType[*harness.TurnError](err); ok {
+		return te.Code
+	}
+	return "error"
 }

@@ -5,6 +5,11 @@
 package native
 
 import (
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/talkide/platform/internal/observe"
+
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -68,6 +73,13 @@ type Options struct {
 	// DefaultMaxRetryWait.
 	MaxRetryWait time.Duration
 	Logger       *slog.Logger
+	// TracerProvider, when set, makes a span of each model call (with the
+	// GenAI attributes) and each tool call, under the turn's span; nil:
+	// none.
+	TracerProvider trace.TracerProvider
+	// MeterProvider, when set, records the GenAI client metrics of each
+	// model call; nil: none.
+	MeterProvider metric.MeterProvider
 }
 
 // Harness runs turns with an Anthropic client.
@@ -79,6 +91,8 @@ type Harness struct {
 	defs []map[string]any
 	// callOpts go with every model call: the bound on the SDK's retries.
 	callOpts []option.RequestOption
+	tracer   trace.Tracer          // nil: tracing off
+	genai    *observe.GenAIMetrics // nil: no GenAI metrics
 }
 
 // ToolSource offers tools for one turn, e.g. those of the MCP servers a
@@ -108,7 +122,9 @@ func New(client anthropic.Client, opts *Options) *Harness {
 	}
 	defaults.IfNotPositive(&o.MaxRetryWait, DefaultMaxRetryWait)
 	h := &Harness{client: client, opts: o, tools: make(map[string]tools.Tool),
-		callOpts: []option.RequestOption{option.WithMiddleware(boundRetries(o.MaxRetryWait, time.Now))}}
+		callOpts: []option.RequestOption{option.WithMiddleware(boundRetries(o.MaxRetryWait, time.Now))},
+		tracer:   observe.Tracer(o.TracerProvider, "harness/native"),
+		genai:    observe.NewGenAIMetrics(o.MeterProvider)}
 	for _, t := range o.Tools {
 		h.tools[t.Name()] = t
 		h.defs = append(h.defs, toolDef(t))
