@@ -14,6 +14,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/talkide/platform/internal/observe"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -261,7 +265,9 @@ func (k *Kubernetes) Run(ctx context.Context, req Request) (Result, error) {
 		if err != nil {
 			return res, err
 		}
+		_, queue := observe.Start(ctx, observe.FromContext(ctx, "build"), "build queue")
 		release, err := k.acquire(ctx, &lw)
+		observe.End(queue, err, "canceled")
 		if err != nil {
 			return res, err
 		}
@@ -277,6 +283,7 @@ func (k *Kubernetes) Run(ctx context.Context, req Request) (Result, error) {
 			return res, fmt.Errorf("build: creating the Job: %w", err)
 		}
 		log.Info("build Job created")
+		trace.SpanFromContext(ctx).AddEvent("job created")
 	}
 	since := job.CreationTimestamp.Time
 	if since.IsZero() {
@@ -293,6 +300,7 @@ func (k *Kubernetes) Run(ctx context.Context, req Request) (Result, error) {
 		k.followPods(logCtx, name, jobDone, &lw)
 	}()
 	final, err := k.waitJob(ctx, name)
+	trace.SpanFromContext(ctx).AddEvent("job finished")
 	close(jobDone)
 	if err != nil {
 		stopLogs()
@@ -640,6 +648,7 @@ func (k *Kubernetes) nextPod(ctx context.Context, job string, followed map[strin
 		}
 		if s := buildContainer(p); s != nil && (s.State.Running != nil || s.State.Terminated != nil) {
 			name = p.Name
+			trace.SpanFromContext(ctx).AddEvent("pod running")
 			return true, nil
 		}
 		return false, nil

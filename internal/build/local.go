@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/sandbox"
 )
@@ -97,6 +99,7 @@ func (l *Local) Run(ctx context.Context, req Request) (Result, error) {
 		return res, fmt.Errorf("build: %w", err)
 	}
 	pw.Close() // the build's processes hold the write end now
+	trace.SpanFromContext(ctx).AddEvent("process started")
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)

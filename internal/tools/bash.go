@@ -1,6 +1,10 @@
 package tools
 
 import (
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/talkide/platform/internal/observe"
+
 	"context"
 	"fmt"
 	"io"
@@ -114,10 +118,22 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 	}
 	cmd.Stdout = pw
 	cmd.Stderr = pw
+	// The command's span, from its start to its end, and its start's
+	// within it: what the sandbox cost apart from what the command did.
+	// Neither holds the command line.
+	cctx, cspan := observe.Start(ctx, observe.FromContext(ctx, "tools"), "sandbox command")
+	defer cspan.End()
+	_, sspan := observe.Start(cctx, observe.FromContext(cctx, "sandbox"), "sandbox start")
 	if err := cmd.Start(); err != nil {
+		observe.End(sspan, err, "start_failed")
+		observe.End(cspan, err, "start_failed")
 		pw.Close()
 		return errorResult("Bash cannot run: %v", err), nil
 	}
+	if sspan.IsRecording() {
+		sspan.SetAttributes(attribute.Bool("talkide.sandbox.warm", cmd.Warm()))
+	}
+	sspan.End()
 	pw.Close() // the children hold the write end now
 
 	full := newSpill(call, maxOut)
@@ -163,6 +179,10 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 		<-readDone
 	}
 
+	if cspan.IsRecording() {
+		cspan.SetAttributes(attribute.String("talkide.sandbox.ending", string(end.o.Ending)),
+			attribute.Int("process.exit.code", end.o.ExitCode))
+	}
 	text := out.String()
 	if ctxErr != nil {
 		full.finish(false)

@@ -1,6 +1,11 @@
 package tools
 
 import (
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/talkide/platform/internal/observe"
+
 	"context"
 	"errors"
 	"fmt"
@@ -91,7 +96,11 @@ func (b *Build) Run(ctx context.Context, call Call) (Result, error) {
 	out := newHeadTail(maxOut)
 	out.tee = full
 	stream := &runeStream{out: out, emit: call.Output}
-	res, err := b.Runner.Run(ctx, build.Request{
+	// The runners mark the build's steps on this span (queued, Job
+	// created, pod running); its tasks and arguments are not on it.
+	bctx, span := observe.Start(ctx, observe.FromContext(ctx, "build"), "build",
+		trace.WithAttributes(attribute.String("talkide.build.kind", string(spec.Kind)), attribute.String("talkide.build.runner", b.Runner.Name())))
+	res, err := b.Runner.Run(bctx, build.Request{
 		Spec:         spec,
 		Conversation: call.Conversation,
 		ToolCall:     call.ID,
@@ -100,6 +109,10 @@ func (b *Build) Run(ctx context.Context, call Call) (Result, error) {
 		Output:       stream,
 		Timeout:      time.Duration(in.Timeout) * time.Millisecond,
 	})
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("talkide.build.status", string(res.Status)), attribute.Int("process.exit.code", res.ExitCode))
+	}
+	observe.End(span, err, "build_not_run")
 	stream.flush()
 	if ctx.Err() != nil {
 		full.finish(false)

@@ -79,7 +79,7 @@ func (w *Worker) signed(h signedHandler) http.Handler {
 			// Signed by the control-plane: its trace goes on here. The
 			// traceparent is not under the signature; what a forger could
 			// do with it is mislabel a span, and a forger cannot get here.
-			ctx, span := w.scfg.tracer.Start(observe.Continue(r.Context(), r.Header), "worker "+r.Pattern,
+			ctx, span := w.scfg.tracer.Start(observe.Continue(r.Context(), r.Header), r.Pattern,
 				trace.WithSpanKind(trace.SpanKindServer),
 				trace.WithAttributes(observe.Tenant.String(w.scfg.tenant), observe.Env.String(w.scfg.env)))
 			defer span.End()

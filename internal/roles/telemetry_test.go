@@ -1,0 +1,460 @@
+package roles
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	collmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	colltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/talkide/platform/internal/telemetry"
+)
+
+// otlpReceiver is an in-process OTLP/HTTP collector: it decodes what the
+// exporters send with the protocol's own types and keeps it.
+type otlpReceiver struct {
+	url string
+
+	mu      sync.Mutex
+	spans   []*tracepb.Span                            // guarded by mu
+	res     []*commonpb.KeyValue                       // guarded by mu: every resource attribute seen
+	metrics []*collmetrics.ExportMetricsServiceRequest // guarded by mu
+	posts   int                                        // guarded by mu
+}
+
+func startReceiver(t *testing.T) *otlpReceiver {
+	t.Helper()
+	r := &otlpReceiver{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, req *http.Request) {
+		var in colltrace.ExportTraceServiceRequest
+		if !r.decode(w, req, &in) {
+			return
+		}
+		r.mu.Lock()
+		for _, rs := range in.ResourceSpans {
+			r.res = append(r.res, rs.GetResource().GetAttributes()...)
+			for _, ss := range rs.ScopeSpans {
+				r.spans = append(r.spans, ss.Spans...)
+			}
+		}
+		r.mu.Unlock()
+		b, _ := proto.Marshal(&colltrace.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(b)
+	})
+	mux.HandleFunc("POST /v1/metrics", func(w http.ResponseWriter, req *http.Request) {
+		var in collmetrics.ExportMetricsServiceRequest
+		if !r.decode(w, req, &in) {
+			return
+		}
+		r.mu.Lock()
+		r.metrics = append(r.metrics, &in)
+		r.mu.Unlock()
+		b, _ := proto.Marshal(&collmetrics.ExportMetricsServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(b)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	r.url = "http://" + ln.Addr().String()
+	return r
+}
+
+func (r *otlpReceiver) decode(w http.ResponseWriter, req *http.Request, m proto.Message) bool {
+	body, err := io.ReadAll(io.LimitReader(req.Body, 16<<20))
+	if err == nil {
+		err = proto.Unmarshal(body, m)
+	}
+	r.mu.Lock()
+	r.posts++
+	r.mu.Unlock()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func attr(s *tracepb.Span, key string) *commonpb.AnyValue {
+	for _, kv := range s.Attributes {
+		if kv.Key == key {
+			return kv.Value
+		}
+	}
+	return nil
+}
+
+// strs is every string an attribute list holds, as key=value.
+func strs(kvs []*commonpb.KeyValue) []string {
+	var out []string
+	var walk func(k string, v *commonpb.AnyValue)
+	walk = func(k string, v *commonpb.AnyValue) {
+		switch x := v.GetValue().(type) {
+		case *commonpb.AnyValue_StringValue:
+			out = append(out, k+"="+x.StringValue)
+		case *commonpb.AnyValue_ArrayValue:
+			for _, e := range x.ArrayValue.Values {
+				walk(k, e)
+			}
+		case *commonpb.AnyValue_KvlistValue:
+			for _, e := range x.KvlistValue.Values {
+				walk(k+"."+e.Key, e.Value)
+			}
+		case *commonpb.AnyValue_BytesValue:
+			out = append(out, k+"="+string(x.BytesValue))
+		default:
+			out = append(out, fmt.Sprintf("%s=%v", k, v))
+		}
+	}
+	for _, kv := range kvs {
+		walk(kv.Key, kv.Value)
+	}
+	return out
+}
+
+// One turn, from the browser's request to the model and back, with a
+// sandboxed command and a build, is one trace whose spans cover every
+// seam, each under the right parent, with the GenAI attributes; no span
+// holds the prompt, a tool's input or output, the API key or a token.
+func TestTurnTrace(t *testing.T) {
+	recv := startReceiver(t)
+	ctx := context.Background()
+	var logs bytes.Buffer
+	dataDir := filepath.Join(t.TempDir(), "data")
+	d, err := StartDev(ctx, DevConfig{
+		DataDir: dataDir, Addr: "127.0.0.1:0",
+		Agent:     AgentConfig{Sandbox: "landlock"},
+		Telemetry: telemetry.Config{TracesEndpoint: recv.url + "/v1/traces", MetricsEndpoint: recv.url + "/v1/metrics"},
+		TraceFile: true,
+		Logger:    slog.New(slog.NewJSONHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := d.Stop(sctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	}
+	defer stop()
+	base := d.Info.ControlPlane
+	conv := createConversation(t, base)
+	ws := filepath.Join(dataDir, "workspaces", conv)
+	gradle, err := os.ReadFile("../build/testdata/fakegradle/gradlew")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "gradlew"), gradle, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		prompt    = "secret-prompt-words"
+		toolInput = "tool-input-marker"
+		toolOut   = "tool-output-marker"
+	)
+	text := prompt + ` [[tool:Bash {"command":"echo ` + toolInput + ` >/dev/null; echo ` + toolOut + `"}]] [[tool:Build {"tasks":["test"]}]]`
+	// A traceparent from outside: not continued, only linked.
+	const outside = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	turnID := sendMessage(t, base, conv, text, outside)
+	waitTurn(t, base, conv, toolOut)
+	identity, _ := os.ReadFile(filepath.Join(dataDir, "worker", "identity-token"))
+	simKey := d.SimulatorKey()
+	stop() // flushes every span and metric
+
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	byID := map[string]*tracepb.Span{}
+	var turnSpan *tracepb.Span
+	for _, s := range recv.spans {
+		byID[hex.EncodeToString(s.SpanId)] = s
+		if s.Name == "turn" && attr(s, "talkide.turn").GetStringValue() == turnID {
+			turnSpan = s
+		}
+	}
+	if turnSpan == nil {
+		t.Fatalf("no turn span for %s among %d spans", turnID, len(recv.spans))
+	}
+	trace := map[string][]*tracepb.Span{}
+	for _, s := range recv.spans {
+		if bytes.Equal(s.TraceId, turnSpan.TraceId) {
+			trace[s.Name] = append(trace[s.Name], s)
+		}
+	}
+	one := func(name string) *tracepb.Span {
+		t.Helper()
+		if len(trace[name]) == 0 {
+			var names []string
+			for n := range trace {
+				names = append(names, n)
+			}
+			t.Fatalf("the turn's trace has no span %q; it has %v", name, names)
+		}
+		return trace[name][0]
+	}
+	parentOf := func(s *tracepb.Span) string {
+		if p := byID[hex.EncodeToString(s.ParentSpanId)]; p != nil {
+			return p.Name
+		}
+		return ""
+	}
+	root := one("POST /api/conversations/{id}/messages")
+	if len(root.ParentSpanId) != 0 || hex.EncodeToString(root.TraceId) == "0af7651916cd43dd8448eb211c80319c" {
+		t.Errorf("the browser's traceparent was continued: parent %x trace %x", root.ParentSpanId, root.TraceId)
+	}
+	if len(root.Links) != 1 || hex.EncodeToString(root.Links[0].TraceId) != "0af7651916cd43dd8448eb211c80319c" {
+		t.Errorf("the browser's span is not linked: %v", root.Links)
+	}
+	for child, parent := range map[string]string{
+		"worker POST /v1/sessions/{id}/messages": "POST /api/conversations/{id}/messages",
+		"POST /v1/sessions/{id}/messages":        "worker POST /v1/sessions/{id}/messages",
+		"turn":                                   "POST /v1/sessions/{id}/messages",
+		"chat claude-sonnet-5-5":                 "turn",
+		"worker token mint":                      "chat claude-sonnet-5-5",
+		"gateway POST /v1/messages":              "chat claude-sonnet-5-5",
+		"budget admission":                       "gateway POST /v1/messages",
+		"tool Bash":                              "turn",
+		"sandbox command":                        "tool Bash",
+		"sandbox start":                          "sandbox command",
+		"tool Build":                             "turn",
+		"build":                                  "tool Build",
+	} {
+		if got := parentOf(one(child)); got != parent {
+			t.Errorf("span %q's parent is %q, want %q", child, got, parent)
+		}
+	}
+	if n := len(trace["chat claude-sonnet-5-5"]); n != 2 {
+		t.Errorf("%d model call spans, want 2 (the tool calls, the answer)", n)
+	}
+	for _, s := range trace["chat claude-sonnet-5-5"] {
+		for k, want := range map[string]string{"gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic",
+			"gen_ai.system": "anthropic", "gen_ai.request.model": "claude-sonnet-5-5", "gen_ai.response.model": "claude-sonnet-5-5",
+			"talkide.conversation": conv, "talkide.turn": turnID} {
+			if got := attr(s, k).GetStringValue(); got != want {
+				t.Errorf("model call span: %s = %q, want %q", k, got, want)
+			}
+		}
+		if attr(s, "gen_ai.usage.input_tokens").GetIntValue() <= 0 || attr(s, "gen_ai.usage.output_tokens").GetIntValue() <= 0 {
+			t.Errorf("model call span without usage: %v", strs(s.Attributes))
+		}
+		if attr(s, "gen_ai.usage.cache_read.input_tokens") == nil || attr(s, "gen_ai.usage.cache_creation.input_tokens") == nil {
+			t.Errorf("model call span without cache usage: %v", strs(s.Attributes))
+		}
+		if len(attr(s, "gen_ai.response.finish_reasons").GetArrayValue().GetValues()) != 1 {
+			t.Errorf("model call span without finish reasons: %v", strs(s.Attributes))
+		}
+	}
+	gw := one("gateway POST /v1/messages")
+	if attr(gw, "talkide.tenant").GetStringValue() != DevTenant || attr(gw, "gen_ai.usage.output_tokens").GetIntValue() <= 0 {
+		t.Errorf("gateway span: %v", strs(gw.Attributes))
+	}
+	if got := attr(one("budget admission"), "talkide.budget.decision").GetStringValue(); got != "admitted" {
+		t.Errorf("budget decision %q", got)
+	}
+	if got := attr(one("tool Bash"), "talkide.tool.outcome").GetStringValue(); got != "ok" {
+		t.Errorf("Bash outcome %q", got)
+	}
+	if got := attr(one("build"), "talkide.build.status").GetStringValue(); got == "" {
+		t.Errorf("build span without a status: %v", strs(one("build").Attributes))
+	}
+
+	// Nothing secret or said, in any span of any trace, or the resources.
+	forbidden := []string{prompt, toolInput, toolOut, "echo ", simKey, "tki_", "tlp_", "wt1.", "sk-"}
+	if s := strings.TrimSpace(string(identity)); s != "" {
+		forbidden = append(forbidden, s)
+	}
+	var all []string
+	for _, s := range recv.spans {
+		all = append(all, s.Name)
+		all = append(all, strs(s.Attributes)...)
+		for _, e := range s.Events {
+			all = append(all, e.Name)
+			all = append(all, strs(e.Attributes)...)
+		}
+		all = append(all, s.GetStatus().GetMessage())
+	}
+	all = append(all, strs(recv.res)...)
+	for _, v := range all {
+		for _, f := range forbidden {
+			if strings.Contains(v, f) {
+				t.Errorf("a span holds %q: %s", f, v)
+			}
+		}
+	}
+
+	// The GenAI metrics, by token type, and no conversation among their
+	// attributes.
+	var names []string
+	types := map[string]bool{}
+	for _, req := range recv.metrics {
+		for _, rm := range req.ResourceMetrics {
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					names = append(names, m.Name)
+					for _, dp := range m.GetHistogram().GetDataPoints() {
+						for _, kv := range strs(dp.Attributes) {
+							if strings.Contains(kv, conv) || strings.Contains(kv, turnID) {
+								t.Errorf("metric %s has a conversation or turn attribute: %s", m.Name, kv)
+							}
+							if v, ok := strings.CutPrefix(kv, "gen_ai.token.type="); ok {
+								types[v] = true
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, want := range []string{"gen_ai.client.token.usage", "gen_ai.client.operation.duration", "gen_ai.client.operation.time_to_first_chunk"} {
+		if !strings.Contains(strings.Join(names, " "), want) {
+			t.Errorf("metric %s not exported (got %v)", want, names)
+		}
+	}
+	if !types["input"] || !types["output"] {
+		t.Errorf("token types %v", types)
+	}
+
+	// The log line of the turn's end carries its trace.
+	if !strings.Contains(logs.String(), `"trace_id":"`+hex.EncodeToString(turnSpan.TraceId)) {
+		t.Errorf("no log line names the turn's trace")
+	}
+
+	// talkide dev --trace-file kept the same trace for talkide admin trace.
+	var out bytes.Buffer
+	if err := telemetry.PrintTurn(&out, filepath.Join(dataDir, telemetry.TraceFileName), turnID); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"trace " + hex.EncodeToString(turnSpan.TraceId), "turn", "tool Bash", "sandbox start", "gateway POST /v1/messages", "build"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("admin trace output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// With the SDK disabled, an endpoint set or not, nothing is exported.
+func TestTracingOffExportsNothing(t *testing.T) {
+	recv := startReceiver(t)
+	ctx := context.Background()
+	d, err := StartDev(ctx, DevConfig{
+		DataDir: filepath.Join(t.TempDir(), "data"), Addr: "127.0.0.1:0",
+		Telemetry: telemetry.Config{Disabled: true, TracesEndpoint: recv.url + "/v1/traces", MetricsEndpoint: recv.url + "/v1/metrics"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := d.Info.ControlPlane
+	conv := createConversation(t, base)
+	sendMessage(t, base, conv, "hello", "")
+	waitTurn(t, base, conv, "")
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := d.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	if recv.posts != 0 {
+		t.Errorf("%d exports with the SDK disabled", recv.posts)
+	}
+}
+
+func createConversation(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Post(base+"/api/conversations", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var conv struct{ ID string }
+	json.NewDecoder(resp.Body).Decode(&conv)
+	if conv.ID == "" {
+		t.Fatalf("no conversation created: %s", resp.Status)
+	}
+	return conv.ID
+}
+
+// sendMessage sends text, with traceparent when it is not empty, and
+// returns the turn's id.
+func sendMessage(t *testing.T, base, conv, text, traceparent string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"text": text})
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/conversations/"+conv+"/messages", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if traceparent != "" {
+		req.Header.Set("Traceparent", traceparent)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		TurnID string `json:"turn_id"`
+	}
+	json.NewDecoder(resp.Body).Decode(&r)
+	if resp.StatusCode/100 != 2 || r.TurnID == "" {
+		t.Fatalf("send: %s", resp.Status)
+	}
+	return r.TurnID
+}
+
+// waitTurn follows the conversation's events until its turn ends, and
+// checks that want (if any) was among them.
+func waitTurn(t *testing.T, base, conv, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/conversations/"+conv+"/stream", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 64<<10)
+	var seen strings.Builder
+	for {
+		n, err := resp.Body.Read(buf)
+		seen.Write(buf[:n])
+		if strings.Contains(seen.String(), "turn.finished") || strings.Contains(seen.String(), "turn.failed") {
+			if !strings.Contains(seen.String(), "turn.finished") || !strings.Contains(seen.String(), want) {
+				t.Fatalf("the turn did not finish as expected:\n%s", seen.String())
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("the turn did not end: %v\n%s", err, seen.String())
+		}
+	}
+}
