@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/gateway"
@@ -34,10 +36,30 @@ import (
 func BenchmarkServe(b *testing.B) {
 	for _, deltas := range []int{1, 81} {
 		b.Run(fmt.Sprintf("deltas=%d", deltas), func(b *testing.B) {
-			benchServe(b, deltas)
+			benchServe(b, deltas, nil)
 		})
 	}
 }
+
+// BenchmarkServeTracing is BenchmarkServe's one-delta call with tracing
+// off (no provider: what runs unless an OTLP endpoint is configured) and
+// on (the SDK, every call sampled, its spans batched to an exporter that
+// drops them): what a span of each call and of its budget admission costs
+// (docs/observability.md).
+func BenchmarkServeTracing(b *testing.B) {
+	b.Run("tracing=off", func(b *testing.B) { benchServe(b, 1, nil) })
+	b.Run("tracing=on", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}))
+		b.Cleanup(func() { tp.Shutdown(context.Background()) })
+		benchServe(b, 1, tp)
+	})
+}
+
+// discardSpans is a span exporter that drops what it is given.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
 
 const benchKey = "sk-ant-bench-hotpath"
 
@@ -105,7 +127,7 @@ func (w *sinkWriter) WriteHeader(s int)           { w.status = s }
 func (w *sinkWriter) Write(p []byte) (int, error) { w.n += len(p); return len(p), nil }
 func (w *sinkWriter) Flush()                      {}
 
-func benchServe(b *testing.B, deltas int) {
+func benchServe(b *testing.B, deltas int, tp trace.TracerProvider) {
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, ":memory:", nil)
 	if err != nil {
@@ -138,6 +160,8 @@ func benchServe(b *testing.B, deltas int) {
 		Budget:    svc,
 		Metrics:   m,
 		Transport: memUpstream{evs: eventsOf(deltas)},
+		// A nil interface, not a nil *TracerProvider, when off.
+		TracerProvider: tp,
 	})
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

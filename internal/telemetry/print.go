@@ -131,7 +131,7 @@ func printTrace(w io.Writer, id string, spans []FileSpan) {
 
 // detailKeys are the attributes shown beside a span's name.
 var detailKeys = []string{
-	"service", string(observe.Tool), string(observe.ToolOutcome), string(observe.GenAIResponseModel),
+	string(observe.Tool), string(observe.ToolOutcome), string(observe.GenAIResponseModel),
 	string(observe.GenAIInputTokens), string(observe.GenAIOutputTokens), string(observe.GenAICacheRead),
 	string(observe.GenAICacheCreation), string(observe.GenAIFinishReasons), "talkide.budget.decision", "http.response.status_code",
 	string(observe.ErrorType),
@@ -140,9 +140,6 @@ var detailKeys = []string{
 func details(s FileSpan) string {
 	var parts []string
 	for _, k := range detailKeys {
-		if k == "service" {
-			continue
-		}
 		if v, ok := s.Attributes[k]; ok {
 			parts = append(parts, fmt.Sprintf("%s=%v", strings.TrimPrefix(strings.TrimPrefix(k, "gen_ai."), "talkide."), v))
 		}
