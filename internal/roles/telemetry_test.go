@@ -190,6 +190,12 @@ func TestTurnTrace(t *testing.T) {
 	const outside = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	turnID := sendMessage(t, base, conv, text, outside)
 	waitTurn(t, base, conv, toolOut)
+	// A restarted worker resumes the session within the next turn's trace.
+	if err := d.RestartWorker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := sendMessage(t, base, conv, "again", "")
+	waitTurn(t, base, conv, "")
 	identity, _ := os.ReadFile(filepath.Join(dataDir, "worker", "identity-token"))
 	simKey := d.SimulatorKey()
 	stop() // flushes every span and metric
@@ -290,29 +296,24 @@ func TestTurnTrace(t *testing.T) {
 		t.Errorf("build span without a status: %v", strs(one("build").Attributes))
 	}
 
-	// Nothing secret or said, in any span of any trace, or the resources.
-	forbidden := []string{prompt, toolInput, toolOut, "echo ", simKey, "tki_", "tlp_", "wt1.", "sk-"}
-	if s := strings.TrimSpace(string(identity)); s != "" {
-		forbidden = append(forbidden, s)
-	}
-	var all []string
+	var resumed *tracepb.Span
 	for _, s := range recv.spans {
-		all = append(all, s.Name)
-		all = append(all, strs(s.Attributes)...)
-		for _, e := range s.Events {
-			all = append(all, e.Name)
-			all = append(all, strs(e.Attributes)...)
+		if s.Name == "session resume" {
+			resumed = s
 		}
-		all = append(all, s.GetStatus().GetMessage())
 	}
-	all = append(all, strs(recv.res)...)
-	for _, v := range all {
-		for _, f := range forbidden {
-			if strings.Contains(v, f) {
-				t.Errorf("a span holds %q: %s", f, v)
+	if resumed == nil || parentOf(resumed) != "POST /v1/sessions/{id}/messages" {
+		t.Errorf("no session resume span under the second message's command")
+	} else {
+		for _, s := range recv.spans {
+			if s.Name == "turn" && attr(s, "talkide.turn").GetStringValue() == second && !bytes.Equal(s.TraceId, resumed.TraceId) {
+				t.Errorf("the session's resume is not in the trace of the turn that resumed it")
 			}
 		}
 	}
+
+	// Nothing secret or said, in any span of any trace, or the resources.
+	noSecrets(t, recv, prompt, toolInput, toolOut, "echo ", simKey, string(identity))
 
 	// The GenAI metrics, by token type, and no conversation among their
 	// attributes.
@@ -361,6 +362,105 @@ func TestTurnTrace(t *testing.T) {
 			t.Errorf("admin trace output lacks %q:\n%s", want, out.String())
 		}
 	}
+}
+
+// noSecrets fails t when any span name, attribute, event, status or
+// resource attribute recv holds contains one of words, a prefix of a
+// platform token or capability, or an API key's.
+func noSecrets(t *testing.T, recv *otlpReceiver, words ...string) {
+	t.Helper()
+	forbidden := []string{"tki_", "tlp_", "tka_", "tko_", "wt1.", "sk-"}
+	for _, w := range words {
+		if w = strings.TrimSpace(w); w != "" {
+			forbidden = append(forbidden, w)
+		}
+	}
+	var all []string
+	for _, s := range recv.spans {
+		all = append(all, s.Name)
+		all = append(all, strs(s.Attributes)...)
+		for _, e := range s.Events {
+			all = append(all, e.Name)
+			all = append(all, strs(e.Attributes)...)
+		}
+		for _, l := range s.Links {
+			all = append(all, strs(l.Attributes)...)
+		}
+		all = append(all, s.GetStatus().GetMessage())
+	}
+	all = append(all, strs(recv.res)...)
+	for _, v := range all {
+		for _, f := range forbidden {
+			if strings.Contains(v, f) {
+				t.Errorf("a span holds %q: %s", f, v)
+			}
+		}
+	}
+}
+
+// With the Claude Code harness, the CLI's model calls go through the
+// local proxy: each is a span under the turn, whatever the CLI sends as
+// traceparent, and the gateway's span is its child.
+func TestTurnTraceClaudeCode(t *testing.T) {
+	bin := os.Getenv("TALKIDE_CLAUDE_CODE_BIN")
+	if bin == "" {
+		t.Fatal("TALKIDE_CLAUDE_CODE_BIN is not set: run ./scripts/test.sh, or set TALKIDE_CLAUDE_CODE_BIN=$(./scripts/claude-code.sh)")
+	}
+	recv := startReceiver(t)
+	ctx := context.Background()
+	dataDir := filepath.Join(t.TempDir(), "data")
+	d, err := StartDev(ctx, DevConfig{
+		DataDir: dataDir, Addr: "127.0.0.1:0",
+		Agent:     AgentConfig{Harness: "claude-code", ClaudeCodeBin: bin},
+		Telemetry: telemetry.Config{TracesEndpoint: recv.url + "/v1/traces"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := d.Info.ControlPlane
+	conv := createConversation(t, base)
+	const prompt = "claude-code-prompt-words"
+	turnID := sendMessage(t, base, conv, prompt, "")
+	waitTurn(t, base, conv, "")
+	identity, _ := os.ReadFile(filepath.Join(dataDir, "worker", "identity-token"))
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := d.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	byID := map[string]*tracepb.Span{}
+	var turn *tracepb.Span
+	for _, s := range recv.spans {
+		byID[hex.EncodeToString(s.SpanId)] = s
+		if s.Name == "turn" && attr(s, "talkide.turn").GetStringValue() == turnID {
+			turn = s
+		}
+	}
+	if turn == nil {
+		t.Fatalf("no turn span among %d", len(recv.spans))
+	}
+	calls, gateways := 0, 0
+	for _, s := range recv.spans {
+		p := byID[hex.EncodeToString(s.ParentSpanId)]
+		switch {
+		case strings.HasPrefix(s.Name, "localproxy POST /v1/messages"):
+			calls++
+			if p != turn {
+				t.Errorf("the CLI's call %q is not the turn's child (parent %v)", s.Name, p.GetName())
+			}
+		case strings.HasPrefix(s.Name, "gateway POST /v1/messages"):
+			gateways++
+			if p == nil || !strings.HasPrefix(p.Name, "localproxy ") || !bytes.Equal(s.TraceId, turn.TraceId) {
+				t.Errorf("a gateway call outside the CLI's: parent %v", p.GetName())
+			}
+		}
+	}
+	if calls == 0 || gateways != calls {
+		t.Errorf("%d calls through the local proxy, %d gateway spans", calls, gateways)
+	}
+	noSecrets(t, recv, prompt, d.SimulatorKey(), string(identity))
 }
 
 // With the SDK disabled, an endpoint set or not, nothing is exported.
