@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -17,7 +18,10 @@ import (
 // Without a running turn the call is a root of its own.
 func TestTraceJoinsTheTurn(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	// The proxy's span ends after the response has reached the client:
+	// the test waits for it.
+	ended := endedSpans(make(chan string, 16))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSpanProcessor(ended))
 	defer tp.Shutdown(context.Background())
 	_, turn := tp.Tracer("test").Start(context.Background(), "turn")
 	defer turn.End()
@@ -40,6 +44,7 @@ func TestTraceJoinsTheTurn(t *testing.T) {
 		if resp, body := do(t, req); resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s: %d %s", conv, resp.StatusCode, body)
 		}
+		ended.wait(t, "localproxy POST /v1/messages")
 		var span, mint tracetest.SpanStub
 		for _, sp := range exp.GetSpans() {
 			switch sp.Name {
@@ -93,5 +98,28 @@ func TestTraceHeadersStrippedWhenOff(t *testing.T) {
 	all := gw.received()
 	if h := all[len(all)-1].Header; h.Get("Traceparent") != "" {
 		t.Errorf("the caller's traceparent reached the gateway: %v", h)
+	}
+}
+
+// endedSpans tells the names of the spans that end.
+type endedSpans chan string
+
+func (e endedSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (e endedSpans) OnEnd(s sdktrace.ReadOnlySpan)                   { e <- s.Name() }
+func (e endedSpans) Shutdown(context.Context) error                  { return nil }
+func (e endedSpans) ForceFlush(context.Context) error                { return nil }
+
+func (e endedSpans) wait(t *testing.T, name string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case n := <-e:
+			if n == name {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("span %q never ended", name)
+		}
 	}
 }
