@@ -3,7 +3,6 @@ package roles
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -82,50 +81,11 @@ func workerLoadExported(t *testing.T, base string) {
 }
 
 // turn creates a conversation at base, sends text, and waits for the
-// turn's end in the conversation's event stream.
+// turn's end in the conversation's event stream, which must hold the
+// command's output.
 func turn(t *testing.T, base, text string) {
 	t.Helper()
-	resp, err := http.Post(base+"/api/conversations", "application/json", strings.NewReader(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conv struct{ ID string }
-	json.NewDecoder(resp.Body).Decode(&conv)
-	resp.Body.Close()
-	if conv.ID == "" {
-		t.Fatalf("no conversation created: %s", resp.Status)
-	}
-	body, _ := json.Marshal(map[string]string{"text": text})
-	resp, err = http.Post(base+"/api/conversations/"+conv.ID+"/messages", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("send: %s", resp.Status)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/conversations/"+conv.ID+"/stream", nil)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	buf := make([]byte, 64<<10)
-	var seen strings.Builder
-	for {
-		n, err := resp.Body.Read(buf)
-		seen.Write(buf[:n])
-		if strings.Contains(seen.String(), "turn.finished") || strings.Contains(seen.String(), "turn.failed") {
-			if !strings.Contains(seen.String(), "from-the-sandbox") {
-				t.Errorf("the command's output is not in the turn's events")
-			}
-			return
-		}
-		if err != nil {
-			t.Fatalf("the turn did not end: %v\n%s", err, seen.String())
-		}
-	}
+	conv := createConversation(t, base)
+	sendMessage(t, base, conv, text, "")
+	waitTurn(t, base, conv, "from-the-sandbox")
 }

@@ -98,6 +98,24 @@ func (r *otlpReceiver) decode(w http.ResponseWriter, req *http.Request, m proto.
 	return true
 }
 
+// turn returns the spans received, by span id, and the span of turnID;
+// r.mu must be held.
+func (r *otlpReceiver) turn(t *testing.T, turnID string) (map[string]*tracepb.Span, *tracepb.Span) {
+	t.Helper()
+	byID := map[string]*tracepb.Span{}
+	var turn *tracepb.Span
+	for _, s := range r.spans {
+		byID[hex.EncodeToString(s.SpanId)] = s
+		if s.Name == "turn" && attr(s, "talkide.turn").GetStringValue() == turnID {
+			turn = s
+		}
+	}
+	if turn == nil {
+		t.Fatalf("no turn span for %s among %d spans", turnID, len(r.spans))
+	}
+	return byID, turn
+}
+
 func attr(s *tracepb.Span, key string) *commonpb.AnyValue {
 	for _, kv := range s.Attributes {
 		if kv.Key == key {
@@ -156,14 +174,9 @@ func TestTurnTrace(t *testing.T) {
 	}
 	stopped := false
 	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := d.Stop(sctx); err != nil {
-			t.Errorf("Stop: %v", err)
+		if !stopped {
+			stopped = true
+			stopDev(t, d)
 		}
 	}
 	defer stop()
@@ -202,17 +215,7 @@ func TestTurnTrace(t *testing.T) {
 
 	recv.mu.Lock()
 	defer recv.mu.Unlock()
-	byID := map[string]*tracepb.Span{}
-	var turnSpan *tracepb.Span
-	for _, s := range recv.spans {
-		byID[hex.EncodeToString(s.SpanId)] = s
-		if s.Name == "turn" && attr(s, "talkide.turn").GetStringValue() == turnID {
-			turnSpan = s
-		}
-	}
-	if turnSpan == nil {
-		t.Fatalf("no turn span for %s among %d spans", turnID, len(recv.spans))
-	}
+	byID, turnSpan := recv.turn(t, turnID)
 	trace := map[string][]*tracepb.Span{}
 	for _, s := range recv.spans {
 		if bytes.Equal(s.TraceId, turnSpan.TraceId) {
@@ -417,30 +420,13 @@ func TestTurnTraceClaudeCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := d.Info.ControlPlane
-	conv := createConversation(t, base)
 	const prompt = "claude-code-prompt-words"
-	turnID := sendMessage(t, base, conv, prompt, "")
-	waitTurn(t, base, conv, "")
+	turnID := runTurn(t, d, prompt)
 	identity, _ := os.ReadFile(filepath.Join(dataDir, "worker", "identity-token"))
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := d.Stop(sctx); err != nil {
-		t.Fatal(err)
-	}
+	stopDev(t, d)
 	recv.mu.Lock()
 	defer recv.mu.Unlock()
-	byID := map[string]*tracepb.Span{}
-	var turn *tracepb.Span
-	for _, s := range recv.spans {
-		byID[hex.EncodeToString(s.SpanId)] = s
-		if s.Name == "turn" && attr(s, "talkide.turn").GetStringValue() == turnID {
-			turn = s
-		}
-	}
-	if turn == nil {
-		t.Fatalf("no turn span among %d", len(recv.spans))
-	}
+	byID, turn := recv.turn(t, turnID)
 	calls, gateways := 0, 0
 	for _, s := range recv.spans {
 		p := byID[hex.EncodeToString(s.ParentSpanId)]
@@ -474,19 +460,32 @@ func TestTracingOffExportsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := d.Info.ControlPlane
-	conv := createConversation(t, base)
-	sendMessage(t, base, conv, "hello", "")
-	waitTurn(t, base, conv, "")
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := d.Stop(sctx); err != nil {
-		t.Fatal(err)
-	}
+	runTurn(t, d, "hello")
+	stopDev(t, d)
 	recv.mu.Lock()
 	defer recv.mu.Unlock()
 	if recv.posts != 0 {
 		t.Errorf("%d exports with the SDK disabled", recv.posts)
+	}
+}
+
+// runTurn runs a turn of text in a new conversation of d and returns the
+// turn's id once it has finished.
+func runTurn(t *testing.T, d *Dev, text string) string {
+	t.Helper()
+	conv := createConversation(t, d.Info.ControlPlane)
+	turnID := sendMessage(t, d.Info.ControlPlane, conv, text, "")
+	waitTurn(t, d.Info.ControlPlane, conv, "")
+	return turnID
+}
+
+// stopDev stops d, which exports what its telemetry still holds.
+func stopDev(t *testing.T, d *Dev) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.Stop(ctx); err != nil {
+		t.Errorf("Stop: %v", err)
 	}
 }
 
