@@ -15,9 +15,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/talkide/platform/internal/observe"
-
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +30,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/talkide/platform/internal/defaults"
+	"github.com/talkide/platform/internal/observe"
 )
 
 // Labels of a build Job and its pod.

@@ -9,11 +9,10 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/talkide/platform/internal/observe"
-
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/store"
 )
 

@@ -15,14 +15,13 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/talkide/platform/internal/observe"
-
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )

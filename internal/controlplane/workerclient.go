@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/contract"
-
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/sse"

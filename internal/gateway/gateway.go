@@ -4,9 +4,6 @@
 package gateway
 
 import (
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-
 	"context"
 	"errors"
 	"log/slog"
@@ -15,6 +12,9 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"

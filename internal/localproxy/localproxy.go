@@ -6,11 +6,6 @@
 package localproxy
 
 import (
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/talkide/platform/internal/observe"
-
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -27,10 +22,14 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/minting"
+	"github.com/talkide/platform/internal/observe"
 )
 
 // Proxy is the LocalGatewayProxy handler.

@@ -4,8 +4,6 @@
 package minting
 
 import (
-	"go.opentelemetry.io/otel/trace"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -16,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/defaults"

@@ -1,10 +1,6 @@
 package tools
 
 import (
-	"go.opentelemetry.io/otel/attribute"
-
-	"github.com/talkide/platform/internal/observe"
-
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +10,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/sandbox"
 )
 

@@ -1,11 +1,6 @@
 package tools
 
 import (
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/talkide/platform/internal/observe"
-
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/talkide/platform/internal/build"
+	"github.com/talkide/platform/internal/observe"
 )
 
 // BuildInput is the input of Build.

@@ -1,9 +1,6 @@
 package worker
 
 import (
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +10,9 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"

@@ -4,8 +4,6 @@
 package worker
 
 import (
-	"go.opentelemetry.io/otel/trace"
-
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/defaults"

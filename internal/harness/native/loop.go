@@ -1,12 +1,9 @@
 package native
 
 import (
-	"errors"
-
-	"go.opentelemetry.io/otel/trace"
-
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -16,6 +13,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"

@@ -5,11 +5,6 @@
 package native
 
 import (
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/talkide/platform/internal/observe"
-
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -23,10 +18,13 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/tools"
 )
 
