@@ -259,6 +259,11 @@ func (p *Proxy) startSpan(r *http.Request, id, path string) (context.Context, tr
 	if p.turn != nil {
 		turn = p.turn(id)
 	}
+	if strings.HasPrefix(path, "/v1/messages") {
+		// A model call (or its count_tokens): its usage is on the
+		// gateway's span, the child of this one.
+		opts = append(opts, trace.WithAttributes(observe.ChatOperation, observe.Anthropic[0], observe.Anthropic[1]))
+	}
 	if turn.IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, turn)
 	} else {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -38,6 +39,9 @@ import (
 type Telemetry struct {
 	tp *sdktrace.TracerProvider // nil: off
 	mp *sdkmetric.MeterProvider // nil: no metrics exported
+
+	shutdown    sync.Once
+	shutdownErr error // written once by shutdown
 }
 
 // New sets the SDK up for cfg. service names the role (service.name)
@@ -122,18 +126,22 @@ func (t *Telemetry) Flush(ctx context.Context) error {
 }
 
 // Shutdown exports what is pending, within ctx, and stops the exporters.
+// Only the first call does anything; the later ones return its error.
 func (t *Telemetry) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	var errs []error
-	if t.tp != nil {
-		errs = append(errs, t.tp.Shutdown(ctx))
-	}
-	if t.mp != nil {
-		errs = append(errs, t.mp.Shutdown(ctx))
-	}
-	return errors.Join(errs...)
+	t.shutdown.Do(func() {
+		var errs []error
+		if t.tp != nil {
+			errs = append(errs, t.tp.Shutdown(ctx))
+		}
+		if t.mp != nil {
+			errs = append(errs, t.mp.Shutdown(ctx))
+		}
+		t.shutdownErr = errors.Join(errs...)
+	})
+	return t.shutdownErr
 }
 
 func newResource(cfg Config, service string, attrs []attribute.KeyValue) (*resource.Resource, error) {

@@ -233,6 +233,9 @@ func TestExportGRPC(t *testing.T) {
 	if err := tel.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if err := tel.Shutdown(context.Background()); err != nil {
+		t.Errorf("a second Shutdown: %v", err)
+	}
 	recv.mu.Lock()
 	defer recv.mu.Unlock()
 	if len(recv.names) != 1 || recv.names[0] != "over grpc" || recv.service != "talkide-grpc" {
