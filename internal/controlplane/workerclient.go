@@ -70,9 +70,11 @@ func (c *workerClient) do(ctx context.Context, method, path, id string, in, out 
 
 // doQuery is do with a query string and a bound on the answer's bytes.
 func (c *workerClient) doQuery(ctx context.Context, method, path, id string, query url.Values, limit int64, in, out any) (_ int, err error) {
-	ctx, span := observe.Start(ctx, observe.FromContext(ctx, "controlplane"), "worker "+method+" "+path,
-		trace.WithSpanKind(trace.SpanKindClient))
-	defer func() { observe.End(span, err, errorCode(err)) }()
+	if tr := observe.FromContext(ctx, "controlplane"); tr != nil {
+		var span trace.Span
+		ctx, span = tr.Start(ctx, "worker "+method+" "+path, trace.WithSpanKind(trace.SpanKindClient))
+		defer func() { observe.End(span, err, errorCode(err)) }()
+	}
 	var body []byte
 	if in != nil {
 		var err error
