@@ -123,6 +123,9 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		cfg.Logger = slog.New(telemetry.LogHandler(cfg.Logger.Handler()))
 		s.cfg.Logger = cfg.Logger
 	}
+	if cfg.TraceFile {
+		cfg.Logger.Info("spans are recorded in the trace file: talkide admin trace TURN_ID prints a turn's", "file", cfg.Telemetry.File)
+	}
 	upstream, key := cfg.AnthropicURL, cfg.APIKey
 	if key == "" {
 		key = fmt.Sprintf("sk-sim-%x", trust.NewKey())
