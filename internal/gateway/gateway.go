@@ -258,6 +258,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		ctx, span = g.tracer.Start(observe.Continue(r.Context(), r.Header), "gateway POST "+rest,
 			trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(observe.Tenant.String(conv.Tenant),
 				observe.Env.String(conv.Env), observe.Conversation.String(conv.ID)))
+		if p := purposeOf(r.Context()); p != "" {
+			// The control-plane's own call (a title), not the agent's.
+			span.SetAttributes(attribute.String("talkide.purpose", p))
+		}
 		defer span.End()
 		r = r.WithContext(ctx)
 	}

@@ -23,6 +23,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/talkide/platform/internal/build/buildtest"
 	"github.com/talkide/platform/internal/telemetry"
 )
 
@@ -182,17 +183,7 @@ func TestTurnTrace(t *testing.T) {
 	defer stop()
 	base := d.Info.ControlPlane
 	conv := createConversation(t, base)
-	ws := filepath.Join(dataDir, "workspaces", conv)
-	gradle, err := os.ReadFile("../build/testdata/fakegradle/gradlew")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ws, "gradlew"), gradle, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	buildtest.FakeGradle(t, filepath.Join(dataDir, "workspaces", conv))
 	const (
 		prompt    = "secret-prompt-words"
 		toolInput = "tool-input-marker"
@@ -436,7 +427,7 @@ func TestTurnTraceClaudeCode(t *testing.T) {
 			if p != turn {
 				t.Errorf("the CLI's call %q is not the turn's child (parent %v)", s.Name, p.GetName())
 			}
-		case strings.HasPrefix(s.Name, "gateway POST /v1/messages"):
+		case strings.HasPrefix(s.Name, "gateway POST /v1/messages") && attr(s, "talkide.purpose").GetStringValue() == "":
 			gateways++
 			if p == nil || !strings.HasPrefix(p.Name, "localproxy ") || !bytes.Equal(s.TraceId, turn.TraceId) {
 				t.Errorf("a gateway call outside the CLI's: parent %v", p.GetName())
