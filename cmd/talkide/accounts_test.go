@@ -13,15 +13,15 @@ import (
 
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/roles/rolestest"
 	"github.com/talkide/platform/internal/syncbuf"
-	"github.com/talkide/platform/internal/trust"
 )
 
 // TestAdminUsersAndAPITokens: memberships and API tokens kept with talkide
 // admin, then used against a running control-plane whose listeners are
 // apart.
 func TestAdminUsersAndAPITokens(t *testing.T) {
-	dir, _ := newControlPlaneDir(t)
+	dir, _ := rolestest.NewControlPlaneDir(t)
 	d := "--data-dir=" + dir
 	mustAdmin(t, "env", "add", d, "--tenant", "acme", "--env", "prod", "--worker-url", "http://127.0.0.1:1")
 	mustAdmin(t, "env", "add", d, "--tenant", "acme", "--env", "staging", "--worker-url", "http://127.0.0.1:1")
@@ -166,23 +166,6 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// newControlPlaneDir makes a data directory as talkide controlplane leaves
-// it: a secrets file and a migrated SQLite database.
-func newControlPlaneDir(t *testing.T) (string, *trust.Secrets) {
-	t.Helper()
-	dir := t.TempDir()
-	secrets, err := trust.LoadOrCreateSecrets(filepath.Join(dir, "controlplane-secrets.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := roles.OpenStore(t.Context(), "", filepath.Join(dir, "controlplane.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-	return dir, secrets
 }
 
 // admin runs talkide admin with args and returns stdout and stderr.

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/talkide/platform/internal/cli"
+	"github.com/talkide/platform/internal/roles/rolestest"
 )
 
 // talkide runs the command line args as the binary would, and returns its
@@ -136,7 +137,7 @@ func TestVersionAndCompletion(t *testing.T) {
 // TestSingleDashLongFlags: the first version's flag package took -name as
 // well as --name; scripts written then keep working.
 func TestSingleDashLongFlags(t *testing.T) {
-	dir, _ := newControlPlaneDir(t)
+	dir, _ := rolestest.NewControlPlaneDir(t)
 	code, out, errs := talkide(t, "admin", "env", "list", "-data-dir", dir)
 	if code != exitOK || !strings.Contains(out, "no tenant-envs") {
 		t.Errorf("-data-dir: exit %d\n%s%s", code, out, errs)
@@ -156,7 +157,7 @@ func TestSingleDashLongFlags(t *testing.T) {
 }
 
 func TestEnvironmentSetsFlags(t *testing.T) {
-	dir, _ := newControlPlaneDir(t)
+	dir, _ := rolestest.NewControlPlaneDir(t)
 	empty := t.TempDir()
 	t.Setenv("TALKIDE_DATA_DIR", dir)
 	if code, out, errs := talkide(t, "admin", "env", "list"); code != exitOK || !strings.Contains(out, "no tenant-envs") {
@@ -182,7 +183,7 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 // TestAdminFindsTheDevDataDir: in a folder where only talkide dev ran,
 // talkide admin uses its data directory.
 func TestAdminFindsTheDevDataDir(t *testing.T) {
-	dir, _ := newControlPlaneDir(t)
+	dir, _ := rolestest.NewControlPlaneDir(t)
 	work := t.TempDir()
 	if err := os.Rename(dir, filepath.Join(work, ".talkide")); err != nil {
 		t.Fatal(err)

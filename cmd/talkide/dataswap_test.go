@@ -78,9 +78,7 @@ func TestTurnsAcrossTheDataSwap(t *testing.T) {
 		t.Skip("runs a control-plane and a worker")
 	}
 	ctx := context.Background()
-	dir := t.TempDir()
-	logger := debugLogger(failureLogs(t))
-	cp := startDevControlPlane(t, dir, logger)
+	cp, dir, logger := startDevControlPlane(t)
 	if _, err := provision.EnsureEnv(ctx, cp.Store, roles.DevTenant, roles.DevEnv, ""); err != nil {
 		t.Fatal(err)
 	}

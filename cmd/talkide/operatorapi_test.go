@@ -12,6 +12,7 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/roles/rolestest"
 	"github.com/talkide/platform/internal/syncbuf"
 )
 
@@ -20,7 +21,7 @@ import (
 // shares the limits the CLI sets; a revoked one does not; /metrics is
 // served without one.
 func TestOperatorAPIEndToEnd(t *testing.T) {
-	dir, _ := newControlPlaneDir(t)
+	dir, _ := rolestest.NewControlPlaneDir(t)
 	d := "--data-dir=" + dir
 	var logs syncbuf.Buffer
 	cp := startT(t, roles.StartControlPlane, roles.ControlPlaneConfig{

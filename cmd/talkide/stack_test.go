@@ -110,16 +110,20 @@ func startSimulator(t testing.TB) (url, key string) {
 }
 
 // startDevControlPlane starts a control-plane of dev's tenant and env on
-// the model simulator, with its database and secrets in dir, for workers
-// the test starts itself.
-func startDevControlPlane(t testing.TB, dir string, logger *slog.Logger) *roles.ControlPlane {
+// the model simulator, for workers the test starts itself. It returns the
+// control-plane, the new directory that holds its database and secrets,
+// and the logger, which shows the debug logs of the processes the test
+// starts if it fails.
+func startDevControlPlane(t testing.TB) (cp *roles.ControlPlane, dir string, logger *slog.Logger) {
 	t.Helper()
+	dir = t.TempDir()
+	logger = debugLogger(failureLogs(t))
 	upstream, key := startSimulator(t)
 	return startT(t, roles.StartControlPlane, roles.ControlPlaneConfig{
 		Listen: "127.0.0.1:0", DBPath: filepath.Join(dir, "controlplane.db"), SecretsPath: filepath.Join(dir, "secrets.json"),
 		Upstream: upstream, APIKey: key, LocalUser: roles.DevUser, Tenant: roles.DevTenant, Env: roles.DevEnv,
 		Logger: logger.With("proc", "controlplane"),
-	})
+	}), dir, logger
 }
 
 // devIdentityToken issues the identity token of dev's env into dir, as

@@ -41,9 +41,7 @@ func TestTwoWorkersShareSessions(t *testing.T) {
 		t.Skip("runs two workers")
 	}
 	ctx := context.Background()
-	dir := t.TempDir()
-	logger := debugLogger(failureLogs(t))
-	cp := startDevControlPlane(t, dir, logger)
+	cp, dir, logger := startDevControlPlane(t)
 	tokenPath := devIdentityToken(t, cp.Store, dir)
 	projects := filepath.Join(dir, "claude", "projects")
 	start := func(id string) (*roles.Worker, *commandClient) {

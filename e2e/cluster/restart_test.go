@@ -29,6 +29,16 @@ type browserStream struct {
 	done        chan struct{}
 }
 
+// followNew makes a conversation and follows its stream, as a browser does,
+// until limit has passed, cancel is called or the test ends.
+func (e *env) followNew(t *testing.T, limit time.Duration) (id string, ctx context.Context, cancel context.CancelFunc, stream *browserStream) {
+	t.Helper()
+	id = e.conversation(t)
+	ctx, cancel = context.WithTimeout(t.Context(), limit)
+	t.Cleanup(cancel)
+	return id, ctx, cancel, e.openStream(t, ctx, id)
+}
+
 // openStream follows conversation id's stream from its start until ctx
 // ends.
 func (e *env) openStream(t *testing.T, ctx context.Context, id string) *browserStream {
@@ -133,10 +143,7 @@ func (s *browserStream) exactlyOnce(t *testing.T) {
 // event exactly once.
 func TestWorkerPodKilledMidTurn(t *testing.T) {
 	e := clusterEnv(t)
-	id := e.conversation(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	stream := e.openStream(t, ctx, id)
+	id, ctx, cancel, stream := e.followNew(t, 5*time.Minute)
 
 	cut := e.bashRunning(t, ctx, stream, id, "echo started; sleep 300", 600000)
 	pod := e.workerPod(t)

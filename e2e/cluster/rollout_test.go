@@ -90,10 +90,7 @@ func checkRollout(t *testing.T, whose string, stream *browserStream, sent map[st
 // message is lost.
 func TestRolloutRestartOfTheWorker(t *testing.T) {
 	e := clusterEnv(t)
-	id := e.conversation(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
-	defer cancel()
-	stream := e.openStream(t, ctx, id)
+	id, ctx, cancel, stream := e.followNew(t, 8*time.Minute)
 	long := e.bashRunning(t, ctx, stream, id, "for i in $(seq 1 20); do echo line $i; sleep 0.5; done", 120000)
 	done := e.rollout(t, "acme-dev", "talkide-worker")
 	var output strings.Builder
@@ -118,10 +115,7 @@ func TestRolloutRestartOfTheWorker(t *testing.T) {
 // acknowledged message is lost.
 func TestRolloutRestartOfTheControlPlane(t *testing.T) {
 	e := clusterEnv(t)
-	id := e.conversation(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
-	defer cancel()
-	stream := e.openStream(t, ctx, id)
+	id, ctx, cancel, stream := e.followNew(t, 8*time.Minute)
 	done := e.rollout(t, "talkide", "talkide-controlplane")
 	sent := e.turnsDuring(t, ctx, id, stream, done, 3)
 	cancel()

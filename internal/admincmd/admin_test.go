@@ -15,26 +15,10 @@ import (
 	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/roles/rolestest"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
-
-// newControlPlaneDir makes a data directory as talkide controlplane leaves
-// it: a secrets file and a migrated SQLite database.
-func newControlPlaneDir(t *testing.T) (string, *trust.Secrets) {
-	t.Helper()
-	dir := t.TempDir()
-	secrets, err := trust.LoadOrCreateSecrets(filepath.Join(dir, "controlplane-secrets.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := roles.OpenStore(t.Context(), "", filepath.Join(dir, "controlplane.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-	return dir, secrets
-}
 
 // run runs the command line args on a root holding the admin and sessions
 // trees, as cmd/talkide's does.
@@ -65,7 +49,7 @@ func mustAdmin(t *testing.T, args ...string) (string, string) {
 }
 
 func TestAdminProvisioning(t *testing.T) {
-	dir, secrets := newControlPlaneDir(t)
+	dir, secrets := rolestest.NewControlPlaneDir(t)
 	d := "--data-dir=" + dir
 
 	out, _ := mustAdmin(t, "env", "add", d, "--tenant", "acme", "--env", "prod", "--worker-url", "http://talkide-worker.acme-prod.svc:8080")
@@ -187,7 +171,7 @@ func openTestStore(t *testing.T, dir string) store.Store {
 }
 
 func TestAdminRefuses(t *testing.T) {
-	dir, _ := newControlPlaneDir(t)
+	dir, _ := rolestest.NewControlPlaneDir(t)
 	empty := t.TempDir()
 	d := "--data-dir=" + dir
 	tests := map[string][]string{

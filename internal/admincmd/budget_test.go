@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/budget"
+	"github.com/talkide/platform/internal/roles/rolestest"
 )
 
 // openBudgetStore opens the SQLite database of a data directory as a
@@ -39,7 +40,7 @@ func entry(id, user, tenant, env, conv, model string, u budget.Usage, cost budge
 var updated = regexp.MustCompile(`\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ`)
 
 func TestAdminBudgetCommands(t *testing.T) {
-	dir, _ := newControlPlaneDir(t)
+	dir, _ := rolestest.NewControlPlaneDir(t)
 	d := "--data-dir=" + dir
 
 	out, _ := mustAdmin(t, "budget", "set", d, "--user", "alice", "--kind", "daily", "--amount", "5.00", "--hard")
@@ -120,7 +121,7 @@ user    alice      spend_per_day            $5.00  yes   T
 }
 
 func TestAdminUsageTable(t *testing.T) {
-	dir, _ := newControlPlaneDir(t)
+	dir, _ := rolestest.NewControlPlaneDir(t)
 	d := "--data-dir=" + dir
 	day := func(n, h int) time.Time { return time.Date(2026, 11, n, h, 0, 0, 0, time.UTC) }
 	failed := entry("e3", "bob", "acme", "dev", "c3", "claude-haiku-4-5", budget.Usage{InputTokens: 1, OutputTokens: 1}, 400, day(2, 9))
@@ -169,7 +170,7 @@ failed or unanswered calls: 1 (charged what the upstream billed); charged partly
 }
 
 func TestBudgetStatusTable(t *testing.T) {
-	dir, _ := newControlPlaneDir(t)
+	dir, _ := rolestest.NewControlPlaneDir(t)
 	st := openBudgetStore(t, dir)
 	now := time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC)
 	svc := budget.New(st, budget.DefaultPrices(), &budget.Options{Now: func() time.Time { return now }})

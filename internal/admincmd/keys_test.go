@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/roles/rolestest"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -20,7 +21,7 @@ import (
 // rotation after the grace drops the retired keys; the OIDC login key
 // stays the same throughout.
 func TestAdminKeysRotate(t *testing.T) {
-	dir, before := newControlPlaneDir(t)
+	dir, before := rolestest.NewControlPlaneDir(t)
 	d := "--data-dir=" + dir
 	path := filepath.Join(dir, "controlplane-secrets.json")
 	running, err := trust.LoadOrCreateSecrets(path)

@@ -12,6 +12,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/talkide/platform/internal/kubetest"
+	"github.com/talkide/platform/internal/roles/rolestest"
 )
 
 // kubeconfig writes a kubeconfig file for the test API server's
@@ -35,7 +36,7 @@ func kubeconfig(t *testing.T, srv *kubetest.Server) string {
 // status shows, rotate rotates, delete revokes and deletes.
 func TestAdminKubernetes(t *testing.T) {
 	srv := kubetest.Start(t)
-	dir, _ := newControlPlaneDir(t)
+	dir, _ := rolestest.NewControlPlaneDir(t)
 	var b [3]byte
 	rand.Read(b[:])
 	tenant := "k" + hex.EncodeToString(b[:])

@@ -64,9 +64,7 @@ const fixedCost = budget.Money(100*1000 + 100*2000)
 // per call, and the ledger every call at its exact cost.
 func TestSliceAdmitsInMemory(t *testing.T) {
 	svc, cs := newSliceEnv(t, ":memory:", budget.Options{DefaultOutputTokens: 100})
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)}); err != nil {
-		t.Fatal(err)
-	}
+	setLimit(t, svc, budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)})
 	const n = 40
 	for range n {
 		h, err := svc.Reserve(t.Context(), call("u1"))
@@ -140,17 +138,8 @@ func TestSliceNotForEveryLimit(t *testing.T) {
 func TestSliceDenial(t *testing.T) {
 	svc, _ := newSliceEnv(t, ":memory:", budget.Options{DefaultOutputTokens: 100})
 	limit := 3*fixedCost + fixedCost/2
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(limit)}); err != nil {
-		t.Fatal(err)
-	}
-	var hs []*budget.Hold
-	for range 3 {
-		h, err := svc.Reserve(t.Context(), call("u1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs = append(hs, h)
-	}
+	setLimit(t, svc, budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(limit)})
+	hs := reserveN(t, svc, 3)
 	_, err := svc.Reserve(t.Context(), call("u1"))
 	d, ok := errors.AsType[*budget.Denial](err)
 	if !ok {
@@ -244,9 +233,7 @@ func TestSlicesTwoServices(t *testing.T) {
 // slack without Release.
 func TestSliceTrimmedWhenIdle(t *testing.T) {
 	svc, _ := newSliceEnv(t, ":memory:", budget.Options{LeaseIdle: 20 * time.Millisecond})
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)}); err != nil {
-		t.Fatal(err)
-	}
+	setLimit(t, svc, budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)})
 	h, err := svc.Reserve(t.Context(), call("u1"))
 	if err != nil {
 		t.Fatal(err)
@@ -273,17 +260,13 @@ func TestSliceTrimmedWhenIdle(t *testing.T) {
 func TestSliceLimitLowered(t *testing.T) {
 	svc, _ := newSliceEnv(t, ":memory:", budget.Options{DefaultOutputTokens: 100})
 	u1 := budget.User("u1")
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: u1, Kind: budget.SpendPerDay, Max: int64(budget.Dollar)}); err != nil {
-		t.Fatal(err)
-	}
+	setLimit(t, svc, budget.Limit{Subject: u1, Kind: budget.SpendPerDay, Max: int64(budget.Dollar)})
 	h, err := svc.Reserve(t.Context(), call("u1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.Settle(settled(100))
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: u1, Kind: budget.SpendPerDay, Max: int64(fixedCost)}); err != nil {
-		t.Fatal(err)
-	}
+	setLimit(t, svc, budget.Limit{Subject: u1, Kind: budget.SpendPerDay, Max: int64(fixedCost)})
 	if err := svc.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -299,17 +282,8 @@ func TestSliceSettlementsBatched(t *testing.T) {
 	cs := &countingStore{Store: st, entered: make(chan struct{}), gate: make(chan struct{})}
 	svc := budget.New(cs, testPrices, &budget.Options{DefaultOutputTokens: 100})
 	defer svc.Close(context.Background())
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)}); err != nil {
-		t.Fatal(err)
-	}
-	var hs []*budget.Hold
-	for range 10 {
-		h, err := svc.Reserve(t.Context(), call("u1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs = append(hs, h)
-	}
+	setLimit(t, svc, budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)})
+	hs := reserveN(t, svc, 10)
 	hs[0].Settle(settled(100))
 	<-cs.entered // the first batch, one settlement, is being written
 	for _, h := range hs[1:] {
@@ -347,6 +321,28 @@ func (s *failingStore) SettleBudgetBatch(ctx context.Context, es []budget.Entry,
 	return applied, err
 }
 
+// setLimit sets l on svc.
+func setLimit(t *testing.T, svc *budget.Service, l budget.Limit) {
+	t.Helper()
+	if err := svc.SetLimit(t.Context(), l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reserveN reserves n calls of user u1 on svc.
+func reserveN(t *testing.T, svc *budget.Service, n int) []*budget.Hold {
+	t.Helper()
+	var hs []*budget.Hold
+	for range n {
+		h, err := svc.Reserve(t.Context(), call("u1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	return hs
+}
+
 // held is what the store holds for u1 now.
 func held(t *testing.T, svc *budget.Service) budget.Money {
 	t.Helper()
@@ -362,9 +358,7 @@ func held(t *testing.T, svc *budget.Service) budget.Money {
 // still holds at least their estimates.
 func TestSliceOverrunKeepsCover(t *testing.T) {
 	svc, _ := newSliceEnv(t, ":memory:", budget.Options{DefaultOutputTokens: 100, LeaseCalls: 1})
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)}); err != nil {
-		t.Fatal(err)
-	}
+	setLimit(t, svc, budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)})
 	a, err := svc.Reserve(t.Context(), call("u1"))
 	if err != nil {
 		t.Fatal(err)
@@ -391,9 +385,7 @@ func TestSliceTrimCommittedDespiteError(t *testing.T) {
 	fs := &failingStore{Store: st}
 	svc := budget.New(fs, testPrices, &budget.Options{DefaultOutputTokens: 100})
 	defer svc.Close(context.Background())
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)}); err != nil {
-		t.Fatal(err)
-	}
+	setLimit(t, svc, budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)})
 	h, err := svc.Reserve(t.Context(), call("u1"))
 	if err != nil {
 		t.Fatal(err)
@@ -422,9 +414,7 @@ func TestSliceBadSettlement(t *testing.T) {
 	cs := &countingStore{Store: st, entered: make(chan struct{}), gate: make(chan struct{})}
 	fs := &failingStore{Store: cs}
 	svc := budget.New(fs, testPrices, &budget.Options{DefaultOutputTokens: 100})
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)}); err != nil {
-		t.Fatal(err)
-	}
+	setLimit(t, svc, budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(budget.Dollar)})
 	var hs []*budget.Hold
 	for i := range 6 {
 		c := call("u1")
@@ -477,9 +467,7 @@ func TestSliceBadSettlement(t *testing.T) {
 // slice reserved before admits nothing and holds nothing that blocks them.
 func TestSliceRetiredByConcurrencyLimit(t *testing.T) {
 	svc, _ := newSliceEnv(t, ":memory:", budget.Options{DefaultOutputTokens: 100})
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(4 * fixedCost)}); err != nil {
-		t.Fatal(err)
-	}
+	setLimit(t, svc, budget.Limit{Subject: budget.User("u1"), Kind: budget.SpendPerDay, Max: int64(4 * fixedCost)})
 	h, err := svc.Reserve(t.Context(), call("u1"))
 	if err != nil {
 		t.Fatal(err)
@@ -488,9 +476,7 @@ func TestSliceRetiredByConcurrencyLimit(t *testing.T) {
 	if err := svc.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.Tenant("acme"), Kind: budget.Concurrent, Max: 10}); err != nil {
-		t.Fatal(err)
-	}
+	setLimit(t, svc, budget.Limit{Subject: budget.Tenant("acme"), Kind: budget.Concurrent, Max: 10})
 	svc.Release(t.Context()) // what the trimmer does within a quarter of a second
 	for i := range 3 {
 		if _, err := svc.Reserve(t.Context(), call("u1")); err != nil {

@@ -154,9 +154,7 @@ func TestLimitReadStale(t *testing.T) {
 	}()
 	<-gs.entered
 	// The read above saw no limit and has not returned.
-	if err := svc.SetLimit(t.Context(), budget.Limit{Subject: budget.User("u1"), Kind: budget.Concurrent, Max: 0}); err != nil {
-		t.Fatal(err)
-	}
+	setLimit(t, svc, budget.Limit{Subject: budget.User("u1"), Kind: budget.Concurrent, Max: 0})
 	close(gs.release)
 	if err := <-first; err != nil {
 		t.Fatalf("the call that read before the limit: %v", err)

@@ -236,16 +236,8 @@ func (s *Service) Reserve(ctx context.Context, c Call) (*Hold, error) {
 		Cost: h.est.Cost, Tokens: h.est.Tokens(),
 		CreatedAt: now, ExpiresAt: now.Add(s.o.ReservationTTL),
 	}
-	q := snapshotQuery(limits, subjects, now)
-	err = s.store.ReserveBudget(ctx, r, q, func(snap *Snapshot, r *Reservation) error {
-		return evaluate(limits, snap, *r, now, s.o.InFlightRetry)
-	})
-	if err != nil {
-		if d, ok := errors.AsType[*Denial](err); ok {
-			s.remember(c, d, readAt)
-			return nil, err
-		}
-		return nil, fmt.Errorf("budget: reserve %s: %w", c.ID, err)
+	if err := s.reserve(ctx, "reserve", c, r, limits, subjects, now, readAt); err != nil {
+		return nil, err
 	}
 	h.tracked = true
 	h.reserved, h.tokens = r.Cost, r.Tokens
@@ -284,16 +276,23 @@ func (s *Service) Admit(ctx context.Context, c Call) error {
 	// and no admission after it counts it as held (it expires at now).
 	// CollectBudget deletes it with the other expired ones.
 	r := Reservation{ID: c.ID, User: c.User, Tenant: c.Tenant, Env: c.Env, CreatedAt: now, ExpiresAt: now}
-	q := snapshotQuery(rpm, subjects, now)
-	err = s.store.ReserveBudget(ctx, r, q, func(snap *Snapshot, r *Reservation) error {
-		return evaluate(rpm, snap, *r, now, s.o.InFlightRetry)
+	return s.reserve(ctx, "admit", c, r, rpm, subjects, now, readAt)
+}
+
+// reserve stores r for call c if limits, read at readAt, admit it: a
+// refusal is a *Denial, remembered for the call's retries; any other error
+// says what failed.
+func (s *Service) reserve(ctx context.Context, what string, c Call, r Reservation, limits []Limit, subjects []Subject, now, readAt time.Time) error {
+	q := snapshotQuery(limits, subjects, now)
+	err := s.store.ReserveBudget(ctx, r, q, func(snap *Snapshot, r *Reservation) error {
+		return evaluate(limits, snap, *r, now, s.o.InFlightRetry)
 	})
 	if err != nil {
 		if d, ok := errors.AsType[*Denial](err); ok {
 			s.remember(c, d, readAt)
 			return err
 		}
-		return fmt.Errorf("budget: admit %s: %w", c.ID, err)
+		return fmt.Errorf("budget: %s %s: %w", what, c.ID, err)
 	}
 	return nil
 }

@@ -213,9 +213,7 @@ func TestRunEchoedHidesOwnLines(t *testing.T) {
 	finishSentTurns(t, f)
 	s, out := newSession(t, f, true)
 	s.Echoed = true // the terminal shows "one" and "two" as they are typed
-	if err := s.Run(testCtx(t), strings.NewReader("one\ntwo\n")); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	mustRun(t, s, "one\ntwo\n")
 	want := "> from the browser\necho: done\n\necho: done\n\necho: done\n\n"
 	if diff := cmp.Diff(want, out.String()); diff != "" {
 		t.Errorf("output (-want +got):\n%s", diff)
@@ -225,9 +223,7 @@ func TestRunEchoedHidesOwnLines(t *testing.T) {
 func TestRunHelpMentionsCtrlC(t *testing.T) {
 	f := newFakeWithC1(t)
 	s, out := newSession(t, f, false)
-	if err := s.Run(testCtx(t), strings.NewReader("/help\n")); err != nil {
-		t.Fatal(err)
-	}
+	mustRun(t, s, "/help\n")
 	for _, want := range []string{"! commands:", "Ctrl-C      stop the running turn; a second Ctrl-C", "Ctrl-D", "queued"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help %q lacks %q", out.String(), want)
@@ -283,9 +279,7 @@ func TestRunQueuedMessageKeepsItsID(t *testing.T) {
 	f := newFakeWithC1(t)
 	f.dropAnswers = sendAttempts
 	s, out := newSession(t, f, false)
-	if err := s.Run(testCtx(t), strings.NewReader("hello\n")); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	mustRun(t, s, "hello\n")
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if diff := cmp.Diff([]string{"hello"}, f.sentTexts); diff != "" {
@@ -326,8 +320,6 @@ func TestRunAnswerAfterTurnEnded(t *testing.T) {
 	f := newFakeWithC1(t)
 	f.dropAnswers = 1 // the retry's answer comes after the turn ended
 	s, _ := newSession(t, f, false)
-	if err := s.Run(testCtx(t), strings.NewReader("a\nb\n")); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	mustRun(t, s, "a\nb\n")
 	f.wantSent(t, "a", "b")
 }

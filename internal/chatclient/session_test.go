@@ -23,6 +23,15 @@ func newSession(t *testing.T, f *fakeCP, showUser bool) (*Session, *bytes.Buffer
 	}, &out
 }
 
+// mustRun runs s on input as typed at the terminal; Run failing fails the
+// test.
+func mustRun(t *testing.T, s *Session, input string) {
+	t.Helper()
+	if err := s.Run(testCtx(t), strings.NewReader(input)); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
 // finishSentTurns ends each turn the fake starts, until the test ends.
 func finishSentTurns(t *testing.T, f *fakeCP) {
 	f.sent = make(chan string, 16)
@@ -103,9 +112,7 @@ func TestOnceUnknownConversation(t *testing.T) {
 func TestRunQuit(t *testing.T) {
 	f := newFakeWithC1(t)
 	s, _ := newSession(t, f, false)
-	if err := s.Run(testCtx(t), strings.NewReader("\n  /quit  \nnot sent\n")); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	mustRun(t, s, "\n  /quit  \nnot sent\n")
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.sendIDs) != 0 {
@@ -119,9 +126,7 @@ func TestRunSendsLinesInTurn(t *testing.T) {
 	finishSentTurns(t, f)
 	s, out := newSession(t, f, true)
 	// "two" arrives while "one" runs: it must wait, not collide (409).
-	if err := s.Run(testCtx(t), strings.NewReader("one\n\n  two  \n")); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	mustRun(t, s, "one\n\n  two  \n")
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if diff := cmp.Diff([]string{"one", "two"}, f.sentTexts); diff != "" {
@@ -165,9 +170,7 @@ func TestRunInterrupt(t *testing.T) {
 	f := newFakeWithC1(t)
 	f.manual = true // the turn runs until interrupted
 	s, out := newSession(t, f, true)
-	if err := s.Run(testCtx(t), strings.NewReader("hello\n/interrupt\n/interrupt\n")); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	mustRun(t, s, "hello\n/interrupt\n/interrupt\n")
 	f.mu.Lock()
 	if f.interrupts != 2 {
 		t.Errorf("%d interrupts, want 2", f.interrupts)
@@ -189,9 +192,7 @@ func TestRunReportsSendFailure(t *testing.T) {
 	f := newFakeWithC1(t)
 	f.sendFail = 100
 	s, out := newSession(t, f, false)
-	if err := s.Run(testCtx(t), strings.NewReader("hello\n")); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	mustRun(t, s, "hello\n")
 	want := "! send failed: chatclient: HTTP 503 unavailable: worker starting\n"
 	if diff := cmp.Diff(want, out.String()); diff != "" {
 		t.Errorf("output (-want +got):\n%s", diff)

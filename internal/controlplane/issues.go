@@ -191,13 +191,11 @@ func (s *Server) handleWorkerCreateIssue(w http.ResponseWriter, r *http.Request)
 	if err != nil {
 		return err
 	}
-	status := http.StatusOK
 	if created {
-		status = http.StatusCreated
 		s.log.Info("issue filed", "tenant", c.Tenant, "env", c.Env, "conversation", c.ID, "turn", req.TurnID,
 			"issue", stored.ID, "severity", stored.Severity)
 	}
-	httpapi.WriteJSON(w, status, issueView(stored))
+	httpapi.WriteCreated(w, created, issueView(stored))
 	return nil
 }
 
@@ -260,13 +258,11 @@ func (s *Server) handleWorkerCommentIssue(w http.ResponseWriter, r *http.Request
 	if err != nil {
 		return err
 	}
-	status := http.StatusOK
 	if created {
-		status = http.StatusCreated
 		s.log.Info("issue commented", "tenant", c.Tenant, "env", c.Env, "conversation", c.ID, "turn", req.TurnID,
 			"issue", id, "comment", stored.ID, "status", stored.Status)
 	}
-	httpapi.WriteJSON(w, status, commentView(stored))
+	httpapi.WriteCreated(w, created, commentView(stored))
 	return nil
 }
 

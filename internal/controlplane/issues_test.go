@@ -130,140 +130,95 @@ func TestIssueCreateRefused(t *testing.T) {
 		}
 	}
 	signer := func(h *harness) *trust.Signer { return h.reportSigner(env) }
-	tests := map[string]struct {
-		body       func(*testing.T) []byte
-		signer     func(*harness) *trust.Signer // nil: the env's own
+	type call struct {
+		body   func(*testing.T) []byte
+		signer func(*harness) *trust.Signer // nil: the env's own
+	}
+	// Each group of calls is refused with one status and code.
+	tests := []struct {
 		wantStatus int
 		wantCode   string
+		calls      map[string]call
 	}{
-		"unsigned": {
-			signer:     func(*harness) *trust.Signer { return nil },
-			wantStatus: http.StatusUnauthorized, wantCode: contract.CodeUnauthorized,
-		},
-		"direction to worker": {
-			signer: func(h *harness) *trust.Signer {
-				sg := h.reportSigner(env)
-				sg.Direction = trust.ToWorker
-				return sg
+		{http.StatusUnauthorized, contract.CodeUnauthorized, map[string]call{
+			"unsigned": {signer: func(*harness) *trust.Signer { return nil }},
+			"direction to worker": {
+				signer: func(h *harness) *trust.Signer {
+					sg := h.reportSigner(env)
+					sg.Direction = trust.ToWorker
+					return sg
+				},
 			},
-			wantStatus: http.StatusUnauthorized, wantCode: contract.CodeUnauthorized,
-		},
-		"wrong key": {
-			signer: func(h *harness) *trust.Signer {
-				sg := h.reportSigner(env)
-				sg.Key = bytes.Repeat([]byte("w"), 32)
-				return sg
+			"wrong key": {
+				signer: func(h *harness) *trust.Signer {
+					sg := h.reportSigner(env)
+					sg.Key = bytes.Repeat([]byte("w"), 32)
+					return sg
+				},
 			},
-			wantStatus: http.StatusUnauthorized, wantCode: contract.CodeUnauthorized,
-		},
-		"env not in the store": {
-			signer:     func(h *harness) *trust.Signer { return h.reportSigner("ghost") },
-			wantStatus: http.StatusUnauthorized, wantCode: contract.CodeUnauthorized,
-		},
-		"signed by the other env": {
-			signer:     func(h *harness) *trust.Signer { return h.reportSigner(otherEnv) },
-			wantStatus: http.StatusForbidden, wantCode: contract.CodeForbidden,
-		},
-		"another env's conversation": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.ConversationID = "elsewhere" }),
-			wantStatus: http.StatusForbidden, wantCode: contract.CodeForbidden,
-		},
-		"unknown conversation": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.ConversationID = "nobody" }),
-			wantStatus: http.StatusForbidden, wantCode: contract.CodeForbidden,
-		},
-		"bad conversation id": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.ConversationID = "../demo" }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeInvalidID,
-		},
-		"bad turn id": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.TurnID = "t 1" }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeInvalidID,
-		},
-		"no idempotency key": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.IdempotencyKey = "" }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"idempotency key too long": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.IdempotencyKey = strings.Repeat("k", 301) }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"blank title": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.Title = " \t" }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"title of 201 characters": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.Title = strings.Repeat("é", 201) }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"title of two lines": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.Title = "one\ntwo" }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"blank body": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.Body = "\n" }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"body over 20 KiB": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.Body = strings.Repeat("b", contract.MaxIssueBody+1) }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"unknown severity": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.Severity = "urgent" }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"no severity": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.Severity = "" }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"11 labels": {
-			body: valid(func(r *contract.CreateIssueRequest) {
-				r.Labels = nil
-				for i := range 11 {
-					r.Labels = append(r.Labels, fmt.Sprint("l", i))
-				}
-			}),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"label of 51 characters": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.Labels = []string{strings.Repeat("ü", 51)} }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"empty label": {
-			body:       valid(func(r *contract.CreateIssueRequest) { r.Labels = []string{"ci", " "} }),
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"unknown field": {
-			body: func(*testing.T) []byte {
-				return []byte(`{"idempotency_key":"k","conversation_id":"demo","title":"t","body":"b","severity":"low","priority":1}`)
+			"env not in the store": {signer: func(h *harness) *trust.Signer { return h.reportSigner("ghost") }},
+		}},
+		{http.StatusForbidden, contract.CodeForbidden, map[string]call{
+			"signed by the other env":    {signer: func(h *harness) *trust.Signer { return h.reportSigner(otherEnv) }},
+			"another env's conversation": {body: valid(func(r *contract.CreateIssueRequest) { r.ConversationID = "elsewhere" })},
+			"unknown conversation":       {body: valid(func(r *contract.CreateIssueRequest) { r.ConversationID = "nobody" })},
+		}},
+		{http.StatusBadRequest, contract.CodeInvalidID, map[string]call{
+			"bad conversation id": {body: valid(func(r *contract.CreateIssueRequest) { r.ConversationID = "../demo" })},
+			"bad turn id":         {body: valid(func(r *contract.CreateIssueRequest) { r.TurnID = "t 1" })},
+		}},
+		{http.StatusBadRequest, contract.CodeBadRequest, map[string]call{
+			"no idempotency key":       {body: valid(func(r *contract.CreateIssueRequest) { r.IdempotencyKey = "" })},
+			"idempotency key too long": {body: valid(func(r *contract.CreateIssueRequest) { r.IdempotencyKey = strings.Repeat("k", 301) })},
+			"blank title":              {body: valid(func(r *contract.CreateIssueRequest) { r.Title = " \t" })},
+			"title of 201 characters":  {body: valid(func(r *contract.CreateIssueRequest) { r.Title = strings.Repeat("é", 201) })},
+			"title of two lines":       {body: valid(func(r *contract.CreateIssueRequest) { r.Title = "one\ntwo" })},
+			"blank body":               {body: valid(func(r *contract.CreateIssueRequest) { r.Body = "\n" })},
+			"body over 20 KiB":         {body: valid(func(r *contract.CreateIssueRequest) { r.Body = strings.Repeat("b", contract.MaxIssueBody+1) })},
+			"unknown severity":         {body: valid(func(r *contract.CreateIssueRequest) { r.Severity = "urgent" })},
+			"no severity":              {body: valid(func(r *contract.CreateIssueRequest) { r.Severity = "" })},
+			"11 labels": {
+				body: valid(func(r *contract.CreateIssueRequest) {
+					r.Labels = nil
+					for i := range 11 {
+						r.Labels = append(r.Labels, fmt.Sprint("l", i))
+					}
+				}),
 			},
-			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
-		},
-		"body over 64 KiB": {
-			body:       func(*testing.T) []byte { return bytes.Repeat([]byte(" "), contract.MaxIssueRequest+1) },
-			wantStatus: http.StatusRequestEntityTooLarge, wantCode: contract.CodeTooLarge,
-		},
+			"label of 51 characters": {body: valid(func(r *contract.CreateIssueRequest) { r.Labels = []string{strings.Repeat("ü", 51)} })},
+			"empty label":            {body: valid(func(r *contract.CreateIssueRequest) { r.Labels = []string{"ci", " "} })},
+			"unknown field": {
+				body: func(*testing.T) []byte {
+					return []byte(`{"idempotency_key":"k","conversation_id":"demo","title":"t","body":"b","severity":"low","priority":1}`)
+				},
+			},
+		}},
+		{http.StatusRequestEntityTooLarge, contract.CodeTooLarge, map[string]call{
+			"body over 64 KiB": {body: func(*testing.T) []byte { return bytes.Repeat([]byte(" "), contract.MaxIssueRequest+1) }},
+		}},
 	}
-	for name, tt := range tests {
-		t.Run(name, func(t *testing.T) {
-			h := demoHarness(t)
-			h.insertConversation("elsewhere", user, otherEnv)
-			body := mustJSON(t, issueRequest("demo/k", "demo"))
-			if tt.body != nil {
-				body = tt.body(t)
-			}
-			sg := signer
-			if tt.signer != nil {
-				sg = tt.signer
-			}
-			resp, data := h.workerCall(sg(h), http.MethodPost, contract.IssuesPath, body)
-			wantError(t, resp, data, tt.wantStatus, tt.wantCode)
-			for _, c := range []string{"demo", "elsewhere"} {
-				if got, err := h.store.ListIssues(t.Context(), c, "", 0); err != nil || len(got) != 0 {
-					t.Errorf("stored for %s: %v, %v; want nothing", c, got, err)
+	for _, g := range tests {
+		for name, tt := range g.calls {
+			t.Run(name, func(t *testing.T) {
+				h := demoHarness(t)
+				h.insertConversation("elsewhere", user, otherEnv)
+				body := mustJSON(t, issueRequest("demo/k", "demo"))
+				if tt.body != nil {
+					body = tt.body(t)
 				}
-			}
-		})
+				sg := signer
+				if tt.signer != nil {
+					sg = tt.signer
+				}
+				resp, data := h.workerCall(sg(h), http.MethodPost, contract.IssuesPath, body)
+				wantError(t, resp, data, g.wantStatus, g.wantCode)
+				for _, c := range []string{"demo", "elsewhere"} {
+					if got, err := h.store.ListIssues(t.Context(), c, "", 0); err != nil || len(got) != 0 {
+						t.Errorf("stored for %s: %v, %v; want nothing", c, got, err)
+					}
+				}
+			})
+		}
 	}
 }
 

@@ -73,51 +73,42 @@ func (h *harness) openStream(path string, header http.Header) (*http.Response, c
 	return resp, cancel
 }
 
+// reconnecting is a worker's stream that serves each connection in turn:
+// connection n is served by conns[n-1], and every later one serves the
+// events from to 5 and holds.
+func reconnecting(from int64, conns ...func(w http.ResponseWriter)) func(w http.ResponseWriter, r *http.Request, n int) {
+	return func(w http.ResponseWriter, r *http.Request, n int) {
+		if n <= len(conns) {
+			conns[n-1](w)
+			return
+		}
+		serveEvents(w, from, 5)
+		hold(w, r)
+	}
+}
+
 func TestStreamRelayReconnects(t *testing.T) {
-	tests := map[string]func(w http.ResponseWriter, r *http.Request, n int){
+	firstThree := func(w http.ResponseWriter) { serveEvents(w, 1, 3) }
+	tests := map[string]struct {
+		stream     func(w http.ResponseWriter, r *http.Request, n int)
+		wantAfters []string
+	}{
 		// The worker's stream ends cleanly after 3, then resumes with an
 		// overlap.
-		"stream ends": func(w http.ResponseWriter, r *http.Request, n int) {
-			switch n {
-			case 1:
-				serveEvents(w, 1, 3)
-			default:
-				serveEvents(w, 3, 5)
-				hold(w, r)
-			}
-		},
+		"stream ends": {reconnecting(3, firstThree), []string{"0", "3"}},
 		// The worker's connection breaks mid-stream.
-		"connection breaks": func(w http.ResponseWriter, r *http.Request, n int) {
-			switch n {
-			case 1:
-				serveEvents(w, 1, 3)
-				panic(http.ErrAbortHandler)
-			default:
-				serveEvents(w, 3, 5)
-				hold(w, r)
-			}
-		},
+		"connection breaks": {reconnecting(3, func(w http.ResponseWriter) {
+			firstThree(w)
+			panic(http.ErrAbortHandler)
+		}), []string{"0", "3"}},
 		// The worker is briefly away between two streams.
-		"worker restarting": func(w http.ResponseWriter, r *http.Request, n int) {
-			switch n {
-			case 1:
-				serveEvents(w, 1, 3)
-			case 2:
-				httpapi.WriteError(w, http.StatusServiceUnavailable, contract.CodeShuttingDown, "restarting")
-			default:
-				serveEvents(w, 2, 5)
-				hold(w, r)
-			}
-		},
+		"worker restarting": {reconnecting(2, firstThree, func(w http.ResponseWriter) {
+			httpapi.WriteError(w, http.StatusServiceUnavailable, contract.CodeShuttingDown, "restarting")
+		}), []string{"0", "3", "3"}},
 	}
-	wantAfters := map[string][]string{
-		"stream ends":       {"0", "3"},
-		"connection breaks": {"0", "3"},
-		"worker restarting": {"0", "3", "3"},
-	}
-	for name, stream := range tests {
+	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, harnessOptions{worker: fakeOptions{stream: stream}})
+			h := newHarness(t, harnessOptions{worker: fakeOptions{stream: tt.stream}})
 			h.insertConversation("demo", user, env)
 			resp, _ := h.openStream("/api/conversations/demo/stream", nil)
 			if resp.StatusCode != http.StatusOK {
@@ -142,7 +133,7 @@ func TestStreamRelayReconnects(t *testing.T) {
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("browser events (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(wantAfters[name], h.worker.Afters()); diff != "" {
+			if diff := cmp.Diff(tt.wantAfters, h.worker.Afters()); diff != "" {
 				t.Errorf("worker stream requests' after= (-want +got):\n%s", diff)
 			}
 		})

@@ -235,15 +235,7 @@ func TestAccountingGolden(t *testing.T) {
 
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+"/v1/messages", strings.NewReader(a.get("request.json")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("X-Worker-Token", h.mint(convA))
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
+			resp := postCancellable(ctx, t, h, a.get("request.json"))
 			defer resp.Body.Close()
 			switch client := strings.TrimSpace(a.get("client")); {
 			case client == "read":

@@ -35,6 +35,18 @@ func holdRecords(h *harness) (entered chan []store.UsageRecord, release chan str
 	return entered, release
 }
 
+// oneHeldCall makes a harness that logs to buf, makes one call and waits
+// for its record's write to reach the store, where it is held until release
+// is closed.
+func oneHeldCall(t *testing.T, buf *lockedBuffer) (h *harness, release chan struct{}) {
+	t.Helper()
+	h = newHarness(t, fakeAnthropic(), &Options{Logger: jsonLogger(buf)})
+	entered, release := holdRecords(h)
+	h.call(t)
+	waitEntered(t, entered)
+	return h, release
+}
+
 // waitEntered waits for the next write to reach the store.
 func waitEntered(t *testing.T, entered chan []store.UsageRecord) []store.UsageRecord {
 	t.Helper()
@@ -164,11 +176,7 @@ func TestRecordBatches(t *testing.T) {
 // before it are written and logged, not before.
 func TestFlushWaits(t *testing.T) {
 	var buf lockedBuffer
-	h := newHarness(t, fakeAnthropic(), &Options{Logger: jsonLogger(&buf)})
-	entered, release := holdRecords(h)
-
-	h.call(t)
-	waitEntered(t, entered)
+	h, release := oneHeldCall(t, &buf)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if err := h.gw.Flush(ctx); !errors.Is(err, context.Canceled) {
@@ -337,10 +345,7 @@ func TestRecordAfterClose(t *testing.T) {
 // the writer stops and the records left are logged as lost.
 func TestCloseGivesUp(t *testing.T) {
 	var buf lockedBuffer
-	h := newHarness(t, fakeAnthropic(), &Options{Logger: jsonLogger(&buf)})
-	entered, _ := holdRecords(h)
-	h.call(t)
-	waitEntered(t, entered)
+	h, _ := oneHeldCall(t, &buf)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if err := h.gw.Close(ctx); !errors.Is(err, context.Canceled) {

@@ -199,13 +199,11 @@ func TestStreamErrorEvent(t *testing.T) {
 	checkRecord(t, recordOf(convB, 200, true, cannedStartUsage), h.recordFor(t))
 }
 
-// disconnectAfterFirst sends streamBody as convA, reads the first event and
-// goes away.
-func disconnectAfterFirst(t *testing.T, h *harness) {
+// postCancellable posts body to /v1/messages as convA under ctx: cancelling
+// ctx is the client going away.
+func postCancellable(ctx context.Context, t *testing.T, h *harness, body string) *http.Response {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+"/v1/messages", strings.NewReader(streamBody))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+"/v1/messages", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,9 +212,50 @@ func disconnectAfterFirst(t *testing.T, h *harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+// disconnectAfterFirst sends streamBody as convA, reads the first event and
+// goes away.
+func disconnectAfterFirst(t *testing.T, h *harness) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	resp := postCancellable(ctx, t, h, streamBody)
 	defer resp.Body.Close()
 	if ev := readEvent(t, bufio.NewReader(resp.Body)); ev != cannedEvents[0] {
 		t.Fatalf("first event = %q", ev)
+	}
+}
+
+// pausingUpstream sends the first four canned events, flushed, then calls
+// pause; unless pause says to stop, it sends the rest, flushing each.
+func pausingUpstream(pause func(w http.ResponseWriter, r *http.Request) (more bool)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range cannedEvents[:4] {
+			io.WriteString(w, ev)
+		}
+		w.(http.Flusher).Flush()
+		if !pause(w, r) {
+			return
+		}
+		for _, ev := range cannedEvents[4:] {
+			io.WriteString(w, ev)
+			w.(http.Flusher).Flush()
+		}
+	})
+}
+
+// wantChargedOnce checks that convA's call was recorded with the whole
+// stream's usage, and by one record only.
+func wantChargedOnce(t *testing.T, h *harness) {
+	t.Helper()
+	checkRecord(t, recordOf(convA, 200, true, cannedStreamUsage), h.recordFor(t))
+	h.waitServed(t)
+	h.flush(t)
+	if n := len(h.store.records()); n != 1 {
+		t.Errorf("%d records, want exactly 1", n)
 	}
 }
 
@@ -225,30 +264,17 @@ func disconnectAfterFirst(t *testing.T, h *harness) {
 // records the final usage, exactly once.
 func TestClientDisconnect(t *testing.T) {
 	var h *harness
-	h = newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, ev := range cannedEvents[:4] {
-			io.WriteString(w, ev)
-		}
-		w.(http.Flusher).Flush()
+	h = newHarness(t, pausingUpstream(func(w http.ResponseWriter, r *http.Request) bool {
 		select {
 		case <-h.gone: // the client is gone: the rest is only for the meter
+			return true
 		case <-r.Context().Done():
 			t.Error("the upstream call was cancelled when the client went away")
-			return
-		}
-		for _, ev := range cannedEvents[4:] {
-			io.WriteString(w, ev)
-			w.(http.Flusher).Flush()
+			return false
 		}
 	}), nil)
 	disconnectAfterFirst(t, h)
-	checkRecord(t, recordOf(convA, 200, true, cannedStreamUsage), h.recordFor(t))
-	h.waitServed(t)
-	h.flush(t)
-	if n := len(h.store.records()); n != 1 {
-		t.Errorf("%d records, want exactly 1", n)
-	}
+	wantChargedOnce(t, h)
 }
 
 // TestClientDisconnectWhileStreaming: a client that goes away while the
@@ -257,12 +283,7 @@ func TestClientDisconnect(t *testing.T) {
 // whole stream, once.
 func TestClientDisconnectWhileStreaming(t *testing.T) {
 	closed := make(chan struct{})
-	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, ev := range cannedEvents[:4] {
-			io.WriteString(w, ev)
-		}
-		w.(http.Flusher).Flush()
+	h := newHarness(t, pausingUpstream(func(w http.ResponseWriter, r *http.Request) bool {
 		<-closed
 		// Pings until the gateway has failed a write and stopped
 		// relaying (its call is cancelled only after the drain timeout).
@@ -271,19 +292,11 @@ func TestClientDisconnectWhileStreaming(t *testing.T) {
 			w.(http.Flusher).Flush()
 			time.Sleep(2 * time.Millisecond)
 		}
-		for _, ev := range cannedEvents[4:] {
-			io.WriteString(w, ev)
-			w.(http.Flusher).Flush()
-		}
+		return true
 	}), nil)
 	disconnectAfterFirst(t, h)
 	close(closed)
-	checkRecord(t, recordOf(convA, 200, true, cannedStreamUsage), h.recordFor(t))
-	h.waitServed(t)
-	h.flush(t)
-	if n := len(h.store.records()); n != 1 {
-		t.Errorf("%d records, want exactly 1", n)
-	}
+	wantChargedOnce(t, h)
 }
 
 // TestClientDisconnectDrainTimeout: when the upstream does not finish within
@@ -291,14 +304,10 @@ func TestClientDisconnectWhileStreaming(t *testing.T) {
 // cancelled and what had passed is recorded.
 func TestClientDisconnectDrainTimeout(t *testing.T) {
 	upstreamGone := make(chan struct{})
-	h := newHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, ev := range cannedEvents[:4] {
-			io.WriteString(w, ev)
-		}
-		w.(http.Flusher).Flush()
+	h := newHarness(t, pausingUpstream(func(w http.ResponseWriter, r *http.Request) bool {
 		<-r.Context().Done()
 		close(upstreamGone)
+		return false
 	}), &Options{DrainTimeout: 50 * time.Millisecond})
 	disconnectAfterFirst(t, h)
 	checkRecord(t, recordOf(convA, 200, true, cannedStartUsage), h.recordFor(t))

@@ -117,6 +117,17 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// WriteCreated answers an idempotent create with v: 201 Created when the
+// call created it, 200 OK when it was a retry that found it stored, so that
+// a client can tell the two apart.
+func WriteCreated(w http.ResponseWriter, created bool, v any) {
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	WriteJSON(w, status, v)
+}
+
 // DefaultBodyTimeout is how long a client may take to send a request's
 // body by default (BodyDeadline, ReadBody).
 const DefaultBodyTimeout = 30 * time.Second

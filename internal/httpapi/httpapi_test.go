@@ -336,3 +336,13 @@ func FuzzDecodeJSON(f *testing.F) {
 		check(new(contract.ReportBatch))
 	})
 }
+
+func TestWriteCreated(t *testing.T) {
+	for created, want := range map[bool]int{true: http.StatusCreated, false: http.StatusOK} {
+		rec := httptest.NewRecorder()
+		httpapi.WriteCreated(rec, created, map[string]string{"id": "x"})
+		if rec.Code != want || strings.TrimSpace(rec.Body.String()) != `{"id":"x"}` || rec.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("created %v: %d %q %q, want %d", created, rec.Code, rec.Header().Get("Content-Type"), rec.Body.String(), want)
+		}
+	}
+}

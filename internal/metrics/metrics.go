@@ -87,49 +87,36 @@ func New(reg prometheus.Registerer, opts *Options) *Metrics {
 	m := &Metrics{
 		prices: o.Prices,
 		envs:   tenantEnvs{max: o.MaxTenantEnvs, seen: make(map[[2]string]bool)},
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "talkide_gateway_requests_total",
-			Help: "Requests the gateway answered, by tenant, env, model, status class (2xx, 4xx, 5xx, …) and origin of the status (upstream, or gateway for its own refusals and for an unreachable upstream).",
-		}, []string{"tenant", "env", "model", "code", "origin"}),
-		forward: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "talkide_gateway_forward_overhead_seconds",
-			Help:    "The gateway's own time before the upstream: from receiving a request to handing it to the upstream transport (body read, token check, conversation lookup, budget reservation).",
-			Buckets: LatencyBuckets,
-		}),
-		firstByte: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "talkide_gateway_first_byte_overhead_seconds",
-			Help:    "The gateway's own time on the way back: from the upstream's response reaching the gateway to its first bytes being flushed to the client.",
-			Buckets: LatencyBuckets,
-		}),
-		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "talkide_budget_denials_total",
-			Help: "Calls a budget limit refused, by tenant, env, the limit's scope (user, tenant, env) and kind, and stage (admission: answered 429; mid_stream: a hard limit cut the stream).",
-		}, []string{"tenant", "env", "scope", "kind", "stage"}),
-		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "talkide_budget_settled_calls_total",
-			Help: "Calls charged in the budget ledger, by tenant, env and model billed.",
-		}, []string{"tenant", "env", "model"}),
-		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "talkide_budget_tokens_total",
-			Help: "Tokens charged in the budget ledger, by tenant, env, model billed and type (input, output, cache_write_5m, cache_write_1h, cache_read).",
-		}, []string{"tenant", "env", "model", "type"}),
-		webSearches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "talkide_budget_web_searches_total",
-			Help: "Server-side web searches charged in the budget ledger, by tenant, env and model billed.",
-		}, []string{"tenant", "env", "model"}),
-		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "talkide_budget_cost_dollars_total",
-			Help: "Cost charged in the budget ledger, in US dollars, by tenant, env and model billed.",
-		}, []string{"tenant", "env", "model"}),
+		requests: counterVec("talkide_gateway_requests_total",
+			"Requests the gateway answered, by tenant, env, model, status class (2xx, 4xx, 5xx, …) and origin of the status (upstream, or gateway for its own refusals and for an unreachable upstream).",
+			"tenant", "env", "model", "code", "origin"),
+		forward: latency("talkide_gateway_forward_overhead_seconds",
+			"The gateway's own time before the upstream: from receiving a request to handing it to the upstream transport (body read, token check, conversation lookup, budget reservation)."),
+		firstByte: latency("talkide_gateway_first_byte_overhead_seconds",
+			"The gateway's own time on the way back: from the upstream's response reaching the gateway to its first bytes being flushed to the client."),
+		denials: counterVec("talkide_budget_denials_total",
+			"Calls a budget limit refused, by tenant, env, the limit's scope (user, tenant, env) and kind, and stage (admission: answered 429; mid_stream: a hard limit cut the stream).",
+			"tenant", "env", "scope", "kind", "stage"),
+		settled: counterVec("talkide_budget_settled_calls_total",
+			"Calls charged in the budget ledger, by tenant, env and model billed.",
+			"tenant", "env", "model"),
+		tokens: counterVec("talkide_budget_tokens_total",
+			"Tokens charged in the budget ledger, by tenant, env, model billed and type (input, output, cache_write_5m, cache_write_1h, cache_read).",
+			"tenant", "env", "model", "type"),
+		webSearches: counterVec("talkide_budget_web_searches_total",
+			"Server-side web searches charged in the budget ledger, by tenant, env and model billed.",
+			"tenant", "env", "model"),
+		cost: counterVec("talkide_budget_cost_dollars_total",
+			"Cost charged in the budget ledger, in US dollars, by tenant, env and model billed.",
+			"tenant", "env", "model"),
 	}
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "talkide_budget_reservations_in_flight",
 		Help: "Calls of this process holding a budget reservation now (admitted against a limit, not yet settled).",
 	}, func() float64 { return read(&m.reservations) })
-	m.streamsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "talkide_streams_refused_total",
-		Help: "Browser event streams refused by a cap, by the cap (user, conversation: answered 429; total: answered 503).",
-	}, []string{"limit"})
+	m.streamsRefused = counterVec("talkide_streams_refused_total",
+		"Browser event streams refused by a cap, by the cap (user, conversation: answered 429; total: answered 503).",
+		"limit")
 	for _, l := range []string{"user", "conversation", "total"} {
 		m.streamsRefused.WithLabelValues(l)
 	}
@@ -277,4 +264,15 @@ func (m *Metrics) Settled(e budget.Entry) {
 	if e.Cost > 0 {
 		m.cost.WithLabelValues(tenant, env, model).Add(float64(e.Cost) / float64(budget.Dollar))
 	}
+}
+
+// counterVec is a counter vector named name, with help, by labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// latency is a histogram of seconds named name, with help, in
+// LatencyBuckets.
+func latency(name, help string) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: LatencyBuckets})
 }

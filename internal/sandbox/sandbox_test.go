@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -638,11 +639,7 @@ func TestHelperMustMatch(t *testing.T) {
 // session: a pids cgroup, a PID namespace or, where neither exists (an
 // unprivileged worker in a restricted pod), the call's marker finds it.
 func TestSupervisorKilled(t *testing.T) {
-	all := modes(t)
-	for name, s := range noCgroupModes(t) {
-		all[name] = s
-	}
-	for name, s := range all {
+	for name, s := range everyMode(t) {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
 			c, err := s.Command(sandbox.Policy{
@@ -734,6 +731,14 @@ func noCgroupModes(t *testing.T) map[string]*sandbox.Sandbox {
 	return out
 }
 
+// everyMode is modes and noCgroupModes together.
+func everyMode(t *testing.T) map[string]*sandbox.Sandbox {
+	t.Helper()
+	all := modes(t)
+	maps.Copy(all, noCgroupModes(t))
+	return all
+}
+
 // TestInheritedDescriptorsStayOut: a descriptor the worker inherited
 // without close-on-exec (talkide dev 9<file) reaches no command, whether
 // its helper was started for it or ahead of it, and the command starts
@@ -749,11 +754,7 @@ func TestInheritedDescriptorsStayOut(t *testing.T) {
 	}
 	defer syscall.Close(fd)
 	// Sandboxes made now, so that every helper they start inherits it.
-	all := noCgroupModes(t)
-	for name, s := range modes(t) {
-		all[name] = s
-	}
-	for name, s := range all {
+	for name, s := range everyMode(t) {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
 			out, _, _ := run(t, s, e, fmt.Sprintf("cat <&%d; ls /proc/self/fd | tr '\\n' ' '", fd))

@@ -163,112 +163,71 @@ func TestVerifyRejects(t *testing.T) {
 		}
 		return signedRequest(t, s, "POST", target, body)
 	}
-	// editHeader rewrites one field of a signed request's header.
-	editHeader := func(t *testing.T, field, val string) req {
-		r := sign(t, nil)
-		fields := strings.Split(r.Header.Get(SignatureHeader), ";")
-		for i, f := range fields {
-			if strings.HasPrefix(f, field+"=") {
-				fields[i] = field + "=" + val
-			}
+	// signedWith signs the request for the worker with a signer that mut
+	// changed.
+	signedWith := func(mut func(*Signer)) func(t *testing.T) req {
+		return func(t *testing.T) req { return req{sign(t, mut), body, ToWorker} }
+	}
+	// changed signs the request for the worker, then changes it.
+	changed := func(change func(t *testing.T, r *http.Request)) func(t *testing.T) req {
+		return func(t *testing.T) req {
+			r := sign(t, nil)
+			change(t, r)
+			return req{r, body, ToWorker}
 		}
-		r.Header.Set(SignatureHeader, strings.Join(fields, ";"))
-		return req{r, body, ToWorker}
+	}
+	// editHeader rewrites one field of a signed request's header.
+	editHeader := func(field, val string) func(t *testing.T) req {
+		return changed(func(_ *testing.T, r *http.Request) {
+			fields := strings.Split(r.Header.Get(SignatureHeader), ";")
+			for i, f := range fields {
+				if strings.HasPrefix(f, field+"=") {
+					fields[i] = field + "=" + val
+				}
+			}
+			r.Header.Set(SignatureHeader, strings.Join(fields, ";"))
+		})
 	}
 
 	tests := map[string]struct {
 		build func(t *testing.T) req
 		want  error
 	}{
-		"missing header": {func(t *testing.T) req {
-			r := sign(t, nil)
-			r.Header.Del(SignatureHeader)
-			return req{r, body, ToWorker}
-		}, ErrMalformed},
-		"empty header": {func(t *testing.T) req {
-			r := sign(t, nil)
-			r.Header.Set(SignatureHeader, "")
-			return req{r, body, ToWorker}
-		}, ErrMalformed},
-		"malformed header": {func(t *testing.T) req {
-			r := sign(t, nil)
-			r.Header.Set(SignatureHeader, "v1;garbage")
-			return req{r, body, ToWorker}
-		}, ErrMalformed},
-		"a WorkerToken instead": {func(t *testing.T) req {
-			r := sign(t, nil)
+		"missing header":   {changed(func(t *testing.T, r *http.Request) { r.Header.Del(SignatureHeader) }), ErrMalformed},
+		"empty header":     {changed(func(t *testing.T, r *http.Request) { r.Header.Set(SignatureHeader, "") }), ErrMalformed},
+		"malformed header": {changed(func(t *testing.T, r *http.Request) { r.Header.Set(SignatureHeader, "v1;garbage") }), ErrMalformed},
+		"a WorkerToken instead": {changed(func(t *testing.T, r *http.Request) {
 			kr := newKeyring(t, "k1", map[string][]byte{"k1": key1})
 			tok, _ := kr.MintWorkerToken("acme", "prod", "c_1", t0)
 			r.Header.Set(SignatureHeader, tok)
-			return req{r, body, ToWorker}
-		}, ErrMalformed},
-		"wrong key": {func(t *testing.T) req {
-			return req{sign(t, func(s *Signer) { s.Key = testKey(0x01) }), body, ToWorker}
-		}, ErrBadSignature},
-		"master secret as key": {func(t *testing.T) req {
-			return req{sign(t, func(s *Signer) { s.Key = master }), body, ToWorker}
-		}, ErrBadSignature},
-		"key of another tenant-env": {func(t *testing.T) req {
-			return req{sign(t, func(s *Signer) { s.Key = DeriveEnvKey(master, "globex", "prod") }), body, ToWorker}
-		}, ErrBadSignature},
-		"unknown tenant-env": {func(t *testing.T) req {
-			return req{sign(t, func(s *Signer) { s.Tenant, s.Key = "initech", DeriveEnvKey(master, "initech", "prod") }), body, ToWorker}
-		}, ErrUnknownKey},
-		"unknown key id": {func(t *testing.T) req {
-			return req{sign(t, func(s *Signer) { s.KeyID = "c2" }), body, ToWorker}
-		}, ErrUnknownKey},
-		"tenant rewritten": {func(t *testing.T) req { return editHeader(t, "t", "globex") }, ErrBadSignature},
-		"env rewritten":    {func(t *testing.T) req { return editHeader(t, "e", "dev") }, ErrBadSignature},
-		"nonce rewritten":  {func(t *testing.T) req { return editHeader(t, "n", "AAAAAAAAAAAAAAAAAAAAAA") }, ErrBadSignature},
-		"timestamp rewritten": {func(t *testing.T) req {
-			return editHeader(t, "ts", strconv.FormatInt(t0.Unix()+1, 10))
-		}, ErrBadSignature},
-		"mac rewritten": {func(t *testing.T) req {
-			return editHeader(t, "sig", base64.RawURLEncoding.EncodeToString(make([]byte, 32)))
-		}, ErrBadSignature},
+		}), ErrMalformed},
+		"wrong key":                 {signedWith(func(s *Signer) { s.Key = testKey(0x01) }), ErrBadSignature},
+		"master secret as key":      {signedWith(func(s *Signer) { s.Key = master }), ErrBadSignature},
+		"key of another tenant-env": {signedWith(func(s *Signer) { s.Key = DeriveEnvKey(master, "globex", "prod") }), ErrBadSignature},
+		"unknown tenant-env":        {signedWith(func(s *Signer) { s.Tenant, s.Key = "initech", DeriveEnvKey(master, "initech", "prod") }), ErrUnknownKey},
+		"unknown key id":            {signedWith(func(s *Signer) { s.KeyID = "c2" }), ErrUnknownKey},
+		"tenant rewritten":          {editHeader("t", "globex"), ErrBadSignature},
+		"env rewritten":             {editHeader("e", "dev"), ErrBadSignature},
+		"nonce rewritten":           {editHeader("n", "AAAAAAAAAAAAAAAAAAAAAA"), ErrBadSignature},
+		"timestamp rewritten":       {editHeader("ts", strconv.FormatInt(t0.Unix()+1, 10)), ErrBadSignature},
+		"mac rewritten":             {editHeader("sig", base64.RawURLEncoding.EncodeToString(make([]byte, 32))), ErrBadSignature},
 		"direction mismatch": {func(t *testing.T) req {
 			return req{sign(t, nil), body, ToControlPlane}
 		}, ErrBadSignature},
-		"changed method": {func(t *testing.T) req {
-			r := sign(t, nil)
-			r.Method = "PUT"
-			return req{r, body, ToWorker}
-		}, ErrBadSignature},
-		"changed path": {func(t *testing.T) req {
-			r := sign(t, nil)
-			r.URL.Path = "/v1/sessions/c_2/messages"
-			return req{r, body, ToWorker}
-		}, ErrBadSignature},
-		"changed query": {func(t *testing.T) req {
-			r := sign(t, nil)
-			r.URL.RawQuery = "after=0"
-			return req{r, body, ToWorker}
-		}, ErrBadSignature},
-		"dropped query": {func(t *testing.T) req {
-			r := sign(t, nil)
-			r.URL.RawQuery = ""
-			return req{r, body, ToWorker}
-		}, ErrBadSignature},
-		"added query parameter": {func(t *testing.T) req {
-			r := sign(t, nil)
-			r.URL.RawQuery += "&x=1"
-			return req{r, body, ToWorker}
-		}, ErrBadSignature},
+		"changed method":        {changed(func(t *testing.T, r *http.Request) { r.Method = "PUT" }), ErrBadSignature},
+		"changed path":          {changed(func(t *testing.T, r *http.Request) { r.URL.Path = "/v1/sessions/c_2/messages" }), ErrBadSignature},
+		"changed query":         {changed(func(t *testing.T, r *http.Request) { r.URL.RawQuery = "after=0" }), ErrBadSignature},
+		"dropped query":         {changed(func(t *testing.T, r *http.Request) { r.URL.RawQuery = "" }), ErrBadSignature},
+		"added query parameter": {changed(func(t *testing.T, r *http.Request) { r.URL.RawQuery += "&x=1" }), ErrBadSignature},
 		"changed body": {func(t *testing.T) req {
 			return req{sign(t, nil), []byte(`{"client_message_id":"m_1","text":"rm -rf /"}`), ToWorker}
 		}, ErrBadSignature},
 		"dropped body": {func(t *testing.T) req {
 			return req{sign(t, nil), nil, ToWorker}
 		}, ErrBadSignature},
-		"timestamp too old": {func(t *testing.T) req {
-			return req{sign(t, func(s *Signer) { s.Now = fakeclock.New(t0.Add(-MaxClockSkew - time.Second)).Now }), body, ToWorker}
-		}, ErrExpired},
-		"timestamp too new": {func(t *testing.T) req {
-			return req{sign(t, func(s *Signer) { s.Now = fakeclock.New(t0.Add(MaxClockSkew + time.Second)).Now }), body, ToWorker}
-		}, ErrExpired},
-		"timestamp an hour old": {func(t *testing.T) req {
-			return req{sign(t, func(s *Signer) { s.Now = fakeclock.New(t0.Add(-time.Hour)).Now }), body, ToWorker}
-		}, ErrExpired},
+		"timestamp too old":     {signedWith(func(s *Signer) { s.Now = fakeclock.New(t0.Add(-MaxClockSkew - time.Second)).Now }), ErrExpired},
+		"timestamp too new":     {signedWith(func(s *Signer) { s.Now = fakeclock.New(t0.Add(MaxClockSkew + time.Second)).Now }), ErrExpired},
+		"timestamp an hour old": {signedWith(func(s *Signer) { s.Now = fakeclock.New(t0.Add(-time.Hour)).Now }), ErrExpired},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

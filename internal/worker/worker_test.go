@@ -1071,159 +1071,78 @@ func TestBadRequests(t *testing.T) {
 	otherTenant := &trust.Signer{Direction: trust.ToWorker, Tenant: "other", Env: testEnv, KeyID: testKeyID, Key: testKey}
 	wrongKey := &trust.Signer{Direction: trust.ToWorker, Tenant: testTenant, Env: testEnv, KeyID: testKeyID, Key: []byte("not-the-key-not-the-key-not-the-k")}
 	wrongDirection := &trust.Signer{Direction: trust.ToControlPlane, Tenant: testTenant, Env: testEnv, KeyID: testKeyID, Key: testKey}
-	tests := map[string]struct {
+	type call struct {
 		method, path string
 		body         []byte
 		signer       *trust.Signer // nil: the right one
 		unsigned     bool
-		status       int
-		code         string
-	}{
-		"unknown JSON field": {
-			method: http.MethodPost, path: contract.SessionsPath,
-			body:   []byte(`{"conversation_id":"conv-2","colour":"red"}`),
-			status: http.StatusBadRequest, code: contract.CodeBadRequest,
-		},
-		"not JSON": {
-			method: http.MethodPost, path: "/v1/sessions/conv-1/messages",
-			body:   []byte(`{"client_message_id":`),
-			status: http.StatusBadRequest, code: contract.CodeBadRequest,
-		},
-		"trailing data": {
-			method: http.MethodPost, path: "/v1/sessions/conv-1/messages",
-			body:   []byte(`{"client_message_id":"m","text":"x"}{}`),
-			status: http.StatusBadRequest, code: contract.CodeBadRequest,
-		},
-		"empty body": {
-			method: http.MethodPost, path: contract.SessionsPath,
-			status: http.StatusBadRequest, code: contract.CodeBadRequest,
-		},
-		"empty text": {
-			method: http.MethodPost, path: "/v1/sessions/conv-1/messages",
-			body:   js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: ""}),
-			status: http.StatusBadRequest, code: contract.CodeBadRequest,
-		},
-		"whitespace text": {
-			method: http.MethodPost, path: "/v1/sessions/conv-1/messages",
-			body:   js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: " \n\t "}),
-			status: http.StatusBadRequest, code: contract.CodeBadRequest,
-		},
-		"text too long": {
-			method: http.MethodPost, path: "/v1/sessions/conv-1/messages",
-			body:   js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: strings.Repeat("a", contract.MaxMessageText+1)}),
-			status: http.StatusRequestEntityTooLarge, code: contract.CodeTooLarge,
-		},
-		"body too large": {
-			method: http.MethodPost, path: "/v1/sessions/conv-1/messages",
-			body:   js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: strings.Repeat("a", contract.MaxCommandBody)}),
-			status: http.StatusRequestEntityTooLarge, code: contract.CodeTooLarge,
-		},
-		"bad client message id": {
-			method: http.MethodPost, path: "/v1/sessions/conv-1/messages",
-			body:   js(contract.SendMessageRequest{ClientMessageID: "../m", Text: "hi"}),
-			status: http.StatusBadRequest, code: contract.CodeInvalidID,
-		},
-		"missing client message id": {
-			method: http.MethodPost, path: "/v1/sessions/conv-1/messages",
-			body:   js(contract.SendMessageRequest{Text: "hi"}),
-			status: http.StatusBadRequest, code: contract.CodeInvalidID,
-		},
-		"bad conversation id in body": {
-			method: http.MethodPost, path: contract.SessionsPath,
-			body:   js(contract.CreateSessionRequest{ConversationID: "a.b"}),
-			status: http.StatusBadRequest, code: contract.CodeInvalidID,
-		},
-		"bad user id": {
-			method: http.MethodPost, path: contract.SessionsPath,
-			body:   js(contract.CreateSessionRequest{ConversationID: "conv-2", UserID: "u/1"}),
-			status: http.StatusBadRequest, code: contract.CodeInvalidID,
-		},
-		"bad conversation id in path": {
-			method: http.MethodGet, path: "/v1/sessions/a.b",
-			status: http.StatusBadRequest, code: contract.CodeInvalidID,
-		},
-		"unknown session: state": {
-			method: http.MethodGet, path: "/v1/sessions/conv-nope",
-			status: http.StatusNotFound, code: contract.CodeNotFound,
-		},
-		"unknown session: send": {
-			method: http.MethodPost, path: "/v1/sessions/conv-nope/messages",
-			body:   js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: "hi"}),
-			status: http.StatusNotFound, code: contract.CodeNotFound,
-		},
-		"unknown session: stream": {
-			method: http.MethodGet, path: "/v1/sessions/conv-nope/stream",
-			status: http.StatusNotFound, code: contract.CodeNotFound,
-		},
-		"unknown session: interrupt": {
-			method: http.MethodPost, path: "/v1/sessions/conv-nope/interrupt",
-			status: http.StatusNotFound, code: contract.CodeNotFound,
-		},
-		"unknown endpoint": {
-			method: http.MethodGet, path: "/v2/sessions",
-			status: http.StatusNotFound, code: contract.CodeNotFound,
-		},
-		"wrong method: sessions": {
-			method: http.MethodDelete, path: contract.SessionsPath,
-			status: http.StatusMethodNotAllowed, code: contract.CodeMethodNotAllowed,
-		},
-		"wrong method: session": {
-			method: http.MethodDelete, path: "/v1/sessions/conv-1",
-			status: http.StatusMethodNotAllowed, code: contract.CodeMethodNotAllowed,
-		},
-		"wrong method: messages": {
-			method: http.MethodGet, path: "/v1/sessions/conv-1/messages",
-			status: http.StatusMethodNotAllowed, code: contract.CodeMethodNotAllowed,
-		},
-		"wrong method: stream": {
-			method: http.MethodPost, path: "/v1/sessions/conv-1/stream",
-			status: http.StatusMethodNotAllowed, code: contract.CodeMethodNotAllowed,
-		},
-		"wrong method: interrupt": {
-			method: http.MethodPut, path: "/v1/sessions/conv-1/interrupt",
-			status: http.StatusMethodNotAllowed, code: contract.CodeMethodNotAllowed,
-		},
-		"unsigned": {
-			method: http.MethodGet, path: "/v1/sessions/conv-1", unsigned: true,
-			status: http.StatusUnauthorized, code: contract.CodeUnauthorized,
-		},
-		"unsigned: running sessions": {
-			method: http.MethodGet, path: contract.SessionsPath, unsigned: true,
-			status: http.StatusUnauthorized, code: contract.CodeUnauthorized,
-		},
-		"running sessions signed for another tenant": {
-			method: http.MethodGet, path: contract.SessionsPath, signer: otherTenant,
-			status: http.StatusUnauthorized, code: contract.CodeUnauthorized,
-		},
-		"signed for another tenant": {
-			method: http.MethodGet, path: "/v1/sessions/conv-1", signer: otherTenant,
-			status: http.StatusUnauthorized, code: contract.CodeUnauthorized,
-		},
-		"signed with another key": {
-			method: http.MethodGet, path: "/v1/sessions/conv-1", signer: wrongKey,
-			status: http.StatusUnauthorized, code: contract.CodeUnauthorized,
-		},
-		"signed for the other direction": {
-			method: http.MethodGet, path: "/v1/sessions/conv-1", signer: wrongDirection,
-			status: http.StatusUnauthorized, code: contract.CodeUnauthorized,
-		},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			req, err := http.NewRequest(tc.method, tw.srv.URL+tc.path, bytes.NewReader(tc.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch {
-			case tc.unsigned:
-			case tc.signer != nil:
-				tc.signer.Sign(req, tc.body)
-			default:
-				tw.signer.Sign(req, tc.body)
-			}
-			resp, b := send(t, req)
-			wantError(t, resp, b, tc.status, tc.code)
-		})
+	// Each group of calls is refused with one status and code.
+	tests := []struct {
+		status int
+		code   string
+		calls  map[string]call
+	}{
+		{http.StatusBadRequest, contract.CodeBadRequest, map[string]call{
+			"unknown JSON field": {method: http.MethodPost, path: contract.SessionsPath, body: []byte(`{"conversation_id":"conv-2","colour":"red"}`)},
+			"not JSON":           {method: http.MethodPost, path: "/v1/sessions/conv-1/messages", body: []byte(`{"client_message_id":`)},
+			"trailing data":      {method: http.MethodPost, path: "/v1/sessions/conv-1/messages", body: []byte(`{"client_message_id":"m","text":"x"}{}`)},
+			"empty body":         {method: http.MethodPost, path: contract.SessionsPath},
+			"empty text":         {method: http.MethodPost, path: "/v1/sessions/conv-1/messages", body: js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: ""})},
+			"whitespace text":    {method: http.MethodPost, path: "/v1/sessions/conv-1/messages", body: js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: " \n\t "})},
+		}},
+		{http.StatusRequestEntityTooLarge, contract.CodeTooLarge, map[string]call{
+			"text too long":  {method: http.MethodPost, path: "/v1/sessions/conv-1/messages", body: js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: strings.Repeat("a", contract.MaxMessageText+1)})},
+			"body too large": {method: http.MethodPost, path: "/v1/sessions/conv-1/messages", body: js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: strings.Repeat("a", contract.MaxCommandBody)})},
+		}},
+		{http.StatusBadRequest, contract.CodeInvalidID, map[string]call{
+			"bad client message id":       {method: http.MethodPost, path: "/v1/sessions/conv-1/messages", body: js(contract.SendMessageRequest{ClientMessageID: "../m", Text: "hi"})},
+			"missing client message id":   {method: http.MethodPost, path: "/v1/sessions/conv-1/messages", body: js(contract.SendMessageRequest{Text: "hi"})},
+			"bad conversation id in body": {method: http.MethodPost, path: contract.SessionsPath, body: js(contract.CreateSessionRequest{ConversationID: "a.b"})},
+			"bad user id":                 {method: http.MethodPost, path: contract.SessionsPath, body: js(contract.CreateSessionRequest{ConversationID: "conv-2", UserID: "u/1"})},
+			"bad conversation id in path": {method: http.MethodGet, path: "/v1/sessions/a.b"},
+		}},
+		{http.StatusNotFound, contract.CodeNotFound, map[string]call{
+			"unknown session: state":     {method: http.MethodGet, path: "/v1/sessions/conv-nope"},
+			"unknown session: send":      {method: http.MethodPost, path: "/v1/sessions/conv-nope/messages", body: js(contract.SendMessageRequest{ClientMessageID: "m-1", Text: "hi"})},
+			"unknown session: stream":    {method: http.MethodGet, path: "/v1/sessions/conv-nope/stream"},
+			"unknown session: interrupt": {method: http.MethodPost, path: "/v1/sessions/conv-nope/interrupt"},
+			"unknown endpoint":           {method: http.MethodGet, path: "/v2/sessions"},
+		}},
+		{http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed, map[string]call{
+			"wrong method: sessions":  {method: http.MethodDelete, path: contract.SessionsPath},
+			"wrong method: session":   {method: http.MethodDelete, path: "/v1/sessions/conv-1"},
+			"wrong method: messages":  {method: http.MethodGet, path: "/v1/sessions/conv-1/messages"},
+			"wrong method: stream":    {method: http.MethodPost, path: "/v1/sessions/conv-1/stream"},
+			"wrong method: interrupt": {method: http.MethodPut, path: "/v1/sessions/conv-1/interrupt"},
+		}},
+		{http.StatusUnauthorized, contract.CodeUnauthorized, map[string]call{
+			"unsigned":                   {method: http.MethodGet, path: "/v1/sessions/conv-1", unsigned: true},
+			"unsigned: running sessions": {method: http.MethodGet, path: contract.SessionsPath, unsigned: true},
+			"running sessions signed for another tenant": {method: http.MethodGet, path: contract.SessionsPath, signer: otherTenant},
+			"signed for another tenant":                  {method: http.MethodGet, path: "/v1/sessions/conv-1", signer: otherTenant},
+			"signed with another key":                    {method: http.MethodGet, path: "/v1/sessions/conv-1", signer: wrongKey},
+			"signed for the other direction":             {method: http.MethodGet, path: "/v1/sessions/conv-1", signer: wrongDirection},
+		}},
+	}
+	for _, g := range tests {
+		for name, tc := range g.calls {
+			t.Run(name, func(t *testing.T) {
+				req, err := http.NewRequest(tc.method, tw.srv.URL+tc.path, bytes.NewReader(tc.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch {
+				case tc.unsigned:
+				case tc.signer != nil:
+					tc.signer.Sign(req, tc.body)
+				default:
+					tw.signer.Sign(req, tc.body)
+				}
+				resp, b := send(t, req)
+				wantError(t, resp, b, g.status, g.code)
+			})
+		}
 	}
 	// Nothing above started a turn or changed the session.
 	if st := tw.state(t, "conv-1"); st.Turns != 0 || st.LastSeq != 1 {

@@ -15,6 +15,22 @@ import (
 	"github.com/talkide/platform/internal/budget"
 )
 
+// RunOn runs the suite on a backend whose databases are named by a string:
+// where names a new, empty database for each test, and open opens a store
+// on one; the test of admissions from two processes opens the same database
+// twice.
+func RunOn[S budget.Store](t *testing.T, where func(t *testing.T) string, open func(t *testing.T, where string) S) {
+	wheres := map[budget.Store]string{} // the suite's subtests run one at a time
+	Run(t, func(t *testing.T) budget.Store {
+		w := where(t)
+		s := open(t, w)
+		wheres[s] = w
+		return s
+	}, func(t *testing.T, s budget.Store) budget.Store {
+		return open(t, wheres[s])
+	})
+}
+
 // Run runs the suite. open returns a new, empty store for each test; when
 // shared is not nil it returns a second store on the same database, for the
 // test of admissions from two processes.

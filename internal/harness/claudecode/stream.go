@@ -71,19 +71,7 @@ func (c *apiContent) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-type apiBlock struct {
-	Type string `json:"type"`
-	// text
-	Text string `json:"text,omitempty"`
-	// tool_use
-	ID    string          `json:"id,omitempty"`
-	Name  string          `json:"name,omitempty"`
-	Input json.RawMessage `json:"input,omitempty"`
-	// tool_result
-	ToolUseID string          `json:"tool_use_id,omitempty"`
-	Content   json.RawMessage `json:"content,omitempty"`
-	IsError   bool            `json:"is_error,omitempty"`
-}
+type apiBlock = harness.Block
 
 type apiUsage struct {
 	InputTokens              int64 `json:"input_tokens"`

@@ -3,6 +3,8 @@ package native
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/talkide/platform/internal/harness"
 )
 
 // A transcript record is one message in the Messages API's own JSON shape,
@@ -13,16 +15,7 @@ type wireMessage struct {
 	Content []wireBlock `json:"content"`
 }
 
-type wireBlock struct {
-	Type      string          `json:"type"`
-	Text      string          `json:"text,omitempty"`
-	ID        string          `json:"id,omitempty"`
-	Name      string          `json:"name,omitempty"`
-	Input     json.RawMessage `json:"input,omitempty"`
-	ToolUseID string          `json:"tool_use_id,omitempty"`
-	Content   json.RawMessage `json:"content,omitempty"`
-	IsError   bool            `json:"is_error,omitempty"`
-}
+type wireBlock = harness.Block
 
 // repair makes a loaded transcript valid for the API after an interruption
 // or crash: every tool_use of an assistant message must be answered by a

@@ -162,6 +162,15 @@ func TestServerTools(t *testing.T) {
 	}
 }
 
+// refuseAll is a control-plane that answers every request with the error
+// status, code and message.
+func refuseAll(status int, code, msg string) func(w http.ResponseWriter, r *http.Request) bool {
+	return func(w http.ResponseWriter, r *http.Request) bool {
+		httpapi.WriteError(w, status, code, msg)
+		return true
+	}
+}
+
 func TestServerRefusals(t *testing.T) {
 	valid := map[string]any{"title": "t", "body": "b"}
 	tests := map[string]struct {
@@ -185,18 +194,12 @@ func TestServerRefusals(t *testing.T) {
 		"unknown status":   {tool: "comment_issue", args: map[string]any{"issue_id": "iss_1", "body": "b", "status": "done"}, wantText: "status"},
 		"refused by the server": {
 			tool: "report_issue", args: valid,
-			fail: func(w http.ResponseWriter, r *http.Request) bool {
-				httpapi.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, "body is 30000 bytes, more than the 20480 allowed")
-				return true
-			},
+			fail:     refuseAll(http.StatusBadRequest, contract.CodeBadRequest, "body is 30000 bytes, more than the 20480 allowed"),
 			wantText: "the control-plane refused: body is 30000 bytes", wantRequests: 1,
 		},
 		"down": {
 			tool: "report_issue", args: valid,
-			fail: func(w http.ResponseWriter, r *http.Request) bool {
-				httpapi.WriteError(w, http.StatusServiceUnavailable, contract.CodeUnavailable, "internal detail")
-				return true
-			},
+			fail:     refuseAll(http.StatusServiceUnavailable, contract.CodeUnavailable, "internal detail"),
 			wantText: "could not be reached; nothing was changed", wantRequests: 3,
 		},
 	}

@@ -8,16 +8,9 @@ import (
 	"github.com/talkide/platform/internal/budget/budgettest"
 )
 
+// TestBudgetConformance: the second store on the file is a second process.
 func TestBudgetConformance(t *testing.T) {
-	paths := map[budget.Store]string{} // the suite's subtests run one at a time
-	budgettest.Run(t, func(t *testing.T) budget.Store {
-		path := filepath.Join(t.TempDir(), "talkide.db")
-		s := open(t, path)
-		paths[s] = path
-		return s
-	}, func(t *testing.T, s budget.Store) budget.Store {
-		return open(t, paths[s]) // a second process on the same file
-	})
+	budgettest.RunOn(t, func(t *testing.T) string { return filepath.Join(t.TempDir(), "talkide.db") }, open)
 }
 
 func TestBudgetConformanceMemory(t *testing.T) {

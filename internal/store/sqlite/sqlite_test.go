@@ -167,3 +167,16 @@ func TestOpenRejectsPath(t *testing.T) {
 		}
 	}
 }
+
+// inFileAndMemory runs f on a new database file and on an in-memory
+// database, whose connections are not pooled alike.
+func inFileAndMemory(t *testing.T, f func(t *testing.T, path string)) {
+	for name, path := range map[string]string{"file": "", "memory": ":memory:"} {
+		t.Run(name, func(t *testing.T) {
+			if path == "" {
+				path = filepath.Join(t.TempDir(), "talkide.db")
+			}
+			f(t, path)
+		})
+	}
+}

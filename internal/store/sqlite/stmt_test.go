@@ -16,101 +16,91 @@ import (
 )
 
 func TestStmtCache(t *testing.T) {
-	for name, path := range map[string]string{"file": "talkide.db", "memory": ":memory:"} {
-		t.Run(name, func(t *testing.T) {
-			ctx := t.Context()
-			if path != ":memory:" {
-				path = filepath.Join(t.TempDir(), path)
+	inFileAndMemory(t, func(t *testing.T, path string) {
+		ctx := t.Context()
+		s, err := Open(ctx, path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := false
+		defer func() {
+			if !closed {
+				s.Close()
 			}
-			s, err := Open(ctx, path, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			closed := false
-			defer func() {
-				if !closed {
-					s.Close()
-				}
-			}()
+		}()
 
-			a, err := s.readStmt(ctx, getConversation)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := s.readStmt(ctx, getConversation)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if a != b {
-				t.Error("readStmt prepared the same query twice")
-			}
-			w, err := s.writeStmt(ctx, `INSERT INTO users (id, name, created_at) VALUES (?, ?, 0)`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := w.ExecContext(ctx, "ada", "Ada"); err != nil {
-				t.Fatal(err)
-			}
-			if u, err := s.GetUser(ctx, "ada"); err != nil || u.Name != "Ada" {
-				t.Errorf("GetUser after the prepared insert: %+v, %v", u, err)
-			}
+		a, err := s.readStmt(ctx, getConversation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.readStmt(ctx, getConversation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a != b {
+			t.Error("readStmt prepared the same query twice")
+		}
+		w, err := s.writeStmt(ctx, `INSERT INTO users (id, name, created_at) VALUES (?, ?, 0)`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.ExecContext(ctx, "ada", "Ada"); err != nil {
+			t.Fatal(err)
+		}
+		if u, err := s.GetUser(ctx, "ada"); err != nil || u.Name != "Ada" {
+			t.Errorf("GetUser after the prepared insert: %+v, %v", u, err)
+		}
 
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			closed = true
-			if _, err := s.readStmt(ctx, `SELECT 1`); err == nil {
-				t.Error("readStmt of a closed store: no error")
-			}
-			if _, err := a.QueryContext(ctx, "x"); err == nil {
-				t.Error("a statement of a closed store still runs")
-			}
-		})
-	}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		closed = true
+		if _, err := s.readStmt(ctx, `SELECT 1`); err == nil {
+			t.Error("readStmt of a closed store: no error")
+		}
+		if _, err := a.QueryContext(ctx, "x"); err == nil {
+			t.Error("a statement of a closed store still runs")
+		}
+	})
 }
 
 // TestTxStmtFirstUse: the first txStmt of a query, inside s.tx, must not
 // wait for the writer's connection (which the transaction holds), and the
 // query is prepared on the writer once the transaction is over.
 func TestTxStmtFirstUse(t *testing.T) {
-	for name, path := range map[string]string{"file": "talkide.db", "memory": ":memory:"} {
-		t.Run(name, func(t *testing.T) {
-			if path != ":memory:" {
-				path = filepath.Join(t.TempDir(), path)
-			}
-			s := open(t, path)
-			const q = `INSERT INTO users (id, name, created_at) VALUES (?, 'x', 0)`
-			insert := func(id string) {
-				t.Helper()
-				err := s.tx(t.Context(), func(tx *sql.Tx) error {
-					st, err := s.txStmt(t.Context(), tx, q)
-					if err != nil {
-						return err
-					}
-					_, err = st.ExecContext(t.Context(), id)
-					return err
-				})
+	inFileAndMemory(t, func(t *testing.T, path string) {
+		s := open(t, path)
+		const q = `INSERT INTO users (id, name, created_at) VALUES (?, 'x', 0)`
+		insert := func(id string) {
+			t.Helper()
+			err := s.tx(t.Context(), func(tx *sql.Tx) error {
+				st, err := s.txStmt(t.Context(), tx, q)
 				if err != nil {
-					t.Fatal(err)
+					return err
 				}
+				_, err = st.ExecContext(t.Context(), id)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
+		}
 
-			insert("a")
-			first, ok := s.writeStmts.lookup(q)
-			if !ok {
-				t.Fatal("not prepared on the writer after the first transaction")
+		insert("a")
+		first, ok := s.writeStmts.lookup(q)
+		if !ok {
+			t.Fatal("not prepared on the writer after the first transaction")
+		}
+		insert("b")
+		if again, _ := s.writeStmts.lookup(q); again != first {
+			t.Error("prepared again by the second transaction")
+		}
+		for _, id := range []string{"a", "b"} {
+			if _, err := s.GetUser(t.Context(), id); err != nil {
+				t.Error(err)
 			}
-			insert("b")
-			if again, _ := s.writeStmts.lookup(q); again != first {
-				t.Error("prepared again by the second transaction")
-			}
-			for _, id := range []string{"a", "b"} {
-				if _, err := s.GetUser(t.Context(), id); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestTxStmtReusesDriverStatement checks what txStmt relies on in

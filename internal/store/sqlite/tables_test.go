@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,22 +14,17 @@ import (
 // on: $N is the N-th argument, however often and in whatever order the
 // statement names it.
 func TestDollarParameters(t *testing.T) {
-	for name, path := range map[string]string{"file": "talkide.db", "memory": ":memory:"} {
-		t.Run(name, func(t *testing.T) {
-			if path != ":memory:" {
-				path = filepath.Join(t.TempDir(), path)
-			}
-			s := open(t, path)
-			var a, b, c, d string
-			err := newPools(s).QueryRow(t.Context(), `SELECT $2, $1, $2, $3 || $1`, "one", "two", "three").Scan(&a, &b, &c, &d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff([]string{"two", "one", "two", "threeone"}, []string{a, b, c, d}); diff != "" {
-				t.Errorf("SELECT $2, $1, $2, $3 || $1 (-want +got):\n%s", diff)
-			}
-		})
-	}
+	inFileAndMemory(t, func(t *testing.T, path string) {
+		s := open(t, path)
+		var a, b, c, d string
+		err := newPools(s).QueryRow(t.Context(), `SELECT $2, $1, $2, $3 || $1`, "one", "two", "three").Scan(&a, &b, &c, &d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"two", "one", "two", "threeone"}, []string{a, b, c, d}); diff != "" {
+			t.Errorf("SELECT $2, $1, $2, $3 || $1 (-want +got):\n%s", diff)
+		}
+	})
 }
 
 func TestAnyOf(t *testing.T) {

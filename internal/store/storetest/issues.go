@@ -71,26 +71,14 @@ func testIssues(t *testing.T, s store.Store) {
 	i1 := issue("i1", "k1", "c1", time.Minute)
 	i1.Labels = []string{"ci", "ünïcødé 😀", "a,b \"quoted\""}
 	got, created, err := s.CreateIssue(ctx, i1)
-	must(t, err)
-	if !created {
-		t.Error("CreateIssue of a new issue: created = false")
-	}
-	if diff := cmp.Diff(stored(i1), got, opts); diff != "" {
-		t.Errorf("CreateIssue (-want +got):\n%s", diff)
-	}
+	wantCreate(t, "CreateIssue", got, created, err, true, stored(i1))
 	checkUTC(t, "CreateIssue", got.CreatedAt, got.UpdatedAt)
 
 	// A retry with the same key, whatever else it says, returns the first.
 	retry := issue("i1-retry", "k1", "c1", time.Hour)
 	retry.Title = "changed"
 	got, created, err = s.CreateIssue(ctx, retry)
-	must(t, err)
-	if created {
-		t.Error("CreateIssue with a stored key: created = true")
-	}
-	if diff := cmp.Diff(stored(i1), got, opts); diff != "" {
-		t.Errorf("CreateIssue with a stored key (-want +got):\n%s", diff)
-	}
+	wantCreate(t, "CreateIssue with a stored key", got, created, err, false, stored(i1))
 
 	// No labels round-trip as none.
 	i2 := issue("i2", "k2", "c1", 2*time.Minute)
@@ -160,26 +148,14 @@ func testIssueComments(t *testing.T, s store.Store) {
 
 	c1 := comment("cm1", "i1", "ck1", time.Minute)
 	got, created, err := s.AddIssueComment(ctx, c1)
-	must(t, err)
-	if !created {
-		t.Error("AddIssueComment of a new comment: created = false")
-	}
-	if diff := cmp.Diff(storedComment(c1), got, opts); diff != "" {
-		t.Errorf("AddIssueComment (-want +got):\n%s", diff)
-	}
+	wantCreate(t, "AddIssueComment", got, created, err, true, storedComment(c1))
 	checkUTC(t, "AddIssueComment", got.CreatedAt)
 
 	// A retry returns the first and changes nothing, not even the status.
 	retry := comment("cm1-retry", "i1", "ck1", time.Hour)
 	retry.Status = "closed"
 	got, created, err = s.AddIssueComment(ctx, retry)
-	must(t, err)
-	if created {
-		t.Error("AddIssueComment with a stored key: created = true")
-	}
-	if diff := cmp.Diff(storedComment(c1), got, opts); diff != "" {
-		t.Errorf("AddIssueComment with a stored key (-want +got):\n%s", diff)
-	}
+	wantCreate(t, "AddIssueComment with a stored key", got, created, err, false, storedComment(c1))
 
 	// A comment that closes the issue; then one stamped earlier, which
 	// still comes after it and does not move UpdatedAt back.
@@ -358,5 +334,18 @@ func testIssueCommentsConcurrent(t *testing.T, s store.Store) {
 	must(t, err)
 	if len(got.Comments) != workers+1 {
 		t.Errorf("GetIssue: %d comments, want %d", len(got.Comments), workers+1)
+	}
+}
+
+// wantCreate checks what an idempotent create returned: want, created or,
+// for a retry of a stored key, not.
+func wantCreate[T any](t *testing.T, what string, got T, created bool, err error, wantCreated bool, want T) {
+	t.Helper()
+	must(t, err)
+	if created != wantCreated {
+		t.Errorf("%s: created = %v, want %v", what, created, wantCreated)
+	}
+	if diff := cmp.Diff(want, got, opts); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
 	}
 }
