@@ -395,12 +395,12 @@ func (s *session) send(req contract.SendMessageRequest) (contract.SendMessageRes
 
 	rt := &runningTurn{id: turnID, cancel: cancel, done: make(chan struct{})}
 	s.running = rt
-	go s.run(ctx, rt, req.Text)
+	go s.run(ctx, rt, req)
 	return resp, nil
 }
 
 // run executes one turn and closes it with a terminal event.
-func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
+func (s *session) run(ctx context.Context, rt *runningTurn, req contract.SendMessageRequest) {
 	defer s.cfg.gate.end()
 	defer close(rt.done)
 	defer rt.cancel()
@@ -415,7 +415,8 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 		ConversationID: s.id,
 		TurnID:         rt.id,
 		UserID:         meta.UserID,
-		Text:           text,
+		Text:           req.Text,
+		Attachments:    req.Attachments,
 		SessionDir:     s.store.Dir(),
 		Workspace:      filepath.Join(s.cfg.workspaces, s.id),
 		Transcript:     transcript{s.store},
