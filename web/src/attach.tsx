@@ -62,13 +62,25 @@ export function splitAttachments(text: string): { text: string; chips: { path: s
   return { text: lines.join("\n").trimEnd(), chips };
 }
 
+/** Clip is a paperclip drawn, not an emoji: not every system has a font
+ * with one. */
+function Clip() {
+  return (
+    <svg class="clip-icon" viewBox="0 0 16 16" width="14" height="14" aria-hidden="true">
+      <path d="M10.5 4.5 5.3 9.7a1.4 1.4 0 0 0 2 2l5.6-5.6a2.8 2.8 0 0 0-4-4L3.3 7.7a4.2 4.2 0 0 0 6 6l4.2-4.2"
+        fill="none" stroke="currentColor" stroke-width="1.4" stroke-linecap="round" stroke-linejoin="round" />
+    </svg>
+  );
+}
+
 export function AttachedChips({ chips }: { chips: { path: string; size: string }[] }) {
   if (!chips.length) return null;
   return (
     <ul class="chips sent" aria-label="Attached files" data-testid="bubble-attachments">
       {chips.map((c) => (
         <li class="chip" key={c.path} data-testid="bubble-chip" title={c.path}>
-          <span class="chip-name">📎 {c.path.slice("attachments/".length)}</span>
+          <Clip />
+          <span class="chip-name">{c.path.slice("attachments/".length)}</span>
           <span class="chip-size">{c.size}</span>
         </li>
       ))}
@@ -135,7 +147,7 @@ export function AttachBar({ a, disabled }: { a: AttachState; disabled?: boolean 
         }} />
       <button class="clip" aria-label="Attach files" title={`Attach files (at most ${MAX_FILES}, ${formatSize(MAX_FILE_BYTES)} each, ${formatSize(MAX_TOTAL_BYTES)} a message); or drop or paste them`}
         data-testid="attach" disabled={disabled} onClick={() => input.current?.click()}>
-        📎
+        <Clip />
       </button>
       {a.files.length > 0 && (
         <ul class="chips" aria-label="Files to attach" data-testid="attachments">
