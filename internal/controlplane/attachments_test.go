@@ -41,7 +41,7 @@ func (a *attachWorker) calls() []string {
 	return append([]string(nil), a.got...)
 }
 
-func octet(int) http.Header {
+func octet() http.Header {
 	return http.Header{"Content-Type": {"application/octet-stream"}}
 }
 
@@ -49,7 +49,7 @@ func TestAttach(t *testing.T) {
 	aw := &attachWorker{}
 	h := newHarness(t, harnessOptions{worker: fakeOptions{command: aw.command}})
 	h.insertConversation("c1", user, env)
-	resp, body := h.do(http.MethodPost, "/api/conversations/c1/attachments?name="+url.QueryEscape("my log.txt"), "line\n", octet(0))
+	resp, body := h.do(http.MethodPost, "/api/conversations/c1/attachments?name="+url.QueryEscape("my log.txt"), "line\n", octet())
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
@@ -88,21 +88,21 @@ func TestAttachBadInput(t *testing.T) {
 		header     http.Header
 		want       want
 	}{
-		"no name":           {"/api/conversations/c1/attachments", "x", octet(0), bad},
-		"traversal":         {"/api/conversations/c1/attachments?name=..%2F..%2Fetc%2Fpasswd", "x", octet(0), bad},
-		"dot dot":           {"/api/conversations/c1/attachments?name=..", "x", octet(0), bad},
-		"backslash":         {"/api/conversations/c1/attachments?name=..%5Cx", "x", octet(0), bad},
-		"NUL":               {"/api/conversations/c1/attachments?name=a%00b", "x", octet(0), bad},
-		"control character": {"/api/conversations/c1/attachments?name=a%1Bb", "x", octet(0), bad},
-		"hidden":            {"/api/conversations/c1/attachments?name=.ssh", "x", octet(0), bad},
-		"too long a name":   {"/api/conversations/c1/attachments?name=" + strings.Repeat("a", contract.MaxAttachmentName+1), "x", octet(0), bad},
-		"name twice":        {"/api/conversations/c1/attachments?name=a&name=b", "x", octet(0), bad},
-		"a path parameter":  {"/api/conversations/c1/attachments?path=a", "x", octet(0), bad},
+		"no name":           {"/api/conversations/c1/attachments", "x", octet(), bad},
+		"traversal":         {"/api/conversations/c1/attachments?name=..%2F..%2Fetc%2Fpasswd", "x", octet(), bad},
+		"dot dot":           {"/api/conversations/c1/attachments?name=..", "x", octet(), bad},
+		"backslash":         {"/api/conversations/c1/attachments?name=..%5Cx", "x", octet(), bad},
+		"NUL":               {"/api/conversations/c1/attachments?name=a%00b", "x", octet(), bad},
+		"control character": {"/api/conversations/c1/attachments?name=a%1Bb", "x", octet(), bad},
+		"hidden":            {"/api/conversations/c1/attachments?name=.ssh", "x", octet(), bad},
+		"too long a name":   {"/api/conversations/c1/attachments?name=" + strings.Repeat("a", contract.MaxAttachmentName+1), "x", octet(), bad},
+		"name twice":        {"/api/conversations/c1/attachments?name=a&name=b", "x", octet(), bad},
+		"a path parameter":  {"/api/conversations/c1/attachments?path=a", "x", octet(), bad},
 		"as JSON":           {"/api/conversations/c1/attachments?name=a.txt", `{"x":1}`, nil, want{http.StatusUnsupportedMediaType, contract.CodeBadRequest}},
-		"too large":         {"/api/conversations/c1/attachments?name=a.txt", big, octet(0), want{http.StatusRequestEntityTooLarge, contract.CodeTooLarge}},
-		"another's":         {"/api/conversations/bobs/attachments?name=a.txt", "x", octet(0), want{http.StatusNotFound, contract.CodeNotFound}},
-		"no conversation":   {"/api/conversations/nobody/attachments?name=a.txt", "x", octet(0), want{http.StatusNotFound, contract.CodeNotFound}},
-		"bad id":            {"/api/conversations/-x/attachments?name=a.txt", "x", octet(0), want{http.StatusBadRequest, contract.CodeInvalidID}},
+		"too large":         {"/api/conversations/c1/attachments?name=a.txt", big, octet(), want{http.StatusRequestEntityTooLarge, contract.CodeTooLarge}},
+		"another's":         {"/api/conversations/bobs/attachments?name=a.txt", "x", octet(), want{http.StatusNotFound, contract.CodeNotFound}},
+		"no conversation":   {"/api/conversations/nobody/attachments?name=a.txt", "x", octet(), want{http.StatusNotFound, contract.CodeNotFound}},
+		"bad id":            {"/api/conversations/-x/attachments?name=a.txt", "x", octet(), want{http.StatusBadRequest, contract.CodeInvalidID}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			resp, body := h.do(http.MethodPost, tc.path, tc.body, tc.header)
