@@ -179,3 +179,26 @@ func TestAttachSymlinks(t *testing.T) {
 		}
 	})
 }
+
+// TestSendAttachments: the paths a message names as attached reach the
+// harness; a path outside attachments/ is refused before a turn starts.
+func TestSendAttachments(t *testing.T) {
+	tw := newTestWorker(t, workerOpts{})
+	tw.create(t, "c1")
+	u := strings.Replace(contract.MessagesPath, "{id}", "c1", 1)
+	resp, body := tw.call(t, http.MethodPost, u, contract.SendMessageRequest{ClientMessageID: "m_bad", Text: "hi", Attachments: []string{"attachments/../../x"}})
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a bad attachment path: %d %s", resp.StatusCode, body)
+	}
+	want := []string{"attachments/log.txt", "attachments/shot.png"}
+	resp, body = tw.call(t, http.MethodPost, u, contract.SendMessageRequest{ClientMessageID: "m_1", Text: "see", Attachments: want})
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("send: %d %s", resp.StatusCode, body)
+	}
+	ft := tw.h.next(t)
+	if got := ft.Turn.Attachments; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("the harness got %q, want %q", got, want)
+	}
+	ft.finish("end_turn")
+	ft.waitEnded(t)
+}
