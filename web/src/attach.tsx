@@ -21,8 +21,15 @@ export function formatSize(n: number): string {
  * pasted image is called "image.png" by the browser, a file "..x" is
  * someone's real file. */
 export function safeName(name: string): string {
-  let n = name.replace(/[\/\\\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g, "_").trim().replace(/^\.+/, "");
-  while (new TextEncoder().encode(n).length > 200) n = n.slice(0, -1);
+  let n = name.replace(/[\/\\\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, "_");
+  // Shortened by whole characters, never half a surrogate pair.
+  const chars = Array.from(n);
+  while (new TextEncoder().encode(chars.join("")).length > 200) chars.pop();
+  n = chars.join("");
+  for (let prev = ""; prev !== n; ) {
+    prev = n;
+    n = n.trim().replace(/^\.+/, "");
+  }
   return n || "attachment";
 }
 

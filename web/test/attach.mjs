@@ -2,7 +2,8 @@
 // chosen with the paperclip's file input become chips, go with the
 // message, show as chips in the user's bubble, the simulated model's
 // reply says it saw the image, and the files are in the Files panel
-// under attachments/. A file over the limit is refused with a reason
+// under attachments/; a name with a leading dot is mended, the same name
+// twice gets a suffix. A file over the limit is refused with a reason
 // before anything is uploaded. At a laptop's size and a phone's.
 import { T, DESKTOP, PHONE, check, create, turnEnds } from "./daily.mjs";
 
@@ -29,6 +30,8 @@ export const attach = {
         { name: "build.log", mimeType: "text/plain", buffer: Buffer.from("error: it broke\n") },
         { name: "pixel.png", mimeType: "image/png", buffer: PNG },
       ];
+      // A name the server would refuse (a leading dot) is mended, not refused.
+      if (size === "desktop") files.push({ name: ".secret notes.txt", mimeType: "text/plain", buffer: Buffer.from("n\n") });
       if (size === "phone") files.push(files[0]);
       await input.setInputFiles(files);
       await chips.nth(files.length - 1).waitFor({ timeout: T });
@@ -44,7 +47,7 @@ export const attach = {
 
       const bubble = h.page.locator("[data-kind='user.message']").last();
       const sent = await bubble.getByTestId("bubble-chip").allTextContents();
-      const want = ["build.log", "pixel.png"].concat(size === "phone" ? ["build (2).log"] : []);
+      const want = ["build.log", "pixel.png"].concat(size === "phone" ? ["build (2).log"] : ["secret notes.txt"]);
       check(sent.length === want.length && want.every((n, i) => sent[i].includes(n)), "the bubble's chips: " + JSON.stringify(sent));
       check((await bubble.textContent()).includes("What went wrong?"), "the bubble lost the text");
       check(!(await bubble.textContent()).includes("Attached:"), "the bubble shows the raw Attached lines");
