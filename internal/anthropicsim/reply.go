@@ -80,6 +80,9 @@ func (s *Simulator) decide(req *request, body []byte) (*reply, error) {
 	default:
 		rep.Content = []contentBlock{textBlock(fmt.Sprintf("%smessages=%d you said: %s", Marker, len(req.Messages), text))}
 	}
+	if seen := imagesSeen(last); seen != "" && rep.Content[0].Type == "text" {
+		rep.Content[0].Text = Marker + seen + "\n" + rep.Content[0].Text
+	}
 	if truncate(rep, req.MaxTokens) {
 		rep.StopReason = "max_tokens"
 	}
@@ -305,3 +308,25 @@ func (s *Simulator) inputUsage(req *request, bodyLen int) usage {
 func countTokens(bodyLen int) int64 { return max(ceilDiv(bodyLen, 4), 1) }
 
 func ceilDiv(n, d int) int64 { return int64((n + d - 1) / d) }
+
+// imagesSeen describes the image blocks of m, "saw 2 images (image/png,
+// 68 bytes; image/jpeg, 1021 bytes)", or is empty when it has none: what
+// shows that an image reached the model.
+func imagesSeen(m *message) string {
+	if m == nil {
+		return ""
+	}
+	var seen []string
+	for _, b := range m.Blocks {
+		if b.Type == "image" {
+			seen = append(seen, fmt.Sprintf("%s, %d bytes", b.MediaType, b.Bytes))
+		}
+	}
+	switch len(seen) {
+	case 0:
+		return ""
+	case 1:
+		return "saw 1 image (" + seen[0] + ")"
+	}
+	return fmt.Sprintf("saw %d images (%s)", len(seen), strings.Join(seen, "; "))
+}

@@ -2,10 +2,12 @@ package anthropicsim
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 )
 
@@ -28,16 +30,20 @@ type request struct {
 }
 
 // message is one entry of the messages array. Only the blocks the simulator
-// answers from are kept: text and tool_result. Other block types (tool_use,
-// image, document, thinking...) are accepted and dropped.
+// answers from are kept: text, tool_result and image (checked as the API
+// checks a base64 source). Other block types (tool_use, document,
+// thinking...) are accepted and dropped.
 type message struct {
 	Role   string // "user", "assistant" or "system"
 	Blocks []block
 }
 
 type block struct {
-	Type string // "text" or "tool_result"
-	Text string // text blocks: the text; tool_result: the result content as text
+	Type string // "text", "tool_result" or "image"
+	// MediaType and Bytes describe an image block's decoded data.
+	MediaType string
+	Bytes     int
+	Text      string // text blocks: the text; tool_result: the result content as text
 	// IsError marks a tool_result with "is_error": true.
 	IsError bool
 }
@@ -186,6 +192,12 @@ func parseContent(raw json.RawMessage, path string) ([]block, error) {
 				return nil, err
 			}
 			blocks = append(blocks, block{Type: "tool_result", Text: text, IsError: b.IsError})
+		case "image":
+			b, err := parseImage(item, p)
+			if err != nil {
+				return nil, err
+			}
+			blocks = append(blocks, b)
 		}
 	}
 	return blocks, nil
@@ -348,4 +360,34 @@ func kindName(t reflect.Type) string {
 		return kindName(t.Elem())
 	}
 	return "another type"
+}
+
+// imageTypes are the media types the API takes in an image block.
+var imageTypes = []string{"image/jpeg", "image/png", "image/gif", "image/webp"}
+
+// parseImage reads an image block with a base64 source, refusing what the
+// API refuses: another source type or media type, or data that is not
+// base64.
+func parseImage(item json.RawMessage, p string) (block, error) {
+	var b struct {
+		Source *struct {
+			Type      string `json:"type"`
+			MediaType string `json:"media_type"`
+			Data      string `json:"data"`
+		} `json:"source"`
+	}
+	if err := json.Unmarshal(item, &b); err != nil || b.Source == nil {
+		return block{}, badRequest("%s.source: field required", p)
+	}
+	if b.Source.Type != "base64" {
+		return block{}, badRequest("%s.source.type: the simulator takes \"base64\", got %q", p, b.Source.Type)
+	}
+	if !slices.Contains(imageTypes, b.Source.MediaType) {
+		return block{}, badRequest("%s.source.media_type: must be one of %s, got %q", p, strings.Join(imageTypes, ", "), b.Source.MediaType)
+	}
+	data, err := base64.StdEncoding.DecodeString(b.Source.Data)
+	if err != nil || len(data) == 0 {
+		return block{}, badRequest("%s.source.data: must be non-empty base64", p)
+	}
+	return block{Type: "image", MediaType: b.Source.MediaType, Bytes: len(data)}, nil
 }

@@ -44,6 +44,7 @@ func FuzzRequest(f *testing.F) {
 		`{"model":"m","max_tokens":1,"messages":[{"role":"system","content":"x"},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","is_error":true,"content":[{"type":"text","text":"boom"}]}]}]}`,
 		`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"[[error:429]]"}]}`,
 		`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"[[tool:nope]]"}]}`,
+		`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0K"}}]}]}`,
 		`{"model":"m","messages":[]}`, `[]`, `null`, `{`, `{"model":1}`, `{"max_tokens":-1}`,
 	} {
 		f.Add([]byte(s))

@@ -2,6 +2,7 @@ package anthropicsim
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -250,6 +251,10 @@ func TestBadRequests(t *testing.T) {
 		"system wrong type":     {`{"model":"m","max_tokens":9,"system":5,"messages":[{"role":"user","content":"hi"}]}`, "system"},
 		"tools not array":       {`{"model":"m","max_tokens":9,"tools":{},"messages":[{"role":"user","content":"hi"}]}`, "tools"},
 		"tool without name":     {`{"model":"m","max_tokens":9,"tools":[{"input_schema":{}}],"messages":[{"role":"user","content":"hi"}]}`, "tools.0.name"},
+		"image without source":  {`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":[{"type":"image"}]}]}`, "messages.0.content.0.source: field required"},
+		"image by url":          {`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"http://x"}}]}]}`, "source.type"},
+		"image of a bad type":   {`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/bmp","data":"AAAA"}}]}]}`, "source.media_type"},
+		"image not base64":      {`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"*!"}}]}]}`, "source.data"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -303,13 +308,14 @@ func TestEcho(t *testing.T) {
 		{"role":"system","content":"trailing system entry is not a user message"}
 	]}`
 	m := getMessage(t, srv, body)
+	const text = "[simulator] saw 1 image (image/png, 3 bytes)\n[simulator] messages=5 you said: second <b>&\npart two"
 	want := testMessage{
 		ID: m.ID, Type: "message", Role: "assistant", Model: "claude-sim",
-		Content:    []testBlock{{Type: "text", Text: "[simulator] messages=5 you said: second <b>&\npart two"}},
+		Content:    []testBlock{{Type: "text", Text: text}},
 		StopReason: ptr("end_turn"),
 		Usage: map[string]int{
 			"input_tokens":                (len(body) + 3) / 4,
-			"output_tokens":               (len("[simulator] messages=5 you said: second <b>&\npart two") + 3) / 4,
+			"output_tokens":               (len(text) + 3) / 4,
 			"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
 		},
 	}
@@ -679,5 +685,36 @@ func TestLogging(t *testing.T) {
 	}
 	if !strings.Contains(logs, "status=401") || !strings.Contains(logs, "request_id=req_sim_") {
 		t.Errorf("request lines missing:\n%s", logs)
+	}
+}
+
+// TestImageBlocks: a message's image blocks are answered with what they
+// were, and their bytes count as input tokens.
+func TestImageBlocks(t *testing.T) {
+	_, srv := newServer(t, nil)
+	img := func(mt string, n int) string {
+		return `{"type":"image","source":{"type":"base64","media_type":"` + mt + `","data":"` + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, n)) + `"}}`
+	}
+	body := func(blocks ...string) string {
+		return `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":[{"type":"text","text":"look"}` + strings.Join(append([]string{""}, blocks...), ",") + `]}]}`
+	}
+	tests := map[string]struct {
+		body, want string
+	}{
+		"one":  {body(img("image/png", 68)), Marker + "saw 1 image (image/png, 68 bytes)\n" + Marker + "messages=1 you said: look"},
+		"two":  {body(img("image/png", 3), img("image/webp", 9000)), Marker + "saw 2 images (image/png, 3 bytes; image/webp, 9000 bytes)\n" + Marker + "messages=1 you said: look"},
+		"none": {body(), Marker + "messages=1 you said: look"},
+	}
+	plain := getMessage(t, srv, body())
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			m := getMessage(t, srv, tc.body)
+			if len(m.Content) != 1 || m.Content[0].Text != tc.want {
+				t.Fatalf("content %+v, want %q", m.Content, tc.want)
+			}
+			if name != "none" && m.Usage["input_tokens"] <= plain.Usage["input_tokens"] {
+				t.Errorf("input tokens %d with images, %d without", m.Usage["input_tokens"], plain.Usage["input_tokens"])
+			}
+		})
 	}
 }

@@ -83,7 +83,7 @@ type Call struct {
 	ID                  string
 	Tenant, Env, User   string
 	Conversation, Model string // Model as the request names it
-	RequestBytes        int64  // size of the request body
+	RequestBytes        int64  // size of the request body, an image counted as the tokens it costs (×4)
 	MaxTokens           int64  // the request's max_tokens; 0 if unknown
 	StartedAt           time.Time
 }

@@ -71,6 +71,10 @@ const (
 type SendMessageRequest struct {
 	ClientMessageID string `json:"client_message_id"`
 	Text            string `json:"text"`
+	// Attachments are workspace paths (attachments/NAME) of files stored
+	// through AttachmentsPath; the text names them too. The native
+	// harness shows the images among them to the model.
+	Attachments []string `json:"attachments,omitempty"`
 }
 
 // SendMessageResponse answers SendMessageRequest (202 when a turn was

@@ -95,5 +95,13 @@ func (r SendMessageRequest) Validate() error {
 	if len(r.Text) > MaxMessageText {
 		return &FieldError{Field: "text", Reason: fmt.Sprintf("is longer than %d bytes", MaxMessageText), Code: CodeTooLarge, Err: ErrInvalidValue}
 	}
+	if len(r.Attachments) > MaxAttachments {
+		return Invalid(nil, "attachments", "names %d files; a message takes at most %d", len(r.Attachments), MaxAttachments)
+	}
+	for i, p := range r.Attachments {
+		if err := ValidateAttachmentPath(fmt.Sprintf("attachments[%d]", i), p); err != nil {
+			return err
+		}
+	}
 	return nil
 }

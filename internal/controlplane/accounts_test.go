@@ -65,6 +65,9 @@ func startRecordingWorker(t *testing.T, name string) *recordingWorker {
 	mux.HandleFunc("POST "+contract.InterruptPath, func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, contract.InterruptResponse{ConversationID: r.PathValue("id"), TurnID: "t_1", Interrupted: true})
 	})
+	mux.HandleFunc("POST "+contract.AttachmentsPath, func(w http.ResponseWriter, r *http.Request) {
+		httpapi.WriteJSON(w, http.StatusCreated, contract.Attachment{Path: "attachments/" + r.URL.Query().Get("name"), Size: 2})
+	})
 	mux.HandleFunc("GET "+contract.StreamPath, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
@@ -289,6 +292,7 @@ func TestIsolation(t *testing.T) {
 		"interrupt": {http.MethodPost, "/api/conversations/%s/interrupt", ""},
 		"messages":  {http.MethodPost, "/api/conversations/%s/messages", `{"text":"hi"}`},
 		"rename":    {http.MethodPatch, "/api/conversations/%s", `{"title":"mine now"}`},
+		"attach":    {http.MethodPost, "/api/conversations/%s/attachments?name=a.txt", "hi"},
 	}
 	// want[user][conversation] is the status of every endpoint but
 	// messages, and wantSend that of messages.
@@ -307,10 +311,18 @@ func TestIsolation(t *testing.T) {
 		for conv, acc := range convs {
 			for name, ep := range endpoints {
 				t.Run(user+"/"+conv+"/"+name, func(t *testing.T) {
-					resp, body := tn.as(user, ep.method, strings.Replace(ep.path, "%s", conv, 1), ep.body, nil)
+					var hdr http.Header
+					if name == "attach" {
+						hdr = http.Header{"Content-Type": {"application/octet-stream"}}
+					}
+					resp, body := tn.as(user, ep.method, strings.Replace(ep.path, "%s", conv, 1), ep.body, hdr)
 					w := acc.read
 					switch {
 					case name == "messages":
+						w = acc.send
+					case name == "attach" && acc.send == http.StatusAccepted:
+						w = http.StatusCreated // the owner's upload
+					case name == "attach":
 						w = acc.send
 					case name == "rename" && acc.send == http.StatusAccepted:
 						w = http.StatusOK // the owner's rename
@@ -366,6 +378,18 @@ func TestIsolation(t *testing.T) {
 	}
 	if c, err := tn.store.GetConversation(ctx, "a1"); err != nil || c.Title == "by a form" {
 		t.Errorf("a1 after the form renames: %+v, %v", c, err)
+	}
+	// So is an attachment sent as a form or as JSON: only
+	// application/octet-stream, which needs a preflight, is read.
+	before = len(tn.workers["acme/prod"].Requests())
+	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/json", ""} {
+		resp, body := tn.as("alice", http.MethodPost, "/api/conversations/a1/attachments?name=a.txt", "by a form", http.Header{"Content-Type": {ct}})
+		if resp.StatusCode != http.StatusUnsupportedMediaType {
+			t.Errorf("a %q attachment: %d %s", ct, resp.StatusCode, body)
+		}
+	}
+	if got := tn.workers["acme/prod"].Requests(); len(got) != before {
+		t.Errorf("refused attachments reached the worker: %v", got[before:])
 	}
 
 	// A member removed from the tenant no longer sees their own

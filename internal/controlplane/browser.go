@@ -65,6 +65,9 @@ func jsonBody(r *http.Request) error {
 	if (r.Method != http.MethodPost && r.Method != http.MethodPatch) || r.ContentLength == 0 {
 		return nil
 	}
+	if r.Pattern == attachPattern {
+		return octetBody(r)
+	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		return httpapi.Errorf(http.StatusUnsupportedMediaType, contract.CodeBadRequest, "the request body must be sent as Content-Type: application/json")
@@ -160,6 +163,8 @@ type CreateConversationRequest struct {
 type SendRequest struct {
 	Text            string `json:"text"`
 	ClientMessageID string `json:"client_message_id,omitempty"`
+	// Attachments are the paths POST …/attachments answered.
+	Attachments []string `json:"attachments,omitempty"`
 }
 
 // conversationWorker loads a conversation the calling user owns and the
@@ -385,7 +390,7 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) (err error) 
 	if req.ClientMessageID == "" {
 		req.ClientMessageID = contract.NewID("m_")
 	}
-	msg := contract.SendMessageRequest{ClientMessageID: req.ClientMessageID, Text: req.Text}
+	msg := contract.SendMessageRequest{ClientMessageID: req.ClientMessageID, Text: req.Text, Attachments: req.Attachments}
 	if err := msg.Validate(); err != nil {
 		return err
 	}

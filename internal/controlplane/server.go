@@ -281,6 +281,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.Handle("GET /api/conversations/{id}/events", h(s.browser(s.handleHistory)))
 	s.registerWorkspace(mux, h)
+	mux.Handle(attachPattern, h(s.browser(s.handleAttach)))
 
 	mux.Handle("POST "+MintPath, h(s.handleMint))
 	mux.Handle("POST "+contract.ReportsPath, h(s.handleReports))
@@ -309,27 +310,28 @@ func (s *Server) Handler() http.Handler {
 	}
 
 	for path, allow := range map[string][]string{
-		"/api/me":                            {http.MethodGet},
-		"/api/conversations":                 {http.MethodGet, http.MethodPost},
-		"/api/conversations/{id}":            {http.MethodGet, http.MethodPatch},
-		"/api/me/budget":                     {http.MethodGet},
-		"/api/search":                        {http.MethodGet},
-		"/api/conversations/{id}/messages":   {http.MethodPost},
-		"/api/conversations/{id}/interrupt":  {http.MethodPost},
-		"/api/conversations/{id}/stream":     {http.MethodGet},
-		"/api/conversations/{id}/issues":     {http.MethodGet},
-		"/api/conversations/{id}/usage":      {http.MethodGet},
-		"/api/conversations/{id}/events":     {http.MethodGet},
-		"/api/conversations/{id}/reports":    {http.MethodGet},
-		"/api/tenants/{tenant}/reports":      {http.MethodGet},
-		"/api/tenants/{tenant}/usage":        {http.MethodGet},
-		"/api/tenants/{tenant}/budget":       {http.MethodGet},
-		"/api/tenants/{tenant}/usage/report": {http.MethodGet},
-		MintPath:                             {http.MethodPost},
-		contract.ReportsPath:                 {http.MethodPost},
-		contract.IssuesPath:                  {http.MethodGet, http.MethodPost},
-		contract.IssueCommentsPath:           {http.MethodPost},
-		"/healthz":                           {http.MethodGet},
+		"/api/me":                             {http.MethodGet},
+		"/api/conversations":                  {http.MethodGet, http.MethodPost},
+		"/api/conversations/{id}":             {http.MethodGet, http.MethodPatch},
+		"/api/me/budget":                      {http.MethodGet},
+		"/api/search":                         {http.MethodGet},
+		"/api/conversations/{id}/messages":    {http.MethodPost},
+		"/api/conversations/{id}/attachments": {http.MethodPost},
+		"/api/conversations/{id}/interrupt":   {http.MethodPost},
+		"/api/conversations/{id}/stream":      {http.MethodGet},
+		"/api/conversations/{id}/issues":      {http.MethodGet},
+		"/api/conversations/{id}/usage":       {http.MethodGet},
+		"/api/conversations/{id}/events":      {http.MethodGet},
+		"/api/conversations/{id}/reports":     {http.MethodGet},
+		"/api/tenants/{tenant}/reports":       {http.MethodGet},
+		"/api/tenants/{tenant}/usage":         {http.MethodGet},
+		"/api/tenants/{tenant}/budget":        {http.MethodGet},
+		"/api/tenants/{tenant}/usage/report":  {http.MethodGet},
+		MintPath:                              {http.MethodPost},
+		contract.ReportsPath:                  {http.MethodPost},
+		contract.IssuesPath:                   {http.MethodGet, http.MethodPost},
+		contract.IssueCommentsPath:            {http.MethodPost},
+		"/healthz":                            {http.MethodGet},
 	} {
 		mux.Handle(path, httpapi.MethodNotAllowed(s.log, allow...))
 	}

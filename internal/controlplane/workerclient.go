@@ -76,18 +76,25 @@ func (c *workerClient) doQuery(ctx context.Context, method, path, id string, que
 		defer func() { observe.End(span, err, errorCode(err)) }()
 	}
 	var body []byte
+	contentType := ""
 	if in != nil {
 		var err error
 		if body, err = json.Marshal(in); err != nil {
 			return 0, err
 		}
+		contentType = "application/json"
 	}
+	return c.doBody(ctx, method, path, id, query, contentType, body, limit, out)
+}
+
+// doBody is doQuery with a body of any type, sent as it is.
+func (c *workerClient) doBody(ctx context.Context, method, path, id string, query url.Values, contentType string, body []byte, limit int64, out any) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.url(path, id, query), bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	// Not covered by the signature (docs/observability.md): the worker
 	// continues the trace only once the signature has verified.

@@ -322,7 +322,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	if g.budget != nil {
 		bc := budget.Call{
 			ID: c.rec.ID, Tenant: conv.Tenant, Env: conv.Env, User: conv.UserID,
-			Conversation: conv.ID, Model: model, RequestBytes: int64(len(body)), MaxTokens: maxTokens,
+			Conversation: conv.ID, Model: model, RequestBytes: promptBytes(body), MaxTokens: maxTokens,
 			StartedAt: start,
 		}
 		var hold *budget.Hold

@@ -35,6 +35,9 @@ type Turn struct {
 	TurnID         string
 	UserID         string
 	Text           string
+	// Attachments are workspace paths of files the user attached to the
+	// message (contract.SendMessageRequest.Attachments); Text names them.
+	Attachments []string
 	// SessionDir is the session's directory on the session volume; the
 	// harness keeps its transcript there.
 	SessionDir string

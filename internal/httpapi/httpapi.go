@@ -333,7 +333,8 @@ func LoopbackHost(hostport string) bool {
 // dev acts as one user without credentials). A web page the developer opens
 // can reach loopback too, so it refuses: a Host that is not loopback (DNS
 // rebinding), an Origin that is not loopback (a cross-site request), and a
-// body that is not JSON (what a page can send without a preflight).
+// body that is neither JSON nor application/octet-stream (an attachment's
+// bytes): a page can send the other types without a preflight.
 func LocalOnly(r *http.Request) error {
 	if err := loopbackHost(r); err != nil {
 		return err
@@ -346,7 +347,7 @@ func LocalOnly(r *http.Request) error {
 	}
 	if r.Method == http.MethodPost && r.ContentLength != 0 {
 		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		if err != nil || mt != "application/json" {
+		if err != nil || mt != "application/json" && mt != "application/octet-stream" {
 			return Errorf(http.StatusUnsupportedMediaType, contract.CodeBadRequest, "the request body must be sent as Content-Type: application/json")
 		}
 	}

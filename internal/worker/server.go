@@ -29,18 +29,20 @@ func (w *Worker) Handler() http.Handler {
 	mux.Handle("GET "+contract.StreamPath, w.signed(w.handleStream))
 	mux.Handle("POST "+contract.InterruptPath, w.signed(w.handleInterrupt))
 	w.registerWorkspace(mux)
+	mux.Handle("POST "+contract.AttachmentsPath, w.signedUpTo(contract.MaxAttachmentBytes, w.handleAttach))
 	mux.HandleFunc("GET "+contract.HealthPath, func(rw http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	// A known path with another method is a 405 in the contract's error
 	// shape; without these, "/" below would answer 404.
 	for path, allow := range map[string]string{
-		contract.SessionsPath:  http.MethodGet + ", " + http.MethodPost,
-		contract.SessionPath:   http.MethodGet,
-		contract.MessagesPath:  http.MethodPost,
-		contract.StreamPath:    http.MethodGet,
-		contract.InterruptPath: http.MethodPost,
-		contract.HealthPath:    http.MethodGet,
+		contract.SessionsPath:    http.MethodGet + ", " + http.MethodPost,
+		contract.SessionPath:     http.MethodGet,
+		contract.MessagesPath:    http.MethodPost,
+		contract.StreamPath:      http.MethodGet,
+		contract.InterruptPath:   http.MethodPost,
+		contract.HealthPath:      http.MethodGet,
+		contract.AttachmentsPath: http.MethodPost,
 	} {
 		mux.Handle(path, httpapi.MethodNotAllowed(w.log, allow))
 	}
@@ -60,8 +62,13 @@ type signedHandler func(rw http.ResponseWriter, r *http.Request, body []byte) er
 // signed reads the bounded body and verifies X-Worker-Token over it before
 // the handler sees anything.
 func (w *Worker) signed(h signedHandler) http.Handler {
+	return w.signedUpTo(contract.MaxCommandBody, h)
+}
+
+// signedUpTo is signed for a command whose body may be up to max bytes.
+func (w *Worker) signedUpTo(max int64, h signedHandler) http.Handler {
 	return httpapi.Handle(w.log, func(rw http.ResponseWriter, r *http.Request) error {
-		body, err := httpapi.ReadBody(rw, r, contract.MaxCommandBody)
+		body, err := httpapi.ReadBody(rw, r, max)
 		if err != nil {
 			return err
 		}

@@ -412,12 +412,12 @@ func (s *session) send(parent context.Context, req contract.SendMessageRequest) 
 				observe.Conversation.String(s.id), observe.Turn.String(turnID)))
 	}
 	s.running = rt
-	go s.run(ctx, rt, req.Text)
+	go s.run(ctx, rt, req)
 	return resp, nil
 }
 
 // run executes one turn and closes it with a terminal event.
-func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
+func (s *session) run(ctx context.Context, rt *runningTurn, req contract.SendMessageRequest) {
 	defer s.cfg.gate.end()
 	defer close(rt.done)
 	defer rt.cancel()
@@ -432,7 +432,8 @@ func (s *session) run(ctx context.Context, rt *runningTurn, text string) {
 		ConversationID: s.id,
 		TurnID:         rt.id,
 		UserID:         meta.UserID,
-		Text:           text,
+		Text:           req.Text,
+		Attachments:    req.Attachments,
 		SessionDir:     s.store.Dir(),
 		Workspace:      filepath.Join(s.cfg.workspaces, s.id),
 		Transcript:     transcript{s.store},

@@ -238,10 +238,12 @@ export class ApiError extends Error {
 async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
   let resp: Response;
   try {
+    // A Blob (an attachment) goes as its bytes; anything else as JSON.
+    const raw = body instanceof Blob;
     resp = await fetch(path, {
       method,
-      headers: body === undefined ? {} : { "Content-Type": "application/json" },
-      body: body === undefined ? undefined : JSON.stringify(body),
+      headers: body === undefined ? {} : { "Content-Type": raw ? "application/octet-stream" : "application/json" },
+      body: body === undefined ? undefined : raw ? body : JSON.stringify(body),
     });
   } catch (e) {
     throw new ApiError(0, "network", "the control-plane is unreachable");
@@ -279,11 +281,14 @@ export const api = {
   turnUsage: (id: string, turn: string) => call<TurnUsage>("GET", conv(id) + "/turns/" + encodeURIComponent(turn) + "/usage"),
   create: (title?: string) => call<Conversation>("POST", "/api/conversations", title ? { title } : {}),
   get: (id: string) => call<Conversation>("GET", conv(id)),
-  send: (id: string, text: string, clientMessageId: string) =>
+  send: (id: string, text: string, clientMessageId: string, attachments?: string[]) =>
     call<{ turn_id: string; seq: number; duplicate?: boolean }>("POST", conv(id) + "/messages", {
       text,
       client_message_id: clientMessageId,
+      ...(attachments?.length ? { attachments } : {}),
     }),
+  attach: (id: string, name: string, file: Blob) =>
+    call<{ path: string; size: number; media_type?: string }>("POST", conv(id) + "/attachments?name=" + encodeURIComponent(name), file),
   interrupt: (id: string) => call<{ interrupted: boolean }>("POST", conv(id) + "/interrupt"),
   history: (id: string, before: number | null, limit: number) =>
     call<HistoryPage>(

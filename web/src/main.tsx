@@ -10,6 +10,7 @@ import { BudgetBadge, loadBudget } from "./budget";
 import { TenantBudgetButton, TenantBudgetDialog } from "./tenantbudget";
 import { Outbox } from "./outbox";
 import { trapTab, modalOpen, focusComposer } from "./dialog";
+import { AttachBar, uploadAll, useAttachments, withAttachments } from "./attach";
 
 // Routing: /c/<id> opens a conversation; anything else the newest one.
 const route = signal(location.pathname);
@@ -158,10 +159,11 @@ async function newConversation(): Promise<string | null> {
 /** startWith opens a conversation with its first message: the message goes
  * into the new conversation's outbox first, so that its session sends it
  * once open, with the outbox's guarantees (one turn per id, a reload resends). */
-async function startWith(text: string): Promise<boolean> {
+async function startWith(text: string, files: File[] = []): Promise<boolean> {
   try {
     const c = await api.create();
-    new Outbox(c.id).add(text);
+    const done = await uploadAll(c.id, files);
+    new Outbox(c.id).add(withAttachments(text, done), undefined, done.map((d) => d.path));
     navigate("/c/" + c.id);
     loadList();
     return true;
@@ -450,16 +452,22 @@ function Switcher() {
 function DraftComposer() {
   const [text, setText] = useState("");
   const [busy, setBusy] = useState(false);
+  const a = useAttachments();
   const area = useRef<HTMLTextAreaElement>(null);
   useEffect(() => area.current?.focus(), []);
+  const empty = !text.trim() && !a.files.length;
   const send = async () => {
-    if (!text.trim() || busy) return;
+    if (empty || busy) return;
     setBusy(true);
-    if (await startWith(text)) setText("");
+    if (await startWith(text, a.files)) {
+      setText("");
+      a.clear();
+    }
     setBusy(false);
   };
   return (
-    <div class="composer draft">
+    <div class="composer draft" {...a.handlers}>
+      <AttachBar a={a} disabled={busy} />
       <div class="row">
         <textarea ref={area} aria-label="Message to Mara" data-testid="composer" rows={3}
           placeholder="Ask Mara anything to start a conversation (Enter sends, Shift+Enter new line)"
@@ -472,7 +480,7 @@ function DraftComposer() {
             }
           }} />
         <div class="actions">
-          <button onClick={send} disabled={!text.trim() || busy} data-testid="send">Send</button>
+          <button onClick={send} disabled={empty || busy} data-testid="send">Send</button>
         </div>
       </div>
       <p class="status" role="status" aria-live="polite" data-testid="turn-status">{busy ? "starting a conversation…" : ""}</p>
@@ -485,14 +493,33 @@ function Composer({ s }: { s: Session }) {
   const area = useRef<HTMLTextAreaElement>(null);
   const running = s.t.value.running.value;
   const queued = s.outbox.items.value.filter((p) => p.state === "queued");
+  const a = useAttachments();
+  const [uploading, setUploading] = useState(false);
   useEffect(() => area.current?.focus(), [s]);
-  const send = () => {
-    if (!text.trim()) return;
-    s.submit(text);
-    setText("");
+  const empty = !text.trim() && !a.files.length;
+  const send = async () => {
+    if (empty || uploading) return;
+    if (!a.files.length) {
+      s.submit(text);
+      setText("");
+      return;
+    }
+    // The files land in the workspace first; the message, which names
+    // them, is queued only once they all have.
+    setUploading(true);
+    try {
+      const done = await uploadAll(s.id, a.files);
+      s.submit(withAttachments(text, done), done.map((d) => d.path));
+      setText("");
+      a.clear();
+    } catch (e) {
+      a.setError("Not sent: an upload failed: " + (e as ApiError).message);
+    } finally {
+      setUploading(false);
+    }
   };
   return (
-    <div class="composer">
+    <div class="composer" {...a.handlers}>
       {queued.length > 0 && (
         <ol class="queue" aria-label="Queued messages" data-testid="queue">
           {queued.map((p) => (
@@ -510,6 +537,7 @@ function Composer({ s }: { s: Session }) {
           ))}
         </ol>
       )}
+      <AttachBar a={a} disabled={uploading} />
       <div class="row">
         <textarea
           ref={area}
@@ -530,7 +558,7 @@ function Composer({ s }: { s: Session }) {
           }}
         />
         <div class="actions">
-          <button onClick={send} disabled={!text.trim()} data-testid="send">
+          <button onClick={send} disabled={empty || uploading} data-testid="send">
             {running ? "Queue" : "Send"}
           </button>
           {running && (
@@ -541,7 +569,7 @@ function Composer({ s }: { s: Session }) {
         </div>
       </div>
       <p class="status" role="status" aria-live="polite" data-testid="turn-status">
-        {s.stopping.value ? "stopping…" : running ? "Mara is working…" : ""}
+        {uploading ? `uploading ${a.files.length} file${a.files.length > 1 ? "s" : ""}…` : s.stopping.value ? "stopping…" : running ? "Mara is working…" : ""}
       </p>
     </div>
   );

@@ -8,6 +8,8 @@ import { newID } from "./api";
 export interface Pending {
   cmid: string;
   text: string;
+  /** workspace paths of the files the text names as attached */
+  attachments?: string[];
   /** queued: waits for the running turn; sending: posted, not yet in the log. */
   state: "queued" | "sending";
 }
@@ -34,8 +36,8 @@ export class Outbox {
       /* storage full or off: the queue lives in memory only */
     }
   }
-  add(text: string, prefix = "m_") {
-    this.save([...this.items.value, { cmid: newID(prefix), text, state: "queued" }]);
+  add(text: string, prefix = "m_", attachments?: string[]) {
+    this.save([...this.items.value, { cmid: newID(prefix), text, state: "queued", ...(attachments?.length ? { attachments } : {}) }]);
   }
   update(cmid: string, patch: Partial<Pending>) {
     this.save(this.items.value.map((p) => (p.cmid === cmid ? { ...p, ...patch } : p)));

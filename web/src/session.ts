@@ -121,9 +121,9 @@ export class Session {
   }
 
   /** submit queues text; pump sends it when no turn runs. */
-  submit(text: string) {
+  submit(text: string, attachments?: string[]) {
     if (!text.trim()) return;
-    this.outbox.add(text);
+    this.outbox.add(text, undefined, attachments);
     this.sent.value++;
     this.pump();
   }
@@ -153,7 +153,7 @@ export class Session {
     this.sending = true;
     this.outbox.update(first.cmid, { state: "sending" });
     try {
-      await api.send(this.id, first.text, first.cmid);
+      await api.send(this.id, first.text, first.cmid, first.attachments);
       // The list moves this conversation to the top at once.
       window.dispatchEvent(new CustomEvent("talkide:sent", { detail: { conversation: this.id } }));
       this.posted.add(first.cmid);

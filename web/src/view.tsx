@@ -1,4 +1,5 @@
 import { useContext, useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
+import { AttachedChips, splitAttachments } from "./attach";
 import { Component, createContext, type ComponentChildren } from "preact";
 import { signal } from "@preact/signals";
 import { diffLines } from "diff";
@@ -78,7 +79,8 @@ export function TranscriptView({ s }: { s: Session }) {
             .filter((p) => p.state === "sending")
             .map((p) => (
               <div class="msg user pending" key={p.cmid} data-testid="pending">
-                <div class="body md" dangerouslySetInnerHTML={{ __html: renderUser(p.text) }} />
+                <div class="body md" dangerouslySetInnerHTML={{ __html: renderUser(splitAttachments(p.text).text) }} />
+                <AttachedChips chips={splitAttachments(p.text).chips} />
                 <div class="meta">sending…</div>
               </div>
             ))}
@@ -151,12 +153,14 @@ function User({ it }: { it: UserItem; v: number }) {
   const t = s?.t.value;
   // Only the last message can be edited, and not while its turn runs.
   const editable = !!t && t.lastUser.value === it && !t.running.value && !it.superseded;
-  const html = useMemo(() => renderUser(it.text), [it.text]);
+  const parts = useMemo(() => splitAttachments(it.text), [it.text]);
+  const html = useMemo(() => renderUser(parts.text), [parts.text]);
   return (
     <div class={"msg-wrap user" + (it.superseded ? " superseded" : "")}>
       <div class="msg user" data-seq={it.seq} data-seqs={seqs(it)} data-kind="user.message" data-cmid={it.clientMessageId}
         data-superseded={it.superseded ? "1" : undefined} data-edited={it.edited ? "1" : undefined}>
-        <div class="body md" dangerouslySetInnerHTML={{ __html: html }} />
+        {parts.text && <div class="body md" dangerouslySetInnerHTML={{ __html: html }} />}
+        <AttachedChips chips={parts.chips} />
       </div>
       {editable ? <EditLast it={it} s={s!} /> : <UserActions it={it} />}
     </div>

@@ -5,6 +5,7 @@
 
 import { daily } from "./daily.mjs";
 import { find } from "./find.mjs";
+import { attach } from "./attach.mjs";
 
 const T = 30_000;
 
@@ -513,5 +514,7 @@ export const scenarios = {
 
 // What a day of use turned up (daily.mjs, browser_daily_test.go).
 Object.assign(scenarios, daily);
+// Attachments in the composer (attach.mjs, browser_attach_test.go).
+Object.assign(scenarios, attach);
 // Finding a conversation (find.mjs, browser_find_test.go).
 Object.assign(scenarios, find);

@@ -25,7 +25,7 @@ func (h *Harness) compactAt() int64 {
 func estimateTokens(history []json.RawMessage) int64 {
 	var n int
 	for _, r := range history {
-		n += len(r)
+		n += len(r) - imageDiscount(r)
 	}
 	return int64(n / 4)
 }

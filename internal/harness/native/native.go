@@ -157,7 +157,7 @@ func (h *Harness) RunTurn(ctx context.Context, t *harness.Turn) (harness.Result,
 		return harness.Result{}, &harness.TurnError{Code: contract.FailInternal, Message: "the conversation's workspace could not be opened", Err: err}
 	}
 
-	user, _ := json.Marshal(wireMessage{Role: "user", Content: []wireBlock{{Type: "text", Text: t.Text}}})
+	user, _ := json.Marshal(wireMessage{Role: "user", Content: userBlocks(t, ws, log)})
 	if err := t.Transcript.Append(user); err != nil {
 		return harness.Result{}, persistErr(err)
 	}
