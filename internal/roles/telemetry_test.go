@@ -445,10 +445,17 @@ func TestTurnTraceClaudeCode(t *testing.T) {
 	recv.mu.Lock()
 	defer recv.mu.Unlock()
 	byID, turn := recv.turn(t, turnID)
-	calls, gateways := 0, 0
+	calls, gateways, reports := 0, 0, map[string]int{}
 	for _, s := range recv.spans {
 		p := byID[hex.EncodeToString(s.ParentSpanId)]
 		switch {
+		case strings.HasPrefix(s.Name, "report ") && attr(s, "talkide.turn").GetStringValue() == turnID:
+			// This harness's calls have no spans of their own: every
+			// report is about the turn.
+			reports[s.Name]++
+			if p != turn {
+				t.Errorf("span %q is not the turn's child (parent %v)", s.Name, p.GetName())
+			}
 		case strings.HasPrefix(s.Name, "localproxy POST /v1/messages"):
 			calls++
 			if p != turn {
@@ -463,6 +470,9 @@ func TestTurnTraceClaudeCode(t *testing.T) {
 	}
 	if calls == 0 || gateways != calls {
 		t.Errorf("%d calls through the local proxy, %d gateway spans", calls, gateways)
+	}
+	if reports["report usage"] == 0 || reports["report turn_ended"] != 1 {
+		t.Errorf("the turn's report spans: %v, want usage and one turn_ended", reports)
 	}
 	noSecrets(t, recv, prompt, d.SimulatorKey(), string(identity))
 }
