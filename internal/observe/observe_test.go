@@ -177,3 +177,28 @@ func TestEnd(t *testing.T) {
 type errWithSecret struct{}
 
 func (errWithSecret) Error() string { return "sk-ant-secret in a message" }
+
+// Whatever a report's traceparent holds, continuing it either changes
+// nothing or yields a valid remote span that, for version 00, writes
+// back as the same value.
+func FuzzContinueTraceparent(f *testing.F) {
+	for _, s := range []string{outside, "", "00-zz-yy-01", "01" + outside[2:] + "-extra", "ff" + outside[2:], outside[:54] + "4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, tp string) {
+		ctx := ContinueTraceparent(context.Background(), tp)
+		sc := trace.SpanContextFromContext(ctx)
+		if !sc.IsValid() {
+			if ctx != context.Background() {
+				t.Errorf("%q: a context changed without a span", tp)
+			}
+			return
+		}
+		if !sc.IsRemote() || sc.TraceState().Len() != 0 {
+			t.Errorf("%q: continued as %v", tp, sc)
+		}
+		if strings.HasPrefix(tp, "00-") && Traceparent(ctx) != tp {
+			t.Errorf("%q written back as %q", tp, Traceparent(ctx))
+		}
+	})
+}
