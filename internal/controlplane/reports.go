@@ -31,7 +31,7 @@ func (s *Server) reportKey(tenant, env, kid string) ([]byte, bool) {
 }
 
 func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) error {
-	received := time.Now()
+	received := time.Now() // the spans' clock: the tracer's, not cfg.Now
 	var batch contract.ReportBatch
 	p, err := s.verifyWorkerJSON(w, r, contract.MaxReportBatch, &batch)
 	if err != nil {
