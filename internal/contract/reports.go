@@ -45,7 +45,20 @@ type Report struct {
 	Tool     *ToolReport `json:"tool,omitempty"`     // tool_use
 	Activity string      `json:"activity,omitempty"` // activity: a one-line summary
 	Reply    *TurnReply  `json:"reply,omitempty"`    // turn_ended
+
+	// Traceparent is the W3C trace context of the turn, model call or tool
+	// call the report is about, as the worker's span was when it made the
+	// report; empty while the worker does not trace. It rides in the
+	// signed body, so the worker's outbox keeps it for as long as the
+	// report waits. The control-plane ignores a malformed one, or one of
+	// more than MaxTraceparent bytes, rather than refuse the report: a
+	// report is a fact, its trace only a view of it.
+	Traceparent string `json:"traceparent,omitempty"`
 }
+
+// MaxTraceparent bounds the traceparent the control-plane reads: version
+// 00's is 55 bytes; a later version may add fields.
+const MaxTraceparent = 128
 
 // TurnReply is what a turn_ended report carries: the text of the main
 // agent's assistant messages of the turn, joined by blank lines, never a

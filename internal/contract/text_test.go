@@ -182,6 +182,7 @@ func TestReportValidate(t *testing.T) {
 	}{
 		"usage":                      {r: usage(nil)},
 		"usage without a model":      {r: usage(func(r *Report) { r.Usage.Model = "" })},
+		"any traceparent":            {r: usage(func(r *Report) { r.Traceparent = "\x00not one" + strings.Repeat("-", MaxTraceparent) })},
 		"tool":                       {r: tool},
 		"activity":                   {r: activity},
 		"no key":                     {r: usage(func(r *Report) { r.IdempotencyKey = "" }), field: "idempotency_key"},

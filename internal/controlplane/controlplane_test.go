@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
@@ -271,6 +272,8 @@ type harnessOptions struct {
 	// RunTitles for the test.
 	titles     http.Handler
 	titleModel string
+	// tracer, when set, is the control-plane's TracerProvider.
+	tracer trace.TracerProvider
 }
 
 // demoHarness is a harness with the default options and one conversation,
@@ -348,6 +351,8 @@ func newHarness(t testing.TB, opts harnessOptions) *harness {
 			StreamCounts:              counts,
 			StreamShareInterval:       opts.streams.StreamShareInterval,
 			StreamShareTTL:            opts.streams.StreamShareTTL,
+
+			TracerProvider: opts.tracer,
 		})
 	if err != nil {
 		t.Fatal(err)

@@ -1,13 +1,18 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -26,6 +31,7 @@ func (s *Server) reportKey(tenant, env, kid string) ([]byte, bool) {
 }
 
 func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) error {
+	received := time.Now() // the spans' clock: the tracer's, not cfg.Now
 	var batch contract.ReportBatch
 	p, err := s.verifyWorkerJSON(w, r, contract.MaxReportBatch, &batch)
 	if err != nil {
@@ -62,14 +68,48 @@ func (s *Server) handleReports(w http.ResponseWriter, r *http.Request) error {
 			}
 			rep.Reply = nil
 		}
+		// Its trace is read where the span is, not from the store.
+		rep.Traceparent = ""
 		stored[i] = rep
 	}
-	accepted, dups, err := s.cfg.Store.AddReports(r.Context(), p.Tenant, p.Env, stored, s.cfg.Now().UTC())
+	added, dups, err := s.cfg.Store.AddReports(r.Context(), p.Tenant, p.Env, stored, s.cfg.Now().UTC())
 	if err != nil {
 		return err
 	}
-	httpapi.WriteJSON(w, http.StatusOK, contract.ReportAck{Accepted: accepted, Duplicates: dups})
+	s.traceReports(r.Context(), p, batch.Reports, added, received)
+	httpapi.WriteJSON(w, http.StatusOK, contract.ReportAck{Accepted: len(added), Duplicates: dups})
 	return nil
+}
+
+// traceReports records a span for each report of rs the store added (the
+// indexes in added), from the batch's receipt to its storage: a duplicate
+// was traced when it was first stored. A span is the child of the one the
+// worker made the report under, however long ago that span ended, so that
+// the report is in its turn's trace and kept or dropped with it; a report
+// without a traceparent it can read gets a trace of its own. The worker's
+// signature covers the traceparent, so it is trusted as the report is. The
+// span names the report's kind and ids, never its text (an activity, a
+// turn's reply).
+func (s *Server) traceReports(ctx context.Context, p trust.Principal, rs []contract.Report, added []int, received time.Time) {
+	if s.tracer == nil {
+		return
+	}
+	stored := time.Now()
+	for _, i := range added {
+		rep := rs[i]
+		parent := ctx
+		if len(rep.Traceparent) <= contract.MaxTraceparent {
+			parent = observe.ContinueTraceparent(ctx, rep.Traceparent)
+		}
+		attrs := []attribute.KeyValue{observe.ReportKind.String(rep.Kind),
+			observe.Tenant.String(p.Tenant), observe.Env.String(p.Env), observe.Conversation.String(rep.ConversationID)}
+		if rep.TurnID != "" {
+			attrs = append(attrs, observe.Turn.String(rep.TurnID))
+		}
+		_, span := s.tracer.Start(parent, "report "+rep.Kind, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithTimestamp(received), trace.WithAttributes(attrs...))
+		span.End(trace.WithTimestamp(stored))
+	}
 }
 
 func unixTime(sec int64) time.Time { return time.Unix(sec, 0).UTC() }

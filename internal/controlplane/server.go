@@ -102,8 +102,8 @@ type Options struct {
 	// StreamMetrics, when set, is told of every stream refused.
 	StreamMetrics StreamMetrics
 	// TracerProvider, when set, traces each message sent from its browser
-	// request through the signed command to the worker (docs/observability.md);
-	// nil: no spans.
+	// request through the signed command to the worker, and each report a
+	// worker sends about it (docs/observability.md); nil: no spans.
 	TracerProvider trace.TracerProvider
 
 	// StreamCounts, when set, is where the replicas sharing the store

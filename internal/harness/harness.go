@@ -52,7 +52,9 @@ type Turn struct {
 	// fills Seq, ConversationID, TurnID and Time.
 	Emit func(contract.Event)
 	// Report queues a report for the control-plane. The worker fills the
-	// idempotency key when empty, ConversationID, TurnID and Time.
+	// idempotency key when empty, ConversationID, TurnID and Time, and
+	// Traceparent when empty with the turn's: a harness sets it to the
+	// span of the model or tool call the report is about.
 	Report func(contract.Report)
 }
 

@@ -30,6 +30,7 @@ const (
 	ToolCallID   = attribute.Key("talkide.tool.call_id")
 	ToolOutcome  = attribute.Key("talkide.tool.outcome")
 	Build        = attribute.Key("talkide.build")
+	ReportKind   = attribute.Key("talkide.report.kind")
 )
 
 // GenAI semantic convention keys.
@@ -117,6 +118,49 @@ func Continue(ctx context.Context, h http.Header) context.Context {
 	}
 	return traceContext.Extract(ctx, propagation.HeaderCarrier(h))
 }
+
+// Traceparent is ctx's span context as a W3C traceparent, for a record
+// that carries its trace in its own body rather than in a header (a
+// report, which may be sent long after its span ended); "" when ctx holds
+// no span, without allocating.
+func Traceparent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	var c traceparentCarrier
+	traceContext.Inject(ctx, &c)
+	return c.v
+}
+
+// ContinueTraceparent is Continue for a traceparent that Traceparent
+// wrote: ctx with its span as the remote parent, or ctx as it is when tp
+// is empty or malformed. Only for a value inside a body whose sender is
+// authenticated as a part of the platform.
+func ContinueTraceparent(ctx context.Context, tp string) context.Context {
+	if tp == "" {
+		return ctx
+	}
+	return traceContext.Extract(ctx, &traceparentCarrier{v: tp})
+}
+
+// traceparentCarrier carries traceparent alone: a record's trace never
+// brings a tracestate along.
+type traceparentCarrier struct{ v string }
+
+func (c *traceparentCarrier) Get(key string) string {
+	if key == "traceparent" {
+		return c.v
+	}
+	return ""
+}
+
+func (c *traceparentCarrier) Set(key, v string) {
+	if key == "traceparent" {
+		c.v = v
+	}
+}
+
+func (c *traceparentCarrier) Keys() []string { return []string{"traceparent"} }
 
 // Untrusted is the start option for a span serving a request from outside
 // the platform (a browser, the agent's own processes): a new root, never

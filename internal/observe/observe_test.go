@@ -3,6 +3,7 @@ package observe
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -88,6 +89,51 @@ func TestInjectContinue(t *testing.T) {
 	Strip(http.Header{"Traceparent": {outside}, "Tracestate": {"a=b"}, "Baggage": {"k=v"}})
 }
 
+// A record's traceparent round-trips: the span continued from it is the
+// writer's child, even after the writer's span ended; a malformed one
+// continues nothing, and no tracestate rides along.
+func TestTraceparent(t *testing.T) {
+	tp, exp := newProvider(t)
+	tr := Tracer(tp, "test")
+	if got := Traceparent(context.Background()); got != "" {
+		t.Errorf("Traceparent without a span = %q", got)
+	}
+	ts, err := trace.ParseTraceState("vendor=secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, writer := tr.Start(context.Background(), "writer")
+	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContextFromContext(ctx).WithTraceState(ts))
+	tpv := Traceparent(ctx)
+	writer.End()
+	if len(tpv) != 55 {
+		t.Fatalf("Traceparent = %q, want version 00's 55 bytes", tpv)
+	}
+	rc := trace.SpanContextFromContext(ContinueTraceparent(context.Background(), tpv))
+	if !rc.IsRemote() || rc.SpanID() != writer.SpanContext().SpanID() || rc.TraceID() != writer.SpanContext().TraceID() || !rc.IsSampled() {
+		t.Errorf("continued %v, want the writer's %v", rc, writer.SpanContext())
+	}
+	if rc.TraceState().Len() != 0 {
+		t.Errorf("a tracestate came along: %v", rc.TraceState())
+	}
+	_, reader := tr.Start(ContinueTraceparent(context.Background(), tpv), "reader")
+	reader.End()
+	if got := exp.GetSpans()[1]; got.Parent.SpanID() != writer.SpanContext().SpanID() {
+		t.Errorf("the reader's parent is %v", got.Parent)
+	}
+	for name, bad := range map[string]string{
+		"malformed":  "00-zz-yy-01",
+		"all zero":   "00-00000000000000000000000000000000-0000000000000000-01",
+		"upper":      strings.ToUpper(outside),
+		"trailing":   outside + "-00",
+		"version ff": "ff" + outside[2:],
+	} {
+		if sc := trace.SpanContextFromContext(ContinueTraceparent(context.Background(), bad)); sc.IsValid() {
+			t.Errorf("%s %q continued as %v", name, bad, sc)
+		}
+	}
+}
+
 // With tracing off, the calls on every hot path allocate nothing.
 func TestOffAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
@@ -99,6 +145,8 @@ func TestOffAllocatesNothing(t *testing.T) {
 		span.End()
 		_ = FromContext(c, "tools")
 		NewGenAIMetrics(nil).Record(c, ModelCall{})
+		_ = Traceparent(c)
+		_ = ContinueTraceparent(c, "")
 	}); n != 0 {
 		t.Errorf("%v allocations per call with tracing off", n)
 	}
@@ -129,3 +177,28 @@ func TestEnd(t *testing.T) {
 type errWithSecret struct{}
 
 func (errWithSecret) Error() string { return "sk-ant-secret in a message" }
+
+// Whatever a report's traceparent holds, continuing it either changes
+// nothing or yields a valid remote span that, for version 00, writes
+// back as the same value.
+func FuzzContinueTraceparent(f *testing.F) {
+	for _, s := range []string{outside, "", "00-zz-yy-01", "01" + outside[2:] + "-extra", "ff" + outside[2:], outside[:54] + "4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, tp string) {
+		ctx := ContinueTraceparent(context.Background(), tp)
+		sc := trace.SpanContextFromContext(ctx)
+		if !sc.IsValid() {
+			if ctx != context.Background() {
+				t.Errorf("%q: a context changed without a span", tp)
+			}
+			return
+		}
+		if !sc.IsRemote() || sc.TraceState().Len() != 0 {
+			t.Errorf("%q: continued as %v", tp, sc)
+		}
+		if strings.HasPrefix(tp, "00-") && Traceparent(ctx) != tp {
+			t.Errorf("%q written back as %q", tp, Traceparent(ctx))
+		}
+	})
+}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/talkide/platform/internal/build/buildtest"
+	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/telemetry"
 )
 
@@ -193,7 +195,7 @@ func TestTurnTrace(t *testing.T) {
 	// A traceparent from outside: not continued, only linked.
 	const outside = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	turnID := sendMessage(t, base, conv, text, outside)
-	waitTurn(t, base, conv, toolOut)
+	reply := replyOf(t, waitTurn(t, base, conv, toolOut))
 	// A restarted worker resumes the session within the next turn's trace.
 	if err := d.RestartWorker(ctx); err != nil {
 		t.Fatal(err)
@@ -255,6 +257,31 @@ func TestTurnTrace(t *testing.T) {
 			t.Errorf("span %q's parent is %q, want %q", child, got, parent)
 		}
 	}
+	// Each report of the turn the worker sent is the control-plane's span
+	// in the turn's trace, under the span of what it reports on, once.
+	for name, want := range map[string][]string{
+		"report usage":      {"chat claude-sonnet-5-5", "chat claude-sonnet-5-5"},
+		"report tool_use":   {"tool Bash", "tool Build"},
+		"report turn_ended": {"turn"},
+	} {
+		var got []string
+		for _, s := range trace[name] {
+			got = append(got, parentOf(s))
+			if s.Kind != tracepb.Span_SPAN_KIND_CONSUMER {
+				t.Errorf("span %s is of kind %v, want consumer", name, s.Kind)
+			}
+			for k, want := range map[string]string{"talkide.report.kind": strings.TrimPrefix(name, "report "),
+				"talkide.tenant": DevTenant, "talkide.env": DevEnv, "talkide.conversation": conv, "talkide.turn": turnID} {
+				if got := attr(s, k).GetStringValue(); got != want {
+					t.Errorf("span %s: %s = %q, want %q", name, k, got, want)
+				}
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("the spans %q are under %q, want one under each of %q", name, got, want)
+		}
+	}
 	if n := len(trace["chat claude-sonnet-5-5"]); n != 2 {
 		t.Errorf("%d model call spans, want 2 (the tool calls, the answer)", n)
 	}
@@ -307,7 +334,7 @@ func TestTurnTrace(t *testing.T) {
 	}
 
 	// Nothing secret or said, in any span of any trace, or the resources.
-	noSecrets(t, recv, prompt, toolInput, toolOut, "echo ", simKey, string(identity))
+	noSecrets(t, recv, append(reply, prompt, toolInput, toolOut, "echo ", simKey, string(identity))...)
 
 	// The GenAI metrics, by token type, and no conversation among their
 	// attributes.
@@ -418,10 +445,17 @@ func TestTurnTraceClaudeCode(t *testing.T) {
 	recv.mu.Lock()
 	defer recv.mu.Unlock()
 	byID, turn := recv.turn(t, turnID)
-	calls, gateways := 0, 0
+	calls, gateways, reports := 0, 0, map[string]int{}
 	for _, s := range recv.spans {
 		p := byID[hex.EncodeToString(s.ParentSpanId)]
 		switch {
+		case strings.HasPrefix(s.Name, "report ") && attr(s, "talkide.turn").GetStringValue() == turnID:
+			// This harness's calls have no spans of their own: every
+			// report is about the turn.
+			reports[s.Name]++
+			if p != turn {
+				t.Errorf("span %q is not the turn's child (parent %v)", s.Name, p.GetName())
+			}
 		case strings.HasPrefix(s.Name, "localproxy POST /v1/messages"):
 			calls++
 			if p != turn {
@@ -436,6 +470,9 @@ func TestTurnTraceClaudeCode(t *testing.T) {
 	}
 	if calls == 0 || gateways != calls {
 		t.Errorf("%d calls through the local proxy, %d gateway spans", calls, gateways)
+	}
+	if reports["report usage"] == 0 || reports["report turn_ended"] != 1 {
+		t.Errorf("the turn's report spans: %v, want usage and one turn_ended", reports)
 	}
 	noSecrets(t, recv, prompt, d.SimulatorKey(), string(identity))
 }
@@ -520,9 +557,10 @@ func sendMessage(t *testing.T, base, conv, text, traceparent string) string {
 	return r.TurnID
 }
 
-// waitTurn follows the conversation's events until its turn ends, and
-// checks that want (if any) was among them.
-func waitTurn(t *testing.T, base, conv, want string) {
+// waitTurn follows the conversation's events until its turn ends,
+// checks that want (if any) was among them, and returns the stream as it
+// read it.
+func waitTurn(t *testing.T, base, conv, want string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -541,10 +579,40 @@ func waitTurn(t *testing.T, base, conv, want string) {
 			if !strings.Contains(seen.String(), "turn.finished") || !strings.Contains(seen.String(), want) {
 				t.Fatalf("the turn did not finish as expected:\n%s", seen.String())
 			}
-			return
+			return seen.String()
 		}
 		if err != nil {
 			t.Fatalf("the turn did not end: %v\n%s", err, seen.String())
 		}
 	}
+}
+
+// replyOf is the lines of the assistant's messages in an event stream
+// that are long enough to be the reply's own words (a span may well hold
+// "ok" or "test").
+func replyOf(t *testing.T, stream string) []string {
+	t.Helper()
+	var lines []string
+	for _, l := range strings.Split(stream, "\n") {
+		data, ok := strings.CutPrefix(l, "data: ")
+		if !ok {
+			continue
+		}
+		var ev contract.Event
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			t.Fatalf("event %s: %v", data, err)
+		}
+		if ev.Kind != contract.KindMessage {
+			continue
+		}
+		for _, line := range strings.Split(ev.Text, "\n") {
+			if line = strings.TrimSpace(line); len(line) >= 16 {
+				lines = append(lines, line)
+			}
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("no reply in the stream:\n%s", stream)
+	}
+	return lines
 }

@@ -393,13 +393,14 @@ type Store interface {
 	// ID).
 	ListUsage(ctx context.Context, conversationID string) ([]UsageRecord, error)
 
-	// AddReports stores reports of one tenant-env; a report whose idempotency
+	// AddReports stores reports of one tenant-env and returns the indexes
+	// in rs, ascending, of those it stored now; a report whose idempotency
 	// key is already stored for that tenant-env (or earlier in rs) counts as
 	// a duplicate and changes nothing. The same key under another tenant-env
 	// is another report. A report without an idempotency key fails the whole
 	// batch and stores nothing. As with RecordUsage, the tenant-env and
 	// conversation need not be stored.
-	AddReports(ctx context.Context, tenant, env string, rs []contract.Report, received time.Time) (accepted, duplicates int, err error)
+	AddReports(ctx context.Context, tenant, env string, rs []contract.Report, received time.Time) (added []int, duplicates int, err error)
 	// ListReports returns a conversation's reports ordered by Report.Time,
 	// then tenant, env and idempotency key.
 	ListReports(ctx context.Context, conversationID string) ([]StoredReport, error)

@@ -25,21 +25,8 @@ func TestTurnEndedReport(t *testing.T) {
 	ft.Emit(contract.Event{Kind: contract.KindToolFinished, Tool: &contract.ToolEvent{ID: "tu1", Name: "Task", Output: "tool output"}})
 	ft.Emit(contract.Event{Kind: contract.KindMessage, Text: "  The race is fixed.  "})
 	ft.finish("end_turn")
-	tw.openStream(t, "conv-1", "", "").mustUntil(t, terminal(sent.TurnID))
-	ft.waitEnded(t)
-	// The report is written before the session is idle again.
-	for deadline := time.Now().Add(waitFor); tw.session(t, "conv-1").turnRunning(); runtime.Gosched() {
-		if time.Now().After(deadline) {
-			t.Fatal("the session is still running its turn")
-		}
-	}
-
 	var ended []contract.Report
-	rs, err := tw.session(t, "conv-1").store.AllReports()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rs {
+	for _, r := range tw.turnReports(t, ft, "conv-1", sent.TurnID) {
 		if r.Kind == contract.ReportTurnEnded {
 			ended = append(ended, r)
 		}
@@ -54,6 +41,25 @@ func TestTurnEndedReport(t *testing.T) {
 	if diff := cmp.Diff(&contract.TurnReply{Text: "Looking at the scheduler.\n\nThe race is fixed."}, r.Reply); diff != "" {
 		t.Errorf("reply (-want +got):\n%s", diff)
 	}
+}
+
+// turnReports waits for ft, of conversation conv, to end and returns
+// what the session's outbox holds then.
+func (tw *testWorker) turnReports(t *testing.T, ft *fakeTurn, conv, turnID string) []contract.Report {
+	t.Helper()
+	tw.openStream(t, conv, "", "").mustUntil(t, terminal(turnID))
+	ft.waitEnded(t)
+	// The turn_ended report is written before the session is idle again.
+	for deadline := time.Now().Add(waitFor); tw.session(t, conv).turnRunning(); runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatal("the session is still running its turn")
+		}
+	}
+	rs, err := tw.session(t, conv).store.AllReports()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
 }
 
 func TestReplyTextBounded(t *testing.T) {

@@ -467,6 +467,11 @@ func (s *session) run(ctx context.Context, rt *runningTurn, req contract.SendMes
 			// start again at msg_sim_000001): a reused key would make the
 			// control-plane drop a new fact as a duplicate.
 			r.IdempotencyKey = s.id + "/" + rt.id + "/" + r.IdempotencyKey
+			if r.Traceparent == "" {
+				// The harness names the model or tool call's span when it
+				// has one; otherwise the report is about the turn.
+				r.Traceparent = observe.Traceparent(ctx)
+			}
 			s.report(r)
 		},
 	}
@@ -503,7 +508,7 @@ func (s *session) run(ctx context.Context, rt *runningTurn, req contract.SendMes
 	r := reply.report()
 	replyMu.Unlock()
 	s.report(contract.Report{Kind: contract.ReportTurnEnded, IdempotencyKey: s.id + "/" + rt.id + "/turn-ended",
-		ConversationID: s.id, TurnID: rt.id, Time: s.eventTime(), Reply: &r})
+		ConversationID: s.id, TurnID: rt.id, Time: s.eventTime(), Reply: &r, Traceparent: observe.Traceparent(ctx)})
 	s.running = nil
 	s.lastUsed = s.cfg.now()
 	s.mu.Unlock()

@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
@@ -126,6 +127,7 @@ type workerOpts struct {
 	now       func() time.Time // the worker's clock; nil: time.Now
 	maxTurns  int              // Options.MaxRunningTurns
 	holder    string           // the session store's lease holder; "": test-worker
+	tracer    trace.TracerProvider
 }
 
 func newTestWorker(t testing.TB, o workerOpts) *testWorker {
@@ -150,6 +152,7 @@ func newTestWorker(t testing.TB, o workerOpts) *testWorker {
 		CommandKeys:     o.keys,
 		Now:             o.now,
 		MaxRunningTurns: o.maxTurns,
+		TracerProvider:  o.tracer,
 	})
 	if err != nil {
 		t.Fatal(err)

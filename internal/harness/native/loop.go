@@ -203,7 +203,7 @@ func (a *agent) callModel(ctx context.Context, history []json.RawMessage, quiet 
 		CacheReadInputTokens:     acc.Usage.CacheReadInputTokens,
 	}
 	a.emit(contract.Event{Kind: contract.KindUsage, Usage: &u})
-	a.report(contract.Report{Kind: contract.ReportUsage, IdempotencyKey: "usage-" + acc.ID, Usage: &u})
+	a.report(contract.Report{Kind: contract.ReportUsage, IdempotencyKey: "usage-" + acc.ID, Usage: &u, Traceparent: observe.Traceparent(ctx)})
 	return &acc, nil
 }
 
@@ -306,7 +306,7 @@ func (a *agent) runOne(ctx context.Context, id, name string, input json.RawMessa
 		ID: id, Name: name, Output: res.Output, IsError: res.IsError, DurationMS: dur.Milliseconds(),
 	}})
 	a.report(contract.Report{Kind: contract.ReportToolUse, IdempotencyKey: "tool-" + id,
-		Tool: &contract.ToolReport{ID: id, Name: name, IsError: res.IsError, DurationMS: dur.Milliseconds()}})
+		Tool: &contract.ToolReport{ID: id, Name: name, IsError: res.IsError, DurationMS: dur.Milliseconds()}, Traceparent: observe.Traceparent(ctx)})
 	content, _ := json.Marshal(res.Output)
 	return wireBlock{Type: "tool_result", ToolUseID: id, Content: content, IsError: res.IsError}
 }

@@ -59,28 +59,28 @@ func scanReport(r Row) (store.StoredReport, error) {
 // AddReports implements store.Store. The batch's first report of each key
 // is inserted, in key order (for the reason RecordUsages gives), in one
 // transaction; every other report is a duplicate.
-func (t *Tables) AddReports(ctx context.Context, tenant, env string, rs []contract.Report, received time.Time) (accepted, duplicates int, err error) {
+func (t *Tables) AddReports(ctx context.Context, tenant, env string, rs []contract.Report, received time.Time) (added []int, duplicates int, err error) {
 	for i, r := range rs {
 		if r.IdempotencyKey == "" {
-			return 0, 0, fmt.Errorf("%s: add reports of %s/%s: report %d has no idempotency key", t.name, tenant, env, i)
+			return nil, 0, fmt.Errorf("%s: add reports of %s/%s: report %d has no idempotency key", t.name, tenant, env, i)
 		}
 	}
 	seen := make(map[string]bool, len(rs))
-	first := make([]contract.Report, 0, len(rs))
-	for _, r := range rs {
+	first := make([]int, 0, len(rs)) // indexes in rs
+	for i, r := range rs {
 		if !seen[r.IdempotencyKey] {
 			seen[r.IdempotencyKey] = true
-			first = append(first, r)
+			first = append(first, i)
 		}
 	}
 	if len(first) == 0 {
-		return 0, 0, nil
+		return nil, 0, nil
 	}
-	slices.SortFunc(first, func(a, b contract.Report) int { return strings.Compare(a.IdempotencyKey, b.IdempotencyKey) })
+	slices.SortFunc(first, func(a, b int) int { return strings.Compare(rs[a].IdempotencyKey, rs[b].IdempotencyKey) })
 	args := make([][]any, len(first))
-	for i, r := range first {
-		if args[i], err = reportArgs(tenant, env, r, received); err != nil {
-			return 0, 0, fmt.Errorf("%s: add reports of %s/%s: report %s: %w", t.name, tenant, env, r.IdempotencyKey, err)
+	for i, k := range first {
+		if args[i], err = reportArgs(tenant, env, rs[k], received); err != nil {
+			return nil, 0, fmt.Errorf("%s: add reports of %s/%s: report %s: %w", t.name, tenant, env, rs[k].IdempotencyKey, err)
 		}
 	}
 	var n []int64
@@ -88,17 +88,20 @@ func (t *Tables) AddReports(ctx context.Context, tenant, env string, rs []contra
 		var err error
 		n, err = tx.ExecEach(ctx, insertReport, args)
 		if err != nil && len(n) < len(first) {
-			return fmt.Errorf("report %s: %w", first[len(n)].IdempotencyKey, err)
+			return fmt.Errorf("report %s: %w", rs[first[len(n)]].IdempotencyKey, err)
 		}
 		return err
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s: add reports of %s/%s: %w", t.name, tenant, env, err)
+		return nil, 0, fmt.Errorf("%s: add reports of %s/%s: %w", t.name, tenant, env, err)
 	}
-	for _, k := range n {
-		accepted += int(k)
+	for i, k := range n {
+		if k > 0 {
+			added = append(added, first[i])
+		}
 	}
-	return accepted, len(rs) - accepted, nil
+	slices.Sort(added)
+	return added, len(rs) - len(added), nil
 }
 
 // ListReports implements store.Store.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -381,17 +382,17 @@ func TestBatchErrorsName(t *testing.T) {
 func TestAddReportsCounts(t *testing.T) {
 	tb := New(&fakeDB{failAt: -1}, fakeDialect) // inserts every other run: 0, 1, 0
 	rs := []contract.Report{{IdempotencyKey: "c"}, {IdempotencyKey: "a"}, {IdempotencyKey: "c"}, {IdempotencyKey: "b"}}
-	accepted, duplicates, err := tb.AddReports(t.Context(), "acme", "prod", rs, t0)
+	added, duplicates, err := tb.AddReports(t.Context(), "acme", "prod", rs, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if accepted != 1 || duplicates != 3 {
-		t.Errorf("AddReports = %d accepted, %d duplicates; want 1, 3", accepted, duplicates)
+	if !slices.Equal(added, []int{3}) || duplicates != 3 {
+		t.Errorf("AddReports = added %v, %d duplicates; want [3] (b), 3", added, duplicates)
 	}
 	for _, rs := range [][]contract.Report{nil, {{IdempotencyKey: "a"}, {}}} {
-		accepted, duplicates, err := tb.AddReports(t.Context(), "acme", "prod", rs, t0)
-		if len(rs) == 0 && (err != nil || accepted != 0 || duplicates != 0) {
-			t.Errorf("AddReports of none = %d, %d, %v; want 0, 0, nil", accepted, duplicates, err)
+		added, duplicates, err := tb.AddReports(t.Context(), "acme", "prod", rs, t0)
+		if len(rs) == 0 && (err != nil || added != nil || duplicates != 0) {
+			t.Errorf("AddReports of none = %v, %d, %v; want none, 0, nil", added, duplicates, err)
 		}
 		if len(rs) > 0 && (err == nil || !strings.Contains(err.Error(), "report 1 has no idempotency key")) {
 			t.Errorf("AddReports of a report without a key: %v", err)

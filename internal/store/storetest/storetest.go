@@ -686,21 +686,22 @@ func keys(rs []store.StoredReport) []string {
 func testReports(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	steps := []struct {
-		name                 string
-		batch                []contract.Report
-		accepted, duplicates int
+		name       string
+		batch      []contract.Report
+		added      []int // indexes in batch
+		duplicates int
 	}{
-		{"first", []contract.Report{report("a", "c1", 0), report("b", "c1", time.Second)}, 2, 0},
-		{"retried", []contract.Report{report("a", "c1", 0), report("b", "c1", time.Second)}, 0, 2},
-		{"overlapping", []contract.Report{report("b", "c1", time.Second), report("c", "c1", 2*time.Second)}, 1, 1},
-		{"repeats within", []contract.Report{report("d", "c1", 3*time.Second), report("d", "c1", 3*time.Second), report("c", "c1", 2*time.Second)}, 1, 2},
-		{"empty", nil, 0, 0},
+		{"first", []contract.Report{report("a", "c1", 0), report("b", "c1", time.Second)}, []int{0, 1}, 0},
+		{"retried", []contract.Report{report("a", "c1", 0), report("b", "c1", time.Second)}, nil, 2},
+		{"overlapping", []contract.Report{report("b", "c1", time.Second), report("c", "c1", 2*time.Second)}, []int{1}, 1},
+		{"repeats within", []contract.Report{report("c", "c1", 2*time.Second), report("d", "c1", 3*time.Second), report("d", "c1", 3*time.Second)}, []int{1}, 2},
+		{"empty", nil, nil, 0},
 	}
 	for _, st := range steps {
-		accepted, duplicates, err := s.AddReports(ctx, "acme", "prod", st.batch, at(time.Hour))
+		added, duplicates, err := s.AddReports(ctx, "acme", "prod", st.batch, at(time.Hour))
 		must(t, err)
-		if accepted != st.accepted || duplicates != st.duplicates {
-			t.Errorf("AddReports %s: accepted %d, duplicates %d; want %d, %d", st.name, accepted, duplicates, st.accepted, st.duplicates)
+		if !slices.Equal(added, st.added) || duplicates != st.duplicates {
+			t.Errorf("AddReports %s: added %v, duplicates %d; want %v, %d", st.name, added, duplicates, st.added, st.duplicates)
 		}
 	}
 
@@ -741,10 +742,10 @@ func testReportsTenantEnvs(t *testing.T, s store.Store) {
 	// duplicate only under its own.
 	for _, te := range [][2]string{{"acme", "prod"}, {"acme", "staging"}, {"beta", "prod"}} {
 		for _, want := range [][2]int{{1, 0}, {0, 1}} {
-			accepted, duplicates, err := s.AddReports(ctx, te[0], te[1], []contract.Report{report("k", "c1", 0)}, at(time.Hour))
+			added, duplicates, err := s.AddReports(ctx, te[0], te[1], []contract.Report{report("k", "c1", 0)}, at(time.Hour))
 			must(t, err)
-			if accepted != want[0] || duplicates != want[1] {
-				t.Errorf("AddReports %s/%s: accepted %d, duplicates %d; want %d, %d", te[0], te[1], accepted, duplicates, want[0], want[1])
+			if len(added) != want[0] || duplicates != want[1] {
+				t.Errorf("AddReports %s/%s: added %v, duplicates %d; want %d, %d", te[0], te[1], added, duplicates, want[0], want[1])
 			}
 		}
 	}
@@ -775,10 +776,10 @@ func testReportsRoundTrip(t *testing.T, s store.Store) {
 			IdempotencyKey: "other-1", Kind: contract.ReportActivity, ConversationID: "c2", Time: at(0), Activity: "elsewhere",
 		},
 	}
-	accepted, duplicates, err := s.AddReports(ctx, "acme", "prod", rs, at(time.Minute))
+	added, duplicates, err := s.AddReports(ctx, "acme", "prod", rs, at(time.Minute))
 	must(t, err)
-	if accepted != len(rs) || duplicates != 0 {
-		t.Errorf("AddReports: accepted %d, duplicates %d; want %d, 0", accepted, duplicates, len(rs))
+	if len(added) != len(rs) || duplicates != 0 {
+		t.Errorf("AddReports: added %v, duplicates %d; want all %d, 0", added, duplicates, len(rs))
 	}
 	stored := func(r contract.Report) store.StoredReport {
 		r.Time = ms(r.Time)
@@ -860,7 +861,7 @@ func testConcurrent(t *testing.T, s store.Store) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			accepted += a
+			accepted += len(a)
 			duplicates += d
 			if c {
 				created++
@@ -907,12 +908,12 @@ func testConcurrentOrders(t *testing.T, s store.Store) {
 			t.Errorf("AddReports: %v", err)
 			return
 		}
-		if a+d != nkeys {
-			t.Errorf("AddReports: accepted %d + duplicates %d, want %d in all", a, d, nkeys)
+		if len(a)+d != nkeys {
+			t.Errorf("AddReports: accepted %d + duplicates %d, want %d in all", len(a), d, nkeys)
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		accepted += a
+		accepted += len(a)
 	})
 	if accepted != nkeys {
 		t.Errorf("AddReports from %d workers: accepted %d, want %d", opposingWorkers, accepted, nkeys)
