@@ -44,7 +44,7 @@ var importGroups = []importGroup{
 			"internal/readiness", "internal/secretfile", "internal/kubetest",
 			"internal/proxytest", "internal/lifecycle", "internal/secretenv", "internal/syncbuf", "internal/cli",
 			"internal/defaults", "internal/linediff", "internal/slowbody", "internal/proctest",
-			"internal/observe", "internal/telemetry"},
+			"internal/observe", "internal/telemetry", "internal/modelimage"},
 		mayNotImport: []string{"worker-side", "control-plane-side", "client"},
 	},
 	{
