@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,15 @@ const (
 	// sendAttempts bounds the tries of one Send: a message typed into a
 	// chat that cannot be delivered should say so within seconds.
 	sendAttempts = 4
+	// defaultSendPatience bounds how long a Send keeps following the
+	// server's Retry-After. Such a refusal (the worker at its bound on
+	// running turns, a replica handing the conversation over during a
+	// rollout, shutting down) is the platform working as designed, not a
+	// failure, so it costs no attempt; a hand-over takes a terminating
+	// pod's preStop and its running turn's end, seconds, not minutes.
+	defaultSendPatience = 45 * time.Second
+	// maxRetryAfter is the longest wait a Retry-After may ask of a send.
+	maxRetryAfter = 10 * time.Second
 )
 
 // Sentinel errors callers branch on with errors.Is.
@@ -52,6 +62,9 @@ type APIError struct {
 	Status  int
 	Code    string
 	Message string
+	// RetryAfter is the wait the answer's Retry-After asked for, in whole
+	// seconds as the control-plane sends it; 0 when it asked none.
+	RetryAfter time.Duration
 }
 
 func (e *APIError) Error() string {
@@ -104,6 +117,8 @@ type Client struct {
 	idleTimeout    time.Duration  // a stream that yields no bytes this long is reconnected
 	sendRetry      backoff.Policy // between the attempts of a send, and of a queued message
 	streamRetry    backoff.Policy // between stream connections
+	sendPatience   time.Duration  // how long a send follows Retry-After
+	retryAfterMax  time.Duration  // the longest wait a Retry-After may ask
 }
 
 // New returns a client of the browser API at baseURL, e.g.
@@ -138,6 +153,8 @@ func New(baseURL string, opts *Options) (*Client, error) {
 		idleTimeout:    defaultIdleTimeout,
 		sendRetry:      backoff.Policy{Base: 200 * time.Millisecond, Max: 2 * time.Second},
 		streamRetry:    backoff.Policy{Base: 250 * time.Millisecond, Max: 5 * time.Second},
+		sendPatience:   defaultSendPatience,
+		retryAfterMax:  maxRetryAfter,
 	}, nil
 }
 
@@ -196,7 +213,9 @@ func (c *Client) doJSON(ctx context.Context, method, rawURL string, in, out any)
 		return resp.StatusCode, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, apiError(resp.StatusCode, data)
+		e := apiError(resp.StatusCode, data)
+		e.RetryAfter = retryAfter(resp.Header.Get("Retry-After"))
+		return resp.StatusCode, e
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -218,6 +237,16 @@ func readLimited(r io.Reader) ([]byte, error) {
 		return nil, errBodyTooLarge
 	}
 	return data, nil
+}
+
+// retryAfter reads a Retry-After of whole seconds (the control-plane's
+// form); anything else, an HTTP date included, asks no wait.
+func retryAfter(v string) time.Duration {
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 || n > 3600 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
 }
 
 // apiError decodes an error answer.

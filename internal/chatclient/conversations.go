@@ -75,7 +75,8 @@ func (c *Client) ListConversations(ctx context.Context) ([]Conversation, error) 
 // Send posts text as a user message, which starts a turn. It generates a
 // client message id and retries transient failures (connection errors,
 // 502, 503, 504) with that same id, so the control-plane starts the turn at
-// most once. A running turn is an *APIError matching ErrTurnRunning.
+// most once; a refusal with Retry-After (worker_busy, session_elsewhere,
+// shutting_down) is sent again after that wait for up to 45 seconds. A running turn is an *APIError matching ErrTurnRunning.
 func (c *Client) Send(ctx context.Context, id, text string) (contract.SendMessageResponse, error) {
 	return c.SendMessage(ctx, id, contract.SendMessageRequest{ClientMessageID: NewMessageID(), Text: text})
 }
@@ -110,7 +111,9 @@ func (c *Client) send(ctx context.Context, id string, req contract.SendMessageRe
 	}
 	log := c.log.With("conversation", id, "client_message_id", req.ClientMessageID)
 	b := backoff.New(c.sendRetry)
-	for attempt := 1; ; attempt++ {
+	patience := time.Now().Add(c.sendPatience)
+	failed := 0 // failures that said nothing of when to come back
+	for {
 		var resp contract.SendMessageResponse
 		_, err := c.doJSON(ctx, http.MethodPost, u, req, &resp)
 		if err == nil {
@@ -119,11 +122,16 @@ func (c *Client) send(ctx context.Context, id string, req contract.SendMessageRe
 		if ctx.Err() != nil {
 			return contract.SendMessageResponse{}, fmt.Errorf("chatclient: send: %w (last error: %v)", ctx.Err(), err)
 		}
-		if !transient(err) || attempt >= attempts {
+		d := b.Next()
+		// A refusal that says when to come back (Retry-After) is followed
+		// until the patience runs out, and costs no attempt.
+		var ae *APIError
+		if errors.As(err, &ae) && ae.RetryAfter > 0 && transient(err) && time.Now().Add(d).Before(patience) {
+			d = max(d, min(ae.RetryAfter, c.retryAfterMax))
+		} else if failed++; !transient(err) || failed >= attempts {
 			return contract.SendMessageResponse{}, err
 		}
-		d := b.Next()
-		log.Info("chatclient: send failed; retrying", "attempt", attempt, "delay", d, "err", err)
+		log.Info("chatclient: send failed; retrying", "failed", failed, "delay", d, "err", err)
 		if cerr := backoff.Sleep(ctx, d); cerr != nil {
 			return contract.SendMessageResponse{}, fmt.Errorf("chatclient: send: %w (last error: %v)", cerr, err)
 		}

@@ -2,10 +2,13 @@ package chatclient
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -240,6 +243,83 @@ func TestSendGivesUp(t *testing.T) {
 	defer f.mu.Unlock()
 	if got := len(f.sendIDs); got != 4 {
 		t.Errorf("%d attempts, want 4", got)
+	}
+}
+
+// refusingFor answers a send 503 with code and Retry-After: 1 refusals
+// times, then accepts it; it counts the sends and keeps their message ids.
+func refusingFor(t *testing.T, refusals int, code string) (*httptest.Server, *[]string) {
+	var mu sync.Mutex
+	var ids []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req contract.SendMessageRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		ids = append(ids, req.ClientMessageID)
+		n := len(ids)
+		mu.Unlock()
+		if n <= refusals {
+			w.Header().Set("Retry-After", "1")
+			writeErr(w, http.StatusServiceUnavailable, code, "not now")
+			return
+		}
+		writeJSON(w, http.StatusAccepted, contract.SendMessageResponse{TurnID: "t_1"})
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &ids
+}
+
+// A refusal that says when to come back (a replica handing the
+// conversation over during a rollout, the worker at its bound) is followed
+// for far more than the attempts a failure gets, with one message id.
+func TestSendFollowsRetryAfter(t *testing.T) {
+	for _, code := range []string{contract.CodeSessionElsewhere, contract.CodeWorkerBusy, contract.CodeShuttingDown} {
+		t.Run(code, func(t *testing.T) {
+			srv, ids := refusingFor(t, 3*sendAttempts, code)
+			c, err := New(srv.URL, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fastRetries(c)
+			resp, err := c.Send(testCtx(t), "c1", "hello")
+			if err != nil || resp.TurnID != "t_1" {
+				t.Fatalf("send = %+v, %v", resp, err)
+			}
+			if len(*ids) != 3*sendAttempts+1 || len(slices.Compact(slices.Clone(*ids))) != 1 {
+				t.Errorf("sends %v: want %d with one message id", *ids, 3*sendAttempts+1)
+			}
+		})
+	}
+}
+
+// Retry-After is followed only as long as the patience lasts: then the
+// refusal is the answer.
+func TestSendPatienceEnds(t *testing.T) {
+	srv, ids := refusingFor(t, 1000, contract.CodeSessionElsewhere)
+	c, err := New(srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fastRetries(c)
+	c.sendPatience = 0
+	_, err = c.Send(testCtx(t), "c1", "hello")
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Code != contract.CodeSessionElsewhere || ae.RetryAfter != time.Second {
+		t.Fatalf("err = %#v, want the refusal with its Retry-After", err)
+	}
+	if len(*ids) != sendAttempts {
+		t.Errorf("%d sends once the patience was out, want %d", len(*ids), sendAttempts)
+	}
+}
+
+func TestRetryAfterParsed(t *testing.T) {
+	for v, want := range map[string]time.Duration{
+		"1": time.Second, "30": 30 * time.Second, "": 0, "0": 0, "-1": 0, "1.5": 0, "3601": 0,
+		"Wed, 21 Oct 2026 07:28:00 GMT": 0, "99999999999999999999": 0,
+	} {
+		if got := retryAfter(v); got != want {
+			t.Errorf("retryAfter(%q) = %v, want %v", v, got, want)
+		}
 	}
 }
 

@@ -149,6 +149,7 @@ func (f *fakeCP) wantSent(t *testing.T, want ...string) {
 
 func fastRetries(c *Client) {
 	c.sendRetry = backoff.Policy{Base: time.Millisecond, Max: time.Millisecond}
+	c.retryAfterMax = time.Millisecond
 	c.streamRetry = backoff.Policy{Base: time.Millisecond, Max: 2 * time.Millisecond}
 }
 
