@@ -468,13 +468,15 @@ func (w *Worker) FlushOutboxes(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown stops taking new turns, waits for running turns until ctx ends,
-// then interrupts the rest, and closes every session. Closing a session
+// Shutdown stops taking new turns, hands the conversations with no running
+// turn over at once (handOverIdle), waits for running turns until ctx
+// ends, then interrupts the rest, and closes every session. Closing a session
 // waits for its last fsync, bounded by sessionCloseTimeout rather than by
 // ctx: the grace period is for turns, and a session closed without its
 // final sync would lose what a client has not yet been shown.
 func (w *Worker) Shutdown(ctx context.Context) error {
 	idle := w.gate.close()
+	handedOver := w.handOverIdle(ctx)
 	select {
 	case <-idle:
 	case <-ctx.Done():
@@ -501,12 +503,60 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	<-w.maintDone
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionCloseTimeout)
 	defer cancel()
-	var errs []error
+	errs := []error{handedOver}
 	for _, s := range sessions {
 		errs = append(errs, s.close(cctx))
 	}
 	return errors.Join(errs...)
 }
+
+// handOverIdle closes, at the start of a drain, every session with no
+// running turn, which releases its lease: another replica takes such a
+// conversation over at its next command rather than answering
+// session_elsewhere until this one's longest turn has ended (a rolling
+// update, a scale-down or a node drain would otherwise make every idle
+// conversation of the replica wait for its busiest). The gate is closed
+// first, so none of these sessions starts a turn meanwhile (a turn begins
+// under its session's lock, where turnRunning looks). Their reports are
+// delivered first, briefly; what is left stays in their outboxes, which
+// the next holder delivers when it opens them. It returns what closing
+// them returned.
+func (w *Worker) handOverIdle(ctx context.Context) error {
+	fctx, cancel := context.WithTimeout(ctx, handOverFlush)
+	defer cancel()
+	if err := w.opts.Reporter.Flush(fctx); err != nil {
+		w.log.Warn("reports left in the outbox at a drain", "err", err)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionCloseTimeout)
+	defer cancel()
+	// Side by side, as the renewals are: each close waits for a last sync.
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, renewers)
+	var idle []*session
+	for _, s := range w.openSessions() {
+		if !s.turnRunning() {
+			w.drop(s)
+			idle = append(idle, s)
+		}
+	}
+	errs := make([]error, len(idle))
+	for i, s := range idle {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			errs[i] = s.close(cctx) // also logged by the session
+		})
+	}
+	wg.Wait()
+	if len(idle) > 0 {
+		w.log.Info("draining: idle conversations handed over", "sessions", len(idle))
+	}
+	return errors.Join(errs...)
+}
+
+// handOverFlush bounds the delivery of reports before idle sessions are
+// handed over at a drain.
+const handOverFlush = 2 * time.Second
 
 // Stats counts the sessions this worker has open and the turns running.
 func (w *Worker) Stats() (open, running int) {

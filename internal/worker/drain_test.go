@@ -1,0 +1,75 @@
+package worker
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/talkide/platform/internal/contract"
+)
+
+// A draining replica hands its idle conversations over at once, and a
+// running one after its turn: another replica on the same volume serves
+// the idle conversation while the drain still waits for the running turn,
+// and the running one only after that turn has ended.
+func TestDrainHandsIdleOverAtOnce(t *testing.T) {
+	a := newTestWorker(t, workerOpts{})
+	a.create(t, "c_idle")
+	a.create(t, "c_busy")
+	if status, _ := a.sendMessage(t, "c_busy", "m1", "hello"); status != http.StatusAccepted {
+		t.Fatalf("send: %d", status)
+	}
+	turn := a.h.next(t)
+	b := newTestWorker(t, workerOpts{dir: a.dir, holder: "other-replica"})
+	stateAt := func(tw *testWorker, id string) (int, string) {
+		resp, body := tw.call(t, http.MethodGet, "/v1/sessions/"+id, nil)
+		if resp.StatusCode != http.StatusOK {
+			return resp.StatusCode, decode[contract.Error](t, body).Error.Code
+		}
+		return resp.StatusCode, ""
+	}
+	if st, code := stateAt(b, "c_idle"); code != contract.CodeSessionElsewhere {
+		t.Fatalf("before the drain the other replica answered %d %s for the idle conversation", st, code)
+	}
+
+	drained := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		drained <- a.w.Shutdown(ctx)
+	}()
+	// The drain waits for c_busy's turn, which the test holds: c_idle must
+	// move meanwhile.
+	deadline := time.Now().Add(waitFor)
+	for {
+		st, code := stateAt(b, "c_idle")
+		if st == http.StatusOK {
+			break
+		}
+		if code != contract.CodeSessionElsewhere || time.Now().After(deadline) {
+			t.Fatalf("the idle conversation during the drain: %d %s", st, code)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("the drain ended (%v) while a turn ran", err)
+	default:
+	}
+	if _, code := stateAt(b, "c_busy"); code != contract.CodeSessionElsewhere {
+		t.Fatalf("the conversation with a running turn moved before its turn ended: %q", code)
+	}
+
+	turn.finish("end_turn")
+	if err := <-drained; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	st, body := b.call(t, http.MethodGet, "/v1/sessions/c_busy", nil)
+	if st.StatusCode != http.StatusOK {
+		t.Fatalf("after the drain the other replica answered %d %s", st.StatusCode, body)
+	}
+	if got := decode[contract.SessionState](t, body); got.Status != contract.StatusIdle || got.Turns != 1 {
+		t.Errorf("c_busy after the hand-over: %+v", got)
+	}
+}
