@@ -112,7 +112,7 @@ func measureClaudeCodeSessions(b *testing.B, n int) {
 	deadline := time.Now().Add(60 * time.Second)
 	var active float64
 	for {
-		_, running := st.Worker.Worker.Stats()
+		running := st.Worker.Worker.Load().RunningTurns
 		if running == n {
 			active = max(active, treeRSS(ws))
 		}

@@ -107,7 +107,7 @@ func measureSessions(b *testing.B, n int) {
 	parallel(n, func(i int) { send(b, base, ids[i], "[[sleep:1500]] hold this turn open for a while") })
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, running := st.Worker.Worker.Stats(); running == n {
+		if st.Worker.Worker.Load().RunningTurns == n {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -118,7 +118,7 @@ func measureSessions(b *testing.B, n int) {
 	active := live()
 	rss := rssBytes(b)
 	for {
-		if _, running := st.Worker.Worker.Stats(); running == 0 {
+		if st.Worker.Worker.Load().RunningTurns == 0 {
 			break
 		}
 		if time.Now().After(deadline) {

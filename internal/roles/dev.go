@@ -327,7 +327,7 @@ func (s *Dev) Shutdown(parent context.Context, hurry <-chan os.Signal) error {
 		case <-stopped:
 		}
 	})
-	if _, running := s.Worker.Worker.Stats(); running > 0 {
+	if running := s.Worker.Worker.Load().RunningTurns; running > 0 {
 		log.Info(fmt.Sprintf("shutting down: waiting up to %s for %d running turn(s) to finish; press Ctrl-C again to stop them now", DevGrace, running))
 	} else {
 		log.Info("shutting down")

@@ -356,18 +356,22 @@ func (w *Worker) maintainOnce(ctx context.Context) {
 		ends[s] = s.store.LeaseExpires()
 	}
 	slices.SortFunc(open, func(a, b *session) int { return ends[a].Compare(ends[b]) })
+	sideBySide(open, func(s *session) { w.maintainSession(cctx, s, idleBefore) })
+}
+
+// sideBySide runs f on each session, renewers at a time, and returns when
+// all are done.
+func sideBySide(sessions []*session, f func(*session)) {
 	var wg sync.WaitGroup
 	work := make(chan *session)
-	for range min(renewers, len(open)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range min(renewers, len(sessions)) {
+		wg.Go(func() {
 			for s := range work {
-				w.maintainSession(cctx, s, idleBefore)
+				f(s)
 			}
-		}()
+		})
 	}
-	for _, s := range open {
+	for _, s := range sessions {
 		work <- s
 	}
 	close(work)
@@ -529,9 +533,6 @@ func (w *Worker) handOverIdle(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionCloseTimeout)
 	defer cancel()
-	// Side by side, as the renewals are: each close waits for a last sync.
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, renewers)
 	var idle []*session
 	for _, s := range w.openSessions() {
 		if !s.turnRunning() {
@@ -539,15 +540,16 @@ func (w *Worker) handOverIdle(ctx context.Context) error {
 			idle = append(idle, s)
 		}
 	}
-	errs := make([]error, len(idle))
-	for i, s := range idle {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			errs[i] = s.close(cctx) // also logged by the session
-		})
-	}
-	wg.Wait()
+	// Side by side, as the renewals are: each close waits for a last sync.
+	var mu sync.Mutex
+	var errs []error
+	sideBySide(idle, func(s *session) {
+		if err := s.close(cctx); err != nil { // also logged by the session
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	})
 	if len(idle) > 0 {
 		w.log.Info("draining: idle conversations handed over", "sessions", len(idle))
 	}
@@ -558,11 +560,6 @@ func (w *Worker) handOverIdle(ctx context.Context) error {
 // handed over at a drain.
 const handOverFlush = 2 * time.Second
 
-// Stats counts the sessions this worker has open and the turns running.
-func (w *Worker) Stats() (open, running int) {
-	l := w.Load()
-	return l.OpenSessions, l.RunningTurns
-}
 
 // sessionErrType is the kind of a session open's failure, for its span.
 func sessionErrType(err error) string {
