@@ -560,7 +560,6 @@ func (w *Worker) handOverIdle(ctx context.Context) error {
 // handed over at a drain.
 const handOverFlush = 2 * time.Second
 
-
 // sessionErrType is the kind of a session open's failure, for its span.
 func sessionErrType(err error) string {
 	switch {
