@@ -154,7 +154,7 @@ func serveStack(dir, mode string, maxTurns, n int) error {
 		DataDir: filepath.Join(dir, "data"), Addr: "127.0.0.1:0",
 		Agent: roles.AgentConfig{Sandbox: mode, MaxRunningTurns: maxTurns},
 		// Every conversation here is the one user's.
-		MaxStreamsPerUser: n + 16, MaxStreamsPerConversation: 4,
+		Bounds: roles.Bounds{MaxStreamsPerUser: n + 16, MaxStreamsPerConversation: 4},
 		Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {

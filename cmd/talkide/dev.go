@@ -39,11 +39,7 @@ once instead of waiting for them.`,
 			if err != nil {
 				return err
 			}
-			if err := streams.check(cmd); err != nil {
-				return err
-			}
-			cfg.MaxStreamsPerUser, cfg.MaxStreamsPerConversation, cfg.MaxStreams = streams.perUser, streams.perConversation, streams.total
-			if cfg.MaxBody, cfg.MaxBuffered, err = gateway.options(cmd); err != nil {
+			if cfg.Bounds, err = bounds(cmd, streams, gateway); err != nil {
 				return err
 			}
 			if err := cfg.Agent.Check(); err != nil {

@@ -16,7 +16,7 @@ import (
 // refused (413), one under it goes through.
 func TestDevGatewayBodyFlags(t *testing.T) {
 	st := startDevT(t, roles.DevConfig{DataDir: filepath.Join(t.TempDir(), "data"), Addr: "127.0.0.1:0",
-		MaxBody: 64 << 10, MaxBuffered: 1 << 20, Logger: slog.New(slog.DiscardHandler)})
+		Bounds: roles.Bounds{MaxBody: 64 << 10, MaxBuffered: 1 << 20}, Logger: slog.New(slog.DiscardHandler)})
 	conv := createConversation(t, st.Info.ControlPlane).ID
 	status, tok := mint(t, st.Info.ControlPlane, devIdentity(t, st), conv)
 	if status != http.StatusOK {

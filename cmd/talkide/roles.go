@@ -59,11 +59,7 @@ See docs/operations.md and docs/accounts.md.`,
 			if err != nil {
 				return err
 			}
-			if err := streams.check(cmd); err != nil {
-				return err
-			}
-			o.MaxStreamsPerUser, o.MaxStreamsPerConversation, o.MaxStreams = streams.perUser, streams.perConversation, streams.total
-			if o.MaxBody, o.MaxBuffered, err = gwFlags.options(cmd); err != nil {
+			if o.Bounds, err = bounds(cmd, streams, gwFlags); err != nil {
 				return err
 			}
 			roles.PrepareProcess(logger)

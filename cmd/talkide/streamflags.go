@@ -6,6 +6,7 @@ import (
 
 	"github.com/talkide/platform/internal/cli"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/roles"
 )
 
 // streamFlags are the caps on browser event streams; talkide controlplane
@@ -29,4 +30,16 @@ func (f streamFlags) check(cmd *cobra.Command) error {
 		}
 	}
 	return nil
+}
+
+// bounds checks the stream caps and parses the gateway's body bounds into
+// the roles' Bounds, which talkide dev and talkide controlplane take alike.
+func bounds(cmd *cobra.Command, streams streamFlags, gw gatewayFlags) (roles.Bounds, error) {
+	if err := streams.check(cmd); err != nil {
+		return roles.Bounds{}, err
+	}
+	b := roles.Bounds{MaxStreamsPerUser: streams.perUser, MaxStreamsPerConversation: streams.perConversation, MaxStreams: streams.total}
+	var err error
+	b.MaxBody, b.MaxBuffered, err = gw.options(cmd)
+	return b, err
 }

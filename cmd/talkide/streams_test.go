@@ -17,7 +17,7 @@ import (
 // through talkide dev's own wiring: its flags, its real worker, its
 // metrics.
 func TestDevStreamCaps(t *testing.T) {
-	st := startDevT(t, roles.DevConfig{DataDir: filepath.Join(t.TempDir(), "data"), MaxStreamsPerUser: 2, MaxStreamsPerConversation: 16})
+	st := startDevT(t, roles.DevConfig{DataDir: filepath.Join(t.TempDir(), "data"), Bounds: roles.Bounds{MaxStreamsPerUser: 2, MaxStreamsPerConversation: 16}})
 	base := st.Info.ControlPlane
 	conv := createConversation(t, base)
 	open := func() *http.Response {

@@ -219,43 +219,22 @@ func (f *kubeFixture) waitJob(t *testing.T, call string, done chan runResult) *b
 // pod on the fake node, running.
 func (f *kubeFixture) runPod(t testing.TB, job *batchv1.Job) *corev1.Pod {
 	t.Helper()
-	ctx := context.Background()
-	yes := true
-	spec := *job.Spec.Template.Spec.DeepCopy()
-	spec.NodeName = f.node
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x1", Labels: map[string]string{jobNameLabel: job.Name},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: &yes}}},
-		Spec: spec,
-	}
-	p, err := f.admin.CoreV1().Pods(f.ns).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Status.Phase = corev1.PodRunning
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, Image: spec.Containers[0].Image, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
-	if p, err = f.admin.CoreV1().Pods(f.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return kubetest.RunJobPod(t, f.admin, job, job.Name+"-x1", f.node, func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodRunning
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, Image: p.Spec.Containers[0].Image, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+	})
 }
 
 // endPod marks the pod's build container terminated with code.
 func (f *kubeFixture) endPod(t testing.TB, p *corev1.Pod, code int32, reason string) {
 	t.Helper()
-	ctx := context.Background()
-	p, err := f.admin.CoreV1().Pods(f.ns).Get(ctx, p.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Status.Phase = corev1.PodSucceeded
-	if code != 0 {
-		p.Status.Phase = corev1.PodFailed
-	}
-	p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, FinishedAt: metav1.Now()}}
-	if _, err := f.admin.CoreV1().Pods(f.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kubetest.SetPodStatus(t, f.admin, p, func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodSucceeded
+		if code != 0 {
+			p.Status.Phase = corev1.PodFailed
+		}
+		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, FinishedAt: metav1.Now()}}
+	})
 	f.kubelet.end(p.Name)
 }
 

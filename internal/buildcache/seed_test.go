@@ -75,42 +75,21 @@ func (f *seedFixture) job(t *testing.T, s *Seeding) *batchv1.Job {
 // fake node, its Gradle container running.
 func (f *seedFixture) runPod(t *testing.T, job *batchv1.Job) *corev1.Pod {
 	t.Helper()
-	ctx := context.Background()
-	yes := true
-	spec := *job.Spec.Template.Spec.DeepCopy()
-	spec.NodeName = f.node
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-" + job.Labels[LabelGeneration][len(job.Labels[LabelGeneration])-6:],
-			Labels:          map[string]string{jobNameLabel: job.Name},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: &yes}}},
-		Spec: spec,
-	}
-	p, err := f.admin.CoreV1().Pods(f.ns).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Status.Phase = corev1.PodPending
-	p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: GradleContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: PromoteContainer, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}
-	if p, err = f.admin.CoreV1().Pods(f.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	gen := job.Labels[LabelGeneration]
+	return kubetest.RunJobPod(t, f.admin, job, job.Name+"-"+gen[len(gen)-6:], f.node, func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: GradleContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: PromoteContainer, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}
+	})
 }
 
 func (f *seedFixture) setStatus(t *testing.T, p *corev1.Pod, phase corev1.PodPhase, init, main corev1.ContainerState) {
 	t.Helper()
-	ctx := context.Background()
-	p, err := f.admin.CoreV1().Pods(f.ns).Get(ctx, p.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Status.Phase = phase
-	p.Status.InitContainerStatuses[0].State = init
-	p.Status.ContainerStatuses[0].State = main
-	if _, err := f.admin.CoreV1().Pods(f.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kubetest.SetPodStatus(t, f.admin, p, func(p *corev1.Pod) {
+		p.Status.Phase = phase
+		p.Status.InitContainerStatuses[0].State = init
+		p.Status.ContainerStatuses[0].State = main
+	})
 }
 
 func terminated(code int32, reason, msg string) corev1.ContainerState {

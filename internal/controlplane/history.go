@@ -13,6 +13,7 @@ import (
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/sse"
+	"github.com/talkide/platform/internal/store"
 )
 
 // History page sizes: what GET /api/conversations/{id}/events answers
@@ -59,6 +60,15 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	return s.withLog(r, func(ctx context.Context, c store.Conversation, wc *workerClient, st contract.SessionState) error {
+		return s.historyPage(ctx, w, c, wc, st, before, limit)
+	})
+}
+
+// withLog runs f on the conversation the request names, with where its log
+// stands on its worker: what a history page and a turn's usage both read
+// from, within historyTimeout.
+func (s *Server) withLog(r *http.Request, f func(context.Context, store.Conversation, *workerClient, contract.SessionState) error) error {
 	c, wc, err := s.conversationWorker(r)
 	if err != nil {
 		return err
@@ -69,6 +79,10 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return workerFailure(err)
 	}
+	return f(ctx, c, wc, st)
+}
+
+func (s *Server) historyPage(ctx context.Context, w http.ResponseWriter, c store.Conversation, wc *workerClient, st contract.SessionState, before int64, limit int) error {
 	page := HistoryPage{Events: []json.RawMessage{}, LastSeq: st.LastSeq}
 	hi := st.LastSeq
 	if before > 0 {

@@ -197,32 +197,25 @@ func (s *Server) handleTurnUsage(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.Budget == nil {
 		return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeUnavailable, "this control-plane keeps no ledger: its budget service is not configured")
 	}
-	c, wc, err := s.conversationWorker(r)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), historyTimeout)
-	defer cancel()
-	st, err := s.sessionState(ctx, wc, c.ID)
-	if err != nil {
-		return workerFailure(err)
-	}
-	var evs []logEvent
-	if st.LastSeq > 0 {
-		if evs, err = s.readLog(ctx, wc, c.ID, 0, func(ev logEvent) bool { return ev.seq >= st.LastSeq }); err != nil {
+	return s.withLog(r, func(ctx context.Context, c store.Conversation, wc *workerClient, st contract.SessionState) error {
+		var evs []logEvent
+		if st.LastSeq > 0 {
+			var err error
+			if evs, err = s.readLog(ctx, wc, c.ID, 0, func(ev logEvent) bool { return ev.seq >= st.LastSeq }); err != nil {
+				return err
+			}
+		}
+		us, err := s.turnUsage(ctx, c.ID, turnSpans(evs), map[string]bool{turn: true})
+		if err != nil {
 			return err
 		}
-	}
-	us, err := s.turnUsage(ctx, c.ID, turnSpans(evs), map[string]bool{turn: true})
-	if err != nil {
-		return err
-	}
-	u := us[turn]
-	if u == nil {
-		return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "conversation %s has no turn %s", c.ID, turn)
-	}
-	httpapi.WriteJSON(w, http.StatusOK, u)
-	return nil
+		u := us[turn]
+		if u == nil {
+			return httpapi.Errorf(http.StatusNotFound, contract.CodeNotFound, "conversation %s has no turn %s", c.ID, turn)
+		}
+		httpapi.WriteJSON(w, http.StatusOK, u)
+		return nil
+	})
 }
 
 // handleMyBudget is GET /api/me/budget: the calling user's limits and

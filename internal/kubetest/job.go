@@ -87,3 +87,53 @@ func jobFinished(j *batchv1.Job) batchv1.JobConditionType {
 	}
 	return ""
 }
+
+// No scheduler or kubelet runs either. RunJobPod plays the Job controller
+// and the scheduler: it creates job's pod, named name, on node, with the
+// Job's pod template and the label and owner the controller gives it; then,
+// as the kubelet, the status set writes into it. It returns the pod as
+// stored.
+func RunJobPod(t testing.TB, cs kubernetes.Interface, job *batchv1.Job, name, node string, set func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	yes := true
+	spec := *job.Spec.Template.Spec.DeepCopy()
+	spec.NodeName = node
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: job.Namespace, Labels: map[string]string{batchv1.JobNameLabel: job.Name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: &yes}}},
+		Spec: spec,
+	}
+	created, err := cs.CoreV1().Pods(job.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create the pod of Job %s/%s: %v", job.Namespace, job.Name, err)
+	}
+	return writePodStatus(t, cs, created, set)
+}
+
+// SetPodStatus plays the kubelet: it writes the status set gives the pod
+// named by pod (its namespace and name; the rest is read afresh) and
+// returns the updated pod.
+func SetPodStatus(t testing.TB, cs kubernetes.Interface, pod *corev1.Pod, set func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	cur, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
+	return writePodStatus(t, cs, cur, set)
+}
+
+func writePodStatus(t testing.TB, cs kubernetes.Interface, pod *corev1.Pod, set func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	set(pod)
+	updated, err := cs.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("write the status of pod %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
+	return updated
+}

@@ -41,6 +41,17 @@ import (
 // when asked to stop.
 const ControlPlaneGrace = 15 * time.Second
 
+// Bounds are the caps on browser event streams and the gateway's request
+// bodies, which talkide dev takes as talkide controlplane does.
+type Bounds struct {
+	// Stream caps on browser event streams (0: the control-plane's
+	// defaults).
+	MaxStreamsPerUser, MaxStreamsPerConversation, MaxStreams int
+	// MaxBody and MaxBuffered bound the gateway's request bodies (0: its
+	// defaults).
+	MaxBody, MaxBuffered int64
+}
+
 // ControlPlaneConfig configures a control-plane.
 type ControlPlaneConfig struct {
 	Listen string
@@ -64,12 +75,7 @@ type ControlPlaneConfig struct {
 	LocalUser   string
 	Auth        AuthConfig
 	Tenant, Env string // of new conversations
-	// Stream caps on browser event streams (0: the control-plane's
-	// defaults).
-	MaxStreamsPerUser, MaxStreamsPerConversation, MaxStreams int
-	// MaxBody and MaxBuffered bound the gateway's request bodies (0: its
-	// defaults).
-	MaxBody, MaxBuffered int64
+	Bounds
 	// InternalListen and MetricsListen, when set, serve the internal
 	// endpoints (gateway, mint, worker reports and issues, operator API)
 	// and /metrics on listeners of their own; Listen then answers 404 for

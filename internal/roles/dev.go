@@ -48,9 +48,7 @@ type DevConfig struct {
 	APIKey       string
 	AnthropicURL string
 	Agent        AgentConfig
-	// Stream caps and gateway bounds, as ControlPlaneConfig's.
-	MaxStreamsPerUser, MaxStreamsPerConversation, MaxStreams int
-	MaxBody, MaxBuffered                                     int64
+	Bounds
 	// PretendNoLandlock: the worker's sandbox finds no Landlock (tests).
 	PretendNoLandlock bool
 	// Login, when set, runs the control-plane without the local user,
@@ -160,8 +158,7 @@ func (s *Dev) startControlPlane(ctx context.Context, upstream, key string) error
 		SecretsPath: ControlPlaneDir(s.cfg.DataDir).Secrets(),
 		Upstream:    upstream, APIKey: key,
 		LocalUser: user, Auth: login, Tenant: DevTenant, Env: DevEnv,
-		MaxStreamsPerUser: s.cfg.MaxStreamsPerUser, MaxStreamsPerConversation: s.cfg.MaxStreamsPerConversation, MaxStreams: s.cfg.MaxStreams,
-		MaxBody: s.cfg.MaxBody, MaxBuffered: s.cfg.MaxBuffered,
+		Bounds:     s.cfg.Bounds,
 		TitleModel: s.cfg.Agent.Model, // the agent's: the one model known to be served
 		Logger:     s.cfg.Logger,
 		telemetry:  s.telemetry,
