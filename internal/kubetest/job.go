@@ -109,7 +109,7 @@ func RunJobPod(t testing.TB, cs kubernetes.Interface, job *batchv1.Job, name, no
 	if err != nil {
 		t.Fatalf("create the pod of Job %s/%s: %v", job.Namespace, job.Name, err)
 	}
-	return writePodStatus(t, cs, created, set)
+	return SetPodStatus(t, cs, created, set)
 }
 
 // SetPodStatus plays the kubelet: it writes the status set gives the pod
@@ -123,15 +123,8 @@ func SetPodStatus(t testing.TB, cs kubernetes.Interface, pod *corev1.Pod, set fu
 	if err != nil {
 		t.Fatalf("get pod %s/%s: %v", pod.Namespace, pod.Name, err)
 	}
-	return writePodStatus(t, cs, cur, set)
-}
-
-func writePodStatus(t testing.TB, cs kubernetes.Interface, pod *corev1.Pod, set func(*corev1.Pod)) *corev1.Pod {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	set(pod)
-	updated, err := cs.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	set(cur)
+	updated, err := cs.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatalf("write the status of pod %s/%s: %v", pod.Namespace, pod.Name, err)
 	}

@@ -313,6 +313,48 @@ func TestFinishJob(t *testing.T) {
 	}
 }
 
+// A Job's pod as RunJobPod makes it is what the Job controller would
+// make: found by the Job's label, owned by the Job, on the node, with the
+// status the test gave it; SetPodStatus changes that status afresh.
+func TestJobPod(t *testing.T) {
+	srv := Start(t)
+	ctx := t.Context()
+	admin := srv.Client(t)
+	ns := srv.Namespace(t)
+	node := srv.Node(t, nil)
+	job, err := admin.BatchV1().Jobs(ns).Create(ctx, newJob("with-pod"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create Job: %v", err)
+	}
+	pod := RunJobPod(t, admin, job, "with-pod-a1", node, func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning })
+	list, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job.Name})
+	if err != nil {
+		t.Fatalf("list the Job's pods: %v", err)
+	}
+	if len(list.Items) != 1 || list.Items[0].Name != pod.Name {
+		t.Fatalf("the Job's label finds %d pods, want %s alone", len(list.Items), pod.Name)
+	}
+	got := list.Items[0]
+	if owner := metav1.GetControllerOf(&got); owner == nil || owner.UID != job.UID {
+		t.Errorf("controller = %+v, want the Job %s", owner, job.UID)
+	}
+	if got.Spec.NodeName != node || got.Status.Phase != corev1.PodRunning {
+		t.Errorf("pod on %q, %s; want on %q, Running", got.Spec.NodeName, got.Status.Phase, node)
+	}
+	if got.Spec.Containers[0].Image != job.Spec.Template.Spec.Containers[0].Image {
+		t.Errorf("image %q, not the Job template's", got.Spec.Containers[0].Image)
+	}
+
+	SetPodStatus(t, admin, pod, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })
+	after, err := admin.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod: %v", err)
+	}
+	if after.Status.Phase != corev1.PodSucceeded {
+		t.Errorf("phase %s after SetPodStatus, want Succeeded", after.Status.Phase)
+	}
+}
+
 func newJob(name string) *batchv1.Job {
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
