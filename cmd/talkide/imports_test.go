@@ -43,7 +43,7 @@ var importGroups = []importGroup{
 			"internal/backoff", "internal/atomicfile", "internal/fakeclock", "internal/fdlimit",
 			"internal/readiness", "internal/secretfile", "internal/kubetest",
 			"internal/proxytest", "internal/lifecycle", "internal/secretenv", "internal/syncbuf", "internal/cli",
-			"internal/defaults", "internal/linediff", "internal/slowbody", "internal/proctest",
+			"internal/defaults", "internal/linediff", "internal/slowbody", "internal/proctest", "internal/proctree",
 			"internal/observe", "internal/telemetry", "internal/modelimage"},
 		mayNotImport: []string{"worker-side", "control-plane-side", "client"},
 	},

@@ -77,32 +77,27 @@ func TestAttachBadInput(t *testing.T) {
 	h := newHarness(t, harnessOptions{worker: fakeOptions{command: aw.command}})
 	h.insertConversation("c1", user, env)
 	h.insertConversation("bobs", otherUser, env)
-	type want struct {
-		status int
-		code   string
-	}
-	bad := want{http.StatusBadRequest, contract.CodeBadRequest}
 	big := strings.Repeat("x", contract.MaxAttachmentBytes+1)
 	for name, tc := range map[string]struct {
 		path, body string
 		header     http.Header
-		want       want
+		want       refusal
 	}{
-		"no name":           {"/api/conversations/c1/attachments", "x", octet(), bad},
-		"traversal":         {"/api/conversations/c1/attachments?name=..%2F..%2Fetc%2Fpasswd", "x", octet(), bad},
-		"dot dot":           {"/api/conversations/c1/attachments?name=..", "x", octet(), bad},
-		"backslash":         {"/api/conversations/c1/attachments?name=..%5Cx", "x", octet(), bad},
-		"NUL":               {"/api/conversations/c1/attachments?name=a%00b", "x", octet(), bad},
-		"control character": {"/api/conversations/c1/attachments?name=a%1Bb", "x", octet(), bad},
-		"hidden":            {"/api/conversations/c1/attachments?name=.ssh", "x", octet(), bad},
-		"too long a name":   {"/api/conversations/c1/attachments?name=" + strings.Repeat("a", contract.MaxAttachmentName+1), "x", octet(), bad},
-		"name twice":        {"/api/conversations/c1/attachments?name=a&name=b", "x", octet(), bad},
-		"a path parameter":  {"/api/conversations/c1/attachments?path=a", "x", octet(), bad},
-		"as JSON":           {"/api/conversations/c1/attachments?name=a.txt", `{"x":1}`, nil, want{http.StatusUnsupportedMediaType, contract.CodeBadRequest}},
-		"too large":         {"/api/conversations/c1/attachments?name=a.txt", big, octet(), want{http.StatusRequestEntityTooLarge, contract.CodeTooLarge}},
-		"another's":         {"/api/conversations/bobs/attachments?name=a.txt", "x", octet(), want{http.StatusNotFound, contract.CodeNotFound}},
-		"no conversation":   {"/api/conversations/nobody/attachments?name=a.txt", "x", octet(), want{http.StatusNotFound, contract.CodeNotFound}},
-		"bad id":            {"/api/conversations/-x/attachments?name=a.txt", "x", octet(), want{http.StatusBadRequest, contract.CodeInvalidID}},
+		"no name":           {"/api/conversations/c1/attachments", "x", octet(), badRequest},
+		"traversal":         {"/api/conversations/c1/attachments?name=..%2F..%2Fetc%2Fpasswd", "x", octet(), badRequest},
+		"dot dot":           {"/api/conversations/c1/attachments?name=..", "x", octet(), badRequest},
+		"backslash":         {"/api/conversations/c1/attachments?name=..%5Cx", "x", octet(), badRequest},
+		"NUL":               {"/api/conversations/c1/attachments?name=a%00b", "x", octet(), badRequest},
+		"control character": {"/api/conversations/c1/attachments?name=a%1Bb", "x", octet(), badRequest},
+		"hidden":            {"/api/conversations/c1/attachments?name=.ssh", "x", octet(), badRequest},
+		"too long a name":   {"/api/conversations/c1/attachments?name=" + strings.Repeat("a", contract.MaxAttachmentName+1), "x", octet(), badRequest},
+		"name twice":        {"/api/conversations/c1/attachments?name=a&name=b", "x", octet(), badRequest},
+		"a path parameter":  {"/api/conversations/c1/attachments?path=a", "x", octet(), badRequest},
+		"as JSON":           {"/api/conversations/c1/attachments?name=a.txt", `{"x":1}`, nil, refusal{http.StatusUnsupportedMediaType, contract.CodeBadRequest}},
+		"too large":         {"/api/conversations/c1/attachments?name=a.txt", big, octet(), refusal{http.StatusRequestEntityTooLarge, contract.CodeTooLarge}},
+		"another's":         {"/api/conversations/bobs/attachments?name=a.txt", "x", octet(), notFound},
+		"no conversation":   {"/api/conversations/nobody/attachments?name=a.txt", "x", octet(), notFound},
+		"bad id":            {"/api/conversations/-x/attachments?name=a.txt", "x", octet(), invalidID},
 	} {
 		t.Run(name, func(t *testing.T) {
 			resp, body := h.do(http.MethodPost, tc.path, tc.body, tc.header)

@@ -486,6 +486,31 @@ func wantError(t *testing.T, resp *http.Response, body []byte, status int, code 
 	return e.Error.Message
 }
 
+// refusal is an error answer a test expects: its status and code.
+type refusal struct {
+	status int
+	code   string
+}
+
+var (
+	badRequest = refusal{http.StatusBadRequest, contract.CodeBadRequest}
+	invalidID  = refusal{http.StatusBadRequest, contract.CodeInvalidID}
+	notFound   = refusal{http.StatusNotFound, contract.CodeNotFound}
+)
+
+// wantRefusedGETs GETs each path and checks that it is answered with its
+// refusal, stopping at the first that is not.
+func (h *harness) wantRefusedGETs(t *testing.T, paths map[string]refusal) {
+	t.Helper()
+	for path, w := range paths {
+		resp, body := h.do(http.MethodGet, path, "", nil)
+		wantError(t, resp, body, w.status, w.code)
+		if t.Failed() {
+			t.Fatalf("GET %s", path)
+		}
+	}
+}
+
 // decodeJSON decodes body strictly into v.
 func decodeJSON(t testing.TB, body []byte, v any) {
 	t.Helper()

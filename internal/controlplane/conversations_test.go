@@ -674,20 +674,14 @@ func TestTurnUsage(t *testing.T) {
 		t.Errorf("a page on which no turn ends has turn_usage: %s", body)
 	}
 
-	for path, w := range map[string]struct {
-		status int
-		code   string
-	}{
-		"/api/conversations/c1/turns/t_zzz/usage":   {http.StatusNotFound, contract.CodeNotFound},
-		"/api/conversations/c1/turns/-t/usage":      {http.StatusBadRequest, contract.CodeInvalidID},
-		"/api/conversations/c1/turns/t_a/usage?x=1": {http.StatusBadRequest, contract.CodeBadRequest},
-		"/api/conversations/theirs/turns/t_a/usage": {http.StatusNotFound, contract.CodeNotFound},
-		"/api/conversations/nosuch/turns/t_a/usage": {http.StatusNotFound, contract.CodeNotFound},
-		"/api/conversations/-bad/turns/t_a/usage":   {http.StatusBadRequest, contract.CodeInvalidID},
-	} {
-		resp, body := h.do(http.MethodGet, path, "", nil)
-		wantError(t, resp, body, w.status, w.code)
-	}
+	h.wantRefusedGETs(t, map[string]refusal{
+		"/api/conversations/c1/turns/t_zzz/usage":   notFound,
+		"/api/conversations/c1/turns/-t/usage":      invalidID,
+		"/api/conversations/c1/turns/t_a/usage?x=1": badRequest,
+		"/api/conversations/theirs/turns/t_a/usage": notFound,
+		"/api/conversations/nosuch/turns/t_a/usage": notFound,
+		"/api/conversations/-bad/turns/t_a/usage":   invalidID,
+	})
 	resp, body = h.do(http.MethodPost, "/api/conversations/c1/turns/t_a/usage", "{}", nil)
 	wantError(t, resp, body, http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed)
 	noBudget := newHarness(t, harnessOptions{})

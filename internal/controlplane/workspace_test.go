@@ -138,51 +138,40 @@ func TestWorkspaceViewBadInput(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	h.insertConversation("c1", user, env)
 	h.insertConversation("bobs", otherUser, env)
-	type want struct {
-		status int
-		code   string
-	}
-	bad := want{http.StatusBadRequest, contract.CodeBadRequest}
-	for path, w := range map[string]want{
-		"/api/conversations/c1/workspace/file?path=..":                                                  bad,
-		"/api/conversations/c1/workspace/file?path=../x":                                                bad,
-		"/api/conversations/c1/workspace/file?path=%2e%2e%2fx":                                          bad,
-		"/api/conversations/c1/workspace/file?path=%252e%252e%252fx&x=1":                                bad,
-		"/api/conversations/c1/workspace/file?path=src/../../x":                                         bad,
-		"/api/conversations/c1/workspace/file?path=/etc/passwd":                                         bad,
-		"/api/conversations/c1/workspace/file?path=%2Fetc%2Fpasswd":                                     bad,
-		"/api/conversations/c1/workspace/file?path=..%5Cx":                                              bad,
-		"/api/conversations/c1/workspace/file?path=a%00b":                                               bad,
-		"/api/conversations/c1/workspace/file?path=a%0Ab":                                               bad,
-		"/api/conversations/c1/workspace/file?path=%ff":                                                 bad,
-		"/api/conversations/c1/workspace/file?path=%zz":                                                 bad,
-		"/api/conversations/c1/workspace/file?path=a&path=b":                                            bad,
-		"/api/conversations/c1/workspace/file?path=a&download=2":                                        bad,
-		"/api/conversations/c1/workspace/file?path=a&other=1":                                           bad,
-		"/api/conversations/c1/workspace/file":                                                          bad,
-		"/api/conversations/c1/workspace/file?path=.":                                                   bad,
-		"/api/conversations/c1/workspace/diff?path=":                                                    bad,
-		"/api/conversations/c1/workspace/list?path=a&download=1":                                        bad,
-		"/api/conversations/c1/workspace/list?path=" + strings.Repeat("a", contract.MaxWorkspacePath+1): bad,
-		"/api/conversations/c1/workspace/list?path=" + strings.Repeat("%41", contract.MaxViewQuery/3+1): bad,
-		"/api/conversations/c1/tool-output?name=../x.txt":                                               bad,
-		"/api/conversations/c1/tool-output?name=a%2Fb.txt":                                              bad,
-		"/api/conversations/c1/tool-output?name=x":                                                      bad,
-		"/api/conversations/c1/tool-output":                                                             bad,
-		"/api/conversations/c1/tool-output?path=x.txt":                                                  bad,
-		"/api/conversations/bobs/workspace/list":                                                        {http.StatusNotFound, contract.CodeNotFound},
-		"/api/conversations/bobs/workspace/file?path=a":                                                 {http.StatusNotFound, contract.CodeNotFound},
-		"/api/conversations/bobs/tool-output?name=a.txt":                                                {http.StatusNotFound, contract.CodeNotFound},
-		"/api/conversations/nobody/workspace/diff?path=a":                                               {http.StatusNotFound, contract.CodeNotFound},
-		"/api/conversations/-x/workspace/list":                                                          {http.StatusBadRequest, contract.CodeInvalidID},
-		"/api/conversations/a%2Fb/workspace/list":                                                       {http.StatusBadRequest, contract.CodeInvalidID},
-	} {
-		resp, body := h.do(http.MethodGet, path, "", nil)
-		wantError(t, resp, body, w.status, w.code)
-		if t.Failed() {
-			t.Fatalf("GET %s", path)
-		}
-	}
+	h.wantRefusedGETs(t, map[string]refusal{
+		"/api/conversations/c1/workspace/file?path=..":                                                  badRequest,
+		"/api/conversations/c1/workspace/file?path=../x":                                                badRequest,
+		"/api/conversations/c1/workspace/file?path=%2e%2e%2fx":                                          badRequest,
+		"/api/conversations/c1/workspace/file?path=%252e%252e%252fx&x=1":                                badRequest,
+		"/api/conversations/c1/workspace/file?path=src/../../x":                                         badRequest,
+		"/api/conversations/c1/workspace/file?path=/etc/passwd":                                         badRequest,
+		"/api/conversations/c1/workspace/file?path=%2Fetc%2Fpasswd":                                     badRequest,
+		"/api/conversations/c1/workspace/file?path=..%5Cx":                                              badRequest,
+		"/api/conversations/c1/workspace/file?path=a%00b":                                               badRequest,
+		"/api/conversations/c1/workspace/file?path=a%0Ab":                                               badRequest,
+		"/api/conversations/c1/workspace/file?path=%ff":                                                 badRequest,
+		"/api/conversations/c1/workspace/file?path=%zz":                                                 badRequest,
+		"/api/conversations/c1/workspace/file?path=a&path=b":                                            badRequest,
+		"/api/conversations/c1/workspace/file?path=a&download=2":                                        badRequest,
+		"/api/conversations/c1/workspace/file?path=a&other=1":                                           badRequest,
+		"/api/conversations/c1/workspace/file":                                                          badRequest,
+		"/api/conversations/c1/workspace/file?path=.":                                                   badRequest,
+		"/api/conversations/c1/workspace/diff?path=":                                                    badRequest,
+		"/api/conversations/c1/workspace/list?path=a&download=1":                                        badRequest,
+		"/api/conversations/c1/workspace/list?path=" + strings.Repeat("a", contract.MaxWorkspacePath+1): badRequest,
+		"/api/conversations/c1/workspace/list?path=" + strings.Repeat("%41", contract.MaxViewQuery/3+1): badRequest,
+		"/api/conversations/c1/tool-output?name=../x.txt":                                               badRequest,
+		"/api/conversations/c1/tool-output?name=a%2Fb.txt":                                              badRequest,
+		"/api/conversations/c1/tool-output?name=x":                                                      badRequest,
+		"/api/conversations/c1/tool-output":                                                             badRequest,
+		"/api/conversations/c1/tool-output?path=x.txt":                                                  badRequest,
+		"/api/conversations/bobs/workspace/list":                                                        notFound,
+		"/api/conversations/bobs/workspace/file?path=a":                                                 notFound,
+		"/api/conversations/bobs/tool-output?name=a.txt":                                                notFound,
+		"/api/conversations/nobody/workspace/diff?path=a":                                               notFound,
+		"/api/conversations/-x/workspace/list":                                                          invalidID,
+		"/api/conversations/a%2Fb/workspace/list":                                                       invalidID,
+	})
 	for _, p := range []string{"/api/conversations/c1/workspace/file?path=a", "/api/conversations/c1/tool-output?name=a.txt"} {
 		resp, body := h.do(http.MethodPost, p, "{}", nil)
 		wantError(t, resp, body, http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed)

@@ -3,10 +3,11 @@
 package proctest
 
 import (
-	"bytes"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/talkide/platform/internal/proctree"
 )
 
 // Pids returns the pids of the processes for which match is true.
@@ -43,11 +44,6 @@ func Cwd(pid int) string {
 // Runs reports whether pid is a process that has not exited: a zombie
 // waiting to be reaped has.
 func Runs(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	f := strings.Fields(string(stat[i+1:]))
+	f := proctree.Stat(pid)
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/talkide/platform/internal/proctree"
 )
 
 // A call marker finds every process a command started, wherever it went,
@@ -104,7 +106,7 @@ func killMarked(marker uint64) int {
 				continue
 			}
 			pid, _ := strconv.Atoi(name)
-			if f := statFields(pid); len(f) > 1 && f[0] == "Z" {
+			if f := proctree.Stat(pid); len(f) > 1 && f[0] == "Z" {
 				// Dead already. An orphan whose supervisor died may have
 				// come to the worker (PID 1 of a container), which reaps
 				// it: no one else will. Nothing the worker started

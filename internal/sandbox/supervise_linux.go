@@ -6,11 +6,12 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/talkide/platform/internal/proctree"
 )
 
 // Watchdog intervals: how often the supervisor counts the tree's
@@ -185,7 +186,7 @@ func killTree(ns bool, grace time.Duration, pid int, res *helperResult) {
 			return
 		}
 		syscall.Kill(-pid, sig)
-		for _, d := range descendants() {
+		for _, d := range proctree.Descendants(os.Getpid()) {
 			syscall.Kill(d, sig)
 		}
 	}
@@ -222,47 +223,6 @@ func killTree(ns bool, grace time.Duration, pid int, res *helperResult) {
 	}
 }
 
-// descendants lists the supervisor's descendants. Kernels without
-// CONFIG_PROC_CHILDREN have no list of a task's children, so every
-// process's parent is read from /proc and the tree is built from those.
-func descendants() []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	children := map[int][]int{}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, ok := parentOf(pid); ok {
-			children[ppid] = append(children[ppid], pid)
-		}
-	}
-	var out []int
-	queue := []int{os.Getpid()}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out
-}
-
-// parentOf reads pid's parent from /proc/<pid>/stat.
-func parentOf(pid int) (int, bool) {
-	f := statFields(pid)
-	if len(f) < 2 {
-		return 0, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	return ppid, err == nil
-}
-
 // treeUsage counts the tree's tasks (threads, which RLIMIT_NPROC counts
 // too) and their resident memory.
 func treeUsage(ns bool) (tasks int, rss int64) {
@@ -276,11 +236,11 @@ func treeUsage(ns bool) (tasks int, rss int64) {
 			}
 		}
 	} else {
-		pids = descendants()
+		pids = proctree.Descendants(os.Getpid())
 	}
 	page := int64(os.Getpagesize())
 	for _, p := range pids {
-		f := statFields(p)
+		f := proctree.Stat(p)
 		// After the command name: state is 0, num_threads 17, rss 21.
 		if len(f) < 22 {
 			continue // gone meanwhile
@@ -295,18 +255,4 @@ func treeUsage(ns bool) (tasks int, rss int64) {
 		}
 	}
 	return tasks, rss
-}
-
-// statFields returns the fields of /proc/<pid>/stat after the command
-// name, which may hold spaces and parentheses.
-func statFields(pid int) []string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return nil
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(b[i+1:]))
 }

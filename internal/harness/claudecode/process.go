@@ -7,15 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/talkide/platform/internal/proctree"
 	"github.com/talkide/platform/internal/sandbox"
 )
 
@@ -174,7 +172,7 @@ func killTree(pid int) {
 	seen := map[int]bool{}
 	for round := 0; round < 3; round++ {
 		found := false
-		for _, d := range append([]int{pid}, descendants(pid)...) {
+		for _, d := range append([]int{pid}, proctree.Descendants(pid)...) {
 			if !seen[d] {
 				seen[d] = true
 				all = append(all, d)
@@ -194,53 +192,6 @@ func killTree(pid int) {
 		syscall.Kill(d, syscall.SIGKILL)
 	}
 	syscall.Kill(-pid, syscall.SIGKILL)
-}
-
-// descendants lists pid's descendants from /proc (empty where there is no
-// /proc).
-func descendants(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	children := map[int][]int{}
-	for _, e := range entries {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if pp, ok := ppid(n); ok {
-			children[pp] = append(children[pp], n)
-		}
-	}
-	var out []int
-	queue := []int{pid}
-	for len(queue) > 0 {
-		c := children[queue[0]]
-		queue = queue[1:]
-		out = append(out, c...)
-		queue = append(queue, c...)
-	}
-	return out
-}
-
-// ppid reads a process's parent from /proc/<pid>/stat.
-func ppid(pid int) (int, bool) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, false
-	}
-	// The command name is in parentheses and may contain anything.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0, false
-	}
-	n, err := strconv.Atoi(f[1])
-	return n, err == nil
 }
 
 // exitDetail describes how the process ended, for logs.
