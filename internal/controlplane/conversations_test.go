@@ -1,7 +1,6 @@
 package controlplane_test
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -403,16 +402,7 @@ func TestListStatus(t *testing.T) {
 			streamMu.Lock()
 			evs := events[r.PathValue("id")]
 			streamMu.Unlock()
-			w.Header().Set("Content-Type", "text/event-stream")
-			after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
-			for _, ev := range evs {
-				if ev.Seq > after {
-					b, _ := json.Marshal(ev)
-					sse.Write(w, strconv.FormatInt(ev.Seq, 10), ev.Kind, b)
-				}
-			}
-			w.(http.Flusher).Flush()
-			<-r.Context().Done()
+			streamLog(w, r, evs)
 		},
 	}})
 	h.insertConversation("busy", user, env)
@@ -594,15 +584,7 @@ func TestTurnUsage(t *testing.T) {
 	sw.set(contract.SessionState{ConversationID: "c1", Status: contract.StatusRunning, RunningTurnID: "t_c", LastSeq: 6})
 	h := newHarness(t, harnessOptions{budget: true, worker: fakeOptions{
 		command: sw.command,
-		stream: func(w http.ResponseWriter, r *http.Request, n int) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			for _, e := range log {
-				b, _ := json.Marshal(e)
-				sse.Write(w, strconv.FormatInt(e.Seq, 10), e.Kind, b)
-			}
-			w.(http.Flusher).Flush()
-			<-r.Context().Done()
-		},
+		stream:  func(w http.ResponseWriter, r *http.Request, n int) { streamLog(w, r, log) },
 	}})
 	h.insertConversation("c1", user, env)
 	h.insertConversation("theirs", otherUser, env)

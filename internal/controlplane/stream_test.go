@@ -45,6 +45,22 @@ func serveEvents(w http.ResponseWriter, from, to int64) {
 	}
 }
 
+// streamLog serves the events of evs after the request's ?after=, as a
+// worker's stream does, then holds the stream open until the client
+// leaves.
+func streamLog(w http.ResponseWriter, r *http.Request, evs []contract.Event) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+	for _, ev := range evs {
+		if ev.Seq > after {
+			b, _ := json.Marshal(ev)
+			sse.Write(w, strconv.FormatInt(ev.Seq, 10), ev.Kind, b)
+		}
+	}
+	w.(http.Flusher).Flush()
+	<-r.Context().Done()
+}
+
 // hold keeps a started worker stream open until its request ends.
 func hold(w http.ResponseWriter, r *http.Request) {
 	<-r.Context().Done()

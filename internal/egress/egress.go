@@ -403,15 +403,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.serveForward(w, r, conv)
 }
 
-// admit checks t against the allow-list and the connection limits, and
-// answers the client when it is refused; release is nil then.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, conv string, t target, connect bool) (rl *rule, release func()) {
+// admit reads the request's destination from its authority (a CONNECT
+// names its port, a forward defaults to 80), checks it against the
+// allow-list and the connection limits, and answers the client when it is
+// refused; rl and release are nil then.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, conv string, connect bool) (t target, rl *rule, release func()) {
+	defaultPort := 80
+	if connect {
+		defaultPort = 0
+	}
+	t, err := parseTarget(r.URL.Host, defaultPort)
+	if err != nil {
+		s.badTarget(w, r, conv, err.Error())
+		return t, nil, nil
+	}
 	rl = s.allow.match(t, connect)
 	if rl == nil {
 		s.refuse(w, r, conv, t, reasonNotAllowed, nil)
-		return nil, nil
+		return t, nil, nil
 	}
-	release, err := s.slots.acquire(conv)
+	release, err = s.slots.acquire(conv)
 	if err != nil {
 		s.stats.limited.Add(1)
 		status, reason := http.StatusTooManyRequests, reasonConversationLimit
@@ -421,9 +432,9 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, conv string, t ta
 		s.logRefusal(r.Context(), conv, t, reason, slog.LevelWarn)
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "talkide egress proxy: "+err.Error()+"; close one and retry", status)
-		return nil, nil
+		return t, nil, nil
 	}
-	return rl, release
+	return t, rl, release
 }
 
 // refuse answers 403 for a destination the proxy will not reach, and logs

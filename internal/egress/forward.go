@@ -72,12 +72,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, conv strin
 		s.badTarget(w, r, conv, "the URL has no host")
 		return
 	}
-	t, err := parseTarget(r.URL.Host, 80)
-	if err != nil {
-		s.badTarget(w, r, conv, err.Error())
-		return
-	}
-	rl, release := s.admit(w, r, conv, t, false)
+	t, rl, release := s.admit(w, r, conv, false)
 	if rl == nil {
 		return
 	}

@@ -19,12 +19,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, conv strin
 		s.badTarget(w, r, conv, "CONNECT needs host:port")
 		return
 	}
-	t, err := parseTarget(r.URL.Host, 0)
-	if err != nil {
-		s.badTarget(w, r, conv, err.Error())
-		return
-	}
-	rl, release := s.admit(w, r, conv, t, true)
+	t, rl, release := s.admit(w, r, conv, true)
 	if rl == nil {
 		return
 	}
