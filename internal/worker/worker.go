@@ -559,6 +559,13 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	for _, s := range sessions {
 		errs = append(errs, s.close(cctx))
 	}
+	if w.router != nil {
+		// The forwards have ended with w.base: no connection to a peer
+		// outlives the worker.
+		if t, ok := w.router.transport.(interface{ CloseIdleConnections() }); ok {
+			t.CloseIdleConnections()
+		}
+	}
 	return errors.Join(errs...)
 }
 
