@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -287,6 +289,9 @@ func TestReplicasRouteConversations(t *testing.T) {
 	}
 	if got := b.proc.Worker.Load(); got.ReleasedDrain == 0 {
 		t.Errorf("b handed nothing over at its drain: %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "claude", "replicas", b.name+".json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("b's registry entry outlived its drain: %v", err)
 	}
 	exchange(convs, "4")
 	t.Logf("after b drained: %v", held())

@@ -189,3 +189,28 @@ func FuzzValidateHolder(f *testing.F) {
 		}
 	})
 }
+
+// Whatever a file in the registry holds, Read neither fails nor returns an
+// entry that is not the file's own with a usable address.
+func FuzzReadEntry(f *testing.F) {
+	f.Add([]byte(`{"holder":"peer","addr":"http://127.0.0.1:1","updated_at":"2026-12-06T14:00:00Z"}`))
+	f.Add([]byte(`{"holder":"../x","addr":"http://127.0.0.1:1"}`))
+	f.Add([]byte(`{"holder":"peer","addr":"file:///etc/passwd"}`))
+	f.Add([]byte(`{"holder":"peer","open_sessions":-5}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		c := fakeclock.New(time.Date(2026, 12, 6, 14, 0, 1, 0, time.UTC))
+		if err := os.WriteFile(filepath.Join(dir, "peer.json"), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := newAt(t, dir, "self", c).Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range got {
+			if e.Holder != "peer" || ValidateAddr(e.Addr) != nil || e.OpenSessions < 0 || e.RunningTurns < 0 {
+				t.Fatalf("read %+v from %q", e, data)
+			}
+		}
+	})
+}

@@ -65,6 +65,9 @@ func TestForwardToTheHolder(t *testing.T) {
 	}
 	turn := a.h.next(t) // the turn runs on the holder
 	turn.Emit(contract.Event{Kind: contract.KindMessage, Text: "hi"})
+	// Flushed as it comes: the event arrives through b while the turn
+	// still runs.
+	st.mustUntil(t, func(ev contract.Event) bool { return ev.Kind == contract.KindMessage && ev.Text == "hi" })
 	turn.finish("end_turn")
 	evs := st.mustUntil(t, func(ev contract.Event) bool { return ev.TurnID == sent.TurnID && contract.Terminal(ev.Kind) })
 	if last := evs[len(evs)-1].Ev; last.Kind != contract.KindTurnFinished {
