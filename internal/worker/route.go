@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -193,10 +194,11 @@ func (w *Worker) route(rw http.ResponseWriter, r *http.Request, body []byte, id 
 	case err != nil:
 		return false, nil // the local open meets the same trouble and says so
 	case li.Live(w.opts.Now()):
-		if li.Holder == w.router.replicas.Holder() || li.Addr == "" {
-			// An earlier opening of ours (the open takes the next fence),
-			// or a holder that advertises no address (an older replica, a
-			// retention tool): served, or refused, as before.
+		if li.Holder == w.router.replicas.Holder() || li.Addr == "" || li.Addr == w.router.addr {
+			// An earlier opening of ours (the open takes the next fence;
+			// under another name if this process restarted on the same
+			// address), or a holder that advertises no address (an older
+			// replica, a retention tool): served, or refused, as before.
 			return false, nil
 		}
 		return true, w.forward(rw, r, body, li.Addr, ForwardHolder, nil)
@@ -259,7 +261,7 @@ func (w *Worker) forward(rw http.ResponseWriter, r *http.Request, body []byte, a
 		return local()
 	}
 	w.log.Warn("lease holder unreachable", "conversation", r.PathValue("id"), "addr", addr, "err", failed)
-	return &sessionstore.LeaseHolderError{Addr: addr}
+	return fmt.Errorf("the holder at %s is unreachable: %w", addr, sessionstore.ErrLeaseHeld)
 }
 
 // declined reports whether a placement's target refused a command it was

@@ -161,7 +161,8 @@ func (w *Worker) serveRouted(rw http.ResponseWriter, r *http.Request, body []byt
 	}
 	err := local()
 	var held *sessionstore.LeaseHolderError
-	if errors.As(err, &held) && held.Addr != "" && held.Holder != w.router.replicas.Holder() && r.Header.Get(ForwardedHeader) == "" {
+	if errors.As(err, &held) && held.Addr != "" && held.Addr != w.router.addr && held.Holder != w.router.replicas.Holder() &&
+		r.Header.Get(ForwardedHeader) == "" {
 		return w.forward(rw, r, body, held.Addr, ForwardHolder, nil)
 	}
 	return err
