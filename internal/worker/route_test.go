@@ -24,7 +24,7 @@ func counting(n *atomic.Int64) func(http.Handler) http.Handler {
 
 // replicaPair is two replicas on one volume, each knowing the other from
 // the registry; reached counts the requests reaching a.
-func replicaPair(t *testing.T) (a, b *testWorker, reached *atomic.Int64) {
+func replicaPair(t testing.TB) (a, b *testWorker, reached *atomic.Int64) {
 	t.Helper()
 	reached = new(atomic.Int64)
 	a = newTestWorker(t, workerOpts{holder: "replica-a", replicas: true, wrap: counting(reached)})
@@ -35,7 +35,7 @@ func replicaPair(t *testing.T) (a, b *testWorker, reached *atomic.Int64) {
 
 // refresh publishes every replica's entry and has each read the others',
 // as their registry loops would.
-func refresh(t *testing.T, ws ...*testWorker) {
+func refresh(t testing.TB, ws ...*testWorker) {
 	t.Helper()
 	for _, tw := range ws {
 		if err := tw.w.router.replicas.Publish(tw.w.ReplicaEntry); err != nil {
@@ -290,5 +290,21 @@ func TestSpreadReleasesIdleDownToTheMean(t *testing.T) {
 	a.w.spread(t.Context())
 	if got := a.w.Load().ReleasedRebalance; got != n/2 {
 		t.Errorf("a balanced replica released more: %d", got)
+	}
+}
+
+// BenchmarkState reads a conversation's state from its holder and through
+// a peer that forwards it: the cost of a hop on loopback.
+func BenchmarkState(b *testing.B) {
+	holder, peer, _ := replicaPair(b)
+	holder.create(b, "c_bench")
+	for name, tw := range map[string]*testWorker{"direct": holder, "forwarded": peer} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if resp, body := tw.call(b, http.MethodGet, "/v1/sessions/c_bench", nil); resp.StatusCode != http.StatusOK {
+					b.Fatalf("%d %s", resp.StatusCode, body)
+				}
+			}
+		})
 	}
 }
