@@ -25,7 +25,7 @@ type importGroup struct {
 var importGroups = []importGroup{
 	{
 		name: "worker-side",
-		pkgs: []string{"internal/worker", "internal/harness", "internal/tools", "internal/sessionstore", "internal/minting",
+		pkgs: []string{"internal/worker", "internal/harness", "internal/tools", "internal/sessionstore", "internal/replicaset", "internal/minting",
 			"internal/localproxy", "internal/mcp", "internal/sandbox", "internal/egress", "internal/build", "internal/buildcache"},
 		mayNotImport: []string{"control-plane-side", "client"},
 	},

@@ -160,7 +160,8 @@ identity token; it refuses to start with ANTHROPIC_API_KEY in its environment.`,
 	fs.StringVar(&o.CommandKeyID, "command-key-id", "c1", "id of a bare base64 command signing key (a key given as ID:BASE64 names its own)")
 	fs.DurationVar(&o.CommandKeyGrace, "command-key-grace", 10*time.Minute, "how long the previous command key still verifies after --command-key-file changes")
 	fs.StringVar(&o.WorkspaceRoot, "workspaces", "", "directory of the conversations' workspaces (default: $CLAUDE_CONFIG_DIR/../workspaces)")
-	cli.BindEnv(fs, "listen", "tenant", "env", "identity-token-file", "command-key-file", "command-key-id", "command-key-grace", "workspaces")
+	fs.StringVar(&o.AdvertiseHost, "advertise-host", "", "host (a pod's IP) the tenant-env's other worker replicas reach this one at, on the --listen port: with it the replicas share the session volume's conversations, each command served by, or forwarded to, the replica that holds its conversation (docs/sessions.md); without it this is the only replica")
+	cli.BindEnv(fs, "listen", "tenant", "env", "identity-token-file", "command-key-file", "command-key-id", "command-key-grace", "workspaces", "advertise-host")
 	registerAgentFlags(fs, &o.Agent)
 	logs.add(fs)
 	return cmd

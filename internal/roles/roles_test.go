@@ -75,8 +75,14 @@ func workerLoadExported(t *testing.T, base string) {
 		values[`talkide_worker_commands_refused_total{code="worker_busy"}`] != 0 {
 		t.Errorf("worker metrics after one turn: %v", values)
 	}
-	if _, ok := values[`talkide_worker_commands_refused_total{code="session_elsewhere"}`]; !ok {
-		t.Errorf("no session_elsewhere series: %v", values)
+	for _, series := range []string{
+		`talkide_worker_commands_refused_total{code="session_elsewhere"}`,
+		`talkide_worker_commands_forwarded_total{reason="holder"}`, `talkide_worker_commands_forwarded_total{reason="placement"}`,
+		`talkide_worker_sessions_released_total{reason="rebalance"}`, `talkide_worker_sessions_released_total{reason="drain"}`,
+	} {
+		if v, ok := values[series]; !ok || v != 0 {
+			t.Errorf("%s: %v, %v; want the series, at 0 (one replica)", series, v, ok)
+		}
 	}
 }
 

@@ -37,6 +37,12 @@ func listen(g *lifecycle.Group, name, addr string, h http.Handler, logger *slog.
 	if err != nil {
 		return nil, err
 	}
+	return serve(g, name, ln, h, logger), nil
+}
+
+// serve is listen on a listener already open: a worker among replicas
+// needs its port before it can say where it is reached.
+func serve(g *lifecycle.Group, name string, ln net.Listener, h http.Handler, logger *slog.Logger) *Server {
 	// Connections beyond the open-file limit less a reserve are told 503
 	// and closed at once, so that accept never meets EMFILE while the
 	// process still has descriptors for the work it has taken on
@@ -53,7 +59,7 @@ func listen(g *lifecycle.Group, name, addr string, h http.Handler, logger *slog.
 		return nil
 	})
 	g.Defer(name+" server", s.shutdown)
-	return s, nil
+	return s
 }
 
 // shutdown stops accepting and lets the requests being served end, until

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -33,6 +34,7 @@ import (
 	"github.com/talkide/platform/internal/mcp/workermcp"
 	"github.com/talkide/platform/internal/minting"
 	"github.com/talkide/platform/internal/readiness"
+	"github.com/talkide/platform/internal/replicaset"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/secretfile"
 	"github.com/talkide/platform/internal/sessionstore"
@@ -76,6 +78,16 @@ type WorkerConfig struct {
 	PretendNoLandlock bool
 	WorkerID          string        // names the worker in session leases; default host-pid
 	LeaseTTL          time.Duration // session lease lifetime; default sessionstore.DefaultLeaseTTL
+	// AdvertiseHost, when set, is the host (a pod's IP) this replica's
+	// peers reach it at, on the port it listens on: the worker then joins
+	// the replica registry on the session volume and routes commands among
+	// the replicas (docs/sessions.md). Empty: one replica, as talkide dev.
+	AdvertiseHost string
+	// ReplicaInterval is how often the registry entry is rewritten
+	// (default replicaset.DefaultInterval); RebalanceIdle how long a
+	// session goes unused before it may be released to spread the load
+	// (default worker.DefaultRebalanceIdle). Tests shorten both.
+	ReplicaInterval, RebalanceIdle time.Duration
 	// Telemetry says where spans and metrics go (docs/observability.md);
 	// the zero value: nowhere.
 	Telemetry telemetry.Config
@@ -324,7 +336,23 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 		o.WorkerID, _ = os.Hostname()
 		o.WorkerID += "-" + strconv.Itoa(os.Getpid())
 	}
-	sessions, err := sessionstore.New(filepath.Join(o.ClaudeConfigDir, "projects"), &sessionstore.Options{Holder: o.WorkerID, LeaseTTL: o.LeaseTTL})
+	// The listener before the session store: among replicas, the port it
+	// got is part of the address written into every lease.
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return nil, err
+	}
+	served := false
+	defer func() {
+		if !served {
+			ln.Close()
+		}
+	}()
+	addr, replicas, err := joinReplicas(o, ln.Addr())
+	if err != nil {
+		return nil, err
+	}
+	sessions, err := sessionstore.New(filepath.Join(o.ClaudeConfigDir, "projects"), &sessionstore.Options{Holder: o.WorkerID, Addr: addr, LeaseTTL: o.LeaseTTL})
 	if err != nil {
 		return nil, err
 	}
@@ -336,6 +364,7 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 		CommandKeys:     commandKeys,
 		MaxRunningTurns: o.Agent.MaxRunningTurns,
 		TracerProvider:  tel.TracerProvider(),
+		Replicas:        replicas, Addr: addr, RebalanceIdle: o.RebalanceIdle,
 	})
 	if err != nil {
 		return nil, err
@@ -354,9 +383,13 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 		// calls a loopback worker by a loopback address.
 		wh = httpapi.LoopbackOnly(o.Logger.With("component", "worker"), wh)
 	}
-	if p.HTTP, err = listen(&p.group, "command API", o.Listen, wh, o.Logger); err != nil {
-		w.Shutdown(ctx)
-		return nil, err
+	p.HTTP, served = serve(&p.group, "command API", ln, wh, o.Logger), true
+	if replicas != nil {
+		// Stopped after the worker's drain (the parts stop in reverse):
+		// the entry says draining while the last turns run, and is removed
+		// once they are over.
+		p.group.Go("replica registry", func(ctx context.Context) error { return replicas.Run(ctx, w.ReplicaEntry) })
+		o.Logger.Info("routing among the tenant-env's replicas", "holder", o.WorkerID, "addr", addr)
 	}
 	// First at a stop, while the command API still serves: no new turns,
 	// the running ones finish within the grace.
@@ -365,6 +398,28 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 		o.Logger.Warn("could not scan the session volume for undelivered reports", "err", err)
 	}
 	return p, nil
+}
+
+// joinReplicas returns, when o advertises a host, this replica's address
+// (the host on the port bound) and its registry on the session volume.
+func joinReplicas(o WorkerConfig, bound net.Addr) (string, *replicaset.Registry, error) {
+	if o.AdvertiseHost == "" {
+		return "", nil, nil
+	}
+	_, port, err := net.SplitHostPort(bound.String())
+	if err != nil {
+		return "", nil, err
+	}
+	addr := "http://" + net.JoinHostPort(o.AdvertiseHost, port)
+	if err := replicaset.ValidateAddr(addr); err != nil {
+		return "", nil, fmt.Errorf("--advertise-host %q: %w", o.AdvertiseHost, err)
+	}
+	reg, err := replicaset.New(filepath.Join(o.ClaudeConfigDir, "replicas"), o.WorkerID,
+		&replicaset.Options{Interval: o.ReplicaInterval, Logger: o.Logger.With("component", "replicas")})
+	if err != nil {
+		return "", nil, fmt.Errorf("worker id %q: %w", o.WorkerID, err)
+	}
+	return addr, reg, nil
 }
 
 // identitySource returns the source of the identity token and its

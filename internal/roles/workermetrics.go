@@ -34,22 +34,47 @@ func workerMetrics(w *worker.Worker, log *slog.Logger) http.Handler {
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "talkide_worker_commands_total", Help: "Signed commands this replica answered (refused ones included).",
 	}, func() float64 { return float64(w.Load().Commands) }))
-	reg.MustRegister(refusals{w})
+	reg.MustRegister(labelled{w})
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})
 }
 
-// refusals exports the refused commands by their code, from one reading
+// labelled exports the counters kept by a label (refused commands by
+// code, forwarded ones and released sessions by reason), from one reading
 // of the worker's load.
-type refusals struct{ w *worker.Worker }
+type labelled struct{ w *worker.Worker }
 
-var refusedDesc = prometheus.NewDesc("talkide_worker_commands_refused_total",
-	"Commands this replica refused before doing anything, by code: worker_busy (its bound on running turns reached) or session_elsewhere (another replica holds the conversation).",
-	[]string{"code"}, nil)
+var (
+	refusedDesc = prometheus.NewDesc("talkide_worker_commands_refused_total",
+		"Commands this replica refused before doing anything, by code: worker_busy (its bound on running turns reached) or session_elsewhere (another replica holds the conversation and could not be reached, or advertises no address: a command the control-plane sent that reached no holder).",
+		[]string{"code"}, nil)
+	forwardedDesc = prometheus.NewDesc("talkide_worker_commands_forwarded_total",
+		"Verified commands this replica forwarded to a peer, by reason: holder (the peer holds the conversation) or placement (nobody did, and the peer was less loaded).",
+		[]string{"reason"}, nil)
+	releasedDesc = prometheus.NewDesc("talkide_worker_sessions_released_total",
+		"Idle sessions this replica gave up for a peer to take, by reason: rebalance (it held clearly more than the replicas' mean) or drain (it was shutting down).",
+		[]string{"reason"}, nil)
+)
 
-func (r refusals) Describe(ch chan<- *prometheus.Desc) { ch <- refusedDesc }
+func (r labelled) Describe(ch chan<- *prometheus.Desc) {
+	ch <- refusedDesc
+	ch <- forwardedDesc
+	ch <- releasedDesc
+}
 
-func (r refusals) Collect(ch chan<- prometheus.Metric) {
+func (r labelled) Collect(ch chan<- prometheus.Metric) {
 	l := r.w.Load()
-	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(l.RefusedBusy), contract.CodeWorkerBusy)
-	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(l.Elsewhere), contract.CodeSessionElsewhere)
+	for _, m := range []struct {
+		desc  *prometheus.Desc
+		v     int64
+		label string
+	}{
+		{refusedDesc, l.RefusedBusy, contract.CodeWorkerBusy},
+		{refusedDesc, l.Elsewhere, contract.CodeSessionElsewhere},
+		{forwardedDesc, l.ForwardedHolder, worker.ForwardHolder},
+		{forwardedDesc, l.ForwardedPlacement, worker.ForwardPlacement},
+		{releasedDesc, l.ReleasedRebalance, "rebalance"},
+		{releasedDesc, l.ReleasedDrain, "drain"},
+	} {
+		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.v), m.label)
+	}
 }

@@ -17,7 +17,12 @@ import (
 // A session's lease lives in its lease/ directory as one file per fencing
 // number, named by the number (zero-padded, so names sort numerically):
 //
-//	lease/00000000000000000007  {"holder":"worker-a","expires_at":"…","released":false}
+//	lease/00000000000000000007  {"holder":"worker-a","addr":"http://10.1.2.3:8080","expires_at":"…","released":false}
+//
+// addr, when the holder advertises one, is where its peers reach it: a
+// replica asked about a conversation another one holds forwards the
+// command there (docs/sessions.md). Lease files written before it existed
+// have none, and parse all the same.
 //
 // The highest-numbered file is the lease. Taking it over means creating the
 // next number, which is atomic on every filesystem including NFS: the file
@@ -43,7 +48,10 @@ var ErrFenced = errors.New("session lease lost: writes are fenced off")
 
 // LeaseHolderError says who holds a lease; it wraps ErrLeaseHeld.
 type LeaseHolderError struct {
-	Holder    string
+	Holder string
+	// Addr is the base URL the holder's peers reach it at; empty when it
+	// advertises none.
+	Addr      string
 	ExpiresAt time.Time
 }
 
@@ -55,6 +63,7 @@ func (e *LeaseHolderError) Unwrap() error { return ErrLeaseHeld }
 
 type leaseFile struct {
 	Holder    string    `json:"holder"`
+	Addr      string    `json:"addr,omitempty"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Released  bool      `json:"released,omitempty"`
 }
@@ -63,6 +72,7 @@ type leaseFile struct {
 type lease struct {
 	dir     string
 	holder  string
+	addr    string
 	fence   uint64
 	expires time.Time
 }
@@ -104,8 +114,9 @@ func currentLease(dir string) (uint64, leaseFile, error) {
 	return fences[0], lf, nil
 }
 
-// acquireLease takes the lease of a session directory for holder.
-func acquireLease(sessionDir, holder string, ttl time.Duration, now time.Time) (*lease, error) {
+// acquireLease takes the lease of a session directory for holder, who
+// advertises addr (may be empty).
+func acquireLease(sessionDir, holder, addr string, ttl time.Duration, now time.Time) (*lease, error) {
 	dir := filepath.Join(sessionDir, leaseDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -121,10 +132,10 @@ func acquireLease(sessionDir, holder string, ttl time.Duration, now time.Time) (
 		// that one, so the earlier opening is fenced off and its release
 		// cannot give up the new lease.
 		if fence > 0 && !cur.Released && cur.Holder != "" && cur.Holder != holder && now.Before(cur.ExpiresAt.Add(MaxClockSkew)) {
-			return nil, &LeaseHolderError{Holder: cur.Holder, ExpiresAt: cur.ExpiresAt}
+			return nil, &LeaseHolderError{Holder: cur.Holder, Addr: cur.Addr, ExpiresAt: cur.ExpiresAt}
 		}
 		next := fence + 1
-		l := &lease{dir: dir, holder: holder, fence: next, expires: now.Add(ttl)}
+		l := &lease{dir: dir, holder: holder, addr: addr, fence: next, expires: now.Add(ttl)}
 		ok, err := createExclusive(filepath.Join(dir, leaseName(next)), l.content())
 		if err != nil {
 			return nil, err
@@ -139,7 +150,7 @@ func acquireLease(sessionDir, holder string, ttl time.Duration, now time.Time) (
 }
 
 func (l *lease) content() []byte {
-	b, _ := json.Marshal(leaseFile{Holder: l.holder, ExpiresAt: l.expires.UTC()})
+	b, _ := json.Marshal(leaseFile{Holder: l.holder, Addr: l.addr, ExpiresAt: l.expires.UTC()})
 	return b
 }
 
@@ -237,7 +248,7 @@ func (l *lease) release() error {
 	if err != nil || fence != l.fence || cur.Holder != l.holder {
 		return err
 	}
-	b, _ := json.Marshal(leaseFile{Holder: l.holder, ExpiresAt: l.expires.UTC(), Released: true})
+	b, _ := json.Marshal(leaseFile{Holder: l.holder, Addr: l.addr, ExpiresAt: l.expires.UTC(), Released: true})
 	l.expires = time.Time{}
 	return atomicfile.WriteFile(filepath.Join(l.dir, leaseName(l.fence)), b, 0o600)
 }

@@ -23,9 +23,34 @@ import (
 // LeaseInfo is what a session's lease directory says.
 type LeaseInfo struct {
 	Holder    string
+	Addr      string // where the holder's peers reach it; empty: not advertised
 	Fence     uint64 // 0: the session has never been leased
 	ExpiresAt time.Time
 	Released  bool
+}
+
+// leaseInfo is what the lease file of fence says.
+func leaseInfo(fence uint64, lf leaseFile) LeaseInfo {
+	return LeaseInfo{Holder: lf.Holder, Addr: lf.Addr, Fence: fence, ExpiresAt: lf.ExpiresAt, Released: lf.Released}
+}
+
+// Lease reads the lease of session id alone, without opening the session:
+// what a replica looks at to learn whether another one holds a
+// conversation, and where it is reached. A session never leased has the
+// zero LeaseInfo; one not there is ErrNotFound.
+func (s *Store) Lease(id string) (LeaseInfo, error) {
+	dir, err := s.sessionDir(id)
+	if err != nil {
+		return LeaseInfo{}, err
+	}
+	fence, lf, err := currentLease(filepath.Join(dir, leaseDir))
+	if err != nil {
+		return LeaseInfo{}, fmt.Errorf("sessionstore: %s: lease: %w", id, err)
+	}
+	if fence == 0 {
+		return LeaseInfo{}, nil
+	}
+	return leaseInfo(fence, lf), nil
 }
 
 // Live reports whether the lease still keeps others out at now: held, not
@@ -153,7 +178,7 @@ func (s *Store) Info(id string) (SessionInfo, error) {
 		return SessionInfo{}, fmt.Errorf("sessionstore: %s: lease: %w", id, err)
 	}
 	if fence > 0 {
-		info.Lease = LeaseInfo{Holder: lf.Holder, Fence: fence, ExpiresAt: lf.ExpiresAt, Released: lf.Released}
+		info.Lease = leaseInfo(fence, lf)
 	}
 	sess, err := s.Inspect(id)
 	if errors.Is(err, ErrNotFound) {
@@ -288,13 +313,13 @@ func (s *Store) retentionLease(dir string, now time.Time, o RetentionOptions) (*
 		if err != nil {
 			return nil, fmt.Errorf("sessionstore: %w", err)
 		}
-		li := LeaseInfo{Holder: cur.Holder, Fence: fence, ExpiresAt: cur.ExpiresAt, Released: cur.Released}
+		li := leaseInfo(fence, cur)
 		if li.Live(now) && cur.Holder != holder && !o.Force {
-			return nil, &LeaseHolderError{Holder: cur.Holder, ExpiresAt: cur.ExpiresAt}
+			return nil, &LeaseHolderError{Holder: cur.Holder, Addr: cur.Addr, ExpiresAt: cur.ExpiresAt}
 		}
 		return nil, nil
 	}
-	l, err := acquireLease(dir, holder, s.opts.LeaseTTL, now)
+	l, err := acquireLease(dir, holder, "", s.opts.LeaseTTL, now)
 	if err == nil || !o.Force || !errors.Is(err, ErrLeaseHeld) {
 		return l, err
 	}

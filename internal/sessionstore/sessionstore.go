@@ -45,6 +45,11 @@ type Options struct {
 	// Holder names this process in leases (e.g. the pod name); required to
 	// open sessions for writing.
 	Holder string
+	// Addr is the base URL this process's peers reach it at (e.g.
+	// http://10.1.2.3:8080), written into the leases it takes so that a
+	// peer asked about one of its sessions can forward the command; empty:
+	// none advertised.
+	Addr string
 	// LeaseTTL is how long a lease lasts without renewal; default
 	// DefaultLeaseTTL. Owners renew at a third of it.
 	LeaseTTL time.Duration
@@ -193,7 +198,7 @@ func (s *Store) open(id string, readOnly bool) (*Session, error) {
 		if s.opts.Holder == "" {
 			return nil, errors.New("sessionstore: opening for writing needs Options.Holder")
 		}
-		if sess.lease, err = acquireLease(dir, s.opts.Holder, s.opts.LeaseTTL, s.opts.Now()); err != nil {
+		if sess.lease, err = acquireLease(dir, s.opts.Holder, s.opts.Addr, s.opts.LeaseTTL, s.opts.Now()); err != nil {
 			return nil, err
 		}
 	}

@@ -22,12 +22,15 @@ import (
 // unsigned /healthz, which reveals nothing.
 func (w *Worker) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST "+contract.SessionsPath, w.signed(w.handleCreate))
+	// The commands about one conversation are routed to the replica that
+	// holds it (or should); the workspace and the attachments live on the
+	// shared volume, and any replica serves them.
+	mux.Handle("POST "+contract.SessionsPath, w.routed(bodyConversation, w.handleCreate))
 	mux.Handle("GET "+contract.SessionsPath, w.signed(w.handleRunning))
-	mux.Handle("GET "+contract.SessionPath, w.signed(w.handleState))
-	mux.Handle("POST "+contract.MessagesPath, w.signed(w.handleSend))
-	mux.Handle("GET "+contract.StreamPath, w.signed(w.handleStream))
-	mux.Handle("POST "+contract.InterruptPath, w.signed(w.handleInterrupt))
+	mux.Handle("GET "+contract.SessionPath, w.routed(pathConversation, w.handleState))
+	mux.Handle("POST "+contract.MessagesPath, w.routed(pathConversation, w.handleSend))
+	mux.Handle("GET "+contract.StreamPath, w.routed(pathConversation, w.handleStream))
+	mux.Handle("POST "+contract.InterruptPath, w.routed(pathConversation, w.handleInterrupt))
 	w.registerWorkspace(mux)
 	mux.Handle("POST "+contract.AttachmentsPath, w.signedUpTo(contract.MaxAttachmentBytes, w.handleAttach))
 	mux.HandleFunc("GET "+contract.HealthPath, func(rw http.ResponseWriter, r *http.Request) {
@@ -67,6 +70,36 @@ func (w *Worker) signed(h signedHandler) http.Handler {
 
 // signedUpTo is signed for a command whose body may be up to max bytes.
 func (w *Worker) signedUpTo(max int64, h signedHandler) http.Handler {
+	return w.verified(max, nil, h)
+}
+
+// conversationOf names the conversation a command is about, for routing;
+// create says the command may create it. An id it cannot find or that is
+// not valid is "": the handler answers for it.
+type conversationOf func(r *http.Request, body []byte) (id string, create bool)
+
+func pathConversation(r *http.Request, _ []byte) (string, bool) { return r.PathValue("id"), false }
+
+func bodyConversation(_ *http.Request, body []byte) (string, bool) {
+	var req contract.CreateSessionRequest
+	if json.Unmarshal(body, &req) != nil || contract.ValidateConversationID(req.ConversationID) != nil {
+		return "", false
+	}
+	return req.ConversationID, true
+}
+
+// routed is signed for a command about one conversation, which another
+// replica may serve (route.go): only once its signature has verified is
+// it forwarded, so that no replica relays what the control-plane did not
+// sign.
+func (w *Worker) routed(of conversationOf, h signedHandler) http.Handler {
+	return w.verified(contract.MaxCommandBody, of, h)
+}
+
+// verified reads the bounded body, verifies the signature over it, and
+// then serves the command with h, or, when of names its conversation and
+// another replica should serve it, forwards it there.
+func (w *Worker) verified(max int64, of conversationOf, h signedHandler) http.Handler {
 	return httpapi.Handle(w.log, func(rw http.ResponseWriter, r *http.Request) error {
 		body, err := httpapi.ReadBody(rw, r, max)
 		if err != nil {
@@ -95,7 +128,7 @@ func (w *Worker) signedUpTo(max int64, h signedHandler) http.Handler {
 			}
 			r = r.WithContext(ctx)
 		}
-		err = h(rw, r, body)
+		err = w.serveRouted(rw, r, body, of, h)
 		switch {
 		case errors.Is(err, errShuttingDown):
 			return &httpapi.Error{Status: http.StatusServiceUnavailable, Code: contract.CodeShuttingDown,
@@ -109,6 +142,30 @@ func (w *Worker) signedUpTo(max int64, h signedHandler) http.Handler {
 		}
 		return err
 	})
+}
+
+// serveRouted serves a verified command here or forwards it: see route.
+// A lease taken elsewhere between the look and the open here is forwarded
+// to its holder too, once: the handlers meet it before writing anything.
+func (w *Worker) serveRouted(rw http.ResponseWriter, r *http.Request, body []byte, of conversationOf, h signedHandler) error {
+	local := func() error { return h(rw, r, body) }
+	if of == nil || w.router == nil {
+		return local()
+	}
+	id, create := of(r, body)
+	if id == "" {
+		return local()
+	}
+	if done, err := w.route(rw, r, body, id, create, local); done {
+		return err
+	}
+	err := local()
+	var held *sessionstore.LeaseHolderError
+	if errors.As(err, &held) && held.Addr != "" && held.Addr != w.router.addr && held.Holder != w.router.replicas.Holder() &&
+		r.Header.Get(ForwardedHeader) == "" {
+		return w.forward(rw, r, body, held.Addr, ForwardHolder, nil)
+	}
+	return err
 }
 
 func (w *Worker) lookup(ctx context.Context, id string) (*session, error) {
@@ -149,6 +206,8 @@ func (w *Worker) handleCreate(rw http.ResponseWriter, r *http.Request, body []by
 
 // handleRunning lists the sessions whose turn runs. A session still being
 // opened from disk runs nothing yet.
+// Among replicas, the one asked asks its peers too (route.go): the
+// control-plane's one call answers for the whole tenant-env.
 func (w *Worker) handleRunning(rw http.ResponseWriter, r *http.Request, _ []byte) error {
 	open := w.openSessions()
 	out := contract.RunningSessions{Sessions: []contract.SessionState{}}
@@ -162,6 +221,9 @@ func (w *Worker) handleRunning(rw http.ResponseWriter, r *http.Request, _ []byte
 			break
 		}
 		out.Sessions = append(out.Sessions, st)
+	}
+	if w.router != nil && r.Header.Get(ForwardedHeader) == "" {
+		w.peersRunning(r, &out)
 	}
 	httpapi.WriteJSON(rw, http.StatusOK, out)
 	return nil
@@ -189,11 +251,19 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 	if w.gate.full() {
 		return w.errWorkerBusy(rw)
 	}
-	s, err := w.lookup(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return err
+	var resp contract.SendMessageResponse
+	var err error
+	for range 2 {
+		var s *session
+		if s, err = w.lookup(r.Context(), r.PathValue("id")); err != nil {
+			return err
+		}
+		if resp, err = s.send(r.Context(), req); !errors.Is(err, errSessionClosed) {
+			break
+		}
+		// Closed between the lookup and the send: dropped from the open
+		// sessions already, so the next lookup opens it anew.
 	}
-	resp, err := s.send(r.Context(), req)
 	var running errTurnRunning
 	switch {
 	case errors.Is(err, errBusy):

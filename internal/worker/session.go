@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -360,6 +361,11 @@ func (s *session) state() contract.SessionState {
 	return st
 }
 
+// errSessionClosed is a send that found its session closed since it was
+// looked up (idle, or released to spread the load): the sender opens it
+// again.
+var errSessionClosed = errors.New("session closed")
+
 // errTurnRunning refuses a message while a turn runs.
 type errTurnRunning struct{ turnID string }
 
@@ -373,6 +379,9 @@ func (s *session) send(parent context.Context, req contract.SendMessageRequest) 
 	defer s.mu.Unlock()
 	if prev, ok := s.seen[req.ClientMessageID]; ok {
 		return prev, nil
+	}
+	if s.closed {
+		return contract.SendMessageResponse{}, errSessionClosed
 	}
 	if s.running != nil {
 		return contract.SendMessageResponse{}, errTurnRunning{s.running.id}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"runtime"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/observe"
+	"github.com/talkide/platform/internal/replicaset"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/trust"
@@ -78,6 +80,21 @@ type Options struct {
 	// session resumed, continuing the control-plane's trace of a command
 	// whose signature verified (docs/observability.md); nil: no spans.
 	TracerProvider trace.TracerProvider
+	// Replicas, when set, is the registry of this tenant-env's replicas,
+	// and Addr the base URL they reach this one at (both or neither): the
+	// worker then forwards a verified command about a conversation another
+	// replica holds to it, places new conversations on the least loaded
+	// replica, lists the whole tenant-env's running turns, and releases
+	// idle sessions when it holds clearly more than its share. Without
+	// them it serves every command itself (one replica).
+	Replicas *replicaset.Registry
+	Addr     string
+	// Transport carries the commands forwarded to peers; nil: one with a
+	// short connect timeout.
+	Transport http.RoundTripper
+	// RebalanceIdle is how long a session must have gone unused before it
+	// is released to spread the load; default DefaultRebalanceIdle.
+	RebalanceIdle time.Duration
 }
 
 // DescriptorsPerTurn is what MaxTurnsFor counts a running turn to hold
@@ -131,8 +148,14 @@ type Worker struct {
 
 	maintDone chan struct{} // closed when the maintenance loop has stopped
 
-	// Counted for Stats: how the commands this replica answered went.
-	commands, refusedBusy, elsewhere atomic.Int64
+	// router routes commands among the replicas; nil: one replica.
+	router *router
+
+	// Counted for Load: how the commands this replica answered went, and
+	// the sessions it gave up for another replica to take.
+	commands, refusedBusy, elsewhere    atomic.Int64
+	forwardedHolder, forwardedPlacement atomic.Int64
+	releasedRebalance, releasedDrain    atomic.Int64
 
 	mu sync.Mutex
 	// guarded by mu
@@ -159,6 +182,9 @@ func New(tenant, env string, key CommandKey, sessions *sessionstore.Store, works
 		return nil, fmt.Errorf("worker: missing %s", strings.Join(missing, ", "))
 	}
 	o := withDefaults(opts)
+	if (o.Replicas == nil) != (o.Addr == "") {
+		return nil, errors.New("worker: Replicas and Addr go together")
+	}
 	if err := os.MkdirAll(workspaces, 0o755); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -183,6 +209,9 @@ func New(tenant, env string, key CommandKey, sessions *sessionstore.Store, works
 		sessions:  make(map[string]*session),
 		loading:   make(map[string]*loadingSession),
 		maintDone: make(chan struct{}),
+	}
+	if o.Replicas != nil {
+		w.router = newRouter(o.Replicas, o.Addr, o.Transport)
 	}
 	w.base, w.cancelBase = context.WithCancel(context.Background())
 	w.gate = newTurnGate(w.base, max(o.MaxRunningTurns, 0))
@@ -211,6 +240,7 @@ func withDefaults(opts *Options) Options {
 		}
 	}
 	defaults.IfNotPositive(&o.IdleTimeout, DefaultIdleTimeout)
+	defaults.IfNotPositive(&o.RebalanceIdle, DefaultRebalanceIdle)
 	defaults.IfNotPositive(&o.SyncRetry.Base, 10*time.Millisecond)
 	defaults.IfNotPositive(&o.SyncRetry.Max, time.Second)
 	return o
@@ -325,6 +355,7 @@ func (w *Worker) maintain() {
 			return
 		case <-t.C:
 			w.maintainOnce(w.base)
+			w.spread(w.base)
 		}
 	}
 }
@@ -424,8 +455,16 @@ type LoadStats struct {
 	OpenSessions int
 	// Commands counts the signed commands answered since the start;
 	// RefusedBusy those refused with worker_busy, Elsewhere those answered
-	// session_elsewhere because another replica holds the conversation.
+	// session_elsewhere because another replica holds the conversation
+	// (or its holder could not be reached).
 	Commands, RefusedBusy, Elsewhere int64
+	// ForwardedHolder counts the commands forwarded to the replica holding
+	// their conversation, ForwardedPlacement those forwarded to place a
+	// conversation nobody held on a less loaded replica.
+	ForwardedHolder, ForwardedPlacement int64
+	// ReleasedRebalance counts the idle sessions given up to spread the
+	// load over the replicas, ReleasedDrain those handed over at a drain.
+	ReleasedRebalance, ReleasedDrain int64
 }
 
 // Load returns the replica's load now.
@@ -439,6 +478,8 @@ func (w *Worker) Load() LoadStats {
 	return LoadStats{
 		RunningTurns: running, MaxRunningTurns: w.gate.max, OpenSessions: open,
 		Commands: w.commands.Load(), RefusedBusy: w.refusedBusy.Load(), Elsewhere: w.elsewhere.Load(),
+		ForwardedHolder: w.forwardedHolder.Load(), ForwardedPlacement: w.forwardedPlacement.Load(),
+		ReleasedRebalance: w.releasedRebalance.Load(), ReleasedDrain: w.releasedDrain.Load(),
 	}
 }
 
@@ -480,6 +521,13 @@ func (w *Worker) FlushOutboxes(ctx context.Context) error {
 // final sync would lose what a client has not yet been shown.
 func (w *Worker) Shutdown(ctx context.Context) error {
 	idle := w.gate.close()
+	if w.router != nil {
+		// At once, not at the next beat: no peer places a conversation
+		// here any more.
+		if err := w.router.replicas.Publish(w.ReplicaEntry); err != nil {
+			w.log.Warn("could not mark this replica draining in the registry", "err", err)
+		}
+	}
 	handedOver := w.handOverIdle(ctx)
 	select {
 	case <-idle:
@@ -510,6 +558,13 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	errs := []error{handedOver}
 	for _, s := range sessions {
 		errs = append(errs, s.close(cctx))
+	}
+	if w.router != nil {
+		// The forwards have ended with w.base: no connection to a peer
+		// outlives the worker.
+		if t, ok := w.router.transport.(interface{ CloseIdleConnections() }); ok {
+			t.CloseIdleConnections()
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -550,6 +605,7 @@ func (w *Worker) handOverIdle(ctx context.Context) error {
 			mu.Unlock()
 		}
 	})
+	w.releasedDrain.Add(int64(len(idle)))
 	if len(idle) > 0 {
 		w.log.Info("draining: idle conversations handed over", "sessions", len(idle))
 	}

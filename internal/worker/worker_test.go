@@ -28,6 +28,7 @@ import (
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/replicaset"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/trust"
@@ -128,6 +129,10 @@ type workerOpts struct {
 	maxTurns  int              // Options.MaxRunningTurns
 	holder    string           // the session store's lease holder; "": test-worker
 	tracer    trace.TracerProvider
+	// replicas makes the worker one of several on dir: it advertises its
+	// address and joins dir/replicas (whose Run the test stands in for).
+	replicas      bool
+	rebalanceIdle time.Duration
 }
 
 func newTestWorker(t testing.TB, o workerOpts) *testWorker {
@@ -138,7 +143,18 @@ func newTestWorker(t testing.TB, o workerOpts) *testWorker {
 	if o.holder == "" {
 		o.holder = "test-worker"
 	}
-	sessions, err := sessionstore.New(filepath.Join(o.dir, "projects"), &sessionstore.Options{Holder: o.holder, Fsync: o.fsync})
+	// Unstarted: a replica's address is in its leases from the first.
+	srv := httptest.NewUnstartedServer(nil)
+	var addr string
+	var replicas *replicaset.Registry
+	if o.replicas {
+		addr = "http://" + srv.Listener.Addr().String()
+		var err error
+		if replicas, err = replicaset.New(filepath.Join(o.dir, "replicas"), o.holder, &replicaset.Options{Interval: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sessions, err := sessionstore.New(filepath.Join(o.dir, "projects"), &sessionstore.Options{Holder: o.holder, Addr: addr, Fsync: o.fsync})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +169,7 @@ func newTestWorker(t testing.TB, o workerOpts) *testWorker {
 		Now:             o.now,
 		MaxRunningTurns: o.maxTurns,
 		TracerProvider:  o.tracer,
+		Replicas:        replicas, Addr: addr, RebalanceIdle: o.rebalanceIdle,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +178,8 @@ func newTestWorker(t testing.TB, o workerOpts) *testWorker {
 	if o.wrap != nil {
 		handler = o.wrap(handler)
 	}
-	srv := httptest.NewServer(handler)
+	srv.Config.Handler = handler
+	srv.Start()
 	tw := &testWorker{
 		w: w, h: h, srv: srv, dir: o.dir,
 		signer: &trust.Signer{Direction: trust.ToWorker, Tenant: testTenant, Env: testEnv, KeyID: testKeyID, Key: testKey, Now: o.now},
