@@ -20,6 +20,7 @@ import (
 	"github.com/talkide/platform/internal/kubeprovision"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/store"
 )
 
 // KubeFlags say which cluster to reach and how to provision workers in
@@ -162,9 +163,10 @@ func printRotation(w io.Writer, r *kubeprovision.Rotation) {
 }
 
 // kubeEnvLeaf is an admin command about one tenant-env's Kubernetes
-// objects: it takes --tenant, --env and the cluster flags, checks them (and
-// what check adds) before reaching the cluster, and hands run a
-// provisioner. The caller adds its own flags to the returned command.
+// objects: it takes the tenant-env as --tenant and --env or as the
+// arguments TENANT ENV, and the cluster flags, checks them (and what check
+// adds) before reaching the cluster, and hands run a provisioner. The
+// caller adds its own flags to the returned command.
 func kubeEnvLeaf(std cli.Stdio, use, short string, check func() error, run func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error) *cobra.Command {
 	var loc cpLocation
 	var kf KubeFlags
@@ -185,9 +187,26 @@ func kubeEnvLeaf(std cli.Stdio, use, short string, check func() error, run func(
 		defer done()
 		return run(ctx, p, tenant, env, stdout)
 	})
+	cmd.Use = use + " [TENANT ENV]"
+	cmd.Args = func(c *cobra.Command, args []string) error {
+		if len(args) != 0 && len(args) != 2 {
+			return cli.Usagef(c, "want the arguments TENANT ENV (or --tenant and --env), got %d argument(s)", len(args))
+		}
+		return nil
+	}
+	body := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) == 2 {
+			if (tenant != "" && tenant != args[0]) || (env != "" && env != args[1]) {
+				return cli.Usagef(c, "the arguments %s %s and --tenant %q --env %q disagree: give one or the other", args[0], args[1], tenant, env)
+			}
+			tenant, env = args[0], args[1]
+		}
+		return body(c, args)
+	}
 	fs := cmd.Flags()
-	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
-	fs.StringVar(&env, "env", "", "env (required)")
+	fs.StringVar(&tenant, "tenant", "", "tenant (required, or the first argument)")
+	fs.StringVar(&env, "env", "", "env (required, or the second argument)")
 	kf.Add(fs)
 	return cmd
 }
@@ -230,8 +249,85 @@ func newAdminEnvStatusCmd(std cli.Stdio) *cobra.Command {
 			state = "retired"
 		}
 		fmt.Fprintf(stdout, "%s/%s (%s): worker ready: %v\n", tenant, env, state, st.Ready)
+		fmt.Fprintf(stdout, "replicas: %d desired, %d ready; scale: %s\n", st.DesiredReplicas, st.ReadyReplicas, st.Scale.Summary())
+		switch {
+		case st.Autoscaler != "":
+			fmt.Fprintf(stdout, "autoscaler: %s\n", st.Autoscaler)
+		case st.Scale.Autoscaled():
+			fmt.Fprintln(stdout, "autoscaler: none yet (the next sync creates it)")
+		default:
+			fmt.Fprintln(stdout, "autoscaler: none (fixed count)")
+		}
 		return nil
 	})
+}
+
+func newAdminEnvScaleCmd(std cli.Stdio) *cobra.Command {
+	var replicas, lo, hi, turns int
+	var cmd *cobra.Command
+	var sc store.EnvScale
+	check := func() error {
+		fs := cmd.Flags()
+		fixed, ranged := fs.Changed("replicas"), fs.Changed("min") || fs.Changed("max")
+		inRange := func(flag string, n, hi int) error {
+			if n < 1 || n > hi {
+				return fmt.Errorf("--%s %d: want a whole number from 1 to %d", flag, n, hi)
+			}
+			return nil
+		}
+		switch {
+		case fixed && (ranged || fs.Changed("turns-per-replica")):
+			return errors.New("--replicas N is a fixed count; --min, --max and --turns-per-replica are an autoscaled range: give one or the other")
+		case fixed:
+			sc = store.EnvScale{MinReplicas: replicas, MaxReplicas: replicas}
+			return inRange("replicas", replicas, store.MaxEnvReplicas)
+		case !fs.Changed("min") || !fs.Changed("max"):
+			return errors.New("give --replicas N (a fixed count) or both --min A and --max B (an autoscaled range)")
+		}
+		sc = store.EnvScale{MinReplicas: lo, MaxReplicas: hi, TurnsPerReplica: turns}
+		for _, f := range []struct {
+			name  string
+			n, hi int
+		}{{"min", lo, store.MaxEnvReplicas}, {"max", hi, store.MaxEnvReplicas}, {"turns-per-replica", turns, store.MaxTurnsPerReplica}} {
+			if f.name == "turns-per-replica" && !fs.Changed(f.name) {
+				continue // 0: the default, which stays the default if it changes
+			}
+			if err := inRange(f.name, f.n, f.hi); err != nil {
+				return err
+			}
+		}
+		if lo > hi {
+			return fmt.Errorf("--min %d is above --max %d", lo, hi)
+		}
+		return nil
+	}
+	cmd = kubeEnvLeaf(std, "scale", "Set how many worker replicas a tenant-env runs, a fixed count or an autoscaled range, and sync its objects",
+		check, func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error {
+			res, err := p.SetScale(ctx, tenant, env, sc)
+			if len(res.Sync.Changes) > 0 {
+				printChanges(stdout, res.Sync.Changes)
+			}
+			if err != nil {
+				return err
+			}
+			printRotation(stdout, res.Sync.Rotation)
+			if res.Before == res.After {
+				fmt.Fprintf(stdout, "%s/%s: scale unchanged, %s\n", tenant, env, res.After.Summary())
+			} else {
+				fmt.Fprintf(stdout, "%s/%s: scale %s -> %s\n", tenant, env, res.Before.Summary(), res.After.Summary())
+			}
+			if res.After.Autoscaled() {
+				fmt.Fprintf(stdout, "the autoscaler needs the pods metric %s from a custom-metrics adapter; without one it holds %d replica(s) (talkide admin env status shows its state)\n",
+					kubeprovision.TurnsMetric, res.After.MinReplicas)
+			}
+			return nil
+		})
+	fs := cmd.Flags()
+	fs.IntVar(&replicas, "replicas", 0, fmt.Sprintf("a fixed count of worker replicas, 1 to %d", store.MaxEnvReplicas))
+	fs.IntVar(&lo, "min", 0, "the autoscaler's fewest replicas (with --max)")
+	fs.IntVar(&hi, "max", 0, fmt.Sprintf("the autoscaler's most replicas (with --min; at most %d)", store.MaxEnvReplicas))
+	fs.IntVar(&turns, "turns-per-replica", 0, fmt.Sprintf("the autoscaler's target of running turns per replica (with --min and --max; default %d)", store.DefaultTurnsPerReplica))
+	return cmd
 }
 
 func newAdminEnvDeleteCmd(std cli.Stdio) *cobra.Command {

@@ -1,8 +1,10 @@
 package kubeprovision
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -182,5 +184,54 @@ func TestAutoscalerState(t *testing.T) {
 	want := "2-5 replicas, current 2, desired 2; ScalingActive False: FailedGetPodsMetric: unable to get metric talkide_worker_turns_running"
 	if got := autoscalerState(h); got != want {
 		t.Errorf("autoscalerState = %q, want %q", got, want)
+	}
+}
+
+// The running reconciler, as the shipped ClusterRole, watches the
+// autoscaler and the disruption budget (each deleted comes back), and a
+// sync it makes keeps the count the autoscaler's controller set.
+func TestReconcilerKeepsTheAutoscaler(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	if err := f.st.SetEnvScale(ctx, f.tenant, f.env, store.EnvScale{MinReplicas: 2, MaxReplicas: 5}); err != nil {
+		t.Fatal(err)
+	}
+	defer run(t, f.provisioner(shippedClient(t, f.srv), &Options{Resync: time.Hour}))()
+	admin := f.srv.Client(t)
+	hpas := admin.AutoscalingV2().HorizontalPodAutoscalers(f.ns)
+	pdbs := admin.PolicyV1().PodDisruptionBudgets(f.ns)
+	deps := admin.AppsV1().Deployments(f.ns)
+	exists := func(get func() error) func(context.Context) (bool, error) {
+		return func(context.Context) (bool, error) { return get() == nil, nil }
+	}
+	hpaExists := exists(func() error { _, err := hpas.Get(ctx, WorkerName, metav1.GetOptions{}); return err })
+	pdbExists := exists(func() error { _, err := pdbs.Get(ctx, WorkerName, metav1.GetOptions{}); return err })
+	waitFor(t, "the first sync", func(ctx context.Context) (bool, error) {
+		_, err := admin.NetworkingV1().NetworkPolicies(f.ns).Get(ctx, WorkerName, metav1.GetOptions{})
+		return err == nil, nil
+	})
+	waitFor(t, "the autoscaler", hpaExists)
+
+	if err := hpas.Delete(ctx, WorkerName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the autoscaler back", hpaExists)
+
+	// The autoscaler's controller scales to 4; then a deleted budget
+	// makes the reconciler sync, and its sync is done once the budget is
+	// back.
+	if _, err := deps.Patch(ctx, WorkerName, types.MergePatchType, []byte(`{"spec":{"replicas":4}}`), metav1.PatchOptions{FieldManager: "horizontal-pod-autoscaler"}, "scale"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pdbs.Delete(ctx, WorkerName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the disruption budget back", pdbExists)
+	d, err := deps.Get(ctx, WorkerName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *d.Spec.Replicas != 4 {
+		t.Errorf("after the reconciler's sync: %d replicas, want the autoscaler's 4", *d.Spec.Replicas)
 	}
 }

@@ -86,12 +86,22 @@ func (s EnvScale) Autoscaled() bool {
 	return r.MaxReplicas > r.MinReplicas
 }
 
+// Summary says what s is, resolved: "3 replica(s) (fixed)" or "2-5
+// replicas (autoscaled at 8 running turns per replica)".
+func (s EnvScale) Summary() string {
+	r := s.Resolved()
+	if !r.Autoscaled() {
+		return fmt.Sprintf("%d replica(s) (fixed)", r.MinReplicas)
+	}
+	return fmt.Sprintf("%d-%d replicas (autoscaled at %d running turns per replica)", r.MinReplicas, r.MaxReplicas, r.TurnsPerReplica)
+}
+
 // Validate checks s once resolved: 1 ≤ MinReplicas ≤ MaxReplicas ≤
 // MaxEnvReplicas and 1 ≤ TurnsPerReplica ≤ MaxTurnsPerReplica. A
 // negative field is never a default.
 func (s EnvScale) Validate() error {
 	if s.MinReplicas < 0 || s.MaxReplicas < 0 || s.TurnsPerReplica < 0 {
-		return fmt.Errorf("%w: negative value in %+v", ErrInvalidScale, s)
+		return fmt.Errorf("%w: a negative value (min %d, max %d, turns per replica %d)", ErrInvalidScale, s.MinReplicas, s.MaxReplicas, s.TurnsPerReplica)
 	}
 	r := s.Resolved()
 	switch {
