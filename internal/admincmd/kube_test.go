@@ -33,20 +33,28 @@ func kubeconfig(t *testing.T, srv *kubetest.Server) string {
 	return path
 }
 
-// The admin commands drive the provisioner: sync creates and then keeps,
-// status shows, rotate rotates, delete revokes and deletes.
-func TestAdminKubernetes(t *testing.T) {
-	srv := kubetest.Start(t)
+// kubeEnv is a control-plane directory holding the tenant-env
+// TENANT/prod, TENANT unique on the shared test API server (prefix and
+// random hex), with the flags that name the directory and the server.
+func kubeEnv(t *testing.T, prefix string) (srv *kubetest.Server, tenant, ns, dataDirFlag, kubeconfigFlag string) {
+	t.Helper()
+	srv = kubetest.Start(t)
 	dir, _ := rolestest.NewControlPlaneDir(t)
 	var b [3]byte
 	rand.Read(b[:])
-	tenant := "k" + hex.EncodeToString(b[:])
-	ns := tenant + "-prod"
-	d, kc := "--data-dir="+dir, "--kubeconfig="+kubeconfig(t, srv)
+	tenant = prefix + hex.EncodeToString(b[:])
+	dataDirFlag = "--data-dir=" + dir
+	mustAdmin(t, "env", "add", dataDirFlag, "--worker-url", "http://placeholder:8080", "--tenant", tenant, "--env", "prod")
+	return srv, tenant, tenant + "-prod", dataDirFlag, "--kubeconfig=" + kubeconfig(t, srv)
+}
+
+// The admin commands drive the provisioner: sync creates and then keeps,
+// status shows, rotate rotates, delete revokes and deletes.
+func TestAdminKubernetes(t *testing.T) {
+	srv, tenant, ns, d, kc := kubeEnv(t, "k")
 	// The same object flags on every call, as the control-plane's
 	// environment gives them: a claim's class cannot change.
 	te := []string{"--tenant", tenant, "--env", "prod", "--sessions-storage-class", "nfs"}
-	mustAdmin(t, "env", "add", d, "--worker-url", "http://placeholder:8080", "--tenant", tenant, "--env", "prod")
 
 	out, _ := mustAdmin(t, append([]string{"env", "sync", d, kc}, te...)...)
 	for _, want := range []string{"Namespace", ns + "/talkide-worker", "created", "identity token"} {
@@ -89,14 +97,8 @@ func TestAdminKubernetes(t *testing.T) {
 // values are refused, each with a message naming the flag, before
 // anything changes.
 func TestAdminEnvScale(t *testing.T) {
-	srv := kubetest.Start(t)
-	dir, _ := rolestest.NewControlPlaneDir(t)
-	var b [3]byte
-	rand.Read(b[:])
-	tenant := "s" + hex.EncodeToString(b[:])
-	ns := tenant + "-prod"
-	d, kc, class := "--data-dir="+dir, "--kubeconfig="+kubeconfig(t, srv), "--sessions-storage-class=nfs"
-	mustAdmin(t, "env", "add", d, "--worker-url", "http://placeholder:8080", "--tenant", tenant, "--env", "prod")
+	srv, tenant, ns, d, kc := kubeEnv(t, "s")
+	class := "--sessions-storage-class=nfs"
 	cs := srv.Client(t)
 	ctx := t.Context()
 	replicas := func() int32 {
