@@ -188,8 +188,9 @@ func TestAutoscalerState(t *testing.T) {
 }
 
 // The running reconciler, as the shipped ClusterRole, watches the
-// autoscaler and the disruption budget (each deleted comes back), and a
-// sync it makes keeps the count the autoscaler's controller set.
+// autoscaler and the disruption budget (each deleted or edited comes
+// back), and a sync it makes keeps the count the autoscaler's controller
+// set.
 func TestReconcilerKeepsTheAutoscaler(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
@@ -216,6 +217,22 @@ func TestReconcilerKeepsTheAutoscaler(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the autoscaler back", hpaExists)
+	// Edits of the specs by another manager are taken back too: updates
+	// that change a spec are not taken for status-only ones.
+	if _, err := hpas.Patch(ctx, WorkerName, types.MergePatchType, []byte(`{"spec":{"maxReplicas":40}}`), metav1.PatchOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the autoscaler's bounds back", func(ctx context.Context) (bool, error) {
+		h, err := hpas.Get(ctx, WorkerName, metav1.GetOptions{})
+		return err == nil && h.Spec.MaxReplicas == 5, err
+	})
+	if _, err := pdbs.Patch(ctx, WorkerName, types.MergePatchType, []byte(`{"spec":{"maxUnavailable":3}}`), metav1.PatchOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the budget's maxUnavailable back", func(ctx context.Context) (bool, error) {
+		b, err := pdbs.Get(ctx, WorkerName, metav1.GetOptions{})
+		return err == nil && b.Spec.MaxUnavailable.IntValue() == 1, err
+	})
 
 	// The autoscaler's controller scales to 4; then a deleted budget
 	// makes the reconciler sync, and its sync is done once the budget is
@@ -233,5 +250,29 @@ func TestReconcilerKeepsTheAutoscaler(t *testing.T) {
 	}
 	if *d.Spec.Replicas != 4 {
 		t.Errorf("after the reconciler's sync: %d replicas, want the autoscaler's 4", *d.Spec.Replicas)
+	}
+}
+
+// An update is taken for a status-only one only when the object has a
+// generation that did not move and its labels stayed.
+func TestStatusOnly(t *testing.T) {
+	obj := func(gen int64, l map[string]string) *metav1.ObjectMeta {
+		return &metav1.ObjectMeta{Generation: gen, Labels: l}
+	}
+	l := map[string]string{LabelTenant: "a", LabelEnv: "b"}
+	tests := map[string]struct {
+		old, new any
+		want     bool
+	}{
+		"status only":        {obj(3, l), obj(3, l), true},
+		"spec changed":       {obj(3, l), obj(4, l), false},
+		"labels changed":     {obj(3, l), obj(3, map[string]string{LabelTenant: "a"}), false},
+		"no generation kind": {obj(0, l), obj(0, l), false},
+		"not an object":      {"x", obj(3, l), false},
+	}
+	for name, tt := range tests {
+		if got := statusOnly(tt.old, tt.new); got != tt.want {
+			t.Errorf("%s: statusOnly = %v, want %v", name, got, tt.want)
+		}
 	}
 }
