@@ -35,11 +35,13 @@ type KubeFlags struct {
 	sessionsSize string
 	egressAllow  []string
 	workerArgs   []string
-	tokenTTL     time.Duration
-	rotateBefore time.Duration
-	grace        time.Duration
-	resync       time.Duration
-	envPoll      time.Duration
+	// The worker container's resources, as quantities (e.g. 250m, 512Mi).
+	cpuRequest, memoryRequest, cpuLimit, memoryLimit string
+	tokenTTL                                         time.Duration
+	rotateBefore                                     time.Duration
+	grace                                            time.Duration
+	resync                                           time.Duration
+	envPoll                                          time.Duration
 }
 
 // Add registers the flags into fs.
@@ -52,13 +54,18 @@ func (k *KubeFlags) Add(fs *pflag.FlagSet) {
 	fs.StringVar(&k.sessionsSize, "sessions-size", "10Gi", "size of each env's claude-sessions claim")
 	fs.StringSliceVar(&k.egressAllow, "worker-egress-allow", nil, "CIDR[:PORT[:PORT...]] the workers may reach besides the control-plane and DNS (the Kubernetes API for builds, mirrors); repeat")
 	fs.StringSliceVar(&k.workerArgs, "worker-arg", nil, "extra argument for talkide worker in the worker pods (e.g. --harness=claude-code); repeat")
+	fs.StringVar(&k.cpuRequest, "worker-cpu-request", "250m", "CPU request of each worker pod (every replica asks for it: a node must fit the env's replicas)")
+	fs.StringVar(&k.memoryRequest, "worker-memory-request", "512Mi", "memory request of each worker pod")
+	fs.StringVar(&k.cpuLimit, "worker-cpu-limit", "2", "CPU limit of each worker pod (its turns and sandboxed commands share it)")
+	fs.StringVar(&k.memoryLimit, "worker-memory-limit", "2Gi", "memory limit of each worker pod")
 	fs.DurationVar(&k.tokenTTL, "token-ttl", provision.DefaultTokenTTL, "lifetime of the identity tokens the provisioner issues")
 	fs.DurationVar(&k.rotateBefore, "rotate-before", 7*24*time.Hour, "rotate an identity token automatically this long before it expires")
 	fs.DurationVar(&k.grace, "rotation-grace", 10*time.Minute, "how long a rotated-out identity token stays valid (longer than the kubelet takes to update a mounted Secret)")
 	fs.DurationVar(&k.resync, "resync", 5*time.Minute, "how often the reconciler syncs every tenant-env without an event")
 	fs.DurationVar(&k.envPoll, "env-poll", 10*time.Second, "how often the reconciler looks in the store for tenant-envs it has not synced yet (talkide admin env add), and syncs those at once")
 	cli.BindEnv(fs, "kubeconfig", "worker-image", "worker-controlplane-url", "controlplane-namespace", "sessions-storage-class",
-		"sessions-size", "worker-egress-allow", "worker-arg", "token-ttl", "rotate-before", "rotation-grace", "resync", "env-poll")
+		"sessions-size", "worker-egress-allow", "worker-arg",
+		"worker-cpu-request", "worker-memory-request", "worker-cpu-limit", "worker-memory-limit", "token-ttl", "rotate-before", "rotation-grace", "resync", "env-poll")
 }
 
 func (k *KubeFlags) client() (kubernetes.Interface, error) {
@@ -82,6 +89,21 @@ func (k *KubeFlags) options() (*kubeprovision.Options, error) {
 	size, err := resource.ParseQuantity(k.sessionsSize)
 	if err != nil || size.Sign() <= 0 {
 		return nil, fmt.Errorf("--sessions-size %q: want a positive quantity such as 10Gi", k.sessionsSize)
+	}
+	res := map[string]*resource.Quantity{}
+	for _, q := range []struct {
+		flag, v string
+	}{{"--worker-cpu-request", k.cpuRequest}, {"--worker-memory-request", k.memoryRequest}, {"--worker-cpu-limit", k.cpuLimit}, {"--worker-memory-limit", k.memoryLimit}} {
+		v, err := resource.ParseQuantity(q.v)
+		if err != nil || v.Sign() <= 0 {
+			return nil, fmt.Errorf("%s %q: want a positive quantity such as 250m or 512Mi", q.flag, q.v)
+		}
+		res[q.flag] = &v
+	}
+	for _, kind := range []string{"cpu", "memory"} {
+		if req, lim := res["--worker-"+kind+"-request"], res["--worker-"+kind+"-limit"]; req.Cmp(*lim) > 0 {
+			return nil, fmt.Errorf("--worker-%s-request %s is more than --worker-%s-limit %s", kind, req, kind, lim)
+		}
 	}
 	var egress []kubeprovision.EgressPeer
 	for _, e := range k.egressAllow {
@@ -110,6 +132,8 @@ func (k *KubeFlags) options() (*kubeprovision.Options, error) {
 	return &kubeprovision.Options{
 		Image: k.image, ControlPlaneURL: k.cpURL, ControlPlaneNamespace: k.cpNamespace,
 		StorageClass: k.storageClass, SessionsSize: size, EgressAllow: egress, WorkerArgs: k.workerArgs,
+		CPURequest: *res["--worker-cpu-request"], MemoryRequest: *res["--worker-memory-request"],
+		CPULimit: *res["--worker-cpu-limit"], MemoryLimit: *res["--worker-memory-limit"],
 		TokenTTL: k.tokenTTL, RotateBefore: k.rotateBefore, Grace: k.grace, Resync: k.resync, EnvPoll: k.envPoll,
 	}, nil
 }

@@ -54,9 +54,28 @@ func TestAdminKubernetes(t *testing.T) {
 	srv, tenant, ns, d, kc := kubeEnv(t, "k")
 	// The same object flags on every call, as the control-plane's
 	// environment gives them: a claim's class cannot change.
-	te := []string{"--tenant", tenant, "--env", "prod", "--sessions-storage-class", "nfs"}
+	te := []string{"--tenant", tenant, "--env", "prod", "--sessions-storage-class", "nfs",
+		"--worker-cpu-request", "100m", "--worker-memory-request", "128Mi"}
 
+	for _, bad := range [][]string{
+		{"--worker-cpu-request", "3"}, // over the default limit, 2
+		{"--worker-memory-request", "lots"},
+		{"--worker-memory-limit", "0"},
+		{"--worker-cpu-limit", "-1"},
+	} {
+		_, _, err := admin(t, append([]string{"env", "sync", d, kc, "--tenant", tenant, "--env", "prod"}, bad...)...)
+		if err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("env sync %v: %v, want a refusal naming the flag", bad, err)
+		}
+	}
 	out, _ := mustAdmin(t, append([]string{"env", "sync", d, kc}, te...)...)
+	dep, err := srv.Client(t).AppsV1().Deployments(ns).Get(t.Context(), "talkide-worker", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := dep.Spec.Template.Spec.Containers[0].Resources; r.Requests.Cpu().String() != "100m" || r.Requests.Memory().String() != "128Mi" || r.Limits.Cpu().String() != "2" {
+		t.Errorf("the worker's resources: %+v", r)
+	}
 	for _, want := range []string{"Namespace", ns + "/talkide-worker", "created", "identity token"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("first sync printed no %q:\n%s", want, out)
