@@ -29,7 +29,7 @@ func New(std cli.Stdio) *cobra.Command {
 	admin := cli.NewGroup("admin", "Operate the control-plane: tenant-envs, identity tokens, signing keys, users, API tokens, budgets, usage, the build cache, operator tokens",
 		cli.NewGroup("env", "Tenant-envs: the environments whose workers the control-plane serves",
 			newAdminEnvAddCmd(std), newAdminEnvListCmd(std),
-			newAdminEnvSyncCmd(std), newAdminEnvStatusCmd(std), newAdminEnvDeleteCmd(std)),
+			newAdminEnvSyncCmd(std), newAdminEnvStatusCmd(std), newAdminEnvScaleCmd(std), newAdminEnvDeleteCmd(std)),
 		cli.NewGroup("token", "Identity tokens: a worker's long-lived credential for minting WorkerTokens",
 			newAdminTokenIssueCmd(std), newAdminTokenRevokeCmd(std), newAdminTokenRotateCmd(std)),
 		newAdminKeysCmd(std),

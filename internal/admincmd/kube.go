@@ -20,6 +20,7 @@ import (
 	"github.com/talkide/platform/internal/kubeprovision"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/store"
 )
 
 // KubeFlags say which cluster to reach and how to provision workers in
@@ -34,11 +35,13 @@ type KubeFlags struct {
 	sessionsSize string
 	egressAllow  []string
 	workerArgs   []string
-	tokenTTL     time.Duration
-	rotateBefore time.Duration
-	grace        time.Duration
-	resync       time.Duration
-	envPoll      time.Duration
+	// The worker container's resources, as quantities (e.g. 250m, 512Mi).
+	cpuRequest, memoryRequest, cpuLimit, memoryLimit string
+	tokenTTL                                         time.Duration
+	rotateBefore                                     time.Duration
+	grace                                            time.Duration
+	resync                                           time.Duration
+	envPoll                                          time.Duration
 }
 
 // Add registers the flags into fs.
@@ -51,13 +54,18 @@ func (k *KubeFlags) Add(fs *pflag.FlagSet) {
 	fs.StringVar(&k.sessionsSize, "sessions-size", "10Gi", "size of each env's claude-sessions claim")
 	fs.StringSliceVar(&k.egressAllow, "worker-egress-allow", nil, "CIDR[:PORT[:PORT...]] the workers may reach besides the control-plane and DNS (the Kubernetes API for builds, mirrors); repeat")
 	fs.StringSliceVar(&k.workerArgs, "worker-arg", nil, "extra argument for talkide worker in the worker pods (e.g. --harness=claude-code); repeat")
+	fs.StringVar(&k.cpuRequest, "worker-cpu-request", "250m", "CPU request of each worker pod (every replica asks for it: a node must fit the env's replicas)")
+	fs.StringVar(&k.memoryRequest, "worker-memory-request", "512Mi", "memory request of each worker pod")
+	fs.StringVar(&k.cpuLimit, "worker-cpu-limit", "2", "CPU limit of each worker pod (its turns and sandboxed commands share it)")
+	fs.StringVar(&k.memoryLimit, "worker-memory-limit", "2Gi", "memory limit of each worker pod")
 	fs.DurationVar(&k.tokenTTL, "token-ttl", provision.DefaultTokenTTL, "lifetime of the identity tokens the provisioner issues")
 	fs.DurationVar(&k.rotateBefore, "rotate-before", 7*24*time.Hour, "rotate an identity token automatically this long before it expires")
 	fs.DurationVar(&k.grace, "rotation-grace", 10*time.Minute, "how long a rotated-out identity token stays valid (longer than the kubelet takes to update a mounted Secret)")
 	fs.DurationVar(&k.resync, "resync", 5*time.Minute, "how often the reconciler syncs every tenant-env without an event")
 	fs.DurationVar(&k.envPoll, "env-poll", 10*time.Second, "how often the reconciler looks in the store for tenant-envs it has not synced yet (talkide admin env add), and syncs those at once")
 	cli.BindEnv(fs, "kubeconfig", "worker-image", "worker-controlplane-url", "controlplane-namespace", "sessions-storage-class",
-		"sessions-size", "worker-egress-allow", "worker-arg", "token-ttl", "rotate-before", "rotation-grace", "resync", "env-poll")
+		"sessions-size", "worker-egress-allow", "worker-arg",
+		"worker-cpu-request", "worker-memory-request", "worker-cpu-limit", "worker-memory-limit", "token-ttl", "rotate-before", "rotation-grace", "resync", "env-poll")
 }
 
 func (k *KubeFlags) client() (kubernetes.Interface, error) {
@@ -81,6 +89,21 @@ func (k *KubeFlags) options() (*kubeprovision.Options, error) {
 	size, err := resource.ParseQuantity(k.sessionsSize)
 	if err != nil || size.Sign() <= 0 {
 		return nil, fmt.Errorf("--sessions-size %q: want a positive quantity such as 10Gi", k.sessionsSize)
+	}
+	res := map[string]*resource.Quantity{}
+	for _, q := range []struct {
+		flag, v string
+	}{{"--worker-cpu-request", k.cpuRequest}, {"--worker-memory-request", k.memoryRequest}, {"--worker-cpu-limit", k.cpuLimit}, {"--worker-memory-limit", k.memoryLimit}} {
+		v, err := resource.ParseQuantity(q.v)
+		if err != nil || v.Sign() <= 0 {
+			return nil, fmt.Errorf("%s %q: want a positive quantity such as 250m or 512Mi", q.flag, q.v)
+		}
+		res[q.flag] = &v
+	}
+	for _, kind := range []string{"cpu", "memory"} {
+		if req, lim := res["--worker-"+kind+"-request"], res["--worker-"+kind+"-limit"]; req.Cmp(*lim) > 0 {
+			return nil, fmt.Errorf("--worker-%s-request %s is more than --worker-%s-limit %s", kind, req, kind, lim)
+		}
 	}
 	var egress []kubeprovision.EgressPeer
 	for _, e := range k.egressAllow {
@@ -109,6 +132,8 @@ func (k *KubeFlags) options() (*kubeprovision.Options, error) {
 	return &kubeprovision.Options{
 		Image: k.image, ControlPlaneURL: k.cpURL, ControlPlaneNamespace: k.cpNamespace,
 		StorageClass: k.storageClass, SessionsSize: size, EgressAllow: egress, WorkerArgs: k.workerArgs,
+		CPURequest: *res["--worker-cpu-request"], MemoryRequest: *res["--worker-memory-request"],
+		CPULimit: *res["--worker-cpu-limit"], MemoryLimit: *res["--worker-memory-limit"],
 		TokenTTL: k.tokenTTL, RotateBefore: k.rotateBefore, Grace: k.grace, Resync: k.resync, EnvPoll: k.envPoll,
 	}, nil
 }
@@ -162,9 +187,10 @@ func printRotation(w io.Writer, r *kubeprovision.Rotation) {
 }
 
 // kubeEnvLeaf is an admin command about one tenant-env's Kubernetes
-// objects: it takes --tenant, --env and the cluster flags, checks them (and
-// what check adds) before reaching the cluster, and hands run a
-// provisioner. The caller adds its own flags to the returned command.
+// objects: it takes the tenant-env as --tenant and --env or as the
+// arguments TENANT ENV, and the cluster flags, checks them (and what check
+// adds) before reaching the cluster, and hands run a provisioner. The
+// caller adds its own flags to the returned command.
 func kubeEnvLeaf(std cli.Stdio, use, short string, check func() error, run func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error) *cobra.Command {
 	var loc cpLocation
 	var kf KubeFlags
@@ -185,9 +211,26 @@ func kubeEnvLeaf(std cli.Stdio, use, short string, check func() error, run func(
 		defer done()
 		return run(ctx, p, tenant, env, stdout)
 	})
+	cmd.Use = use + " [TENANT ENV]"
+	cmd.Args = func(c *cobra.Command, args []string) error {
+		if len(args) != 0 && len(args) != 2 {
+			return cli.Usagef(c, "want the arguments TENANT ENV (or --tenant and --env), got %d argument(s)", len(args))
+		}
+		return nil
+	}
+	body := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) == 2 {
+			if (tenant != "" && tenant != args[0]) || (env != "" && env != args[1]) {
+				return cli.Usagef(c, "the arguments %s %s and --tenant %q --env %q disagree: give one or the other", args[0], args[1], tenant, env)
+			}
+			tenant, env = args[0], args[1]
+		}
+		return body(c, args)
+	}
 	fs := cmd.Flags()
-	fs.StringVar(&tenant, "tenant", "", "tenant (required)")
-	fs.StringVar(&env, "env", "", "env (required)")
+	fs.StringVar(&tenant, "tenant", "", "tenant (required, or the first argument)")
+	fs.StringVar(&env, "env", "", "env (required, or the second argument)")
 	kf.Add(fs)
 	return cmd
 }
@@ -230,8 +273,85 @@ func newAdminEnvStatusCmd(std cli.Stdio) *cobra.Command {
 			state = "retired"
 		}
 		fmt.Fprintf(stdout, "%s/%s (%s): worker ready: %v\n", tenant, env, state, st.Ready)
+		fmt.Fprintf(stdout, "replicas: %d desired, %d ready; scale: %s\n", st.DesiredReplicas, st.ReadyReplicas, st.Scale.Summary())
+		switch {
+		case st.Autoscaler != "":
+			fmt.Fprintf(stdout, "autoscaler: %s\n", st.Autoscaler)
+		case st.Scale.Autoscaled():
+			fmt.Fprintln(stdout, "autoscaler: none yet (the next sync creates it)")
+		default:
+			fmt.Fprintln(stdout, "autoscaler: none (fixed count)")
+		}
 		return nil
 	})
+}
+
+func newAdminEnvScaleCmd(std cli.Stdio) *cobra.Command {
+	var replicas, lo, hi, turns int
+	var cmd *cobra.Command
+	var sc store.EnvScale
+	check := func() error {
+		fs := cmd.Flags()
+		fixed, ranged := fs.Changed("replicas"), fs.Changed("min") || fs.Changed("max")
+		inRange := func(flag string, n, hi int) error {
+			if n < 1 || n > hi {
+				return fmt.Errorf("--%s %d: want a whole number from 1 to %d", flag, n, hi)
+			}
+			return nil
+		}
+		switch {
+		case fixed && (ranged || fs.Changed("turns-per-replica")):
+			return errors.New("--replicas N is a fixed count; --min, --max and --turns-per-replica are an autoscaled range: give one or the other")
+		case fixed:
+			sc = store.EnvScale{MinReplicas: replicas, MaxReplicas: replicas}
+			return inRange("replicas", replicas, store.MaxEnvReplicas)
+		case !fs.Changed("min") || !fs.Changed("max"):
+			return errors.New("give --replicas N (a fixed count) or both --min A and --max B (an autoscaled range)")
+		}
+		sc = store.EnvScale{MinReplicas: lo, MaxReplicas: hi, TurnsPerReplica: turns}
+		for _, f := range []struct {
+			name  string
+			n, hi int
+		}{{"min", lo, store.MaxEnvReplicas}, {"max", hi, store.MaxEnvReplicas}, {"turns-per-replica", turns, store.MaxTurnsPerReplica}} {
+			if f.name == "turns-per-replica" && !fs.Changed(f.name) {
+				continue // 0: the default, which stays the default if it changes
+			}
+			if err := inRange(f.name, f.n, f.hi); err != nil {
+				return err
+			}
+		}
+		if lo > hi {
+			return fmt.Errorf("--min %d is above --max %d", lo, hi)
+		}
+		return nil
+	}
+	cmd = kubeEnvLeaf(std, "scale", "Set how many worker replicas a tenant-env runs, a fixed count or an autoscaled range, and sync its objects",
+		check, func(ctx context.Context, p *kubeprovision.Provisioner, tenant, env string, stdout io.Writer) error {
+			res, err := p.SetScale(ctx, tenant, env, sc)
+			if len(res.Sync.Changes) > 0 {
+				printChanges(stdout, res.Sync.Changes)
+			}
+			if err != nil {
+				return err
+			}
+			printRotation(stdout, res.Sync.Rotation)
+			if res.Before == res.After {
+				fmt.Fprintf(stdout, "%s/%s: scale unchanged, %s\n", tenant, env, res.After.Summary())
+			} else {
+				fmt.Fprintf(stdout, "%s/%s: scale %s -> %s\n", tenant, env, res.Before.Summary(), res.After.Summary())
+			}
+			if res.After.Autoscaled() {
+				fmt.Fprintf(stdout, "the autoscaler needs the pods metric %s from a custom-metrics adapter; without one it holds %d replica(s) (talkide admin env status shows its state)\n",
+					kubeprovision.TurnsMetric, res.After.MinReplicas)
+			}
+			return nil
+		})
+	fs := cmd.Flags()
+	fs.IntVar(&replicas, "replicas", 0, fmt.Sprintf("a fixed count of worker replicas, 1 to %d", store.MaxEnvReplicas))
+	fs.IntVar(&lo, "min", 0, "the autoscaler's fewest replicas (with --max)")
+	fs.IntVar(&hi, "max", 0, fmt.Sprintf("the autoscaler's most replicas (with --min; at most %d)", store.MaxEnvReplicas))
+	fs.IntVar(&turns, "turns-per-replica", 0, fmt.Sprintf("the autoscaler's target of running turns per replica (with --min and --max; default %d)", store.DefaultTurnsPerReplica))
+	return cmd
 }
 
 func newAdminEnvDeleteCmd(std cli.Stdio) *cobra.Command {

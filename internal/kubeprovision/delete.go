@@ -61,13 +61,20 @@ func (p *Provisioner) Delete(ctx context.Context, tenant, env string, do *Delete
 		return res, nil
 	}
 	core, rbac := p.cs.CoreV1(), p.cs.RbacV1()
-	// The pod first, so nothing uses what goes after it.
+	// The autoscaler before the pods it would scale, the pods before
+	// what they use.
 	steps := []struct {
 		kind, name string
 		del        func(context.Context) error
 	}{
+		{"HorizontalPodAutoscaler", WorkerName, func(ctx context.Context) error {
+			return p.cs.AutoscalingV2().HorizontalPodAutoscalers(ns).Delete(ctx, WorkerName, del)
+		}},
 		{"Deployment", WorkerName, func(ctx context.Context) error {
 			return p.cs.AppsV1().Deployments(ns).Delete(ctx, WorkerName, del)
+		}},
+		{"PodDisruptionBudget", WorkerName, func(ctx context.Context) error {
+			return p.cs.PolicyV1().PodDisruptionBudgets(ns).Delete(ctx, WorkerName, del)
 		}},
 		{"Service", WorkerName, func(ctx context.Context) error { return core.Services(ns).Delete(ctx, WorkerName, del) }},
 		{"NetworkPolicy", WorkerName, func(ctx context.Context) error {

@@ -18,9 +18,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -110,10 +112,12 @@ func actions(r Result) map[string]Action {
 	return m
 }
 
-var kinds = []string{"Namespace", "ServiceAccount", "Role", "RoleBinding", "Secret", "PersistentVolumeClaim", "Deployment", "Service", "NetworkPolicy"}
+var kinds = []string{"Namespace", "ServiceAccount", "Role", "RoleBinding", "Secret", "PersistentVolumeClaim", "Deployment", "PodDisruptionBudget", "Service", "NetworkPolicy"}
 
+// all is a as the action on every object of an env at a fixed count,
+// which has no autoscaler.
 func all(a Action) map[string]Action {
-	m := map[string]Action{}
+	m := map[string]Action{"HorizontalPodAutoscaler": Absent}
 	for _, k := range kinds {
 		m[k] = a
 	}
@@ -210,6 +214,11 @@ func TestSyncCreatesEverything(t *testing.T) {
 		"token automounted":        *ps.AutomountServiceAccountToken && ps.ServiceAccountName == WorkerName,
 		"no API key":               !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "ANTHROPIC_API_KEY" }),
 		"token file flag":          slices.Contains(c.Args, SecretMount+"/"+provision.KeyIdentityToken),
+		"one replica":              dep.Spec.Replicas != nil && *dep.Spec.Replicas == 1,
+		"POD_IP from the pod": slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP"
+		}),
+		"--advertise-host POD_IP": slices.Contains(c.Args, "--advertise-host") && c.Args[slices.Index(c.Args, "--advertise-host")+1] == "$(POD_IP)",
 	}
 	for name, ok := range checks {
 		if !ok {
@@ -224,10 +233,29 @@ func TestSyncCreatesEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(np.Spec.PolicyTypes) != 2 || len(np.Spec.Ingress) != 1 ||
+	if len(np.Spec.PolicyTypes) != 2 || len(np.Spec.Ingress) != 2 ||
 		np.Spec.Ingress[0].From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "talkide" ||
-		len(np.Spec.Egress) != 3 || np.Spec.Egress[2].To[0].IPBlock.CIDR != "10.96.0.1/32" {
+		len(np.Spec.Egress) != 4 || np.Spec.Egress[2].To[0].IPBlock.CIDR != "10.96.0.1/32" {
 		t.Errorf("NetworkPolicy = %+v", np.Spec)
+	}
+	// Replica to replica: from and to the env's own worker pods (a pod
+	// selector alone: this namespace's), on the worker port only.
+	wantPeer := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: podLabels(f.tenant, f.env)}}}
+	tcp := corev1.ProtocolTCP
+	wantPorts := []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptr(intstr.FromInt32(8080))}}
+	if diff := cmp.Diff(networkingv1.NetworkPolicyIngressRule{From: wantPeer, Ports: wantPorts}, np.Spec.Ingress[1]); diff != "" {
+		t.Errorf("NetworkPolicy's replica ingress (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(networkingv1.NetworkPolicyEgressRule{To: wantPeer, Ports: wantPorts}, np.Spec.Egress[3]); diff != "" {
+		t.Errorf("NetworkPolicy's replica egress (-want +got):\n%s", diff)
+	}
+	pdb, err := admin.PolicyV1().PodDisruptionBudgets(f.ns).Get(ctx, WorkerName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil ||
+		!cmp.Equal(pdb.Spec.Selector.MatchLabels, dep.Spec.Template.Labels) {
+		t.Errorf("PodDisruptionBudget = %+v", pdb.Spec)
 	}
 
 	// Again: nothing changes, the token is kept.
@@ -268,6 +296,7 @@ func ownedObjects(t *testing.T, cs kubernetes.Interface, ns string) []metav1.Obj
 	add(cs.CoreV1().Secrets(ns).Get(ctx, SecretName, g))
 	add(cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, SessionsClaim, g))
 	add(cs.AppsV1().Deployments(ns).Get(ctx, WorkerName, g))
+	add(cs.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, WorkerName, g))
 	add(cs.CoreV1().Services(ns).Get(ctx, WorkerName, g))
 	add(cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, WorkerName, g))
 	return objs
@@ -591,6 +620,7 @@ func TestDelete(t *testing.T) {
 		}
 		want := all(Deleted)
 		want["Namespace"], want["PersistentVolumeClaim"] = Kept, Kept
+		want["HorizontalPodAutoscaler"] = Absent
 		if diff := cmp.Diff(want, map[string]Action(deleteActions(res))); diff != "" {
 			t.Errorf("Delete --keep-sessions (-want +got):\n%s", diff)
 		}
@@ -631,3 +661,5 @@ func deleteActions(r DeleteResult) map[string]Action {
 	}
 	return m
 }
+
+func ptr[T any](v T) *T { return &v }

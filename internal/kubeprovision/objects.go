@@ -3,17 +3,23 @@ package kubeprovision
 import (
 	"strconv"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 
 	"github.com/talkide/platform/internal/provision"
+	"github.com/talkide/platform/internal/store"
 )
 
 // The worker pod's user: not root, and the owner (by fsGroup) of the
@@ -32,19 +38,38 @@ const (
 	terminationSeconds = preStopSleep + drainSeconds + 10
 )
 
+// TurnsMetric is the worker replicas' gauge of running turns (on each
+// replica's /metrics) that the autoscaler scales on, as a pods metric.
+const TurnsMetric = "talkide_worker_turns_running"
+
+// scaleDownWindow is how long the autoscaler looks back before it removes
+// a replica: it removes one only when no recommendation of the last ten
+// minutes asked for it, so a burst of turns that pauses (a user reading
+// a reply) finds its replicas still there, and a removed replica, whose
+// conversations move to another through the lease, is not brought back a
+// minute later.
+const scaleDownWindow = 600
+
 // envObjects are the apply configurations of one tenant-env, in the order
 // they are applied: the namespace first, RBAC before the pod that uses it,
 // the Secret and claim before the Deployment that mounts them.
 type envObjects struct {
 	tenant, env, ns string
-	namespace       *corev1ac.NamespaceApplyConfiguration
-	serviceAccount  *corev1ac.ServiceAccountApplyConfiguration
-	role            *rbacv1ac.RoleApplyConfiguration
-	roleBinding     *rbacv1ac.RoleBindingApplyConfiguration
-	claim           *corev1ac.PersistentVolumeClaimApplyConfiguration
-	deployment      *appsv1ac.DeploymentApplyConfiguration
-	service         *corev1ac.ServiceApplyConfiguration
-	networkPolicy   *networkingv1ac.NetworkPolicyApplyConfiguration
+	// scale is the env's resolved scale: the Deployment's replicas when
+	// fixed, the autoscaler's bounds otherwise.
+	scale          store.EnvScale
+	namespace      *corev1ac.NamespaceApplyConfiguration
+	serviceAccount *corev1ac.ServiceAccountApplyConfiguration
+	role           *rbacv1ac.RoleApplyConfiguration
+	roleBinding    *rbacv1ac.RoleBindingApplyConfiguration
+	claim          *corev1ac.PersistentVolumeClaimApplyConfiguration
+	deployment     *appsv1ac.DeploymentApplyConfiguration
+	service        *corev1ac.ServiceApplyConfiguration
+	networkPolicy  *networkingv1ac.NetworkPolicyApplyConfiguration
+	// autoscaler is nil for a fixed count of replicas: then Sync deletes
+	// any the env had.
+	autoscaler       *autoscalingv2ac.HorizontalPodAutoscalerApplyConfiguration
+	disruptionBudget *policyv1ac.PodDisruptionBudgetApplyConfiguration
 }
 
 // labels are on every object of the tenant-env.
@@ -75,10 +100,13 @@ func WorkerRules() []rbacv1.PolicyRule {
 	}
 }
 
-func (p *Provisioner) objects(tenant, env string) envObjects {
+// objects are the apply configurations of tenant/env at scale. The
+// Deployment's replicas are those of a fixed scale; an autoscaled one's
+// are set by Sync from the Deployment's current count.
+func (p *Provisioner) objects(tenant, env string, scale store.EnvScale) envObjects {
 	ns := provision.Namespace(tenant, env)
 	l := labels(tenant, env)
-	o := envObjects{tenant: tenant, env: env, ns: ns}
+	o := envObjects{tenant: tenant, env: env, ns: ns, scale: scale.Resolved()}
 
 	nsLabels := labels(tenant, env)
 	// Pod Security admission refuses any pod of the namespace that is not
@@ -111,6 +139,12 @@ func (p *Provisioner) objects(tenant, env string) envObjects {
 	o.claim = corev1ac.PersistentVolumeClaim(SessionsClaim, ns).WithLabels(l).WithSpec(claim)
 
 	o.deployment = p.deployment(tenant, env, ns, l)
+	if !o.scale.Autoscaled() {
+		o.deployment.Spec.WithReplicas(int32(o.scale.MinReplicas))
+	} else {
+		o.autoscaler = autoscaler(ns, l, o.scale)
+	}
+	o.disruptionBudget = disruptionBudget(tenant, env, ns, l)
 
 	o.service = corev1ac.Service(WorkerName, ns).WithLabels(l).WithSpec(corev1ac.ServiceSpec().
 		WithType(corev1.ServiceTypeClusterIP).
@@ -136,6 +170,10 @@ func (p *Provisioner) deployment(tenant, env, ns string, l map[string]string) *a
 		// of the workspace files: this pod's user.
 		"--build-claim-mount", SessionsMount,
 		"--build-run-as-user", strconv.Itoa(workerUID),
+		// Each replica tells the others (and the control-plane) where it
+		// holds its conversations: its own pod's address, since the
+		// Service's name reaches any replica.
+		"--advertise-host", "$(POD_IP)",
 	}
 	args = append(args, p.o.WorkerArgs...)
 	probe := func(path string, period, failures int32) *corev1ac.ProbeApplyConfiguration {
@@ -151,6 +189,8 @@ func (p *Provisioner) deployment(tenant, env, ns string, l map[string]string) *a
 			corev1ac.EnvVar().WithName("TALKIDE_GATEWAY_BASE_URL").WithValue(p.o.ControlPlaneURL),
 			corev1ac.EnvVar().WithName("CLAUDE_CONFIG_DIR").WithValue(SessionsMount),
 			corev1ac.EnvVar().WithName("HOME").WithValue("/tmp"),
+			corev1ac.EnvVar().WithName("POD_IP").WithValueFrom(corev1ac.EnvVarSource().
+				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("status.podIP"))),
 		).
 		WithPorts(corev1ac.ContainerPort().WithName("command").WithContainerPort(p.o.WorkerPort).WithProtocol(corev1.ProtocolTCP)).
 		WithResources(corev1ac.ResourceRequirements().
@@ -189,7 +229,6 @@ func (p *Provisioner) deployment(tenant, env, ns string, l map[string]string) *a
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 		)
 	return appsv1ac.Deployment(WorkerName, ns).WithLabels(l).WithSpec(appsv1ac.DeploymentSpec().
-		WithReplicas(1).
 		WithSelector(metav1ac.LabelSelector().WithMatchLabels(podLabels(tenant, env))).
 		// A second pod starts before the first stops: the session lease on
 		// the shared volume hands each conversation over, so two replicas
@@ -219,11 +258,58 @@ func (p *Provisioner) networkPolicy(tenant, env, ns string, l map[string]string)
 		}
 		egress = append(egress, r)
 	}
+	// The env's own replicas reach each other on the worker port: a
+	// command that reached a replica not holding its conversation's
+	// lease is passed to the holder. A pod selector without a namespace
+	// selector names pods of this namespace only.
+	replicas := networkingv1ac.NetworkPolicyPeer().WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(podLabels(tenant, env)))
+	egress = append(egress, networkingv1ac.NetworkPolicyEgressRule().WithTo(replicas).WithPorts(port(tcp, p.o.WorkerPort)))
 	return networkingv1ac.NetworkPolicy(WorkerName, ns).WithLabels(l).WithSpec(networkingv1ac.NetworkPolicySpec().
 		WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(podLabels(tenant, env))).
 		WithPolicyTypes(networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress).
-		WithIngress(networkingv1ac.NetworkPolicyIngressRule().WithFrom(cpPeer).WithPorts(port(tcp, p.o.WorkerPort))).
+		WithIngress(
+			networkingv1ac.NetworkPolicyIngressRule().WithFrom(cpPeer).WithPorts(port(tcp, p.o.WorkerPort)),
+			networkingv1ac.NetworkPolicyIngressRule().WithFrom(replicas).WithPorts(port(tcp, p.o.WorkerPort))).
 		WithEgress(egress...))
+}
+
+// autoscaler keeps the worker Deployment's replicas within sc's bounds at
+// sc.TurnsPerReplica running turns per replica, on the replicas' own
+// gauge (served to the autoscaler by a custom-metrics adapter).
+func autoscaler(ns string, l map[string]string, sc store.EnvScale) *autoscalingv2ac.HorizontalPodAutoscalerApplyConfiguration {
+	return autoscalingv2ac.HorizontalPodAutoscaler(WorkerName, ns).WithLabels(l).WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().
+		WithScaleTargetRef(autoscalingv2ac.CrossVersionObjectReference().WithAPIVersion("apps/v1").WithKind("Deployment").WithName(WorkerName)).
+		WithMinReplicas(int32(sc.MinReplicas)).
+		WithMaxReplicas(int32(sc.MaxReplicas)).
+		WithMetrics(autoscalingv2ac.MetricSpec().WithType(autoscalingv2.PodsMetricSourceType).
+			WithPods(autoscalingv2ac.PodsMetricSource().
+				WithMetric(autoscalingv2ac.MetricIdentifier().WithName(TurnsMetric)).
+				WithTarget(autoscalingv2ac.MetricTarget().WithType(autoscalingv2.AverageValueMetricType).
+					WithAverageValue(*resource.NewQuantity(int64(sc.TurnsPerReplica), resource.DecimalSI))))).
+		WithBehavior(autoscalingv2ac.HorizontalPodAutoscalerBehavior().
+			// Up at once (the default), down one replica a minute after
+			// the window: each removed replica drains its running turns
+			// and hands its conversations over before the next goes.
+			WithScaleDown(autoscalingv2ac.HPAScalingRules().
+				WithStabilizationWindowSeconds(scaleDownWindow).
+				WithPolicies(autoscalingv2ac.HPAScalingPolicy().WithType(autoscalingv2.PodsScalingPolicy).WithValue(1).WithPeriodSeconds(60)))))
+}
+
+// disruptionBudget lets a voluntary disruption (a node's drain, a cluster
+// upgrade) evict one worker replica at a time. maxUnavailable 1 rather
+// than minAvailable: with minAvailable 1, an env of one replica would
+// never allow an eviction and would block every drain of its node until
+// someone deleted the pod by hand. Evicting it leaves the env without a
+// worker until the replacement is ready, which the worker's drain
+// (running turns finish, idle conversations handed over through the
+// lease) and the clients' retries bridge. With several replicas, the others keep serving while
+// one moves. A replica that is not ready may always be evicted: it
+// serves nothing, and waiting for it would block the drain just the same.
+func disruptionBudget(tenant, env, ns string, l map[string]string) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
+	return policyv1ac.PodDisruptionBudget(WorkerName, ns).WithLabels(l).WithSpec(policyv1ac.PodDisruptionBudgetSpec().
+		WithSelector(metav1ac.LabelSelector().WithMatchLabels(podLabels(tenant, env))).
+		WithMaxUnavailable(intstr.FromInt32(1)).
+		WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
 }
 
 // secret is the token Secret's apply configuration for ws; resourceVersion,

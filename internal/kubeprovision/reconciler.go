@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -38,8 +39,12 @@ func (p *Provisioner) Run(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(p.cs, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ManagedSelector }))
 	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.enqueue(q, obj) },
-		UpdateFunc: func(_, obj any) { p.enqueue(q, obj) },
+		AddFunc: func(obj any) { p.enqueue(q, obj) },
+		UpdateFunc: func(old, obj any) {
+			if !statusOnly(old, obj) {
+				p.enqueue(q, obj)
+			}
+		},
 		DeleteFunc: func(obj any) { p.enqueue(q, obj) },
 	}
 	for _, inf := range []cache.SharedIndexInformer{
@@ -50,6 +55,8 @@ func (p *Provisioner) Run(ctx context.Context) error {
 		factory.Core().V1().Secrets().Informer(),
 		factory.Core().V1().PersistentVolumeClaims().Informer(),
 		factory.Apps().V1().Deployments().Informer(),
+		factory.Autoscaling().V2().HorizontalPodAutoscalers().Informer(),
+		factory.Policy().V1().PodDisruptionBudgets().Informer(),
 		factory.Core().V1().Services().Informer(),
 		factory.Networking().V1().NetworkPolicies().Informer(),
 	} {
@@ -141,6 +148,23 @@ func (p *Provisioner) enqueue(q workqueue.TypedRateLimitingInterface[envKey], ob
 	if l[LabelTenant] != "" && l[LabelEnv] != "" {
 		q.Add(envKey{l[LabelTenant], l[LabelEnv]})
 	}
+}
+
+// statusOnly reports whether an update of an owned object changed its
+// status alone: a sync never reads a status, so it would change nothing.
+// An autoscaler writes its status at every look at the metric, a
+// Deployment's at every pod that starts or becomes ready; syncing on
+// those would sync an autoscaled env every few seconds. The generation
+// counts spec changes of the kinds that have one (0 for those that do
+// not, whose updates are always synced); labels are compared since they
+// map an object to its env.
+func statusOnly(old, obj any) bool {
+	o, ok1 := old.(metav1.Object)
+	n, ok2 := obj.(metav1.Object)
+	if !ok1 || !ok2 || n.GetGeneration() == 0 {
+		return false
+	}
+	return o.GetGeneration() == n.GetGeneration() && maps.Equal(o.GetLabels(), n.GetLabels())
 }
 
 // work syncs one queued env; false when the queue is shut down.

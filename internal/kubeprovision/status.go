@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/talkide/platform/internal/provision"
+	"github.com/talkide/platform/internal/store"
 )
 
 // ObjectStatus is one object of a tenant-env as the cluster has it.
@@ -26,6 +29,15 @@ type Status struct {
 	// worker's /readyz: session volume writable, token readable,
 	// control-plane reachable).
 	Ready bool
+	// Scale is the env's scale as the store has it, resolved.
+	Scale store.EnvScale
+	// DesiredReplicas and ReadyReplicas are the Deployment's (0 when it
+	// does not exist).
+	DesiredReplicas, ReadyReplicas int32
+	// Autoscaler is the autoscaler's state in a line ("" without one):
+	// its bounds, its current and desired replicas, and what its
+	// conditions report when one is not true (no metric, say).
+	Autoscaler string
 }
 
 // Status reads the objects of tenant/env.
@@ -35,7 +47,7 @@ func (p *Provisioner) Status(ctx context.Context, tenant, env string) (Status, e
 		return Status{}, fmt.Errorf("kubeprovision: %w", err)
 	}
 	ns := provision.Namespace(tenant, env)
-	st := Status{Tenant: tenant, Env: env, Namespace: ns, Retired: !e.RetiredAt.IsZero()}
+	st := Status{Tenant: tenant, Env: env, Namespace: ns, Retired: !e.RetiredAt.IsZero(), Scale: e.Scale.Resolved()}
 	get := metav1.GetOptions{}
 	core := p.cs.CoreV1()
 	add := func(kind, name string, err error, detail func() string) error {
@@ -91,7 +103,21 @@ func (p *Provisioner) Status(ctx context.Context, tenant, env string) (Status, e
 		}
 		s := dep.Status
 		st.Ready = dep.Status.ObservedGeneration >= dep.Generation && s.UpdatedReplicas >= want && s.ReadyReplicas >= want && s.AvailableReplicas >= want
+		st.DesiredReplicas, st.ReadyReplicas = want, s.ReadyReplicas
 		return fmt.Sprintf("%d/%d ready, %d updated", s.ReadyReplicas, want, s.UpdatedReplicas)
+	}); err != nil {
+		return st, err
+	}
+	hpa, err := p.cs.AutoscalingV2().HorizontalPodAutoscalers(ns).Get(ctx, WorkerName, get)
+	if err := add("HorizontalPodAutoscaler", ns+"/"+WorkerName, err, func() string {
+		st.Autoscaler = autoscalerState(hpa)
+		return st.Autoscaler
+	}); err != nil {
+		return st, err
+	}
+	pdb, err := p.cs.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, WorkerName, get)
+	if err := add("PodDisruptionBudget", ns+"/"+WorkerName, err, func() string {
+		return fmt.Sprintf("%d disruption(s) allowed", pdb.Status.DisruptionsAllowed)
 	}); err != nil {
 		return st, err
 	}
@@ -104,4 +130,24 @@ func (p *Provisioner) Status(ctx context.Context, tenant, env string) (Status, e
 		return st, err
 	}
 	return st, nil
+}
+
+// autoscalerState says in a line what the autoscaler h does: its bounds,
+// the replicas it has and wants, and each condition that says something
+// is wrong or bounded (AbleToScale or ScalingActive not true, ScalingLimited
+// true), with its reason (FailedGetPodsMetric when no adapter serves the
+// metric) and message.
+func autoscalerState(h *autoscalingv2.HorizontalPodAutoscaler) string {
+	lo := int32(1)
+	if h.Spec.MinReplicas != nil {
+		lo = *h.Spec.MinReplicas
+	}
+	s := fmt.Sprintf("%d-%d replicas, current %d, desired %d", lo, h.Spec.MaxReplicas, h.Status.CurrentReplicas, h.Status.DesiredReplicas)
+	for _, c := range h.Status.Conditions {
+		limited := c.Type == autoscalingv2.ScalingLimited
+		if (c.Status == corev1.ConditionTrue) == limited {
+			s += fmt.Sprintf("; %s %s: %s: %s", c.Type, c.Status, c.Reason, c.Message)
+		}
+	}
+	return s
 }

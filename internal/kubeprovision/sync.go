@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/store"
@@ -91,71 +92,9 @@ func (p *Provisioner) Sync(ctx context.Context, tenant, env string, so *SyncOpti
 	if !e.RetiredAt.IsZero() {
 		return Result{}, fmt.Errorf("kubeprovision: %s/%s: %w (since %s; talkide admin env add makes it live again)", tenant, env, ErrRetired, e.RetiredAt.Format(time.RFC3339))
 	}
-	o := p.objects(tenant, env)
+	o := p.objects(tenant, env, e.Scale)
 	res := Result{Tenant: tenant, Env: env, Namespace: o.ns, WorkerURL: p.WorkerURL(tenant, env)}
-	apply := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
-	core, rbac := p.cs.CoreV1(), p.cs.RbacV1()
-	steps := []struct {
-		kind, name string
-		get, apply func(context.Context) (kubeObject, error)
-	}{
-		{"Namespace", o.ns,
-			func(ctx context.Context) (kubeObject, error) {
-				return core.Namespaces().Get(ctx, o.ns, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return core.Namespaces().Apply(ctx, o.namespace, apply)
-			}},
-		{"ServiceAccount", WorkerName,
-			func(ctx context.Context) (kubeObject, error) {
-				return core.ServiceAccounts(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return core.ServiceAccounts(o.ns).Apply(ctx, o.serviceAccount, apply)
-			}},
-		{"Role", WorkerName,
-			func(ctx context.Context) (kubeObject, error) {
-				return rbac.Roles(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) { return rbac.Roles(o.ns).Apply(ctx, o.role, apply) }},
-		{"RoleBinding", WorkerName,
-			func(ctx context.Context) (kubeObject, error) {
-				return rbac.RoleBindings(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return rbac.RoleBindings(o.ns).Apply(ctx, o.roleBinding, apply)
-			}},
-		{"Secret", SecretName, nil, nil}, // tokenSecret
-		{"PersistentVolumeClaim", SessionsClaim,
-			func(ctx context.Context) (kubeObject, error) {
-				return core.PersistentVolumeClaims(o.ns).Get(ctx, SessionsClaim, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return core.PersistentVolumeClaims(o.ns).Apply(ctx, o.claim, apply)
-			}},
-		{"Deployment", WorkerName,
-			func(ctx context.Context) (kubeObject, error) {
-				return p.cs.AppsV1().Deployments(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return p.cs.AppsV1().Deployments(o.ns).Apply(ctx, o.deployment, apply)
-			}},
-		{"Service", WorkerName,
-			func(ctx context.Context) (kubeObject, error) {
-				return core.Services(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return core.Services(o.ns).Apply(ctx, o.service, apply)
-			}},
-		{"NetworkPolicy", WorkerName,
-			func(ctx context.Context) (kubeObject, error) {
-				return p.cs.NetworkingV1().NetworkPolicies(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return p.cs.NetworkingV1().NetworkPolicies(o.ns).Apply(ctx, o.networkPolicy, apply)
-			}},
-	}
-	for _, s := range steps {
+	for _, s := range p.steps(o) {
 		name := s.name
 		if s.kind != "Namespace" {
 			name = o.ns + "/" + s.name
@@ -175,6 +114,18 @@ func (p *Provisioner) Sync(ctx context.Context, tenant, env string, so *SyncOpti
 		} else if !apierrors.IsNotFound(err) {
 			return res, fmt.Errorf("kubeprovision: get %s %s: %w", s.kind, name, err)
 		}
+		if s.apply == nil {
+			// Not wanted (an autoscaler of an env back at a fixed count).
+			act := Absent
+			if before != nil {
+				if err := s.remove(ctx); err != nil && !apierrors.IsNotFound(err) {
+					return res, fmt.Errorf("kubeprovision: delete %s %s: %w", s.kind, name, err)
+				}
+				act = Deleted
+			}
+			res.Changes = append(res.Changes, Change{Kind: s.kind, Name: name, Action: act})
+			continue
+		}
 		after, err := s.apply(ctx)
 		if err != nil {
 			return res, fmt.Errorf("kubeprovision: apply %s %s: %w", s.kind, name, err)
@@ -191,6 +142,138 @@ func (p *Provisioner) Sync(ctx context.Context, tenant, env string, so *SyncOpti
 	p.log.Info("synced tenant-env", "tenant", tenant, "env", env, "changed", res.Changed(), "rotated", res.Rotation != nil)
 	return res, nil
 }
+
+// step is one object of a sync: get reads it, apply applies it; the token
+// Secret's step has neither (tokenSecret does it), and an object the env
+// must not have has no apply and is removed when it exists.
+type step struct {
+	kind, name string
+	get, apply func(context.Context) (kubeObject, error)
+	remove     func(context.Context) error
+}
+
+// steps are the objects of o in the order Sync applies them. The
+// autoscaler comes before the Deployment, so that an env going back to a
+// fixed count loses its autoscaler before the Deployment's replicas are
+// set, and no autoscaler changes them after.
+func (p *Provisioner) steps(o envObjects) []step {
+	apply := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+	del := metav1.DeleteOptions{}
+	core, rbac := p.cs.CoreV1(), p.cs.RbacV1()
+	hpas := p.cs.AutoscalingV2().HorizontalPodAutoscalers(o.ns)
+	deps := p.cs.AppsV1().Deployments(o.ns)
+	autoscaler := step{"HorizontalPodAutoscaler", WorkerName,
+		func(ctx context.Context) (kubeObject, error) { return hpas.Get(ctx, WorkerName, metav1.GetOptions{}) },
+		nil,
+		func(ctx context.Context) error { return hpas.Delete(ctx, WorkerName, del) }}
+	if o.autoscaler != nil {
+		autoscaler.apply = func(ctx context.Context) (kubeObject, error) { return hpas.Apply(ctx, o.autoscaler, apply) }
+	}
+	return []step{
+		{"Namespace", o.ns,
+			func(ctx context.Context) (kubeObject, error) {
+				return core.Namespaces().Get(ctx, o.ns, metav1.GetOptions{})
+			},
+			func(ctx context.Context) (kubeObject, error) {
+				return core.Namespaces().Apply(ctx, o.namespace, apply)
+			}, nil},
+		{"ServiceAccount", WorkerName,
+			func(ctx context.Context) (kubeObject, error) {
+				return core.ServiceAccounts(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
+			},
+			func(ctx context.Context) (kubeObject, error) {
+				return core.ServiceAccounts(o.ns).Apply(ctx, o.serviceAccount, apply)
+			}, nil},
+		{"Role", WorkerName,
+			func(ctx context.Context) (kubeObject, error) {
+				return rbac.Roles(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
+			},
+			func(ctx context.Context) (kubeObject, error) { return rbac.Roles(o.ns).Apply(ctx, o.role, apply) }, nil},
+		{"RoleBinding", WorkerName,
+			func(ctx context.Context) (kubeObject, error) {
+				return rbac.RoleBindings(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
+			},
+			func(ctx context.Context) (kubeObject, error) {
+				return rbac.RoleBindings(o.ns).Apply(ctx, o.roleBinding, apply)
+			}, nil},
+		{"Secret", SecretName, nil, nil, nil}, // tokenSecret
+		{"PersistentVolumeClaim", SessionsClaim,
+			func(ctx context.Context) (kubeObject, error) {
+				return core.PersistentVolumeClaims(o.ns).Get(ctx, SessionsClaim, metav1.GetOptions{})
+			},
+			func(ctx context.Context) (kubeObject, error) {
+				return core.PersistentVolumeClaims(o.ns).Apply(ctx, o.claim, apply)
+			}, nil},
+		autoscaler,
+		{"Deployment", WorkerName,
+			func(ctx context.Context) (kubeObject, error) { return deps.Get(ctx, WorkerName, metav1.GetOptions{}) },
+			func(ctx context.Context) (kubeObject, error) { return p.applyDeployment(ctx, o) }, nil},
+		{"PodDisruptionBudget", WorkerName,
+			func(ctx context.Context) (kubeObject, error) {
+				return p.cs.PolicyV1().PodDisruptionBudgets(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
+			},
+			func(ctx context.Context) (kubeObject, error) {
+				return p.cs.PolicyV1().PodDisruptionBudgets(o.ns).Apply(ctx, o.disruptionBudget, apply)
+			}, nil},
+		{"Service", WorkerName,
+			func(ctx context.Context) (kubeObject, error) {
+				return core.Services(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
+			},
+			func(ctx context.Context) (kubeObject, error) {
+				return core.Services(o.ns).Apply(ctx, o.service, apply)
+			}, nil},
+		{"NetworkPolicy", WorkerName,
+			func(ctx context.Context) (kubeObject, error) {
+				return p.cs.NetworkingV1().NetworkPolicies(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
+			},
+			func(ctx context.Context) (kubeObject, error) {
+				return p.cs.NetworkingV1().NetworkPolicies(o.ns).Apply(ctx, o.networkPolicy, apply)
+			}, nil},
+	}
+}
+
+// applyDeployment applies the worker Deployment. At a fixed count its
+// replicas are that count. Under an autoscaler they are the Deployment's
+// current replicas clamped to the bounds: the autoscaler changes them
+// through the scale subresource, and an apply that left them out would
+// not leave them alone (while this manager owns the field, omitting it
+// removes it, and the server defaults it to 1). The read count is
+// guarded by its resourceVersion, so a count the autoscaler set between
+// the read and the apply is read again rather than overwritten.
+func (p *Provisioner) applyDeployment(ctx context.Context, o envObjects) (kubeObject, error) {
+	deps := p.cs.AppsV1().Deployments(o.ns)
+	apply := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+	if o.autoscaler == nil {
+		return deps.Apply(ctx, o.deployment, apply)
+	}
+	var after kubeObject
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		// o is this sync's own: its Deployment is changed in place.
+		d := o.deployment
+		d.ResourceVersion = nil
+		replicas := int32(o.scale.MinReplicas)
+		cur, err := deps.Get(ctx, WorkerName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return err
+		default:
+			if cur.Spec.Replicas != nil {
+				replicas = clamp(*cur.Spec.Replicas, int32(o.scale.MinReplicas), int32(o.scale.MaxReplicas))
+			}
+			d.WithResourceVersion(cur.ResourceVersion)
+		}
+		d.Spec.WithReplicas(replicas)
+		a, err := deps.Apply(ctx, d, apply)
+		if err == nil {
+			after = a
+		}
+		return err
+	})
+	return after, err
+}
+
+func clamp(n, lo, hi int32) int32 { return max(lo, min(n, hi)) }
 
 // kubeObject is what the typed clients return.
 type kubeObject interface {

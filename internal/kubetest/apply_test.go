@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,9 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -81,6 +84,22 @@ func TestApplyProvisionerKinds(t *testing.T) {
 				WithSpec(corev1ac.ServiceSpec().
 					WithSelector(map[string]string{"app": "worker"}).
 					WithPorts(corev1ac.ServicePort().WithName("http").WithPort(80).WithTargetPort(intstr.FromString("http")))), opts)
+		}},
+		{"HorizontalPodAutoscaler", func(ctx context.Context, cs *kubernetes.Clientset) (metav1.Object, error) {
+			return cs.AutoscalingV2().HorizontalPodAutoscalers(nsName).Apply(ctx, autoscalingv2ac.HorizontalPodAutoscaler("worker", nsName).
+				WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().
+					WithScaleTargetRef(autoscalingv2ac.CrossVersionObjectReference().WithAPIVersion("apps/v1").WithKind("Deployment").WithName("worker")).
+					WithMinReplicas(1).WithMaxReplicas(3).
+					WithMetrics(autoscalingv2ac.MetricSpec().WithType(autoscalingv2.PodsMetricSourceType).
+						WithPods(autoscalingv2ac.PodsMetricSource().
+							WithMetric(autoscalingv2ac.MetricIdentifier().WithName("turns_running")).
+							WithTarget(autoscalingv2ac.MetricTarget().WithType(autoscalingv2.AverageValueMetricType).WithAverageValue(resource.MustParse("8")))))), opts)
+		}},
+		{"PodDisruptionBudget", func(ctx context.Context, cs *kubernetes.Clientset) (metav1.Object, error) {
+			return cs.PolicyV1().PodDisruptionBudgets(nsName).Apply(ctx, policyv1ac.PodDisruptionBudget("worker", nsName).
+				WithSpec(policyv1ac.PodDisruptionBudgetSpec().
+					WithSelector(metav1ac.LabelSelector().WithMatchLabels(map[string]string{"app": "worker"})).
+					WithMaxUnavailable(intstr.FromInt32(1))), opts)
 		}},
 		{"NetworkPolicy", func(ctx context.Context, cs *kubernetes.Clientset) (metav1.Object, error) {
 			return cs.NetworkingV1().NetworkPolicies(nsName).Apply(ctx, networkingv1ac.NetworkPolicy("default-deny", nsName).

@@ -10,6 +10,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
@@ -21,7 +22,7 @@ var (
 	ErrConflict = errors.New("conflict")
 )
 
-// Env is one environment of one tenant, served by one worker.
+// Env is one environment of one tenant, served by its worker replicas.
 type Env struct {
 	Tenant    string
 	Name      string
@@ -30,6 +31,88 @@ type Env struct {
 	// RetiredAt is when the env was retired (talkide admin env delete):
 	// its rows stay, but no worker is provisioned for it. Zero while live.
 	RetiredAt time.Time
+	// Scale is how many worker replicas serve the env; only SetEnvScale
+	// writes it.
+	Scale EnvScale
+}
+
+// Scale defaults and bounds.
+const (
+	// DefaultTurnsPerReplica is the autoscaler's target of running turns
+	// per replica: a turn mostly waits on the model, so a replica runs
+	// several at once, yet few enough that one replica's share of the
+	// session volume and CPU stays small.
+	DefaultTurnsPerReplica = 8
+	// MaxEnvReplicas bounds the replicas of one env: every replica mounts
+	// the same session volume, whose file server is shared by the env.
+	MaxEnvReplicas = 50
+	// MaxTurnsPerReplica bounds the target: past it a replica's CPU, not
+	// the model, limits the turns.
+	MaxTurnsPerReplica = 1000
+)
+
+// ErrInvalidScale is wrapped by EnvScale.Validate.
+var ErrInvalidScale = errors.New("invalid scale")
+
+// EnvScale is how many worker replicas a tenant-env runs. A zero field is
+// its default: MinReplicas 1, MaxReplicas MinReplicas (a fixed count),
+// TurnsPerReplica DefaultTurnsPerReplica. With MaxReplicas above
+// MinReplicas an autoscaler keeps the count between the two, aiming at
+// TurnsPerReplica running turns on each replica.
+type EnvScale struct {
+	MinReplicas     int
+	MaxReplicas     int
+	TurnsPerReplica int
+}
+
+// Resolved is s with its defaults filled in.
+func (s EnvScale) Resolved() EnvScale {
+	if s.MinReplicas == 0 {
+		s.MinReplicas = 1
+	}
+	if s.MaxReplicas == 0 {
+		s.MaxReplicas = s.MinReplicas
+	}
+	if s.TurnsPerReplica == 0 {
+		s.TurnsPerReplica = DefaultTurnsPerReplica
+	}
+	return s
+}
+
+// Autoscaled reports whether the replicas follow the load (MaxReplicas
+// above MinReplicas, once resolved).
+func (s EnvScale) Autoscaled() bool {
+	r := s.Resolved()
+	return r.MaxReplicas > r.MinReplicas
+}
+
+// Summary says what s is, resolved: "3 replica(s) (fixed)" or "2-5
+// replicas (autoscaled at 8 running turns per replica)".
+func (s EnvScale) Summary() string {
+	r := s.Resolved()
+	if !r.Autoscaled() {
+		return fmt.Sprintf("%d replica(s) (fixed)", r.MinReplicas)
+	}
+	return fmt.Sprintf("%d-%d replicas (autoscaled at %d running turns per replica)", r.MinReplicas, r.MaxReplicas, r.TurnsPerReplica)
+}
+
+// Validate checks s once resolved: 1 ≤ MinReplicas ≤ MaxReplicas ≤
+// MaxEnvReplicas and 1 ≤ TurnsPerReplica ≤ MaxTurnsPerReplica. A
+// negative field is never a default.
+func (s EnvScale) Validate() error {
+	if s.MinReplicas < 0 || s.MaxReplicas < 0 || s.TurnsPerReplica < 0 {
+		return fmt.Errorf("%w: a negative value (min %d, max %d, turns per replica %d)", ErrInvalidScale, s.MinReplicas, s.MaxReplicas, s.TurnsPerReplica)
+	}
+	r := s.Resolved()
+	switch {
+	case r.MaxReplicas > MaxEnvReplicas:
+		return fmt.Errorf("%w: %d replicas, at most %d", ErrInvalidScale, r.MaxReplicas, MaxEnvReplicas)
+	case r.MinReplicas > r.MaxReplicas:
+		return fmt.Errorf("%w: min replicas %d above max replicas %d", ErrInvalidScale, r.MinReplicas, r.MaxReplicas)
+	case r.TurnsPerReplica > MaxTurnsPerReplica:
+		return fmt.Errorf("%w: %d turns per replica, at most %d", ErrInvalidScale, r.TurnsPerReplica, MaxTurnsPerReplica)
+	}
+	return nil
 }
 
 // IdentityToken is the stored half of an identity token: never the token.
@@ -277,12 +360,17 @@ type UsagePage struct {
 // the millisecond and returned in UTC, durations to the microsecond.
 type Store interface {
 	// PutEnv creates the tenant (if needed) and the env, or updates the
-	// env's WorkerURL; an existing env keeps its CreatedAt, and a retired
-	// one becomes live again (e.RetiredAt is ignored).
+	// env's WorkerURL; an existing env keeps its CreatedAt and Scale, and a
+	// retired one becomes live again (e.RetiredAt and e.Scale are
+	// ignored).
 	PutEnv(ctx context.Context, e Env) error
 	// RetireEnv marks the env retired at at; an env already retired keeps
 	// its first RetiredAt.
 	RetireEnv(ctx context.Context, tenant, env string, at time.Time) error
+	// SetEnvScale sets the env's Scale as given (zeros stay zeros, read
+	// as the defaults): ErrNotFound for an unknown env, ErrInvalidScale
+	// wrapped when scale.Validate fails.
+	SetEnvScale(ctx context.Context, tenant, env string, scale EnvScale) error
 	GetEnv(ctx context.Context, tenant, env string) (Env, error)
 	// ListEnvs returns every env ordered by tenant, then name.
 	ListEnvs(ctx context.Context) ([]Env, error)

@@ -11,7 +11,7 @@ import (
 // Tenants and envs. A tenant is stored with its first env and only ever
 // referred to.
 
-const envColumns = `tenant, name, worker_url, created_at, retired_at`
+const envColumns = `tenant, name, worker_url, created_at, retired_at, min_replicas, max_replicas, turns_per_replica`
 
 const (
 	insertTenant = `INSERT INTO tenants (id, created_at) VALUES ($1, $2)
@@ -24,6 +24,8 @@ const (
 
 	// retireEnv keeps the first retirement's time.
 	retireEnv = `UPDATE envs SET retired_at = COALESCE(retired_at, $1) WHERE tenant = $2 AND name = $3`
+
+	setEnvScale = `UPDATE envs SET min_replicas = $1, max_replicas = $2, turns_per_replica = $3 WHERE tenant = $4 AND name = $5`
 
 	getEnv = `SELECT ` + envColumns + ` FROM envs WHERE tenant = $1 AND name = $2`
 )
@@ -42,11 +44,13 @@ func scanEnv(r Row) (store.Env, error) {
 		created int64
 		retired *int64
 	)
-	if err := r.Scan(&e.Tenant, &e.Name, &e.WorkerURL, &created, &retired); err != nil {
+	var minR, maxR, turns int64
+	if err := r.Scan(&e.Tenant, &e.Name, &e.WorkerURL, &created, &retired, &minR, &maxR, &turns); err != nil {
 		return store.Env{}, err
 	}
 	e.CreatedAt = FromMillis(created)
 	e.RetiredAt = fromNullMillis(retired)
+	e.Scale = store.EnvScale{MinReplicas: int(minR), MaxReplicas: int(maxR), TurnsPerReplica: int(turns)}
 	return e, nil
 }
 
@@ -94,6 +98,22 @@ func (t *Tables) RetireEnv(ctx context.Context, tenant, env string, at time.Time
 	}
 	if err != nil {
 		return fmt.Errorf("%s: retire env %s/%s: %w", t.name, tenant, env, err)
+	}
+	return nil
+}
+
+// SetEnvScale implements store.Store.
+func (t *Tables) SetEnvScale(ctx context.Context, tenant, env string, sc store.EnvScale) error {
+	err := sc.Validate()
+	if err == nil {
+		var n int64
+		n, err = t.db.Exec(ctx, setEnvScale, sc.MinReplicas, sc.MaxReplicas, sc.TurnsPerReplica, tenant, env)
+		if err == nil && n == 0 {
+			err = store.ErrNotFound
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s: set scale of env %s/%s: %w", t.name, tenant, env, err)
 	}
 	return nil
 }

@@ -84,15 +84,21 @@ func TestArgsScanRoundTrip(t *testing.T) {
 		want any
 	}{
 		"env": {
-			// the insert's columns and a NULL retired_at
-			row:  append(envArgs(store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: t0}), nullMillis(time.Time{})),
+			// the insert's columns, a NULL retired_at and the default scale
+			row:  append(envArgs(store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: t0}), nullMillis(time.Time{}), int64(0), int64(0), int64(0)),
 			scan: scanAs(scanEnv),
 			want: store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: ms(t0)},
 		},
 		"retired env": {
-			row:  append(envArgs(store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: t0}), nullMillis(t0)),
+			row:  append(envArgs(store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: t0}), nullMillis(t0), int64(0), int64(0), int64(0)),
 			scan: scanAs(scanEnv),
 			want: store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: ms(t0), RetiredAt: ms(t0)},
+		},
+		"scaled env": {
+			// min_replicas, max_replicas, turns_per_replica
+			row:  append(envArgs(store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: t0}), nullMillis(time.Time{}), int64(2), int64(5), int64(4)),
+			scan: scanAs(scanEnv),
+			want: store.Env{Tenant: "acme", Name: "prod", WorkerURL: "http://w", CreatedAt: ms(t0), Scale: store.EnvScale{MinReplicas: 2, MaxReplicas: 5, TurnsPerReplica: 4}},
 		},
 		"user": {
 			row:  userArgs(store.User{ID: "ada", Name: "Ada", CreatedAt: t0}),

@@ -25,6 +25,7 @@ import (
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests := map[string]func(*testing.T, store.Store){
 		"Envs":                 testEnvs,
+		"EnvScale":             testEnvScale,
 		"IdentityTokens":       testIdentityTokens,
 		"Users":                testUsers,
 		"Conversations":        testConversations,
