@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -63,21 +64,30 @@ func (e *env) kubectl(t *testing.T, args ...string) string {
 // (the user may belong to other envs of acme that tests add).
 func (e *env) conversation(t *testing.T) string {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, e.url+"/api/conversations", strings.NewReader(`{"tenant":"acme","env":"dev"}`))
+	id, err := e.tryConversation(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// tryConversation is conversation for goroutines other than the test's.
+func (e *env) tryConversation(ctx context.Context) (string, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/api/conversations", strings.NewReader(`{"tenant":"acme","env":"dev"}`))
 	req.Header.Set("Authorization", "Bearer "+e.token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer resp.Body.Close()
 	var c struct {
 		ID string `json:"id"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != http.StatusCreated {
-		t.Fatalf("create a conversation: %s %v", resp.Status, err)
+		return "", fmt.Errorf("create a conversation: %s %v", resp.Status, err)
 	}
-	return c.ID
+	return c.ID, nil
 }
 
 // errTurnEnded stops a stream at the end of the turn awaited.
