@@ -49,7 +49,8 @@ func clusterEnv(t *testing.T) *env {
 // kubectl runs kubectl against the cluster and returns its output.
 func (e *env) kubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	// Not cancelled with the test: cleanups run kubectl too.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "kubectl", args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)

@@ -3,15 +3,18 @@ package cluster
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/chatclient"
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -21,6 +24,9 @@ const (
 	replicaConversations = 1000
 	replicaSenders       = 16
 	replicaSettle        = 10 * time.Second
+	// replicaPace spaces one sender's turns: a turn is two requests (the
+	// message and its stream), and a token may make 600 a minute.
+	replicaPace = 250 * time.Millisecond
 )
 
 // scaleWorkers sets acme/dev's worker replicas with talkide admin env scale
@@ -42,6 +48,29 @@ func (e *env) scaleWorkers(t *testing.T, n int) {
 		}
 		time.Sleep(250 * time.Millisecond) // polling the Deployment's status
 	}
+}
+
+// senders returns n copies of e, each with an API token of its own for
+// the user e2e: the control-plane bounds the requests of one token (600 a
+// minute), and a thousand conversations turning are the work of a team.
+func (e *env) senders(t *testing.T, n int) []*env {
+	t.Helper()
+	es := make([]*env, n)
+	for i := range es {
+		out := e.cpAdmin(t, "api-token", "issue", "--user", "e2e", "--name", fmt.Sprintf("replicas-%d", i), "--ttl", "1h")
+		c := *e
+		for _, f := range strings.Fields(out) {
+			if strings.HasPrefix(f, "tka_") {
+				c.token = f
+			}
+		}
+		var err error
+		if c.client, err = chatclient.New(c.url, &chatclient.Options{Token: c.token}); c.token == e.token || err != nil {
+			t.Fatalf("no API token in %q: %v", out, err)
+		}
+		es[i] = &c
+	}
+	return es
 }
 
 // replica is one worker pod and the series its /metrics exported.
@@ -79,7 +108,7 @@ func (e *env) replicas(t *testing.T) []replica {
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
 			l := sc.Text()
-			if !strings.HasPrefix(l, "talkide_worker_") {
+			if !strings.HasPrefix(l, "talkide_worker_") && !strings.HasPrefix(l, seriesMemory) {
 				continue
 			}
 			i := strings.LastIndexByte(l, ' ')
@@ -94,11 +123,23 @@ func (e *env) replicas(t *testing.T) []replica {
 	return rs
 }
 
-// sum adds up one series over rs.
-func sum(rs []replica, name string) float64 {
+// since is how much series name grew on r since the replicas were
+// before (all of it on a pod that was not there then).
+func (r replica) since(before []replica, name string) float64 {
+	for _, b := range before {
+		if b.pod == r.pod {
+			return r.metric(name) - b.metric(name)
+		}
+	}
+	return r.metric(name)
+}
+
+// grew is how much series name grew over the replicas from before to
+// after.
+func grew(before, after []replica, name string) float64 {
 	var n float64
-	for _, r := range rs {
-		n += r.metric(name)
+	for _, r := range after {
+		n += r.since(before, name)
 	}
 	return n
 }
@@ -110,6 +151,7 @@ const (
 	seriesHolder    = `talkide_worker_commands_forwarded_total{reason="holder"}`
 	seriesPlacement = `talkide_worker_commands_forwarded_total{reason="placement"}`
 	seriesOpen      = "talkide_worker_sessions_open"
+	seriesMemory    = "process_resident_memory_bytes"
 )
 
 // sentTurn is a message the control-plane acknowledged and the turn it
@@ -149,41 +191,55 @@ type conversationLoad struct {
 	mu     sync.Mutex
 	sent   map[string][]sentTurn
 	last   map[string]int64 // the seq of each conversation's last turn end
+	took   []time.Duration  // how long each turn took, message to end
 	errors []error
 }
 
 // run has senders send one message after another to the conversations
 // ids, each sender its own share, until stop is closed (each conversation
-// at least once when once is set), and returns when they are all done.
-func (e *env) run(ctx context.Context, l *conversationLoad, ids []string, stop <-chan struct{}, once bool) {
+// once when stop is nil), and returns when they are all done. With fresh
+// set, every fresh-th message of a sender goes to a conversation it makes
+// then, as users start new ones.
+func run(ctx context.Context, senders []*env, l *conversationLoad, ids []string, stop <-chan struct{}, fresh int) {
 	var wg sync.WaitGroup
-	for s := range replicaSenders {
+	for s, e := range senders {
+		var own []string
+		for i := s; i < len(ids); i += len(senders) {
+			own = append(own, ids[i])
+		}
 		wg.Go(func() {
-			for i := s; ; i += replicaSenders {
-				if once && i >= len(ids) {
-					return
-				}
+			pace := time.NewTicker(replicaPace)
+			defer pace.Stop()
+			for k := 0; stop != nil || k < len(own); k++ {
 				select {
 				case <-stop:
-					if !once {
-						return
-					}
+					return
 				case <-ctx.Done():
 					return
-				default:
+				case <-pace.C:
 				}
-				id := ids[i%len(ids)]
+				id := own[k%len(own)]
+				if fresh > 0 && k%fresh == fresh-1 {
+					var err error
+					if id, err = e.tryConversation(ctx); err != nil {
+						l.fail(err)
+						continue
+					}
+					own = append(own, id)
+				}
 				l.mu.Lock()
 				n, after := len(l.sent[id]), l.last[id]
 				l.mu.Unlock()
+				start := time.Now()
 				sent, end, err := e.tryTurn(ctx, id, fmt.Sprintf("message %d to %s", n, id), after)
-				l.mu.Lock()
 				if err != nil {
-					l.errors = append(l.errors, err)
-				} else {
-					l.sent[id] = append(l.sent[id], sent)
-					l.last[id] = end.Seq
+					l.fail(err)
+					continue
 				}
+				l.mu.Lock()
+				l.sent[id] = append(l.sent[id], sent)
+				l.last[id] = end.Seq
+				l.took = append(l.took, time.Since(start))
 				l.mu.Unlock()
 			}
 		})
@@ -191,48 +247,94 @@ func (e *env) run(ctx context.Context, l *conversationLoad, ids []string, stop <
 	wg.Wait()
 }
 
-// check reads each conversation's whole stream and fails unless every
-// acknowledged message is in it once, its turn finished once with the
-// simulator's answer to it, and nothing else was sent.
-func (e *env) check(t *testing.T, l *conversationLoad) {
+// fail records a sender's failure.
+func (l *conversationLoad) fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errors = append(l.errors, err)
+}
+
+// turnTimes returns the p50, p99 and longest of the turns run since the
+// last call, from message to end, and forgets them.
+func (l *conversationLoad) turnTimes() (p50, p99, longest time.Duration) {
+	l.mu.Lock()
+	took := l.took
+	l.took = nil
+	l.mu.Unlock()
+	if len(took) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(took)
+	return took[len(took)/2], took[len(took)*99/100], took[len(took)-1]
+}
+
+// check reads each conversation's whole stream, the senders sharing the
+// reading, and fails unless every acknowledged message is in it once, its
+// turn finished once with the simulator's answer to it, and nothing else
+// was sent.
+func check(t *testing.T, senders []*env, l *conversationLoad) {
 	t.Helper()
 	for _, err := range l.errors {
 		t.Error(err)
 	}
-	for id, sent := range l.sent {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		users := map[string]int{}
-		finished := map[string]int{}
-		replies := map[string]string{}
-		last := sent[len(sent)-1].turn
-		err := e.client.Stream(ctx, id, 0, func(ev contract.Event) error {
-			switch ev.Kind {
-			case contract.KindUserMessage:
-				users[ev.Text]++
-			case contract.KindMessage:
-				replies[ev.TurnID] += ev.Text
-			case contract.KindTurnFinished:
-				finished[ev.TurnID]++
+	var ids []string
+	for id := range l.sent {
+		ids = append(ids, id)
+	}
+	var mu sync.Mutex
+	var problems []string
+	var wg sync.WaitGroup
+	for s, e := range senders {
+		wg.Go(func() {
+			for i := s; i < len(ids); i += len(senders) {
+				p := e.checkOne(t.Context(), ids[i], l.sent[ids[i]])
+				mu.Lock()
+				problems = append(problems, p...)
+				mu.Unlock()
 			}
-			if ev.TurnID == last && contract.Terminal(ev.Kind) {
-				return errTurnEnded
-			}
-			return nil
 		})
-		cancel()
-		if !errors.Is(err, errTurnEnded) {
-			t.Errorf("%s: reading its stream: %v", id, err)
-			continue
+	}
+	wg.Wait()
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// checkOne reads conversation id's stream and says what is wrong with it.
+func (e *env) checkOne(ctx context.Context, id string, sent []sentTurn) []string {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	users := map[string]int{}
+	finished := map[string]int{}
+	replies := map[string]string{}
+	last := sent[len(sent)-1].turn
+	err := e.client.Stream(ctx, id, 0, func(ev contract.Event) error {
+		switch ev.Kind {
+		case contract.KindUserMessage:
+			users[ev.Text]++
+		case contract.KindMessage:
+			replies[ev.TurnID] += ev.Text
+		case contract.KindTurnFinished:
+			finished[ev.TurnID]++
 		}
-		if len(users) != len(sent) {
-			t.Errorf("%s holds %d user messages, %d were acknowledged", id, len(users), len(sent))
+		if ev.TurnID == last && contract.Terminal(ev.Kind) {
+			return errTurnEnded
 		}
-		for _, s := range sent {
-			if users[s.text] != 1 || finished[s.turn] != 1 || !strings.Contains(replies[s.turn], s.text) {
-				t.Errorf("%s: %q is there %d times, its turn %s finished %d times with %q", id, s.text, users[s.text], s.turn, finished[s.turn], replies[s.turn])
-			}
+		return nil
+	})
+	if !errors.Is(err, errTurnEnded) {
+		return []string{fmt.Sprintf("%s: reading its stream: %v", id, err)}
+	}
+	var problems []string
+	if len(users) != len(sent) {
+		problems = append(problems, fmt.Sprintf("%s holds %d user messages, %d were acknowledged", id, len(users), len(sent)))
+	}
+	for _, s := range sent {
+		if users[s.text] != 1 || finished[s.turn] != 1 || !strings.Contains(replies[s.turn], s.text) {
+			problems = append(problems, fmt.Sprintf("%s: %q is there %d times, its turn %s finished %d times with %q", id, s.text, users[s.text], s.turn, finished[s.turn], replies[s.turn]))
 		}
 	}
+	return problems
 }
 
 // TestReplicasShareTheEnv: acme/dev is scaled to three worker replicas with
@@ -248,15 +350,17 @@ func TestReplicasShareTheEnv(t *testing.T) {
 	e := clusterEnv(t)
 	t.Cleanup(func() { e.scaleWorkers(t, 1) })
 	e.scaleWorkers(t, 3)
+	senders := e.senders(t, replicaSenders)
 
+	empty := e.replicas(t)
 	ids := make([]string, replicaConversations)
 	var created sync.WaitGroup
 	var mu sync.Mutex
 	var createErrs []error
-	for s := range replicaSenders {
+	for s, se := range senders {
 		created.Go(func() {
-			for i := s; i < len(ids); i += replicaSenders {
-				id, err := e.tryConversation(t.Context())
+			for i := s; i < len(ids); i += len(senders) {
+				id, err := se.tryConversation(t.Context())
 				mu.Lock()
 				if err != nil {
 					createErrs = append(createErrs, err)
@@ -273,78 +377,158 @@ func TestReplicasShareTheEnv(t *testing.T) {
 
 	l := &conversationLoad{sent: map[string][]sentTurn{}, last: map[string]int64{}}
 	before := e.replicas(t)
+	forwarded := 0.0
 	for round := range 2 {
 		start := time.Now()
-		e.run(t.Context(), l, ids, nil, true)
+		run(t.Context(), senders, l, ids, nil, 0)
 		elapsed := time.Since(start)
 		after := e.replicas(t)
 		if len(after) != 3 {
 			t.Fatalf("%d replicas answer, want 3", len(after))
 		}
 		for _, r := range after {
-			var was float64
-			for _, b := range before {
-				if b.pod == r.pod {
-					was = b.metric(seriesCommands)
-				}
-			}
+			n := r.since(before, seriesCommands)
 			t.Logf("figure: round %d, replica %s: %.0f commands, %.1f per second, %.0f conversations open", round+1, r.pod,
-				r.metric(seriesCommands)-was, (r.metric(seriesCommands)-was)/elapsed.Seconds(), r.metric(seriesOpen))
-			if r.metric(seriesOpen) == 0 {
-				t.Errorf("replica %s holds no conversation after round %d", r.pod, round+1)
+				n, n/elapsed.Seconds(), r.metric(seriesOpen))
+		}
+		// Spread: no replica holds two thirds of what the three hold (a
+		// replica that held many before may take none).
+		for _, r := range after {
+			if open := grew(nil, after, seriesOpen); r.metric(seriesOpen) > open*2/3 {
+				t.Errorf("replica %s holds %.0f of the %.0f open conversations after round %d", r.pod, r.metric(seriesOpen), open, round+1)
 			}
 		}
 		t.Logf("figure: round %d: %d turns in %s; forwarded to the holder %.0f, placed elsewhere %.0f, session_elsewhere %.0f",
-			round+1, len(ids), elapsed.Round(time.Millisecond), sum(after, seriesHolder), sum(after, seriesPlacement), sum(after, seriesElsewhere))
-		if n := sum(after, seriesElsewhere); n != 0 {
+			round+1, len(ids), elapsed.Round(time.Millisecond), grew(before, after, seriesHolder), grew(before, after, seriesPlacement), grew(before, after, seriesElsewhere))
+		if n := grew(before, after, seriesElsewhere); n != 0 {
 			t.Errorf("round %d: %.0f commands found no holder (session_elsewhere)", round+1, n)
 		}
+		forwarded += grew(before, after, seriesHolder)
 		before = after
 	}
-	if sum(before, seriesHolder) == 0 {
+	grown := grew(empty, before, seriesMemory) / grew(empty, before, seriesOpen)
+	t.Logf("figure: %.1f KiB of resident memory per open conversation (the replicas' growth over %d conversations)", grown/1024, len(ids))
+	if forwarded == 0 {
 		t.Error("no command was forwarded to its holder: the Service sent every one to the holder by chance, or the replicas do not route")
 	}
-	e.check(t, l)
+	check(t, senders, l)
 	if t.Failed() {
 		return
 	}
 
-	// Scaling during a load of turns.
+	// Scaling during a load of turns: a quarter of the conversations keep
+	// turning, the rest sit idle, and new ones start now and then.
+	p50, p99, longest := l.turnTimes()
+	t.Logf("figure: turns on 3 replicas took %s at p50, %s at p99, %s at the longest", p50, p99, longest)
 	stop := make(chan struct{})
 	loaded := make(chan struct{})
 	go func() {
 		defer close(loaded)
-		e.run(t.Context(), l, ids, stop, false)
+		run(t.Context(), senders, l, ids[:len(ids)/4], stop, 10)
 	}()
 	time.Sleep(replicaSettle)
 	e.scaleWorkers(t, 5)
-	deadline := time.Now().Add(2 * time.Minute)
+	scaled := time.Now()
 	for {
 		rs := e.replicas(t)
-		idle := 0
+		var empty []string
 		for _, r := range rs {
 			if r.metric(seriesOpen) == 0 {
-				idle++
+				empty = append(empty, r.pod)
 			}
 		}
-		if len(rs) == 5 && idle == 0 {
+		if len(rs) == 5 && len(empty) == 0 {
+			t.Logf("figure: %s after the fifth replica was ready, every replica holds conversations:", time.Since(scaled).Round(time.Second))
+			for _, r := range rs {
+				t.Logf("figure:   %s holds %.0f", r.pod, r.metric(seriesOpen))
+			}
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("two minutes after scaling to 5, %d replicas answer and %d of them hold no conversation", len(rs), idle)
+		if time.Since(scaled) > 2*time.Minute {
+			t.Errorf("two minutes after scaling to 5, %d replicas answer and %v hold no conversation", len(rs), empty)
 			break
 		}
 		time.Sleep(time.Second) // polling the new replicas' load
 	}
 	time.Sleep(replicaSettle)
+	p50, p99, longest = l.turnTimes()
+	t.Logf("figure: turns while scaling 3 → 5 took %s at p50, %s at p99, %s at the longest", p50, p99, longest)
 	e.scaleWorkers(t, 2)
 	time.Sleep(replicaSettle)
 	close(stop)
 	<-loaded
+	p50, p99, longest = l.turnTimes()
+	t.Logf("figure: turns while scaling 5 → 2 took %s at p50, %s at p99, %s at the longest (the longest: a conversation waiting for its holder's hand-over)", p50, p99, longest)
 	turns := 0
 	for _, s := range l.sent {
 		turns += len(s)
 	}
-	t.Logf("figure: %d turns acknowledged in all, %d of them while scaling 3 → 5 → 2", turns, turns-2*len(ids))
-	e.check(t, l)
+	t.Logf("figure: %d turns acknowledged in all, %d of them while scaling 3 → 5 → 2, %d conversations", turns, turns-2*len(ids), len(l.sent))
+	check(t, senders, l)
+	if t.Failed() {
+		return
+	}
+	e.killedMidTurn(t, senders, l, ids[len(ids)/4:len(ids)/4+100])
+}
+
+// killedMidTurn kills, with no grace, the pod of the replica that runs a
+// conversation's command: that turn ends worker_restarted and the
+// conversation answers again once the dead replica's lease has expired,
+// while each of the conversations others turns once more with nothing
+// lost (l holds what was sent to them before).
+func (e *env) killedMidTurn(t *testing.T, senders []*env, l *conversationLoad, others []string) {
+	id, ctx, cancel, stream := e.followNew(t, 5*time.Minute)
+	cut := e.bashRunning(t, ctx, stream, id, "echo started; sleep 300", 600000)
+	holder := e.leaseHolder(t, id)
+	e.kubectl(t, "-n", "acme-dev", "delete", "pod", holder, "--grace-period=0", "--force", "--wait=false")
+	killed := time.Now()
+	run(ctx, senders, l, others, nil, 0)
+	p50, p99, longest := l.turnTimes()
+	t.Logf("figure: turns of %d other conversations after %s was killed took %s at p50, %s at p99, %s at the longest", len(others), holder, p50, p99, longest)
+	check(t, senders, l)
+
+	failed := stream.await(t, "the cut turn's end", 3*time.Minute, func(ev contract.Event) bool {
+		return ev.TurnID == cut.TurnID && contract.Terminal(ev.Kind)
+	})
+	if failed.Kind != contract.KindTurnFailed || failed.Failure == nil || failed.Failure.Code != contract.FailWorkerRestarted {
+		t.Errorf("the cut turn ended %s %+v, want turn.failed %s", failed.Kind, failed.Failure, contract.FailWorkerRestarted)
+	}
+	next, err := e.client.Send(ctx, id, "after the replica's death")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := stream.await(t, "the next turn's end", 3*time.Minute, func(ev contract.Event) bool {
+		return ev.TurnID == next.TurnID && contract.Terminal(ev.Kind)
+	})
+	t.Logf("figure: replica %s killed to its conversation answering on another: %s", holder, time.Since(killed).Round(100*time.Millisecond))
+	if end.Kind != contract.KindTurnFinished {
+		t.Errorf("the next turn ended %s", end.Kind)
+	}
+	if h := e.leaseHolder(t, id); h == holder {
+		t.Errorf("the dead replica %s still holds %s", holder, id)
+	}
+	cancel()
+	<-stream.done
+	stream.exactlyOnce(t)
+}
+
+// leaseHolder reads, in a running worker pod, which replica holds
+// conversation id's lease on the shared volume, and returns its pod's
+// name (a holder is named host-pid, and a pod's host name is its name).
+func (e *env) leaseHolder(t *testing.T, id string) string {
+	t.Helper()
+	pods := strings.Fields(e.kubectl(t, "-n", "acme-dev", "get", "pods", "-l", "app.kubernetes.io/name=talkide-worker",
+		"--field-selector", "status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}"))
+	if len(pods) == 0 {
+		t.Fatal("no running worker pod")
+	}
+	out := e.kubectl(t, "-n", "acme-dev", "exec", pods[0], "-c", "worker", "--",
+		"sh", "-c", `cat "$(ls -d /data/claude/projects/`+id+`/lease/0* | tail -n 1)"`)
+	var lease struct {
+		Holder string `json:"holder"`
+	}
+	if err := json.Unmarshal([]byte(out), &lease); err != nil || lease.Holder == "" {
+		t.Fatalf("the lease of %s: %q %v", id, out, err)
+	}
+	return lease.Holder[:max(strings.LastIndexByte(lease.Holder, '-'), 0)]
 }
