@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -107,7 +107,7 @@ var cgroupSeq atomic.Uint64
 // the controller, and the file of a group that shows the controller
 // applies to it (a directory made anywhere else has none).
 type cgroupController struct {
-	name       string
+	name         string
 	file, v2File string
 }
 
@@ -313,7 +313,7 @@ func setCPU(dir string, v2 bool, cpus float64) error {
 		}
 		return nil
 	}
-	quota := "-1" // v1's none
+	quota := "-1"                 // v1's none
 	if cpus > 0 && cpus < 1<<20 { // beyond any machine (or NaN): none
 		q := max(time.Duration(cpus*float64(cfsPeriod)), minQuota)
 		quota = strconv.FormatInt(q.Microseconds(), 10)

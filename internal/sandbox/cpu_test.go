@@ -233,4 +233,3 @@ func TestNoCPUHierarchy(t *testing.T) {
 		})
 	}
 }
-

@@ -278,11 +278,11 @@ type Cmd struct {
 	policy Policy
 	// Files of the helper, closed in the worker once it has started.
 	childFiles []*os.File
-	status     *os.File // read end: why setting up failed; nil when the helper reports on stderr
-	result     *os.File // read end: the supervisor's outcome
-	callDir    string   // the per-command directory (the temporary directory, the namespace's root)
+	status     *os.File  // read end: why setting up failed; nil when the helper reports on stderr
+	result     *os.File  // read end: the supervisor's outcome
+	callDir    string    // the per-command directory (the temporary directory, the namespace's root)
 	cgroups    cmdGroups // the command's cgroups, removed after it
-	marker     uint64   // the call's marker; 0 for none
+	marker     uint64    // the call's marker; 0 for none
 	cfg        helperConfig
 	goAhead    *os.File // closed once the worker has moved the helper into the cgroup
 
