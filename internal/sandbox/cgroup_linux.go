@@ -313,8 +313,10 @@ func setCPU(dir string, v2 bool, cpus float64) error {
 		}
 		return nil
 	}
-	quota := "-1"                 // v1's none
-	if cpus > 0 && cpus < 1<<20 { // beyond any machine (or NaN): none
+	// No ceiling: v1's -1 (v2's max); nor for a number of CPUs beyond
+	// any machine's, or NaN.
+	quota := "-1"
+	if cpus > 0 && cpus < 1<<20 {
 		q := max(time.Duration(cpus*float64(cfsPeriod)), minQuota)
 		quota = strconv.FormatInt(q.Microseconds(), 10)
 	}
