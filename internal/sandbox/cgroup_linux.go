@@ -167,7 +167,12 @@ func removeStale(base string) {
 	for _, e := range ents {
 		pid, ok := strings.CutPrefix(e.Name(), "talkide-sandbox-")
 		n, err := strconv.Atoi(pid)
-		if !ok || err != nil || syscall.Kill(n, 0) == nil {
+		if !ok || err != nil {
+			continue
+		}
+		// EPERM: alive, another user's (a worker not running as root
+		// looks at every user's groups).
+		if err := syscall.Kill(n, 0); err == nil || errors.Is(err, syscall.EPERM) {
 			continue
 		}
 		sub, _ := os.ReadDir(filepath.Join(base, e.Name()))
