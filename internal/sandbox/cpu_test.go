@@ -85,7 +85,8 @@ func (sl *sleeper) end() {
 // beside the worker (never around it), of the common weight, with the
 // ceiling its limits ask for, and the group is gone once the command is.
 // Two commands at once get two groups; one goes to the helper started
-// ahead where there is one, whose group was made before its command came.
+// ahead where there is one, whose group was made before its command came;
+// a third, started by its caller, has its supervisor enter its groups.
 // Where no cpu group is expected the command shares the worker's, at
 // nice 5.
 func TestCPUGroupPerCommand(t *testing.T) {
@@ -135,6 +136,27 @@ func TestCPUGroupPerCommand(t *testing.T) {
 			}
 			halfCPU.end()
 			unbounded.end()
+			// A command its caller starts (ExecCommand): the supervisor
+			// enters the groups itself.
+			c, err := s.ExecCommand(t.Context(), sandbox.Policy{Path: "/bin/cat", Args: []string{"/proc/self/cgroup"}, Workspace: e.workspace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := c.Cmd.Output()
+			c.Release()
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			path, err := sandbox.CgroupPathOf(out, "cpu")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wantCPUGroups() == (path == self) {
+				t.Errorf("a command its caller started: cpu group %s, the worker's %s (cpu groups: %v)", path, self, wantCPUGroups())
+			}
+			if wantCPUGroups() {
+				groups[path] = true
+			}
 			mount, _ := sandbox.CgroupMount("cpu")
 			for g := range groups {
 				if _, err := os.Stat(filepath.Join(mount, g)); !errors.Is(err, os.ErrNotExist) {

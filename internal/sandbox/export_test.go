@@ -49,6 +49,11 @@ func CgroupPath(pid int, controller string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return CgroupPathOf(b, controller)
+}
+
+// CgroupPathOf is CgroupPath for the contents of a /proc/PID/cgroup.
+func CgroupPathOf(b []byte, controller string) (string, error) {
 	v2 := ""
 	for line := range strings.Lines(string(b)) {
 		f := strings.SplitN(strings.TrimSpace(line), ":", 3)
@@ -61,7 +66,7 @@ func CgroupPath(pid int, controller string) (string, error) {
 		}
 	}
 	if v2 == "" {
-		return "", fmt.Errorf("process %d is in no %s group", pid, controller)
+		return "", fmt.Errorf("in no %s group: %q", controller, b)
 	}
 	return v2, nil
 }
