@@ -50,6 +50,11 @@ func newSandboxCheckCmd(std stdio) *cobra.Command {
 			}
 			fmt.Fprintf(std.out, "mode %s: every agent command gets %s\n", sb.Mode(), strings.Join(sb.Layers(), ", "))
 			fmt.Fprintf(std.out, "helper: %s\n", sb.Helper())
+			if sb.CPUGroups() {
+				fmt.Fprintln(std.out, "cpu: a cgroup per command, all of one weight: the CPU is shared between commands")
+			} else {
+				fmt.Fprintln(std.out, "cpu: no cgroup per command: commands share the CPU by thread, at nice 5")
+			}
 			fmt.Fprintf(std.out, "read-only: %s\n", strings.Join(sb.ReadOnly(), " "))
 			return nil
 		},

@@ -21,7 +21,7 @@ func TestSandboxHelperFlagMustMatch(t *testing.T) {
 	out.Reset()
 	errOut.Reset()
 	built := builtHelper(t)
-	if code := execute(t.Context(), []string{"sandbox", "check", "--sandbox", "landlock", "--sandbox-helper", built}, stdio{in: strings.NewReader(""), out: &out, err: &errOut}); code != 0 || !strings.Contains(out.String(), "helper: "+built) {
+	if code := execute(t.Context(), []string{"sandbox", "check", "--sandbox", "landlock", "--sandbox-helper", built}, stdio{in: strings.NewReader(""), out: &out, err: &errOut}); code != 0 || !strings.Contains(out.String(), "helper: "+built) || !strings.Contains(out.String(), "\ncpu: ") {
 		t.Fatalf("sandbox check with talkide-sandbox: exit %d\n%s%s", code, out.String(), errOut.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -150,4 +151,126 @@ func BenchmarkCommand(b *testing.B) {
 		rows[i] = &m.Timings
 	}
 	sandboxtest.Report(b, rows)
+}
+
+// BenchmarkCPUFairness measures how two commands share the CPU: one
+// running a single busy process beside one running eight, started
+// together and ended by their time limit (fairnessRun), with a cpu
+// cgroup per command ("groups") and with the cpu hierarchy made absent
+// ("threads", what a restricted pod gets: every process at nice 5). It
+// reports each command's share of the CPU the two used together (their
+// trees' user and system time, the supervisor's included) and the cores
+// each used. With the groups the single process should get a core of
+// its own where there are two or more; without, one ninth of what the
+// two use. The benchmark runs in a cpu group of its own, as a worker
+// runs in its container's (podGroup).
+//
+//	go test -run XXX -bench CPUFairness -benchtime 3x ./internal/sandbox/
+func BenchmarkCPUFairness(b *testing.B) {
+	const fairnessRun = 2 * time.Second
+	podGroup(b)
+	ws := b.TempDir()
+	busy := func(n int) sandbox.Policy {
+		return sandbox.Policy{
+			Path: "/bin/sh", Args: []string{"-c", fmt.Sprintf("for i in $(seq %d); do sha256sum /dev/zero & done; wait", n)},
+			Env: []string{"PATH=/usr/bin:/bin"}, Workspace: ws, Timeout: fairnessRun,
+		}
+	}
+	type row struct {
+		name     string
+		s        *sandbox.Sandbox
+		one, all time.Duration // the CPU time of the 1-process and of the 8-process command
+		wall     time.Duration
+	}
+	var rows []*row
+	for _, name := range []string{"groups", "threads"} {
+		o := &sandbox.Options{Mode: sandbox.ModeLandlock, Cold: true}
+		if name == "threads" {
+			o = sandbox.WithCPUMount(o, b.TempDir())
+		}
+		s, err := sandbox.New(o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		if s.CPUGroups() != (name == "groups") {
+			b.Fatalf("%s: cpu groups %v: no cpu hierarchy the benchmark may write here", name, s.CPUGroups())
+		}
+		rows = append(rows, &row{name: name, s: s})
+	}
+	// run starts both commands of r at once and adds their CPU time.
+	run := func(r *row) error {
+		cmds := make([]*sandbox.Cmd, 2)
+		for i, n := range []int{1, 8} {
+			c, err := r.s.Command(busy(n))
+			if err != nil {
+				return err
+			}
+			cmds[i] = c
+		}
+		start := time.Now()
+		for _, c := range cmds {
+			if err := c.Start(); err != nil {
+				return err
+			}
+		}
+		for _, c := range cmds {
+			if o, _ := c.Wait(); o.Ending != sandbox.EndTimeout {
+				return fmt.Errorf("%s: a busy command ended %+v, want its time limit", r.name, o)
+			}
+		}
+		r.wall += time.Since(start)
+		cpu := func(c *sandbox.Cmd) time.Duration {
+			ps := c.Exited()
+			return ps.UserTime() + ps.SystemTime()
+		}
+		r.one += cpu(cmds[0])
+		r.all += cpu(cmds[1])
+		return nil
+	}
+	for b.Loop() {
+		for _, r := range rows {
+			if err := run(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, r := range rows {
+		total := float64(r.one + r.all)
+		b.ReportMetric(100*float64(r.one)/total, r.name+"-1proc-%")
+		b.ReportMetric(100*float64(r.all)/total, r.name+"-8proc-%")
+		b.ReportMetric(float64(r.one)/float64(r.wall), r.name+"-1proc-cores")
+		b.ReportMetric(float64(r.all)/float64(r.wall), r.name+"-8proc-cores")
+	}
+}
+
+// podGroup moves this process into a cpu group of its own (v1) for the
+// benchmark's time, as a worker runs in its container's group. In the
+// root group, where the tests run on a plain machine, the kernel's
+// autogroups share the CPU by session, and each command is a session of
+// its own (until it starts more): a pod's group has no autogroups.
+func podGroup(b *testing.B) {
+	mount, err := sandbox.CgroupMount("cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	own, err := sandbox.CgroupPath(os.Getpid(), "cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := filepath.Join(mount, own, fmt.Sprintf("talkide-bench-%d", os.Getpid()))
+	enter := func(dir string) error {
+		return os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		b.Fatalf("a cpu group for the benchmark: %v", err)
+	}
+	if err := enter(dir); err != nil {
+		os.Remove(dir)
+		b.Fatalf("a cpu group for the benchmark: %v", err)
+	}
+	b.Cleanup(func() {
+		enter(filepath.Join(mount, own))
+		os.Remove(dir)
+	})
 }

@@ -66,6 +66,9 @@ func confineAndFork(cfg helperConfig) (int, error) {
 	// busy command then cannot take the CPU from the worker's streams and
 	// leases, nor from the supervisor that has to end it; on an idle
 	// machine it changes nothing. (RLIMIT_NICE 0 keeps it from going back.)
+	// In a cpu cgroup of its own the command weighs as one group however
+	// many threads it runs, and the nice value then only keeps it behind
+	// its own supervisor, which shares the group.
 	unix.Setpriority(unix.PRIO_PROCESS, 0, commandNice)
 	// Nothing but stdin, stdout and stderr reaches the command: not the
 	// supervisor's pipes, and not a descriptor the worker inherited from

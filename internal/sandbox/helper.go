@@ -31,11 +31,11 @@ type helperConfig struct {
 	Helper string `json:"helper"`
 	// InNamespace says the supervisor built a new root (and network).
 	InNamespace bool `json:"in_namespace,omitempty"`
-	// Cgroup, when set, is the command's pids cgroup. The supervisor
-	// enters it before it starts anything, unless CgroupByWorker: then
+	// Cgroups are the command's cgroups (pids, cpu). The supervisor
+	// enters them before it starts anything, unless CgroupByWorker: then
 	// the worker moves it in, and closes fdGoAhead when it has.
-	Cgroup         string `json:"cgroup,omitempty"`
-	CgroupByWorker bool   `json:"cgroup_by_worker,omitempty"`
+	Cgroups        []string `json:"cgroups,omitempty"`
+	CgroupByWorker bool     `json:"cgroup_by_worker,omitempty"`
 	// StatusFD is where the helper says why it could not set up: fdStatus,
 	// or 2 (stderr) for a caller that starts the helper itself.
 	StatusFD int `json:"status_fd"`

@@ -89,6 +89,14 @@ type Limits struct {
 	// MaxCPU bounds each process's CPU time (RLIMIT_CPU), a backstop to
 	// the wall-clock timeout. Default 20 minutes.
 	MaxCPU time.Duration `json:"max_cpu,omitempty"`
+	// CPUs is the tree's ceiling in CPUs (1.5: one and a half), where the
+	// command gets a cpu cgroup of its own; none by default. Every
+	// command has the same weight there whatever its ceiling, so that a
+	// busy one cannot crowd out another; a ceiling keeps a command from
+	// taking idle CPUs too, which the default does not (a build alone on
+	// the worker should have them all, and the pod's CPU limit bounds the
+	// commands together). Without a cpu cgroup it bounds nothing.
+	CPUs float64 `json:"cpus,omitempty"`
 }
 
 // Default limits.
@@ -123,6 +131,9 @@ func (l Limits) or(d Limits) Limits {
 	}
 	if l.MaxCPU <= 0 {
 		l.MaxCPU = d.MaxCPU
+	}
+	if l.CPUs <= 0 {
+		l.CPUs = d.CPUs
 	}
 	return l
 }

@@ -86,8 +86,13 @@ type Options struct {
 	PretendNoLandlock   bool
 	PretendNoNamespaces bool
 	// PretendNoCgroups keeps a worker running as root from making pids
-	// cgroups: tests of what an unprivileged worker gets.
+	// and cpu cgroups: tests of what an unprivileged worker gets.
 	PretendNoCgroups bool
+
+	// cpuMount, set by tests, is taken for the cpu hierarchy's mount
+	// point, with the worker in its root: a directory that is none
+	// shows what a worker without one gets.
+	cpuMount string
 }
 
 // Sandbox starts confined commands. It is safe for concurrent use.
@@ -101,9 +106,9 @@ type Sandbox struct {
 	namespaces  bool
 	// unavailable, when set, is why no command can be started.
 	unavailable error
-	// cgroups makes a pids cgroup per command; nil where the worker may
-	// not make cgroups.
-	cgroups *pidsCgroups
+	// cgroups makes a pids and a cpu cgroup per command, each where the
+	// worker may; nil where it may make neither.
+	cgroups *cgroups
 	// readOnly is Options.ReadOnly as found on this machine (Existing).
 	readOnly []string
 	// markers hands out the commands' call markers; nil where the worker's
@@ -168,11 +173,6 @@ func New(opts *Options) (*Sandbox, error) {
 	if s.unavailable == nil && o.Mode == ModeAuto && !o.PretendNoNamespaces {
 		s.namespaces = s.probeNamespaces()
 	}
-	// The kernel does not apply RLIMIT_NPROC to root, in a user namespace
-	// or not: a worker running as root bounds each command's tree with a
-	// pids cgroup instead. (Moving a process into a cgroup waits for an
-	// RCU grace period, some milliseconds a command, so a worker that
-	// RLIMIT_NPROC protects does without.)
 	s.readOnly = Existing(o.ReadOnly)
 	// What a supervisor leaves when it dies comes back to this process,
 	// not to init or a container's PID 1, which might not reap it: the
@@ -185,13 +185,36 @@ func New(opts *Options) (*Sandbox, error) {
 			o.Logger.Warn("sandbox: commands get no call marker: what a command leaves behind when its supervisor is killed may live on", "err", err)
 		}
 	}
-	if s.unavailable == nil && os.Getuid() == 0 && !o.PretendNoCgroups {
-		var err error
-		if s.cgroups, err = newPidsCgroups(); err != nil {
+	if s.unavailable == nil && !o.PretendNoCgroups {
+		s.cgroups = newCgroups(o)
+	}
+	return s, nil
+}
+
+// newCgroups makes the worker's parent groups, and says once, at start,
+// what a command goes without; nil where the worker may make none.
+func newCgroups(o Options) *cgroups {
+	c := &cgroups{}
+	var err error
+	// The kernel does not apply RLIMIT_NPROC to root, in a user namespace
+	// or not: a worker running as root bounds each command's tree with a
+	// pids cgroup instead. (Moving a process into a cgroup waits for an
+	// RCU grace period, some milliseconds a command, so a worker that
+	// RLIMIT_NPROC protects does without.)
+	if os.Getuid() == 0 {
+		if c.pids, err = newCgroupParent(pidsController, ""); err != nil {
 			o.Logger.Warn("sandbox: a worker running as root without a pids cgroup of its own: the supervisor's count is the only bound on a fork bomb", "err", err)
 		}
 	}
-	return s, nil
+	// CPU fairness is worth that move for any user who may make the
+	// groups; the helper started ahead makes it before its command comes.
+	if c.cpu, err = newCgroupParent(cpuController, o.cpuMount); err != nil {
+		o.Logger.Info("sandbox: no cpu cgroup per command: commands share the CPU by thread, at nice 5, so a command running many busy threads slows the others' (the pod's CPU limit still bounds them together)", "err", err)
+	}
+	if c.pids == nil && c.cpu == nil {
+		return nil
+	}
+	return c
 }
 
 // Close releases what New made (the helper waiting for a command, the
@@ -238,6 +261,10 @@ func (s *Sandbox) Unavailable() error { return s.unavailable }
 // Namespaces reports whether commands get the namespace layer.
 func (s *Sandbox) Namespaces() bool { return s.namespaces }
 
+// CPUGroups reports whether each command gets a cpu cgroup of its own,
+// of the same weight as every other command's.
+func (s *Sandbox) CPUGroups() bool { return s.cgroups != nil && s.cgroups.cpu != nil }
+
 // Cmd is a sandboxed command. Its exec.Cmd runs the helper (the command
 // itself in mode none): set Stdin, Stdout and Stderr, or take its pipes
 // through Cmd's own methods, before Start; after Start, the exec.Cmd may
@@ -251,11 +278,11 @@ type Cmd struct {
 	policy Policy
 	// Files of the helper, closed in the worker once it has started.
 	childFiles []*os.File
-	status     *os.File // read end: why setting up failed; nil when the helper reports on stderr
-	result     *os.File // read end: the supervisor's outcome
-	callDir    string   // the per-command directory (the temporary directory, the namespace's root)
-	cgroup     string   // the command's pids cgroup, removed after it
-	marker     uint64   // the call's marker; 0 for none
+	status     *os.File  // read end: why setting up failed; nil when the helper reports on stderr
+	result     *os.File  // read end: the supervisor's outcome
+	callDir    string    // the per-command directory (the temporary directory, the namespace's root)
+	cgroups    cmdGroups // the command's cgroups, removed after it
+	marker     uint64    // the call's marker; 0 for none
 	cfg        helperConfig
 	goAhead    *os.File // closed once the worker has moved the helper into the cgroup
 
@@ -384,14 +411,14 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 		return c, nil // Start prepares the rest, once it knows which helper runs it
 	}
 	// The caller starts the helper itself: it has to be ready now, and the
-	// helper moves itself into its cgroup.
-	cgroup := ""
+	// helper moves itself into its cgroups.
+	var groups cmdGroups
 	if s.cgroups != nil {
-		if cgroup, err = s.cgroups.create(p.Limits.MaxProcs + supervisorTasks); err != nil {
+		if groups, err = s.cgroups.create(p.Limits); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 	}
-	if err := c.prepare(cgroup, cgroup, false); err != nil {
+	if err := c.prepare(groups, true, false); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -399,14 +426,17 @@ func (s *Sandbox) command(p Policy, statusPipe bool) (_ *Cmd, err error) {
 
 // prepare makes the helper's files (fds 3 to 6: the configuration, the
 // status and result pipes, the go-ahead) and gives them to the exec.Cmd.
-// cgroup is the command's pids cgroup, removed after it; enter is the one
-// the supervisor has to enter itself (byWorker: the worker moves it in
-// and gives it the go-ahead), empty when it runs there already (a helper
-// started ahead in it) or there is none.
-func (c *Cmd) prepare(cgroup, enter string, byWorker bool) error {
-	c.cgroup = cgroup
+// groups are the command's cgroups, removed after it; enter says the
+// supervisor is not in them yet (a helper started ahead is): it enters
+// them itself or, byWorker, the worker moves it in and gives it the
+// go-ahead.
+func (c *Cmd) prepare(groups cmdGroups, enter, byWorker bool) error {
+	c.cgroups = groups
 	cfg := c.cfg
-	cfg.Cgroup, cfg.CgroupByWorker = enter, byWorker && enter != ""
+	if enter {
+		cfg.Cgroups = groups.dirs()
+	}
+	cfg.CgroupByWorker = byWorker && len(cfg.Cgroups) > 0
 	conf, err := configFile(cfg)
 	if err != nil {
 		return err
@@ -451,7 +481,7 @@ func (c *Cmd) unprepare() {
 	for _, f := range c.childFiles {
 		f.Close()
 	}
-	c.status, c.result, c.goAhead, c.childFiles, c.cgroup = nil, nil, nil, nil, ""
+	c.status, c.result, c.goAhead, c.childFiles, c.cgroups = nil, nil, nil, nil, cmdGroups{}
 	c.Cmd.ExtraFiles = nil
 }
 
@@ -527,7 +557,7 @@ func (c *Cmd) Start() error {
 		return fmt.Errorf("%w: the helper could not start: %v", ErrUnavailable, err)
 	}
 	if c.goAhead != nil {
-		err := enterCgroup(c.cgroup, c.Cmd.Process.Pid)
+		err := c.cgroups.enter(c.Cmd.Process.Pid)
 		c.goAhead.Close() // on success the go-ahead, on failure the helper's cue to stop
 		c.goAhead = nil
 		if err != nil {
@@ -557,11 +587,12 @@ func (c *Cmd) start() error {
 		return c.Cmd.Start()
 	}
 	if h := c.takeWarm(); h != nil {
-		// A helper started ahead sits in its cgroup already: the move,
+		// A helper started ahead sits in its cgroups already: the move,
 		// an RCU grace period of milliseconds, was made while it waited.
-		err := c.prepare(h.cgroup, "", false)
-		if err == nil && h.cgroup != "" && c.policy.Limits.MaxProcs != c.s.opts.Limits.MaxProcs {
-			err = setPidsMax(h.cgroup, c.policy.Limits.MaxProcs+supervisorTasks)
+		err := c.prepare(h.groups, false, false)
+		l, d := c.policy.Limits, c.s.opts.Limits
+		if err == nil && c.s.cgroups != nil && (l.MaxProcs != d.MaxProcs || l.CPUs != d.CPUs) {
+			err = c.s.cgroups.fit(h.groups, l)
 		}
 		if err == nil {
 			err = c.hand(h)
@@ -572,21 +603,21 @@ func (c *Cmd) start() error {
 		if err == nil {
 			return nil
 		}
-		c.unprepare() // h is gone, and its cgroup with it: a helper of its own
+		c.unprepare() // h is gone, and its cgroups with it: a helper of its own
 	}
-	cgroup := ""
+	var groups cmdGroups
 	if c.s.cgroups != nil {
 		var err error
-		if cgroup, err = c.s.cgroups.create(c.policy.Limits.MaxProcs + supervisorTasks); err != nil {
+		if groups, err = c.s.cgroups.create(c.policy.Limits); err != nil {
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 	}
-	// The worker moves the helper into the cgroup while it initialises;
+	// The worker moves the helper into the cgroups while it initialises;
 	// the helper waits for that (its go-ahead) before it starts the
 	// command.
-	if err := c.prepare(cgroup, cgroup, true); err != nil {
-		if cgroup != "" {
-			c.s.cgroups.remove(cgroup)
+	if err := c.prepare(groups, true, true); err != nil {
+		if c.s.cgroups != nil {
+			c.s.cgroups.remove(groups)
 		}
 		return err
 	}
@@ -716,7 +747,7 @@ func (c *Cmd) Outcome(waitErr error) Outcome {
 		c.s.opts.Logger.Warn("sandbox: the supervisor was gone; killed the processes its command left", "processes", n)
 	}
 	o := Outcome{Ending: EndStopped, ExitCode: -1, Signal: syscall.SIGKILL}
-	if c.cgroup != "" && hitMax(c.cgroup) {
+	if c.cgroups.pids != "" && hitMax(c.cgroups.pids) {
 		// A tree that filled its cgroup leaves the supervisor, which
 		// shares it, no room for a thread of its own, and the Go runtime
 		// ends a process that cannot make one: the tree ran out of
@@ -791,8 +822,8 @@ func (c *Cmd) Release() {
 		if c.callDir != "" {
 			os.RemoveAll(c.callDir)
 		}
-		if c.cgroup != "" {
-			c.s.cgroups.remove(c.cgroup)
+		if c.s.cgroups != nil {
+			c.s.cgroups.remove(c.cgroups)
 		}
 	})
 }

@@ -43,11 +43,13 @@ func supervise(cfg helperConfig, status *os.File, fail func(string, ...any)) int
 		unix.CloseOnExec(fd)
 	}
 	p := cfg.Policy
-	if cfg.Cgroup != "" && !cfg.CgroupByWorker {
+	if !cfg.CgroupByWorker {
 		// Before anything is started: every process of the tree is born
 		// inside.
-		if err := enterCgroup(cfg.Cgroup, 0); err != nil {
-			fail("sandbox: cgroup: %v", err)
+		for _, dir := range cfg.Cgroups {
+			if err := enterCgroup(dir, 0); err != nil {
+				fail("sandbox: cgroup: %v", err)
+			}
 		}
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {

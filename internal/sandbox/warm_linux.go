@@ -45,10 +45,10 @@ const maxCallFiles = 7
 type warmHelper struct {
 	cmd  *exec.Cmd
 	sock *os.File // the worker's end of the socket pair
-	// cgroup is the pids cgroup of its command, which it sits in already;
-	// the command's to remove once handed, discard's before that.
-	cgroup  string
-	cgroups *pidsCgroups
+	// groups are its command's cgroups, which it sits in already; the
+	// command's to remove once handed, discard's before that.
+	groups  cmdGroups
+	cgroups *cgroups
 }
 
 // discard ends a helper that no command will take.
@@ -56,8 +56,8 @@ func (h *warmHelper) discard() {
 	h.sock.Close() // it exits when it reads the end
 	h.cmd.Process.Kill()
 	h.cmd.Wait()
-	if h.cgroup != "" {
-		h.cgroups.remove(h.cgroup)
+	if h.cgroups != nil {
+		h.cgroups.remove(h.groups)
 	}
 }
 
@@ -87,13 +87,13 @@ func (s *Sandbox) startWarm() (*warmHelper, error) {
 	}
 	h := &warmHelper{cmd: cmd, sock: ours, cgroups: s.cgroups}
 	if s.cgroups != nil {
-		// Its command's cgroup, entered now: moving a process into a
+		// Its command's cgroups, entered now: moving a process into a
 		// cgroup waits for an RCU grace period, milliseconds that a
 		// command handed to it then does not wait for.
-		cg, err := s.cgroups.create(s.opts.Limits.MaxProcs + supervisorTasks)
+		g, err := s.cgroups.create(s.opts.Limits)
 		if err == nil {
-			h.cgroup = cg
-			err = enterCgroup(cg, cmd.Process.Pid)
+			h.groups = g
+			err = g.enter(cmd.Process.Pid)
 		}
 		if err != nil {
 			h.discard()
