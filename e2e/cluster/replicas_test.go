@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,8 +19,11 @@ import (
 	"github.com/talkide/platform/internal/contract"
 )
 
-// The figures the replicas test drives: conversations, the browsers that
-// send at once, and how long the load runs around each scaling step.
+// The figures the replicas test drives: conversations
+// (TALKIDE_E2E_CONVERSATIONS changes it, e.g. to 10000 for the memory
+// figure), the browsers that send at once (30 above a thousand
+// conversations: a user's streams are capped at 32), and how long the load
+// runs around each scaling step.
 const (
 	replicaConversations = 1000
 	replicaSenders       = 16
@@ -350,10 +354,21 @@ func TestReplicasShareTheEnv(t *testing.T) {
 	e := clusterEnv(t)
 	t.Cleanup(func() { e.scaleWorkers(t, 1) })
 	e.scaleWorkers(t, 3)
-	senders := e.senders(t, replicaSenders)
+	conversations, senderCount := replicaConversations, replicaSenders
+	if v := os.Getenv("TALKIDE_E2E_CONVERSATIONS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 100 {
+			t.Fatalf("TALKIDE_E2E_CONVERSATIONS=%q: want a number of at least 100", v)
+		}
+		conversations = n
+	}
+	if conversations > replicaConversations {
+		senderCount = 30
+	}
+	senders := e.senders(t, senderCount)
 
 	empty := e.replicas(t)
-	ids := make([]string, replicaConversations)
+	ids := make([]string, conversations)
 	var created sync.WaitGroup
 	var mu sync.Mutex
 	var createErrs []error

@@ -117,19 +117,22 @@ func TestElsewhereCounted(t *testing.T) {
 }
 
 // filesUnder counts this process's descriptors open on files below dir.
-func filesUnder(t *testing.T, dir string) int {
+func filesUnder(t *testing.T, dir string) int { return len(openUnder(t, dir)) }
+
+// openUnder lists the files below dir this process holds open.
+func openUnder(t *testing.T, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Skip("no /proc/self/fd")
 	}
-	n := 0
+	var open []string
 	for _, e := range ents {
 		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(target, dir+"/") {
-			n++
+			open = append(open, strings.TrimPrefix(target, dir+"/"))
 		}
 	}
-	return n
+	return open
 }
 
 // Between turns a session holds no open file (thousands of conversations
@@ -150,7 +153,7 @@ func TestIdleSessionHoldsNoFile(t *testing.T) {
 		deadline := time.Now().Add(waitFor)
 		for filesUnder(t, projects) > 0 {
 			if time.Now().After(deadline) {
-				t.Fatalf("after turn %d the idle session still holds %d files", turn, filesUnder(t, projects))
+				t.Fatalf("after turn %d the idle session still holds %d files: %v", turn, filesUnder(t, projects), openUnder(t, projects))
 			}
 			tw.w.maintainOnce(context.Background())
 			time.Sleep(10 * time.Millisecond)
@@ -158,5 +161,49 @@ func TestIdleSessionHoldsNoFile(t *testing.T) {
 	}
 	if st := tw.state(t, "c_idle"); st.Turns != 2 || st.Status != contract.StatusIdle {
 		t.Errorf("after two turns with rests between: %+v", st)
+	}
+}
+
+// A session claimed for closing (idle, or released to spread the load)
+// takes no turn: a message that finds it still among the open sessions
+// waits for its close and opens the conversation anew, and the turn is
+// recorded whole. Checking idle and closing in two steps let a turn start
+// on a session whose files were being closed.
+func TestSendWhileTheSessionCloses(t *testing.T) {
+	tw := newTestWorker(t, workerOpts{})
+	tw.create(t, "c_claim")
+	tw.w.mu.Lock()
+	s := tw.w.sessions["c_claim"]
+	tw.w.mu.Unlock()
+	// Idle once its creation is synced.
+	for deadline := time.Now().Add(waitFor); !s.claimIdle(time.Now().Add(time.Hour)); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a new session with nothing running never became idle")
+		}
+	}
+	if s.claimIdle(time.Now().Add(time.Hour)) {
+		t.Fatal("a session was claimed twice")
+	}
+	closed := make(chan error, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond) // a closer slower than the send's lookup
+		tw.w.drop(s)
+		closed <- s.close(context.Background())
+	}()
+	if status, _ := tw.sendMessage(t, "c_claim", "m1", "hello"); status != http.StatusAccepted {
+		t.Fatalf("send: %d", status)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("closing the claimed session: %v", err)
+	}
+	tw.h.next(t).finish("end_turn")
+	st := tw.openStream(t, "c_claim", "", "")
+	defer st.close()
+	st.mustUntil(t, func(e contract.Event) bool { return e.Kind == contract.KindTurnFinished })
+	tw.w.mu.Lock()
+	reopened := tw.w.sessions["c_claim"]
+	tw.w.mu.Unlock()
+	if reopened == s || reopened == nil {
+		t.Errorf("the turn ran on the claimed session (%p, claimed %p)", reopened, s)
 	}
 }

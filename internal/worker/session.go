@@ -314,6 +314,32 @@ func (s *session) turnRunning() bool {
 func (s *session) idle(before time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.idleLocked(before)
+}
+
+// claimIdle marks s closed if it is idle, under the lock a send starts its
+// turn under, and reports whether it did: the caller then drops and
+// closes s. Checking idle and closing in two steps let a turn start in
+// between, on a session whose files were being closed (its events "not
+// recorded", the turn failed).
+func (s *session) claimIdle(before time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !s.idleLocked(before) {
+		return false
+	}
+	s.closed = true
+	return true
+}
+
+// isClosed reports whether s is closed or claimed for closing.
+func (s *session) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+func (s *session) idleLocked(before time.Time) bool {
 	if s.running != nil || len(s.subs) > 0 || len(s.pending) > 0 || !s.lastUsed.Before(before) {
 		return false
 	}

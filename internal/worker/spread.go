@@ -43,10 +43,18 @@ func (w *Worker) spread(ctx context.Context) {
 		}
 	}
 	slices.SortFunc(idle, func(a, b *session) int { return used[a].Compare(used[b]) })
-	idle = idle[:min(len(idle), excess)]
+	// Claimed one by one: a session used since it was found idle stays.
+	claimed := idle[:0]
 	for _, s := range idle {
-		w.drop(s)
+		if len(claimed) == excess {
+			break
+		}
+		if s.claimIdle(idleBefore) {
+			w.drop(s)
+			claimed = append(claimed, s)
+		}
 	}
+	idle = claimed
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionCloseTimeout)
 	defer cancel()
 	sideBySide(idle, func(s *session) { s.close(cctx) }) // a failure is logged by the session

@@ -267,7 +267,18 @@ func (w *Worker) session(ctx context.Context, id, userID string, create bool) (*
 	w.mu.Lock()
 	if s, ok := w.sessions[id]; ok {
 		w.mu.Unlock()
-		return s, false, nil
+		if !s.isClosed() {
+			return s, false, nil
+		}
+		// Claimed for closing: open it anew once its closer is done with
+		// its files (a last sync, the lease released).
+		select {
+		case <-s.flushed:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+		w.drop(s)
+		return w.session(ctx, id, userID, create)
 	}
 	if w.gate.closing() {
 		// Shutdown closes the sessions it knows; one opened now would stay
@@ -431,7 +442,7 @@ func (w *Worker) maintainSession(cctx context.Context, s *session, idleBefore ti
 		s.close(cctx) // a failure is logged by the session
 	case err != nil:
 		w.log.Warn("session lease renewal failed; will retry", "conversation", s.id, "err", err)
-	case s.idle(idleBefore):
+	case s.claimIdle(idleBefore):
 		w.drop(s)
 		s.close(cctx) // a failure is logged by the session
 	case !s.turnRunning():
