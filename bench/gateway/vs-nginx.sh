@@ -1,8 +1,10 @@
 #!/bin/sh
 # The gateway against nginx, as docs/benchmarks.md reports it: for each of
 # REPEATS runs (default 3), one stream (c=1) and then each count of
-# STREAMS (default "64 256 1024") of streams paced at 5 ms per event, the
-# modes MODES (default direct,nginx,cp-limit) interleaved in rounds.
+# STREAMS (default "64 256 1024") of streams paced at PACE (default 5ms)
+# per event, the modes MODES (default direct,nginx,cp-limit) interleaved
+# in rounds. 5 ms is four times a fast model's pace; PACE=20ms is about
+# that pace (some 50 events a second per stream).
 # nginx (Debian nginx-light, installed when missing) and the talkide
 # controlplane each run as a process of their own. Results go to $OUT
 # (default ./bench-vs-nginx-<time>): the text and JSON of every run, and
@@ -30,6 +32,7 @@
 #
 #   ./bench/gateway/vs-nginx.sh            # 3 repeats, SQLite
 #   STREAMS="64 256" MODES=direct,nginx,cp-nolimit,cp-limit ./bench/gateway/vs-nginx.sh 1
+#   PACE=20ms STREAMS=256 ./bench/gateway/vs-nginx.sh 3
 #   DATABASE=postgres://… ./bench/gateway/vs-nginx.sh 1
 #   BASE=HEAD~1 ./bench/gateway/vs-nginx.sh 3
 #   SIM_APART=1 ./bench/gateway/vs-nginx.sh 3
@@ -46,6 +49,7 @@ go build -o "$out/bench-gateway" ./bench/gateway
 modes=${MODES:-direct,nginx,cp-limit}
 streams=${STREAMS:-64 256 1024}
 limit=${PHASE_LIMIT:-5m}
+pace=${PACE:-5ms}
 if [ -n "${BASE:-}" ]; then
 	rm -rf "$out/base-src"
 	mkdir -p "$out/base-src"
@@ -71,7 +75,7 @@ while [ "$i" -le "$repeats" ]; do
 		[ "$n" -ge 3200 ] || n=3200
 		w=$c
 		[ "$w" -ge 200 ] || w=200
-		run "paced-c$c-$i" -c "$c" -delta-delay 5ms -n "$n" -warmup "$w" -rounds 4
+		run "paced-c$c-$i" -c "$c" -delta-delay "$pace" -n "$n" -warmup "$w" -rounds 4
 	done
 	i=$((i + 1))
 done
