@@ -308,19 +308,10 @@ func check(t *testing.T, senders []*env, l *conversationLoad) {
 func (e *env) checkOne(ctx context.Context, id string, sent []sentTurn) []string {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	users := map[string]int{}
-	finished := map[string]int{}
-	replies := map[string]string{}
+	c := newTally()
 	last := sent[len(sent)-1].turn
 	err := e.client.Stream(ctx, id, 0, func(ev contract.Event) error {
-		switch ev.Kind {
-		case contract.KindUserMessage:
-			users[ev.Text]++
-		case contract.KindMessage:
-			replies[ev.TurnID] += ev.Text
-		case contract.KindTurnFinished:
-			finished[ev.TurnID]++
-		}
+		c.add(ev)
 		if ev.TurnID == last && contract.Terminal(ev.Kind) {
 			return errTurnEnded
 		}
@@ -330,12 +321,12 @@ func (e *env) checkOne(ctx context.Context, id string, sent []sentTurn) []string
 		return []string{fmt.Sprintf("%s: reading its stream: %v", id, err)}
 	}
 	var problems []string
-	if len(users) != len(sent) {
-		problems = append(problems, fmt.Sprintf("%s holds %d user messages, %d were acknowledged", id, len(users), len(sent)))
+	if len(c.users) != len(sent) {
+		problems = append(problems, fmt.Sprintf("%s holds %d user messages, %d were acknowledged", id, len(c.users), len(sent)))
 	}
 	for _, s := range sent {
-		if users[s.text] != 1 || finished[s.turn] != 1 || !strings.Contains(replies[s.turn], s.text) {
-			problems = append(problems, fmt.Sprintf("%s: %q is there %d times, its turn %s finished %d times with %q", id, s.text, users[s.text], s.turn, finished[s.turn], replies[s.turn]))
+		if c.users[s.text] != 1 || c.finished[s.turn] != 1 || !strings.Contains(c.replies[s.turn], s.text) {
+			problems = append(problems, fmt.Sprintf("%s: %q is there %d times, its turn %s finished %d times with %q", id, s.text, c.users[s.text], s.turn, c.finished[s.turn], c.replies[s.turn]))
 		}
 	}
 	return problems

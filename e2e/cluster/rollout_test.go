@@ -10,6 +10,28 @@ import (
 	"github.com/talkide/platform/internal/contract"
 )
 
+// tally counts what a conversation's events say of its messages.
+type tally struct {
+	users    map[string]int    // user messages, by text
+	replies  map[string]string // the reply's text, by turn
+	finished map[string]int    // turn.finished events, by turn
+}
+
+func newTally() *tally {
+	return &tally{users: map[string]int{}, replies: map[string]string{}, finished: map[string]int{}}
+}
+
+func (c *tally) add(ev contract.Event) {
+	switch ev.Kind {
+	case contract.KindUserMessage:
+		c.users[ev.Text]++
+	case contract.KindMessage:
+		c.replies[ev.TurnID] += ev.Text
+	case contract.KindTurnFinished:
+		c.finished[ev.TurnID]++
+	}
+}
+
 // rollout restarts a Deployment and returns a channel closed once its
 // rollout has finished.
 func (e *env) rollout(t *testing.T, ns, deployment string) <-chan struct{} {
@@ -59,25 +81,16 @@ func checkRollout(t *testing.T, whose string, stream *browserStream, sent map[st
 	stream.exactlyOnce(t)
 	stream.mu.Lock()
 	defer stream.mu.Unlock()
-	users := map[string]int{}
-	replies := map[string]string{}
-	finished := map[string]bool{}
+	c := newTally()
 	for _, ev := range stream.events {
-		switch ev.Kind {
-		case contract.KindUserMessage:
-			users[ev.Text]++
-		case contract.KindMessage:
-			replies[ev.TurnID] += ev.Text
-		case contract.KindTurnFinished:
-			finished[ev.TurnID] = true
-		}
+		c.add(ev)
 	}
 	for text, turn := range sent {
-		if users[text] != 1 {
-			t.Errorf("%q is in the stream %d times", text, users[text])
+		if c.users[text] != 1 {
+			t.Errorf("%q is in the stream %d times", text, c.users[text])
 		}
-		if !finished[turn] || !strings.Contains(replies[turn], text) {
-			t.Errorf("%q (turn %s): finished %v, reply %q", text, turn, finished[turn], replies[turn])
+		if c.finished[turn] != 1 || !strings.Contains(c.replies[turn], text) {
+			t.Errorf("%q (turn %s): finished %d times, reply %q", text, turn, c.finished[turn], c.replies[turn])
 		}
 	}
 	t.Logf("%d messages acknowledged during %s rollout, the stream reconnected %d times", len(sent), whose, stream.connections-1)
