@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -46,19 +48,33 @@ func clusterEnv(t *testing.T) *env {
 	return e
 }
 
-// kubectl runs kubectl against the cluster and returns its output.
+// kubectl runs kubectl against the cluster and returns its standard
+// output.
 func (e *env) kubectl(t *testing.T, args ...string) string {
 	t.Helper()
 	// Not cancelled with the test: cleanups run kubectl too.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 2*time.Minute)
 	defer cancel()
+	out, err := e.kubectlCmd(ctx, nil, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+// kubectlCmd runs kubectl with stdin and returns its standard output
+// alone: kubectl's own warnings on standard error (an exec's websocket
+// notes) would spoil the JSON a command prints. The error carries both.
+func (e *env) kubectlCmd(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "kubectl", args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	cmd.Stdin = stdin
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%w\n%s%s", err, stdout.Bytes(), stderr.Bytes())
 	}
-	return string(out)
+	return stdout.String(), nil
 }
 
 // conversation creates a conversation of the user e2e in acme/dev, named

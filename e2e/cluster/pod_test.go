@@ -83,14 +83,11 @@ func TestWorkerRBAC(t *testing.T) {
 		if body != "" {
 			script += ` --data-binary @-`
 		}
-		cmd := exec.CommandContext(t.Context(), "kubectl", "-n", "acme-dev", "exec", "-i", pod, "-c", "worker", "--", "sh", "-c", script)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
-		cmd.Stdin = strings.NewReader(body)
-		out, err := cmd.CombinedOutput()
+		out, err := e.kubectlCmd(t.Context(), strings.NewReader(body), "-n", "acme-dev", "exec", "-i", pod, "-c", "worker", "--", "sh", "-c", script)
 		if err != nil {
-			t.Fatalf("curl %s %s in the worker pod: %v\n%s", method, path, err, out)
+			t.Fatalf("curl %s %s in the worker pod: %v", method, path, err)
 		}
-		return string(out)
+		return out
 	}
 	can := func(ns, verb, resource, sub string) bool {
 		t.Helper()
