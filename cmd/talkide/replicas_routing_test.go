@@ -67,9 +67,6 @@ func (rr *roundRobin) set(urls ...string) {
 // conversations move, and every later command succeeds at once. No
 // transcript loses or repeats a message.
 func TestReplicasRouteConversations(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs four workers")
-	}
 	ctx := context.Background()
 	cp, dir, logger := startDevControlPlane(t)
 	tokenPath := devIdentityToken(t, cp.Store, dir)

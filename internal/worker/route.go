@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
-	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/replicaset"
 	"github.com/talkide/platform/internal/sessionstore"
 )
@@ -355,7 +354,7 @@ func (w *Worker) askRunning(ctx context.Context, in *http.Request, addr string) 
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, &httpapi.Error{Status: resp.StatusCode, Msg: "peer answered " + resp.Status}
+		return nil, fmt.Errorf("the peer answered %s", resp.Status)
 	}
 	var rs contract.RunningSessions
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxPeerAnswer)).Decode(&rs); err != nil {
