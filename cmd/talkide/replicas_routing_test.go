@@ -58,7 +58,7 @@ func (rr *roundRobin) set(urls ...string) {
 
 // TestReplicasRouteConversations runs three worker replicas on one
 // session volume behind a round-robin front, as a Deployment behind its
-// Service: 60 conversations are created and sent messages through the
+// Service: 90 conversations are created and sent messages through the
 // front, and every command is answered the first time, by the replica
 // holding its conversation (forwarded there when it landed elsewhere);
 // the conversations spread over the three. A fourth replica joins and
@@ -174,7 +174,10 @@ func TestReplicasRouteConversations(t *testing.T) {
 		return ids
 	}
 
-	first := batch("conv", 60)
+	// Sizes that make the spreading below certain, not likely: the busiest
+	// of three holds at least 30, and the mean over four, with the 6 new
+	// conversations, is 24, so it holds more than the mean and the slack.
+	first := batch("conv", 90)
 	create(first...)
 	exchange(first, "1")
 	exchange(first, "2")
@@ -211,7 +214,7 @@ func TestReplicasRouteConversations(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	second := batch("new", 12)
+	second := batch("new", 6)
 	create(second...)
 	if n := d.proc.Worker.Load().OpenSessions; n == 0 {
 		t.Fatalf("the new replica received none of %d new conversations: %v", len(second), held())
