@@ -11,16 +11,42 @@ import (
 	"time"
 )
 
-// workerPod returns the name of acme-dev's running worker pod.
-func (e *env) workerPod(t *testing.T) string {
+// livePod is a worker pod of acme-dev that runs and is not terminating.
+type livePod struct{ name, ip string }
+
+// livePods lists acme-dev's worker pods that run and are not terminating:
+// a pod being deleted still runs (its phase is Running) while it drains,
+// then may end Succeeded, and a test that picked it would exec into, or
+// kill, a pod that no longer serves.
+func (e *env) livePods(t *testing.T) []livePod {
 	t.Helper()
 	out := e.kubectl(t, "-n", "acme-dev", "get", "pods", "-l", "app.kubernetes.io/name=talkide-worker",
-		"--field-selector", "status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}")
-	names := strings.Fields(out)
-	if len(names) == 0 {
-		t.Fatal("no running worker pod in acme-dev")
+		"--field-selector", "status.phase=Running",
+		"-o", `jsonpath={range .items[*]}{.metadata.name} {.status.podIP} {.metadata.deletionTimestamp}{"\n"}{end}`)
+	var pods []livePod
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 { // no address yet, or terminating, otherwise
+			pods = append(pods, livePod{name: f[0], ip: f[1]})
+		}
 	}
-	return names[0]
+	return pods
+}
+
+// workerPod returns the name of acme-dev's one live worker pod, waiting a
+// minute for a pod that a previous test scaled away or replaced to go.
+func (e *env) workerPod(t *testing.T) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		pods := e.livePods(t)
+		if len(pods) == 1 {
+			return pods[0].name
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("acme-dev has %d live worker pods %v, want one:\n%s", len(pods), pods, e.kubectl(t, "-n", "acme-dev", "get", "pods"))
+		}
+		time.Sleep(time.Second) // polling the pods
+	}
 }
 
 // inWorker runs argv in the worker pod's container, as its user, and

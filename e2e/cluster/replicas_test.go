@@ -34,20 +34,25 @@ const (
 )
 
 // scaleWorkers sets acme/dev's worker replicas with talkide admin env scale
-// and waits until the Deployment has n ready pods of its newest template.
+// and waits until the Deployment has n ready pods of its newest template
+// and no other pod.
 func (e *env) scaleWorkers(t *testing.T, n int) {
 	t.Helper()
 	e.cpAdmin(t, "env", "scale", "--tenant", "acme", "--env", "dev", "--replicas", strconv.Itoa(n))
-	want := fmt.Sprintf("%d %d %d", n, n, n)
+	// The Deployment's counts leave out pods being deleted: the test waits
+	// for those too, so that what follows meets n pods and no drain.
+	want := fmt.Sprintf("%d %d %d pods %d", n, n, n, n)
 	deadline := time.Now().Add(4 * time.Minute)
 	for {
 		got := strings.TrimSpace(e.kubectl(t, "-n", "acme-dev", "get", "deployment", "talkide-worker",
 			"-o", "jsonpath={.status.replicas} {.status.readyReplicas} {.status.updatedReplicas}"))
+		pods := strings.Fields(e.kubectl(t, "-n", "acme-dev", "get", "pods", "-l", "app.kubernetes.io/name=talkide-worker", "-o", "name"))
+		got = fmt.Sprintf("%s pods %d", got, len(pods))
 		if got == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("acme-dev's worker has replicas, ready, updated %q after 4 minutes, want %q:\n%s", got, want,
+			t.Fatalf("acme-dev's worker has replicas, ready, updated, pods %q after 4 minutes, want %q:\n%s", got, want,
 				e.kubectl(t, "-n", "acme-dev", "get", "pods,events"))
 		}
 		time.Sleep(250 * time.Millisecond) // polling the Deployment's status
@@ -92,16 +97,9 @@ func (r replica) metric(name string) float64 { return r.series[name] }
 // cluster's network namespace).
 func (e *env) replicas(t *testing.T) []replica {
 	t.Helper()
-	out := e.kubectl(t, "-n", "acme-dev", "get", "pods", "-l", "app.kubernetes.io/name=talkide-worker",
-		"--field-selector", "status.phase=Running",
-		"-o", `jsonpath={range .items[*]}{.metadata.name} {.status.podIP} {.metadata.deletionTimestamp}{"\n"}{end}`)
 	var rs []replica
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 { // no address yet, or terminating
-			continue
-		}
-		r := replica{pod: f[0], ip: f[1], series: map[string]float64{}}
+	for _, p := range e.livePods(t) {
+		r := replica{pod: p.name, ip: p.ip, series: map[string]float64{}}
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.ip+":8080/metrics", nil)
 		resp, err := http.DefaultClient.Do(req)
@@ -524,12 +522,11 @@ func (e *env) killedMidTurn(t *testing.T, senders []*env, l *conversationLoad, o
 // name (a holder is named host-pid, and a pod's host name is its name).
 func (e *env) leaseHolder(t *testing.T, id string) string {
 	t.Helper()
-	pods := strings.Fields(e.kubectl(t, "-n", "acme-dev", "get", "pods", "-l", "app.kubernetes.io/name=talkide-worker",
-		"--field-selector", "status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}"))
+	pods := e.livePods(t)
 	if len(pods) == 0 {
 		t.Fatal("no running worker pod")
 	}
-	out := e.kubectl(t, "-n", "acme-dev", "exec", pods[0], "-c", "worker", "--",
+	out := e.kubectl(t, "-n", "acme-dev", "exec", pods[0].name, "-c", "worker", "--",
 		"sh", "-c", `cat "$(ls -d /data/claude/projects/`+id+`/lease/0* | tail -n 1)"`)
 	var lease struct {
 		Holder string `json:"holder"`

@@ -10,9 +10,10 @@ import (
 )
 
 // A draining replica hands its idle conversations over at once, and a
-// running one after its turn: another replica on the same volume serves
-// the idle conversation while the drain still waits for the running turn,
-// and the running one only after that turn has ended.
+// running one after its own turn, not after the replica's longest: another
+// replica on the same volume serves the idle conversation while the drain
+// still waits for the running turns, the conversation whose turn ended
+// while another turn still runs, and the last one once its turn has ended.
 func TestDrainHandsIdleOverAtOnce(t *testing.T) {
 	a := newTestWorker(t, workerOpts{})
 	a.create(t, "c_idle")
@@ -21,6 +22,11 @@ func TestDrainHandsIdleOverAtOnce(t *testing.T) {
 		t.Fatalf("send: %d", status)
 	}
 	turn := a.h.next(t)
+	a.create(t, "c_long")
+	if status, _ := a.sendMessage(t, "c_long", "m2", "a long one"); status != http.StatusAccepted {
+		t.Fatalf("send: %d", status)
+	}
+	long := a.h.next(t)
 	b := newTestWorker(t, workerOpts{dir: a.dir, holder: "other-replica"})
 	stateAt := func(tw *testWorker, id string) (int, string) {
 		resp, body := tw.call(t, http.MethodGet, "/v1/sessions/"+id, nil)
@@ -62,14 +68,38 @@ func TestDrainHandsIdleOverAtOnce(t *testing.T) {
 	}
 
 	turn.finish("end_turn")
+	// c_long's turn still runs: c_busy must move now all the same.
+	deadline = time.Now().Add(waitFor)
+	for {
+		st, code := stateAt(b, "c_busy")
+		if st == http.StatusOK {
+			break
+		}
+		if code != contract.CodeSessionElsewhere || time.Now().After(deadline) {
+			t.Fatalf("the conversation whose turn ended during the drain: %d %s", st, code)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("the drain ended (%v) while a turn ran", err)
+	default:
+	}
+	if _, code := stateAt(b, "c_long"); code != contract.CodeSessionElsewhere {
+		t.Fatalf("the conversation with a running turn moved before its turn ended: %q", code)
+	}
+
+	long.finish("end_turn")
 	if err := <-drained; err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	st, body := b.call(t, http.MethodGet, "/v1/sessions/c_busy", nil)
-	if st.StatusCode != http.StatusOK {
-		t.Fatalf("after the drain the other replica answered %d %s", st.StatusCode, body)
-	}
-	if got := decode[contract.SessionState](t, body); got.Status != contract.StatusIdle || got.Turns != 1 {
-		t.Errorf("c_busy after the hand-over: %+v", got)
+	for _, id := range []string{"c_busy", "c_long"} {
+		st, body := b.call(t, http.MethodGet, "/v1/sessions/"+id, nil)
+		if st.StatusCode != http.StatusOK {
+			t.Fatalf("after the drain the other replica answered %d %s for %s", st.StatusCode, body, id)
+		}
+		if got := decode[contract.SessionState](t, body); got.Status != contract.StatusIdle || got.Turns != 1 {
+			t.Errorf("%s after the hand-over: %+v", id, got)
+		}
 	}
 }

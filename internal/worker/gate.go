@@ -32,9 +32,15 @@ type turnGate struct {
 	closed  bool
 	running int
 	idle    chan struct{} // made by close; closed once closed and running == 0
+	// ended is signalled (never closed) by each turn that ends once the
+	// gate is closing: a drain hands that turn's conversation over then,
+	// not after the longest turn of the replica.
+	ended chan struct{}
 }
 
-func newTurnGate(base context.Context, max int) *turnGate { return &turnGate{base: base, max: max} }
+func newTurnGate(base context.Context, max int) *turnGate {
+	return &turnGate{base: base, max: max, ended: make(chan struct{}, 1)}
+}
 
 // begin admits a turn and returns its context, errShuttingDown once the
 // gate is closing, or errBusy when max turns run. An admitted turn calls
@@ -58,10 +64,20 @@ func (g *turnGate) end() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.running--
-	if g.closed && g.running == 0 {
+	if !g.closed {
+		return
+	}
+	if g.running == 0 {
 		close(g.idle)
 	}
+	select {
+	case g.ended <- struct{}{}:
+	default: // one signal pending covers every turn that ended before it is read
+	}
 }
+
+// turnEnded is signalled when a turn ends while the gate is closing.
+func (g *turnGate) turnEnded() <-chan struct{} { return g.ended }
 
 // full reports whether a turn begun now would be refused as errBusy: a
 // command that would start a turn is refused before its session is

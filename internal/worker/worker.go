@@ -539,13 +539,21 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 			w.log.Warn("could not mark this replica draining in the registry", "err", err)
 		}
 	}
-	handedOver := w.handOverIdle(ctx)
-	select {
-	case <-idle:
-	case <-ctx.Done():
-		w.log.Warn("shutdown grace period over; interrupting running turns")
-		w.cancelBase()
-		<-idle
+	handedOver := []error{w.handOverIdle(ctx)}
+	for waiting := true; waiting; {
+		select {
+		case <-idle:
+			waiting = false
+		case <-w.gate.turnEnded():
+			// That conversation goes now, not once the replica's longest
+			// turn has ended.
+			handedOver = append(handedOver, w.handOverIdle(ctx))
+		case <-ctx.Done():
+			w.log.Warn("shutdown grace period over; interrupting running turns")
+			w.cancelBase()
+			<-idle
+			waiting = false
+		}
 	}
 	w.cancelBase()
 	// Deliver what the outboxes hold while the sessions are still ours;
@@ -566,7 +574,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	<-w.maintDone
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionCloseTimeout)
 	defer cancel()
-	errs := []error{handedOver}
+	errs := handedOver
 	for _, s := range sessions {
 		errs = append(errs, s.close(cctx))
 	}
@@ -580,32 +588,37 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// handOverIdle closes, at the start of a drain, every session with no
-// running turn, which releases its lease: another replica takes such a
-// conversation over at its next command rather than answering
-// session_elsewhere until this one's longest turn has ended (a rolling
-// update, a scale-down or a node drain would otherwise make every idle
-// conversation of the replica wait for its busiest). The gate is closed
-// first, so none of these sessions starts a turn meanwhile (a turn begins
-// under its session's lock, where turnRunning looks). Their reports are
-// delivered first, briefly; what is left stays in their outboxes, which
-// the next holder delivers when it opens them. It returns what closing
-// them returned.
+// handOverIdle closes, at the start of a drain and after each turn that
+// ends during it, every session with no running turn, which releases its
+// lease: another replica takes such a conversation over at its next
+// command rather than answering session_elsewhere until this one's
+// longest turn has ended (a rolling update, a scale-down or a node drain
+// would otherwise make every conversation of the replica wait for its
+// busiest). The gate is closed first, so none of these sessions starts a
+// turn meanwhile (a turn begins under its session's lock, where
+// turnRunning looks). Their reports are delivered first, briefly; what is
+// left stays in their outboxes, which the next holder delivers when it
+// opens them. It returns what closing them returned.
 func (w *Worker) handOverIdle(ctx context.Context) error {
+	var idle []*session
+	for _, s := range w.openSessions() {
+		if !s.turnRunning() {
+			idle = append(idle, s)
+		}
+	}
+	if len(idle) == 0 {
+		return nil
+	}
 	fctx, cancel := context.WithTimeout(ctx, handOverFlush)
 	defer cancel()
 	if err := w.opts.Reporter.Flush(fctx); err != nil {
 		w.log.Warn("reports left in the outbox at a drain", "err", err)
 	}
+	for _, s := range idle {
+		w.drop(s)
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionCloseTimeout)
 	defer cancel()
-	var idle []*session
-	for _, s := range w.openSessions() {
-		if !s.turnRunning() {
-			w.drop(s)
-			idle = append(idle, s)
-		}
-	}
 	// Side by side, as the renewals are: each close waits for a last sync.
 	var mu sync.Mutex
 	var errs []error
