@@ -132,7 +132,7 @@ func (w *Worker) verified(max int64, of conversationOf, h signedHandler) http.Ha
 		switch {
 		case errors.Is(err, errShuttingDown):
 			return &httpapi.Error{Status: http.StatusServiceUnavailable, Code: contract.CodeShuttingDown,
-				Msg: "the worker is shutting down; retry shortly", RetryAfter: "5"}
+				Msg: "the worker is shutting down; retry shortly", RetryAfter: shuttingDownRetryAfter}
 		case errors.Is(err, sessionstore.ErrLeaseHeld):
 			w.elsewhere.Add(1)
 			// During a rolling update another replica may still own the
@@ -271,7 +271,7 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 	case errors.As(err, &running):
 		return httpapi.Errorf(http.StatusConflict, contract.CodeTurnRunning, "turn %s is still running; wait for it or interrupt it", running.turnID)
 	case errors.Is(err, errShuttingDown):
-		rw.Header().Set("Retry-After", "5")
+		rw.Header().Set("Retry-After", shuttingDownRetryAfter)
 		return httpapi.Errorf(http.StatusServiceUnavailable, contract.CodeShuttingDown, "the worker is shutting down; retry shortly")
 	case err != nil:
 		return err
@@ -283,6 +283,13 @@ func (w *Worker) handleSend(rw http.ResponseWriter, r *http.Request, body []byte
 	httpapi.WriteJSON(rw, status, resp)
 	return nil
 }
+
+// shuttingDownRetryAfter is what a draining replica tells a sender: it
+// hands each conversation over as soon as that conversation's turn has
+// ended, so the command sent again finds the next holder within a second
+// or two (a replica that is alone in its env is replaced by a pod that
+// takes some seconds to start; a retry a second is cheap meanwhile).
+const shuttingDownRetryAfter = "1"
 
 // busyRetryAfter is what a refused sender is told to wait: turns take
 // seconds, so a slot is likely free by then.
