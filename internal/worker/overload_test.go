@@ -207,3 +207,33 @@ func TestSendWhileTheSessionCloses(t *testing.T) {
 		t.Errorf("the turn ran on the claimed session (%p, claimed %p)", reopened, s)
 	}
 }
+
+// A report appended after a session's last event (the turn-ended report
+// is) is made durable by the session itself, so that the session rests
+// with no file open: the reporter syncs only what it sends, and a worker
+// may have none yet.
+func TestReportAfterTheLastEventRests(t *testing.T) {
+	tw := newTestWorker(t, workerOpts{})
+	projects := filepath.Join(tw.dir, "projects")
+	tw.create(t, "c_report")
+	tw.w.mu.Lock()
+	s := tw.w.sessions["c_report"]
+	tw.w.mu.Unlock()
+	rests := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(waitFor)
+		for filesUnder(t, projects) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s the session still holds %v", what, openUnder(t, projects))
+			}
+			tw.w.maintainOnce(context.Background())
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	rests("created,")
+	s.mu.Lock()
+	s.report(contract.Report{Kind: contract.ReportTurnEnded, IdempotencyKey: "c_report/t_1/turn-ended",
+		ConversationID: "c_report", TurnID: "t_1", Time: time.Now().UTC(), Reply: &contract.TurnReply{}})
+	s.mu.Unlock()
+	rests("with a report appended after its last event,")
+}

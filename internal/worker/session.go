@@ -268,13 +268,21 @@ func (s *session) publishLocked(ev contract.Event) {
 	}
 }
 
-// report writes r to the session's outbox and tells the reporter.
+// report writes r to the session's outbox and tells the reporter. It
+// wakes the flusher too: the reporter syncs before it sends, but without
+// one (or before it runs) a report appended after the turn's last event
+// would stay unsynced, and the outbox's file open, while the session
+// rests.
 func (s *session) report(r contract.Report) {
 	if _, err := s.store.AppendReport(r); err != nil {
 		s.log.Error("report not recorded", "kind", r.Kind, "err", err)
 		return
 	}
 	s.cfg.reporter.Notify(s.store)
+	select {
+	case s.wake <- struct{}{}:
+	default: // the flusher is already due to run, and its sync covers r
+	}
 }
 
 // subscribe registers a live subscriber. On a closed session its channel is
