@@ -45,49 +45,33 @@ func TestDrainHandsIdleOverAtOnce(t *testing.T) {
 		defer cancel()
 		drained <- a.w.Shutdown(ctx)
 	}()
-	// The drain waits for c_busy's turn, which the test holds: c_idle must
-	// move meanwhile.
-	deadline := time.Now().Add(waitFor)
-	for {
-		st, code := stateAt(b, "c_idle")
-		if st == http.StatusOK {
-			break
+	// movesWhileRunning waits until b serves moved, while the drain still
+	// waits for the conversation running, whose turn the test holds.
+	movesWhileRunning := func(moved, what, running string) {
+		t.Helper()
+		deadline := time.Now().Add(waitFor)
+		for {
+			st, code := stateAt(b, moved)
+			if st == http.StatusOK {
+				break
+			}
+			if code != contract.CodeSessionElsewhere || time.Now().After(deadline) {
+				t.Fatalf("%s during the drain: %d %s", what, st, code)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		if code != contract.CodeSessionElsewhere || time.Now().After(deadline) {
-			t.Fatalf("the idle conversation during the drain: %d %s", st, code)
+		select {
+		case err := <-drained:
+			t.Fatalf("the drain ended (%v) while a turn ran", err)
+		default:
 		}
-		time.Sleep(5 * time.Millisecond)
+		if _, code := stateAt(b, running); code != contract.CodeSessionElsewhere {
+			t.Fatalf("%s, with a running turn, moved before its turn ended: %q", running, code)
+		}
 	}
-	select {
-	case err := <-drained:
-		t.Fatalf("the drain ended (%v) while a turn ran", err)
-	default:
-	}
-	if _, code := stateAt(b, "c_busy"); code != contract.CodeSessionElsewhere {
-		t.Fatalf("the conversation with a running turn moved before its turn ended: %q", code)
-	}
-
+	movesWhileRunning("c_idle", "the idle conversation", "c_busy")
 	turn.finish("end_turn")
-	// c_long's turn still runs: c_busy must move now all the same.
-	deadline = time.Now().Add(waitFor)
-	for {
-		st, code := stateAt(b, "c_busy")
-		if st == http.StatusOK {
-			break
-		}
-		if code != contract.CodeSessionElsewhere || time.Now().After(deadline) {
-			t.Fatalf("the conversation whose turn ended during the drain: %d %s", st, code)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	select {
-	case err := <-drained:
-		t.Fatalf("the drain ended (%v) while a turn ran", err)
-	default:
-	}
-	if _, code := stateAt(b, "c_long"); code != contract.CodeSessionElsewhere {
-		t.Fatalf("the conversation with a running turn moved before its turn ended: %q", code)
-	}
+	movesWhileRunning("c_busy", "the conversation whose turn ended", "c_long")
 
 	long.finish("end_turn")
 	if err := <-drained; err != nil {
