@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/replicaset"
 	"github.com/talkide/platform/internal/sessionstore"
 )
@@ -234,6 +235,11 @@ func (w *Worker) forward(rw http.ResponseWriter, r *http.Request, body []byte, a
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Header.Set(ForwardedHeader, w.router.replicas.Holder())
+			// The holder's span is this replica's span's child, not its
+			// sibling under the control-plane's (with tracing off, or on
+			// a stream, which has no span here, the header goes on as
+			// received).
+			observe.Inject(pr.In.Context(), pr.Out.Header)
 			pr.Out.ContentLength = int64(len(body))
 			pr.Out.Body = http.NoBody
 			if len(body) > 0 {

@@ -8,7 +8,12 @@ import (
 	"sync/atomic"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/replicaset"
 )
 
@@ -78,6 +83,53 @@ func TestForwardToTheHolder(t *testing.T) {
 	}
 	if reached.Load() < 4 { // the create, and the three b forwarded
 		t.Errorf("%d requests reached the holder", reached.Load())
+	}
+}
+
+// A forwarded command's span on the holder is the child of the span of
+// the replica that forwarded it, which is the child of the control-plane's.
+func TestForwardedTraceIsOneChain(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	a := newTestWorker(t, workerOpts{holder: "replica-a", replicas: true, tracer: tp})
+	b := newTestWorker(t, workerOpts{dir: a.dir, holder: "replica-b", replicas: true, tracer: tp})
+	refresh(t, a, b)
+	a.create(t, "c_traced")
+	exp.Reset()
+
+	ctx, root := tp.Tracer("control-plane").Start(t.Context(), "relay")
+	req := b.request(t, ctx, http.MethodGet, "/v1/sessions/c_traced", nil)
+	observe.Inject(ctx, req.Header)
+	resp, body := send(t, req)
+	root.End()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("state through b: %d %s", resp.StatusCode, body)
+	}
+	if lb := b.w.Load(); lb.ForwardedHolder != 1 {
+		t.Fatalf("b's load: %+v, want the command forwarded", lb)
+	}
+	parents := map[string]string{} // server span id -> its parent's
+	for _, sp := range exp.GetSpans() {
+		if sp.SpanKind == trace.SpanKindServer && sp.SpanContext.TraceID() == root.SpanContext().TraceID() {
+			parents[sp.SpanContext.SpanID().String()] = sp.Parent.SpanID().String()
+		}
+	}
+	var chain []string
+	for id := root.SpanContext().SpanID().String(); ; {
+		next := ""
+		for child, parent := range parents {
+			if parent == id {
+				next = child
+			}
+		}
+		if next == "" {
+			break
+		}
+		chain, id = append(chain, next), next
+	}
+	if len(parents) != 2 || len(chain) != 2 {
+		t.Errorf("server spans by parent %v: want the forwarder's under the control-plane's, the holder's under the forwarder's", parents)
 	}
 }
 
