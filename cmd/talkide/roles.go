@@ -25,10 +25,11 @@ func registerAgentFlags(fs *pflag.FlagSet, a *roles.AgentConfig) {
 	fs.StringVar(&a.MCPAllow, "mcp-allow", "", "JSON file of the MCP servers a workspace's .mcp.json may start (docs/mcp.md); default none")
 	fs.StringVar(&a.Sandbox, "sandbox", "auto", "how agent commands are confined (docs/sandbox.md): auto (every layer this machine supports; refuse commands when none can be applied), landlock (the first layer only), none (no sandbox: a warning at start and in every session)")
 	fs.StringSliceVar(&a.SandboxReadOnly, "sandbox-read-only", nil, "more paths agent commands may read and execute, beyond the system's (/usr, /opt, the parts of /etc a userland reads: talkide sandbox check lists them), such as a toolchain elsewhere or another file of /etc; repeat or separate with commas")
+	fs.Float64Var(&a.SandboxCPUs, "sandbox-cpus", 0, "each agent command's CPU ceiling, in CPUs (1.5: one and a half), where it gets a cpu cgroup of its own; commands share the CPU equally either way (0: no ceiling; docs/sandbox.md)")
 	fs.StringVar(&a.SandboxHelper, "sandbox-helper", "", "the sandbox's helper, started for every agent command: a talkide-sandbox binary built from the same source (default: talkide-sandbox beside this executable when there is one, else this executable)")
 	fs.StringVar(&a.EgressAllow, "egress-allow", "", "JSON file of the destinations agent commands may reach through the egress proxy (docs/egress.md); default none")
 	fs.IntVar(&a.MaxRunningTurns, "max-running-turns", 0, "turns the worker runs at once; a message beyond is refused before its turn starts (worker_busy, Retry-After), never lost (0: derived from the open-file limit, "+strconv.Itoa(worker.DescriptorsPerTurn)+" descriptors a turn; negative: no bound; docs/operations.md)")
-	cli.BindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow", "sandbox", "sandbox-read-only", "sandbox-helper", "egress-allow", "max-running-turns")
+	cli.BindEnv(fs, "model", "harness", "claude-code-bin", "tool-policy", "mcp-allow", "sandbox", "sandbox-read-only", "sandbox-cpus", "sandbox-helper", "egress-allow", "max-running-turns")
 	registerBuildFlags(fs, &a.Builds)
 }
 

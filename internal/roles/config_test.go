@@ -81,3 +81,19 @@ func TestLocalUserOnlyOnLoopback(t *testing.T) {
 		t.Fatalf("StartControlPlane = %v, want a local-user field error", err)
 	}
 }
+
+// --sandbox-cpus is no ceiling (0) or a number of CPUs a cpu cgroup can
+// hold; anything else names the flag.
+func TestAgentSandboxCPUs(t *testing.T) {
+	for _, ok := range []float64{0, 0.01, 1.5, 64} {
+		if err := (&AgentConfig{SandboxCPUs: ok}).Check(); err != nil {
+			t.Errorf("--sandbox-cpus %g: %v", ok, err)
+		}
+	}
+	for _, bad := range []float64{-1, 0.001, 2000} {
+		err := (&AgentConfig{SandboxCPUs: bad}).Check()
+		if fe := (*contract.FieldError)(nil); !errors.As(err, &fe) || fe.Field != "sandbox-cpus" {
+			t.Errorf("--sandbox-cpus %g: %v, want an error naming the flag", bad, err)
+		}
+	}
+}

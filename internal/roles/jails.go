@@ -43,7 +43,8 @@ func startJails(o WorkerConfig, lp *localproxy.Server) (_ *jails, err error) {
 	if len(o.Agent.SandboxReadOnly) > 0 {
 		readOnly = append(slices.Clone(sandbox.DefaultReadOnly), o.Agent.SandboxReadOnly...)
 	}
-	sb, err := sandbox.New(&sandbox.Options{Mode: mode, Helper: helper, ReadOnly: readOnly, Logger: log, PretendNoLandlock: o.PretendNoLandlock})
+	sb, err := sandbox.New(&sandbox.Options{Mode: mode, Helper: helper, ReadOnly: readOnly, Logger: log, PretendNoLandlock: o.PretendNoLandlock,
+		Limits: sandbox.Limits{CPUs: o.Agent.SandboxCPUs}})
 	if err != nil {
 		if o.Agent.SandboxHelper != "" {
 			return nil, fmt.Errorf("--sandbox-helper: %w", err)

@@ -111,6 +111,10 @@ type AgentConfig struct {
 	// SandboxReadOnly are paths agent commands may read beyond
 	// sandbox.DefaultReadOnly.
 	SandboxReadOnly []string
+	// SandboxCPUs is each agent command's CPU ceiling where it gets a cpu
+	// cgroup of its own (sandbox.Limits.CPUs); 0: none, so that a build
+	// alone on the worker has every CPU the pod has.
+	SandboxCPUs float64
 	// SandboxHelper is the sandbox's helper; empty: talkide-sandbox beside
 	// the executable, or the executable itself.
 	SandboxHelper string
@@ -134,6 +138,10 @@ func (a *AgentConfig) Check() error {
 		if a.mode, err = sandbox.ParseMode(a.Sandbox); err != nil {
 			return contract.Invalid(nil, "sandbox", "%q: %v", a.Sandbox, err)
 		}
+	}
+	// A cpu cgroup's quota is at least a hundredth of its period.
+	if a.SandboxCPUs != 0 && !(a.SandboxCPUs >= 0.01 && a.SandboxCPUs <= 1024) {
+		return contract.Invalid(nil, "sandbox-cpus", "%g: want 0 (no ceiling) or a number of CPUs from 0.01 to 1024, like 1.5", a.SandboxCPUs)
 	}
 	return a.Builds.Check()
 }

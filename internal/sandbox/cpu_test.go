@@ -255,3 +255,26 @@ func TestNoCPUHierarchy(t *testing.T) {
 		})
 	}
 }
+
+// The sandbox's own ceiling (Options.Limits.CPUs, the worker's
+// --sandbox-cpus) bounds a command whose policy sets none.
+func TestSandboxWideCPUCeiling(t *testing.T) {
+	if !wantCPUGroups() {
+		t.Skip("no cpu cgroup per command here: the ceiling bounds nothing (TestNoCPUHierarchy)")
+	}
+	s, err := sandbox.New(&sandbox.Options{Mode: sandbox.ModeLandlock, Cold: true, Limits: sandbox.Limits{CPUs: 0.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	sl := startSleeper(t, s, newEnv(t), sandbox.Limits{})
+	path, err := sandbox.CgroupPath(sl.pid, "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mount, err := sandbox.CgroupMount("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCPUGroup(t, filepath.Join(mount, path), true)
+}
