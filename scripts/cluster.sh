@@ -471,20 +471,24 @@ provision() {
   kctl -n acme-dev rollout status deployment/talkide-worker --timeout=300s >&2
   if [ ! -s "$dir/platform/e2e-token" ]; then
     admin "$bin" "$pw" user add --user e2e --tenant acme --role member >&2 || true
-    admin "$bin" "$pw" api-token issue --user e2e --name cluster-e2e >"$dir/platform/e2e-token.new"
+    (umask 077 && admin "$bin" "$pw" api-token issue --user e2e --name cluster-e2e >"$dir/platform/e2e-token.new")
     mv "$dir/platform/e2e-token.new" "$dir/platform/e2e-token"
   fi
   # The worker's pod is Ready, yet its Service may not carry a connection
   # for a moment (kube-proxy's rules and CoreDNS's records follow its
   # endpoints; the control-plane learns the worker's address from the
   # reconciler): up means a conversation is made through the control-plane
-  # and the worker. The token goes to curl in a file, not in its arguments.
-  local url headers
+  # and the worker (each up leaves that conversation to the e2e user). The
+  # token goes to curl in a file, not in its arguments.
+  local url headers token
+  [ -s "$dir/platform/e2e-token" ] || die "no API token in $dir/platform/e2e-token"
+  token=$(cat "$dir/platform/e2e-token")
   url=http://$(kctl -n talkide get service talkide-controlplane -o jsonpath='{.spec.clusterIP}'):7878
   headers=$dir/platform/e2e-headers
-  (umask 077 && printf 'Authorization: Bearer %s\nContent-Type: application/json\n' "$(cat "$dir/platform/e2e-token")" >"$headers")
+  rm -f "$headers"
+  (umask 077 && printf 'Authorization: Bearer %s\nContent-Type: application/json\n' "$token" >"$headers")
   await "a conversation made through the control-plane and acme-dev's worker" 120 \
-    inns curl -sf -X POST -H "@$headers" -d '{"tenant":"acme","env":"dev"}' "$url/api/conversations"
+    inns curl -sf --max-time 10 -X POST -H "@$headers" -d '{"tenant":"acme","env":"dev"}' "$url/api/conversations"
 }
 
 print_env() {

@@ -46,7 +46,9 @@ func (e *env) scaleWorkers(t *testing.T, n int) {
 	for {
 		got := strings.TrimSpace(e.kubectl(t, "-n", "acme-dev", "get", "deployment", "talkide-worker",
 			"-o", "jsonpath={.status.replicas} {.status.readyReplicas} {.status.updatedReplicas}"))
-		pods := strings.Fields(e.kubectl(t, "-n", "acme-dev", "get", "pods", "-l", "app.kubernetes.io/name=talkide-worker", "-o", "name"))
+		// Failed pods (evicted) are never deleted by the Deployment.
+		pods := strings.Fields(e.kubectl(t, "-n", "acme-dev", "get", "pods", "-l", "app.kubernetes.io/name=talkide-worker",
+			"--field-selector", "status.phase!=Failed", "-o", "name"))
 		got = fmt.Sprintf("%s pods %d", got, len(pods))
 		if got == want {
 			return

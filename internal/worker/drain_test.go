@@ -39,12 +39,12 @@ func TestDrainHandsIdleOverAtOnce(t *testing.T) {
 		t.Fatalf("before the drain the other replica answered %d %s for the idle conversation", st, code)
 	}
 
+	// No deadline on the grace: the test ends the turns itself, and a
+	// loaded machine must not end the drain between its steps.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	drained := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		drained <- a.w.Shutdown(ctx)
-	}()
+	go func() { drained <- a.w.Shutdown(ctx) }()
 	// movesWhileRunning waits until b serves moved, while the drain still
 	// waits for the conversation running, whose turn the test holds.
 	movesWhileRunning := func(moved, what, running string) {
@@ -85,5 +85,39 @@ func TestDrainHandsIdleOverAtOnce(t *testing.T) {
 		if got := decode[contract.SessionState](t, body); got.Status != contract.StatusIdle || got.Turns != 1 {
 			t.Errorf("%s after the hand-over: %+v", id, got)
 		}
+	}
+}
+
+// A conversation whose reports a drain could not deliver before handing
+// it over stays for the drain's final flush, which has the rest of the
+// grace period: handed over, its reports would wait for the
+// conversation's next use.
+func TestDrainKeepsUndeliveredReports(t *testing.T) {
+	cp := newControlPlane(t, 1, false) // the first batch is answered 503
+	a := newTestWorker(t, workerOpts{reporter: newTestReporter(cp)})
+	a.create(t, "c_rep")
+	if status, _ := a.sendMessage(t, "c_rep", "m1", "hello"); status != http.StatusAccepted {
+		t.Fatalf("send: %d", status)
+	}
+	a.h.next(t).finish("end_turn")
+	st := a.openStream(t, "c_rep", "", "")
+	st.mustUntil(t, func(e contract.Event) bool { return e.Kind == contract.KindTurnFinished })
+	st.close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := a.w.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if len(cp.keys()) == 0 {
+		t.Fatal("no report reached the control-plane")
+	}
+	b := newTestWorker(t, workerOpts{dir: a.dir, holder: "other-replica"})
+	b.state(t, "c_rep") // opened on b
+	b.w.mu.Lock()
+	s := b.w.sessions["c_rep"]
+	b.w.mu.Unlock()
+	if p, err := s.store.PendingReports(); err != nil || len(p) != 0 {
+		t.Errorf("after the drain %d reports of c_rep are still unacknowledged (%v): it was handed over before the final flush", len(p), err)
 	}
 }

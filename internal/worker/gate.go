@@ -27,15 +27,16 @@ type turnGate struct {
 	// max bounds the running turns; 0: no bound.
 	max int
 
+	// ended is signalled (never closed) by each turn that ends once the
+	// gate is closing: a drain hands that turn's conversation over then,
+	// not after the longest turn of the replica. Made with the gate.
+	ended chan struct{}
+
 	mu sync.Mutex
 	// guarded by mu
 	closed  bool
 	running int
 	idle    chan struct{} // made by close; closed once closed and running == 0
-	// ended is signalled (never closed) by each turn that ends once the
-	// gate is closing: a drain hands that turn's conversation over then,
-	// not after the longest turn of the replica.
-	ended chan struct{}
 }
 
 func newTurnGate(base context.Context, max int) *turnGate {

@@ -525,8 +525,9 @@ func (w *Worker) FlushOutboxes(ctx context.Context) error {
 }
 
 // Shutdown stops taking new turns, hands the conversations with no running
-// turn over at once (handOverIdle), waits for running turns until ctx
-// ends, then interrupts the rest, and closes every session. Closing a session
+// turn over at once and each other one as soon as its turn has ended
+// (handOverIdle), waits for running turns until ctx ends, then interrupts
+// the rest, and closes every session. Closing a session
 // waits for its last fsync, bounded by sessionCloseTimeout rather than by
 // ctx: the grace period is for turns, and a session closed without its
 // final sync would lose what a client has not yet been shown.
@@ -545,6 +546,9 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		case <-idle:
 			waiting = false
 		case <-w.gate.turnEnded():
+			if ctx.Err() != nil {
+				continue // the grace is over: the next pass interrupts the turns
+			}
 			// That conversation goes now, not once the replica's longest
 			// turn has ended.
 			handedOver = append(handedOver, w.handOverIdle(ctx))
@@ -596,9 +600,9 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 // would otherwise make every conversation of the replica wait for its
 // busiest). The gate is closed first, so none of these sessions starts a
 // turn meanwhile (a turn begins under its session's lock, where
-// turnRunning looks). Their reports are delivered first, briefly; what is
-// left stays in their outboxes, which the next holder delivers when it
-// opens them. It returns what closing them returned.
+// turnRunning looks). Their reports are delivered first, briefly; a
+// session with reports still undelivered stays for the final flush. It
+// returns what closing them returned.
 func (w *Worker) handOverIdle(ctx context.Context) error {
 	var idle []*session
 	for _, s := range w.openSessions() {
@@ -613,6 +617,16 @@ func (w *Worker) handOverIdle(ctx context.Context) error {
 	defer cancel()
 	if err := w.opts.Reporter.Flush(fctx); err != nil {
 		w.log.Warn("reports left in the outbox at a drain", "err", err)
+	}
+	// A session whose reports are still undelivered stays for the final
+	// flush, which has the rest of the grace period: once handed over, its
+	// reports would wait for the conversation's next use. (Without a
+	// reporter nothing delivers them, here or at the end.)
+	if w.opts.Reporter != nil {
+		idle = slices.DeleteFunc(idle, (*session).reportsPending)
+	}
+	if len(idle) == 0 {
+		return nil
 	}
 	for _, s := range idle {
 		w.drop(s)
@@ -630,9 +644,7 @@ func (w *Worker) handOverIdle(ctx context.Context) error {
 		}
 	})
 	w.releasedDrain.Add(int64(len(idle)))
-	if len(idle) > 0 {
-		w.log.Info("draining: idle conversations handed over", "sessions", len(idle))
-	}
+	w.log.Info("draining: idle conversations handed over", "sessions", len(idle))
 	return errors.Join(errs...)
 }
 

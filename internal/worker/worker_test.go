@@ -133,6 +133,7 @@ type workerOpts struct {
 	// address and joins dir/replicas (whose Run the test stands in for).
 	replicas      bool
 	rebalanceIdle time.Duration
+	reporter      *Reporter // Options.Reporter; nil: reports stay in the outbox
 }
 
 func newTestWorker(t testing.TB, o workerOpts) *testWorker {
@@ -170,6 +171,7 @@ func newTestWorker(t testing.TB, o workerOpts) *testWorker {
 		MaxRunningTurns: o.maxTurns,
 		TracerProvider:  o.tracer,
 		Replicas:        replicas, Addr: addr, RebalanceIdle: o.rebalanceIdle,
+		Reporter: o.reporter,
 	})
 	if err != nil {
 		t.Fatal(err)
