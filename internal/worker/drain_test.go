@@ -88,15 +88,21 @@ func TestDrainHandsIdleOverAtOnce(t *testing.T) {
 	}
 }
 
-// A conversation whose reports a drain could not deliver before handing
-// it over stays for the drain's final flush, which has the rest of the
-// grace period: handed over, its reports would wait for the
-// conversation's next use.
-func TestDrainKeepsUndeliveredReports(t *testing.T) {
-	cp := newControlPlane(t, 1, false) // the first batch is answered 503
-	a := newTestWorker(t, workerOpts{reporter: newTestReporter(cp)})
+// A conversation whose reports a drain could not deliver is handed over
+// all the same, at once, while another turn keeps the drain going: its
+// next holder delivers them when it opens it.
+func TestDrainHandsOverUndeliveredReports(t *testing.T) {
+	down := newControlPlane(t, 1<<30, false) // answers every batch 503
+	up := newControlPlane(t, 0, false)
+	a := newTestWorker(t, workerOpts{reporter: newTestReporter(down)})
+	a.create(t, "c_long")
 	a.create(t, "c_rep")
-	if status, _ := a.sendMessage(t, "c_rep", "m1", "hello"); status != http.StatusAccepted {
+	if status, _ := a.sendMessage(t, "c_long", "m1", "a long one"); status != http.StatusAccepted {
+		t.Fatalf("send: %d", status)
+	}
+	long := a.h.next(t)
+	status, sent := a.sendMessage(t, "c_rep", "m2", "hello")
+	if status != http.StatusAccepted {
 		t.Fatalf("send: %d", status)
 	}
 	a.h.next(t).finish("end_turn")
@@ -105,19 +111,33 @@ func TestDrainKeepsUndeliveredReports(t *testing.T) {
 	st.close()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := a.w.Shutdown(ctx); err != nil {
+	t.Cleanup(cancel)
+	drained := make(chan error, 1)
+	go func() { drained <- a.w.Shutdown(ctx) }()
+	rp := newTestReporter(up)
+	b := newTestWorker(t, workerOpts{dir: a.dir, holder: "other-replica", reporter: rp})
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(5 * time.Millisecond) {
+		resp, body := b.call(t, http.MethodGet, "/v1/sessions/c_rep", nil)
+		if resp.StatusCode == http.StatusOK {
+			break // opened on b, which is told of the outbox
+		}
+		if code := decode[contract.Error](t, body).Error.Code; code != contract.CodeSessionElsewhere || time.Now().After(deadline) {
+			t.Fatalf("c_rep during the drain: %d %s", resp.StatusCode, code)
+		}
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("the drain ended (%v) while a turn ran", err)
+	default:
+	}
+	if err := rp.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if key := "c_rep/" + sent.TurnID + "/turn-ended"; up.deliveries(key) != 1 {
+		t.Errorf("the turn-ended report %s reached the control-plane through the next holder %d times, want 1 (delivered: %v)", key, up.deliveries(key), up.keys())
+	}
+	long.finish("end_turn")
+	if err := <-drained; err != nil {
 		t.Fatalf("Shutdown: %v", err)
-	}
-	if len(cp.keys()) == 0 {
-		t.Fatal("no report reached the control-plane")
-	}
-	b := newTestWorker(t, workerOpts{dir: a.dir, holder: "other-replica"})
-	b.state(t, "c_rep") // opened on b
-	b.w.mu.Lock()
-	s := b.w.sessions["c_rep"]
-	b.w.mu.Unlock()
-	if p, err := s.store.PendingReports(); err != nil || len(p) != 0 {
-		t.Errorf("after the drain %d reports of c_rep are still unacknowledged (%v): it was handed over before the final flush", len(p), err)
 	}
 }

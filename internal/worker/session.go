@@ -319,13 +319,6 @@ func (s *session) turnRunning() bool {
 	return s.running != nil
 }
 
-// reportsPending reports whether the outbox holds reports the
-// control-plane has not acknowledged (or cannot be read).
-func (s *session) reportsPending() bool {
-	p, err := s.store.PendingReports()
-	return err != nil || len(p) > 0
-}
-
 func (s *session) idle(before time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
