@@ -483,7 +483,7 @@ provision() {
   local url headers token
   [ -s "$dir/platform/e2e-token" ] || die "no API token in $dir/platform/e2e-token"
   token=$(cat "$dir/platform/e2e-token")
-  url=http://$(kctl -n talkide get service talkide-controlplane -o jsonpath='{.spec.clusterIP}'):7878
+  url=$(controlplane_url)
   headers=$dir/platform/e2e-headers
   rm -f "$headers"
   (umask 077 && printf 'Authorization: Bearer %s\nContent-Type: application/json\n' "$token" >"$headers")
@@ -491,12 +491,16 @@ provision() {
     inns curl -sf --max-time 10 -X POST -H "@$headers" -d '{"tenant":"acme","env":"dev"}' "$url/api/conversations"
 }
 
+# controlplane_url is the control-plane Service's address, reached from
+# the cluster's network namespace.
+controlplane_url() {
+  echo "http://$(kctl -n talkide get service talkide-controlplane -o jsonpath='{.spec.clusterIP}'):7878"
+}
+
 print_env() {
-  local ip
-  ip=$(kctl -n talkide get service talkide-controlplane -o jsonpath='{.spec.clusterIP}')
   echo "KUBECONFIG=$dir/admin.kubeconfig"
   echo "TALKIDE_NETNS=$netns_path"
-  echo "TALKIDE_URL=http://$ip:7878"
+  echo "TALKIDE_URL=$(controlplane_url)"
   echo "TALKIDE_TOKEN_FILE=$dir/platform/e2e-token"
 }
 

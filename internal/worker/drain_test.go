@@ -49,22 +49,7 @@ func TestDrainHandsIdleOverAtOnce(t *testing.T) {
 	// waits for the conversation running, whose turn the test holds.
 	movesWhileRunning := func(moved, what, running string) {
 		t.Helper()
-		deadline := time.Now().Add(waitFor)
-		for {
-			st, code := stateAt(b, moved)
-			if st == http.StatusOK {
-				break
-			}
-			if code != contract.CodeSessionElsewhere || time.Now().After(deadline) {
-				t.Fatalf("%s during the drain: %d %s", what, st, code)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		select {
-		case err := <-drained:
-			t.Fatalf("the drain ended (%v) while a turn ran", err)
-		default:
-		}
+		movesDuringDrain(t, b, moved, what, drained)
 		if _, code := stateAt(b, running); code != contract.CodeSessionElsewhere {
 			t.Fatalf("%s, with a running turn, moved before its turn ended: %q", running, code)
 		}
@@ -116,20 +101,7 @@ func TestDrainHandsOverUndeliveredReports(t *testing.T) {
 	go func() { drained <- a.w.Shutdown(ctx) }()
 	rp := newTestReporter(up)
 	b := newTestWorker(t, workerOpts{dir: a.dir, holder: "other-replica", reporter: rp})
-	for deadline := time.Now().Add(waitFor); ; time.Sleep(5 * time.Millisecond) {
-		resp, body := b.call(t, http.MethodGet, "/v1/sessions/c_rep", nil)
-		if resp.StatusCode == http.StatusOK {
-			break // opened on b, which is told of the outbox
-		}
-		if code := decode[contract.Error](t, body).Error.Code; code != contract.CodeSessionElsewhere || time.Now().After(deadline) {
-			t.Fatalf("c_rep during the drain: %d %s", resp.StatusCode, code)
-		}
-	}
-	select {
-	case err := <-drained:
-		t.Fatalf("the drain ended (%v) while a turn ran", err)
-	default:
-	}
+	movesDuringDrain(t, b, "c_rep", "the conversation with undelivered reports", drained) // b is told of its outbox
 	if err := rp.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -139,5 +111,26 @@ func TestDrainHandsOverUndeliveredReports(t *testing.T) {
 	long.finish("end_turn")
 	if err := <-drained; err != nil {
 		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+// movesDuringDrain waits until b serves conversation id, which a draining
+// replica held (b answers session_elsewhere until then), and fails if the
+// drain has ended meanwhile: a turn the test holds keeps it going.
+func movesDuringDrain(t *testing.T, b *testWorker, id, what string, drained <-chan error) {
+	t.Helper()
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(5 * time.Millisecond) {
+		resp, body := b.call(t, http.MethodGet, "/v1/sessions/"+id, nil)
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if code := decode[contract.Error](t, body).Error.Code; code != contract.CodeSessionElsewhere || time.Now().After(deadline) {
+			t.Fatalf("%s during the drain: %d %s", what, resp.StatusCode, code)
+		}
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("the drain ended (%v) while a turn ran", err)
+	default:
 	}
 }

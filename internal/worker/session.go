@@ -169,9 +169,15 @@ func (s *session) emitLocked(ev contract.Event) {
 		return
 	}
 	s.pending = append(s.pending, ev)
+	s.wakeFlusher()
+}
+
+// wakeFlusher has the flusher sync what was appended; a wake already
+// pending covers it.
+func (s *session) wakeFlusher() {
 	select {
 	case s.wake <- struct{}{}:
-	default: // the flusher is already due to run, and will see ev
+	default:
 	}
 }
 
@@ -279,10 +285,7 @@ func (s *session) report(r contract.Report) {
 		return
 	}
 	s.cfg.reporter.Notify(s.store)
-	select {
-	case s.wake <- struct{}{}:
-	default: // the flusher is already due to run, and its sync covers r
-	}
+	s.wakeFlusher()
 }
 
 // subscribe registers a live subscriber. On a closed session its channel is
