@@ -135,6 +135,10 @@ func (c *conn) Close() error {
 	return err
 }
 
+// NetConn is the connection beneath, as tls.Conn's is: the gateway finds
+// the TCP socket through it.
+func (c *conn) NetConn() net.Conn { return c.Conn }
+
 // CloseWrite ends the sending side, as *net.TCPConn's does: a server that
 // closes a connection with a request's body unread shuts its side first
 // and reads on for a moment, so that the client gets the answer rather

@@ -123,7 +123,8 @@ type harness struct {
 	served chan struct{} // receives once each gateway ServeHTTP has returned
 	// gone receives when a request's context ends before its ServeHTTP has
 	// returned: its client went away.
-	gone chan struct{}
+	gone  chan struct{}
+	conns *connRecorder // the connections the gateway's server accepted
 }
 
 func newHarness(t testing.TB, upstream http.Handler, opts *Options) *harness {
@@ -194,6 +195,11 @@ func newHarnessSetup(t testing.TB, upstream string, opts *Options, setup func(*G
 		})
 	}
 	srv := httptest.NewUnstartedServer(counted(h.gw))
+	// Its connections as the control-plane's server has them: raw while
+	// a gateway call is served on them.
+	h.conns = &connRecorder{Listener: Conns(srv.Listener)}
+	srv.Listener = h.conns
+	srv.Config.ConnContext = ConnContext
 	srv.Start()
 	t.Cleanup(srv.Close)
 	h.url = srv.URL + Prefix

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"sync"
 )
@@ -20,7 +22,8 @@ const DefaultMaxIdleConns = 1024
 // newTransport is the default Transport: http.DefaultTransport's settings
 // (its dial and TLS timeouts, the proxy from the environment), with room
 // for DefaultMaxIdleConns idle connections to the upstream, over HTTP/1.1
-// only, and without compression.
+// only, without compression, its connections read and written raw
+// (rawConn).
 //
 // HTTP/1.1 because a stream then has a connection of its own, whose
 // events the handler's goroutine reads straight off the socket; over
@@ -45,6 +48,14 @@ func newTransport() *http.Transport {
 	t.ForceAttemptHTTP2 = false
 	t.Protocols = new(http.Protocols)
 	t.Protocols.SetHTTP1(true)
+	dial := t.DialContext
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return newRawConn(c), nil
+	}
 	return t
 }
 

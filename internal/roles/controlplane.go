@@ -301,7 +301,7 @@ func (p *ControlPlane) listen(c ControlPlaneConfig) error {
 	}
 	var err error
 	log := c.Logger.With("component", "http")
-	if p.HTTP, err = listen(&p.group, "public", c.Listen, p.Server.HandlerFor(public), log); err != nil {
+	if p.HTTP, err = listen(&p.group, "public", c.Listen, p.Server.HandlerFor(public), log, p.Gateway != nil); err != nil {
 		return err
 	}
 	p.HTTP.srv.RegisterOnShutdown(p.Server.CloseStreams)
@@ -309,12 +309,12 @@ func (p *ControlPlane) listen(c ControlPlaneConfig) error {
 		p.metrics.CountShedConnections(fl.Shed)
 	}
 	if c.InternalListen != "" {
-		if p.Internal, err = listen(&p.group, "internal", c.InternalListen, p.Server.HandlerFor(controlplane.Internal), log); err != nil {
+		if p.Internal, err = listen(&p.group, "internal", c.InternalListen, p.Server.HandlerFor(controlplane.Internal), log, p.Gateway != nil); err != nil {
 			return fmt.Errorf("--internal-listen: %w", err)
 		}
 	}
 	if c.MetricsListen != "" {
-		if p.Metrics, err = listen(&p.group, "metrics", c.MetricsListen, p.Server.HandlerFor(controlplane.Metrics), log); err != nil {
+		if p.Metrics, err = listen(&p.group, "metrics", c.MetricsListen, p.Server.HandlerFor(controlplane.Metrics), log, false); err != nil {
 			return fmt.Errorf("--metrics-listen: %w", err)
 		}
 	}

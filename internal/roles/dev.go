@@ -129,7 +129,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		key = fmt.Sprintf("sk-sim-%x", trust.NewKey())
 		s.simKey = key
 		s.Simulator = anthropicsim.New(key, &anthropicsim.Options{Logger: cfg.Logger.With("component", "simulator")})
-		srv, err := listen(&s.simulator, "simulator", "127.0.0.1:0", s.Simulator, cfg.Logger)
+		srv, err := listen(&s.simulator, "simulator", "127.0.0.1:0", s.Simulator, cfg.Logger, false)
 		if err != nil {
 			return nil, err
 		}
@@ -374,7 +374,7 @@ const SimulatorGrace = 10 * time.Second
 // is told its URL.
 func RunSimulator(ctx context.Context, addr, key string, o *anthropicsim.Options, started func(url string)) error {
 	var g lifecycle.Group
-	srv, err := listen(&g, "simulator", addr, anthropicsim.New(key, o), o.Logger)
+	srv, err := listen(&g, "simulator", addr, anthropicsim.New(key, o), o.Logger, false)
 	if err != nil {
 		return err
 	}

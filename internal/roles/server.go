@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/fdlimit"
+	"github.com/talkide/platform/internal/gateway"
 	"github.com/talkide/platform/internal/lifecycle"
 )
 
@@ -32,17 +33,19 @@ const (
 // (lets the requests being served end until its context is done, then
 // closes what is left: an SSE stream never ends on its own). A Serve
 // that fails before is g's fatal error.
-func listen(g *lifecycle.Group, name, addr string, h http.Handler, logger *slog.Logger) (*Server, error) {
+// With gatewayConns, a gateway call served on one of its connections
+// reads and writes it raw from then on (gateway.Conns).
+func listen(g *lifecycle.Group, name, addr string, h http.Handler, logger *slog.Logger, gatewayConns bool) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return serve(g, name, ln, h, logger), nil
+	return serve(g, name, ln, h, logger, gatewayConns), nil
 }
 
 // serve is listen on a listener already open: a worker among replicas
 // needs its port before it can say where it is reached.
-func serve(g *lifecycle.Group, name string, ln net.Listener, h http.Handler, logger *slog.Logger) *Server {
+func serve(g *lifecycle.Group, name string, ln net.Listener, h http.Handler, logger *slog.Logger, gatewayConns bool) *Server {
 	// Connections beyond the open-file limit less a reserve are told 503
 	// and closed at once, so that accept never meets EMFILE while the
 	// process still has descriptors for the work it has taken on
@@ -52,6 +55,12 @@ func serve(g *lifecycle.Group, name string, ln net.Listener, h http.Handler, log
 	}
 	s := &Server{srv: &http.Server{Handler: h, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}, ln: ln}
+	if gatewayConns {
+		// A connection that carries a gateway call is read and written raw; the
+		// server's ln stays fdlimit's, which the metrics read.
+		s.srv.ConnContext = gateway.ConnContext
+		ln = gateway.Conns(ln)
+	}
 	g.Go(name+" server", func(context.Context) error {
 		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err

@@ -391,7 +391,7 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 		// calls a loopback worker by a loopback address.
 		wh = httpapi.LoopbackOnly(o.Logger.With("component", "worker"), wh)
 	}
-	p.HTTP, served = serve(&p.group, "command API", ln, wh, o.Logger), true
+	p.HTTP, served = serve(&p.group, "command API", ln, wh, o.Logger, false), true
 	if replicas != nil {
 		// Stopped after the worker's drain (the parts stop in reverse):
 		// the entry says draining while the last turns run, and is removed

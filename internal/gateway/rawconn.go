@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"syscall"
+)
+
+// rawConn is a TCP connection that, while raw, reads and writes its
+// socket with system calls the Go runtime does not account for
+// (syscall.RawSyscall), still waiting in the runtime's poller when the
+// socket has nothing to read or no room to write.
+//
+// Why: a stream's events come one at a time, tens of milliseconds apart,
+// and each is a read from the upstream and a write to the client. Made
+// the runtime's way, each of those system calls marks its thread as in a
+// system call, and when the process had been idle, that wakes the
+// runtime's monitor thread to watch it; at 256 streams of a model's pace
+// that thread and its wake-ups were 9 % of the control-plane's CPU
+// samples (perf; 3 % raw), what nginx, the peer the gateway is measured
+// against, does not pay. A read or write of a non-blocking socket returns
+// at once, so there is nothing for the monitor to take over.
+// docs/gateway.md gives what it saves.
+//
+// The gateway's upstream connections are raw from their dial; a
+// connection of the control-plane's server from the first gateway call
+// served on it until it closes (Conns, ConnContext, Gateway.ServeHTTP).
+// Raw for the rest of its life, not for the call alone: the call's last
+// write and the next request's first read, made the runtime's way, woke
+// the monitor as before (perf, one stream). A connection that never
+// carries a gateway call, a browser's, is read and written as net does.
+type rawConn struct {
+	net.Conn // closes, deadlines, addresses; reads and writes when not raw
+	rc       syscall.RawConn
+	raw      atomic.Bool
+}
+
+// newRawConn returns c as a rawConn, raw from the start, when c is TCP
+// (or wraps TCP: see netConner); else c itself.
+func newRawConn(c net.Conn) net.Conn {
+	if rc := wrapRaw(c); rc != nil {
+		rc.raw.Store(true)
+		return rc
+	}
+	return c
+}
+
+// netConner is a connection wrapped by another (fdlimit's counting one,
+// say) that gives the one beneath.
+type netConner interface{ NetConn() net.Conn }
+
+func wrapRaw(c net.Conn) *rawConn {
+	inner := c
+	for {
+		if tc, ok := inner.(*net.TCPConn); ok {
+			rc, err := tc.SyscallConn()
+			if err != nil {
+				return nil
+			}
+			return &rawConn{Conn: c, rc: rc}
+		}
+		nc, ok := inner.(netConner)
+		if !ok {
+			return nil
+		}
+		inner = nc.NetConn()
+	}
+}
+
+// opError is the error net would return: net/http tells a timeout or a
+// closed connection by it.
+func (c *rawConn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// CloseWrite shuts the sending side, as *net.TCPConn's does: net/http's
+// server finds it on its connection before a close with a request's body
+// unread.
+func (c *rawConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// NetConn is the connection beneath.
+func (c *rawConn) NetConn() net.Conn { return c.Conn }
+
+// Conns returns ln with its TCP connections wrapped so that, from the
+// first gateway call served on one, it is read and written raw. Set ConnContext as the server's
+// ConnContext with it: that is how the call finds its connection.
+func Conns(ln net.Listener) net.Listener { return rawListener{ln} }
+
+type rawListener struct{ net.Listener }
+
+func (l rawListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if rc := wrapRaw(c); rc != nil {
+		return rc, nil
+	}
+	return c, nil
+}
+
+type connKey struct{}
+
+// ConnContext is an http.Server's ConnContext for a listener from Conns.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if rc, ok := c.(*rawConn); ok {
+		return context.WithValue(ctx, connKey{}, rc)
+	}
+	return ctx
+}
+
+// callConn is the connection a call came on when its listener is from
+// Conns; else nil.
+func callConn(ctx context.Context) *rawConn {
+	rc, _ := ctx.Value(connKey{}).(*rawConn)
+	return rc
+}

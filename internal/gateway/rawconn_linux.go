@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"io"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+func (c *rawConn) Read(p []byte) (int, error) {
+	if !c.raw.Load() {
+		return c.Conn.Read(p)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var errno syscall.Errno
+	err := c.rc.Read(func(fd uintptr) bool {
+		for {
+			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			switch e {
+			case syscall.EINTR:
+				continue
+			case syscall.EAGAIN:
+				return false // wait in the poller, then read again
+			}
+			n, errno = int(r), e
+			return true
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, c.opError("read", err)
+	case errno != 0:
+		return 0, c.opError("read", os.NewSyscallError("read", errno))
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (c *rawConn) Write(p []byte) (int, error) {
+	if !c.raw.Load() {
+		return c.Conn.Write(p)
+	}
+	var nn int
+	for nn < len(p) {
+		var errno syscall.Errno
+		err := c.rc.Write(func(fd uintptr) bool {
+			for nn < len(p) {
+				r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[nn])), uintptr(len(p)-nn))
+				switch e {
+				case 0:
+					nn += int(r)
+				case syscall.EINTR:
+				case syscall.EAGAIN:
+					return false // wait until the socket has room
+				default:
+					errno = e
+					return true
+				}
+			}
+			return true
+		})
+		switch {
+		case err != nil:
+			return nn, c.opError("write", err)
+		case errno != 0:
+			return nn, c.opError("write", os.NewSyscallError("write", errno))
+		}
+	}
+	return nn, nil
+}
