@@ -18,7 +18,7 @@ import (
 // system call, and when the process had been idle, that wakes the
 // runtime's monitor thread to watch it; at 256 streams of a model's pace
 // that thread and its wake-ups were 9 % of the control-plane's CPU
-// samples (perf; 3 % raw), what nginx, the peer the gateway is measured
+// samples (perf; 1.5 % raw), what nginx, the peer the gateway is measured
 // against, does not pay. A read or write of a non-blocking socket returns
 // at once, so there is nothing for the monitor to take over.
 // docs/gateway.md gives what it saves.
