@@ -136,7 +136,7 @@ func (c *conn) Close() error {
 }
 
 // NetConn is the connection beneath, as tls.Conn's is: the gateway finds
-// the TCP socket through it.
+// its own wrapper of the connection through it.
 func (c *conn) NetConn() net.Conn { return c.Conn }
 
 // CloseWrite ends the sending side, as *net.TCPConn's does: a server that

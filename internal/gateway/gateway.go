@@ -225,14 +225,7 @@ func (g *Gateway) Flush(ctx context.Context) error { return g.rec.flush(ctx) }
 func (g *Gateway) Close(ctx context.Context) error { return g.rec.close(ctx) }
 
 // ServeHTTP authorises, forwards and meters one model call.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if rc := callConn(r.Context()); rc != nil && !rc.raw.Load() {
-		// Raw from now on, until it closes: its next request's head and
-		// this response's end are reads and writes of the stream too.
-		rc.raw.Store(true)
-	}
-	g.handler.ServeHTTP(w, r)
-}
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	start := g.now()
@@ -257,6 +250,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	if herr != nil {
 		g.deny(w, r, conv, herr)
 		return
+	}
+	if rc := callConn(r.Context()); rc != nil && !rc.raw.Load() {
+		// A worker's connection, raw from now on until it closes: its
+		// next request's head and this response's end are reads and
+		// writes of the stream too.
+		rc.raw.Store(true)
 	}
 	span := noSpan
 	if g.tracer != nil {

@@ -25,19 +25,24 @@ import (
 //
 // The gateway's upstream connections are raw from their dial; a
 // connection of the control-plane's server from the first gateway call
-// served on it until it closes (Conns, ConnContext, Gateway.ServeHTTP).
+// on it whose worker token verifies, until it closes (Conns, ConnContext,
+// Gateway.serve).
 // Raw for the rest of its life, not for the call alone: the call's last
 // write and the next request's first read, made the runtime's way, woke
 // the monitor as before (perf, one stream). A connection that never
 // carries a gateway call, a browser's, is read and written as net does.
+//
+// The race detector sees no order between a raw write and the raw read
+// of its bytes, as it does for syscall.Read and syscall.Write; nothing
+// here hands memory from one goroutine to another through a socket.
 type rawConn struct {
 	net.Conn // closes, deadlines, addresses; reads and writes when not raw
 	rc       syscall.RawConn
 	raw      atomic.Bool
 }
 
-// newRawConn returns c as a rawConn, raw from the start, when c is TCP
-// (or wraps TCP: see netConner); else c itself.
+// newRawConn returns c as a rawConn, raw from the start, when c is a
+// *net.TCPConn; else c itself.
 func newRawConn(c net.Conn) net.Conn {
 	if rc := wrapRaw(c); rc != nil {
 		rc.raw.Store(true)
@@ -46,31 +51,28 @@ func newRawConn(c net.Conn) net.Conn {
 	return c
 }
 
-// netConner is a connection wrapped by another (fdlimit's counting one,
-// say) that gives the one beneath.
-type netConner interface{ NetConn() net.Conn }
-
+// wrapRaw wraps a *net.TCPConn and nothing else: beneath a wrapper that
+// counts, rewrites or encrypts the bytes, raw reads and writes would go
+// around it.
 func wrapRaw(c net.Conn) *rawConn {
-	inner := c
-	for {
-		if tc, ok := inner.(*net.TCPConn); ok {
-			rc, err := tc.SyscallConn()
-			if err != nil {
-				return nil
-			}
-			return &rawConn{Conn: c, rc: rc}
-		}
-		nc, ok := inner.(netConner)
-		if !ok {
-			return nil
-		}
-		inner = nc.NetConn()
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return nil
 	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return &rawConn{Conn: tc, rc: rc}
 }
 
 // opError is the error net would return: net/http tells a timeout or a
-// closed connection by it.
+// closed connection by it. The RawConn's own errors are *net.OpErrors
+// already ("raw-read"), named again here as the read or write they were.
 func (c *rawConn) opError(op string, err error) error {
+	if oe, ok := err.(*net.OpError); ok {
+		err = oe.Err
+	}
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
@@ -84,12 +86,12 @@ func (c *rawConn) CloseWrite() error {
 	return nil
 }
 
-// NetConn is the connection beneath.
-func (c *rawConn) NetConn() net.Conn { return c.Conn }
-
 // Conns returns ln with its TCP connections wrapped so that, from the
-// first gateway call served on one, it is read and written raw. Set ConnContext as the server's
-// ConnContext with it: that is how the call finds its connection.
+// first gateway call served on one, it is read and written raw. Set
+// ConnContext as the server's ConnContext with it: that is how the call
+// finds its connection. Put a listener that wraps the connections again
+// (fdlimit's) around this one, not beneath it, with connections that give
+// the one beneath by a NetConn method.
 func Conns(ln net.Listener) net.Listener { return rawListener{ln} }
 
 type rawListener struct{ net.Listener }
@@ -109,10 +111,16 @@ type connKey struct{}
 
 // ConnContext is an http.Server's ConnContext for a listener from Conns.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
-	if rc, ok := c.(*rawConn); ok {
-		return context.WithValue(ctx, connKey{}, rc)
+	for {
+		switch cc := c.(type) {
+		case *rawConn:
+			return context.WithValue(ctx, connKey{}, cc)
+		case interface{ NetConn() net.Conn }:
+			c = cc.NetConn()
+		default:
+			return ctx
+		}
 	}
-	return ctx
 }
 
 // callConn is the connection a call came on when its listener is from

@@ -46,28 +46,32 @@ func (c *rawConn) Write(p []byte) (int, error) {
 	}
 	var nn int
 	for nn < len(p) {
-		var errno syscall.Errno
+		var werr error
 		err := c.rc.Write(func(fd uintptr) bool {
 			for nn < len(p) {
 				r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[nn])), uintptr(len(p)-nn))
-				switch e {
-				case 0:
+				switch {
+				case e == 0 && r == 0:
+					// As net's: a write that takes nothing would loop for good.
+					werr = io.ErrUnexpectedEOF
+					return true
+				case e == 0:
 					nn += int(r)
-				case syscall.EINTR:
-				case syscall.EAGAIN:
+				case e == syscall.EINTR:
+				case e == syscall.EAGAIN:
 					return false // wait until the socket has room
 				default:
-					errno = e
+					werr = os.NewSyscallError("write", e)
 					return true
 				}
 			}
 			return true
 		})
-		switch {
-		case err != nil:
+		if err == nil {
+			err = werr
+		}
+		if err != nil {
 			return nn, c.opError("write", err)
-		case errno != 0:
-			return nn, c.opError("write", os.NewSyscallError("write", errno))
 		}
 	}
 	return nn, nil

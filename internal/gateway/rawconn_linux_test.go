@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/net/nettest"
+
+	"github.com/talkide/platform/internal/fdlimit"
 )
 
 // rawPipe is a loopback TCP connection whose two ends are raw: the
@@ -113,8 +115,9 @@ func TestRawConnErrors(t *testing.T) {
 	a.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 	_, err = a.Read(make([]byte, 10))
 	var op *net.OpError
-	if !errors.As(err, &op) || !errors.Is(err, os.ErrDeadlineExceeded) || !op.Timeout() || op.Op != "read" {
-		t.Fatalf("read past the deadline: %v (%T), want a read timeout as a *net.OpError", err, err)
+	if !errors.As(err, &op) || !errors.Is(err, os.ErrDeadlineExceeded) || !op.Timeout() || op.Op != "read" ||
+		strings.Contains(err.Error(), "raw-") {
+		t.Fatalf("read past the deadline: %v (%T), want a read timeout as net's *net.OpError", err, err)
 	}
 	b.Close()
 	if _, err := b.Write([]byte("x")); !errors.Is(err, net.ErrClosed) || !errors.As(err, &op) {
@@ -127,9 +130,9 @@ func TestRawConnErrors(t *testing.T) {
 }
 
 // TestRawFromTheFirstGatewayCall: a server's connection is plain until a
-// gateway call is served on it, and raw from then on; a connection that
-// carries no gateway call stays plain; the upstream's connection is raw
-// from its dial.
+// worker's gateway call is served on it, and raw from then on; a
+// connection that carries no gateway call, or only a refused one, stays
+// plain; the upstream's connection is raw from its dial.
 func TestRawFromTheFirstGatewayCall(t *testing.T) {
 	var h *harness
 	var rawDuring atomic.Int32 // 1: raw while the upstream answered; 2: not
@@ -157,7 +160,7 @@ func TestRawFromTheFirstGatewayCall(t *testing.T) {
 	})
 	srv := httptest.NewUnstartedServer(mux)
 	rec.Listener = Conns(srv.Listener)
-	srv.Listener = rec
+	srv.Listener = fdlimit.Listen(rec, 64) // around it, as the control-plane has it
 	srv.Config.ConnContext = ConnContext
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -175,6 +178,14 @@ func TestRawFromTheFirstGatewayCall(t *testing.T) {
 	}
 
 	plain("false")
+	denied, err := client.Post(srv.URL+Prefix+"/v1/messages", "application/json", strings.NewReader(streamBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readAll(t, denied.Body); denied.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a call without a token: %d", denied.StatusCode)
+	}
+	plain("false") // a call refused before its worker is known leaves it plain
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+Prefix+"/v1/messages", strings.NewReader(streamBody))
 	req.Header.Set("X-Worker-Token", h.mint(convA))
 	resp, err := client.Do(req)

@@ -50,16 +50,19 @@ func serve(g *lifecycle.Group, name string, ln net.Listener, h http.Handler, log
 	// and closed at once, so that accept never meets EMFILE while the
 	// process still has descriptors for the work it has taken on
 	// (docs/operations.md).
+	if gatewayConns {
+		// A worker's connection that carries a gateway call is read and
+		// written raw from then on; beneath fdlimit's wrapper, so that
+		// its count of open connections still sees every close.
+		ln = gateway.Conns(ln)
+	}
 	if limit, err := fdlimit.Current(); err == nil {
 		ln = fdlimit.Listen(ln, fdlimit.MaxConns(limit))
 	}
 	s := &Server{srv: &http.Server{Handler: h, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}, ln: ln}
 	if gatewayConns {
-		// A connection that carries a gateway call is read and written raw; the
-		// server's ln stays fdlimit's, which the metrics read.
 		s.srv.ConnContext = gateway.ConnContext
-		ln = gateway.Conns(ln)
 	}
 	g.Go(name+" server", func(context.Context) error {
 		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
