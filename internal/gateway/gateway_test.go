@@ -123,8 +123,7 @@ type harness struct {
 	served chan struct{} // receives once each gateway ServeHTTP has returned
 	// gone receives when a request's context ends before its ServeHTTP has
 	// returned: its client went away.
-	gone  chan struct{}
-	conns *connRecorder // the connections the gateway's server accepted
+	gone chan struct{}
 }
 
 func newHarness(t testing.TB, upstream http.Handler, opts *Options) *harness {
@@ -195,10 +194,9 @@ func newHarnessSetup(t testing.TB, upstream string, opts *Options, setup func(*G
 		})
 	}
 	srv := httptest.NewUnstartedServer(counted(h.gw))
-	// Its connections as the control-plane's server has them: raw while
-	// a gateway call is served on them.
-	h.conns = &connRecorder{Listener: Conns(srv.Listener)}
-	srv.Listener = h.conns
+	// Its connections as the control-plane's server has them: raw from
+	// the first call the gateway authorises on them.
+	srv.Listener = Conns(srv.Listener)
 	srv.Config.ConnContext = ConnContext
 	srv.Start()
 	t.Cleanup(srv.Close)

@@ -36,34 +36,27 @@ import (
 // of its bytes, as it does for syscall.Read and syscall.Write; nothing
 // here hands memory from one goroutine to another through a socket.
 type rawConn struct {
-	net.Conn // closes, deadlines, addresses; reads and writes when not raw
+	net.Conn // a *net.TCPConn: closes, deadlines, addresses; reads and writes when not raw
 	rc       syscall.RawConn
 	raw      atomic.Bool
 }
 
-// newRawConn returns c as a rawConn, raw from the start, when c is a
-// *net.TCPConn; else c itself.
-func newRawConn(c net.Conn) net.Conn {
-	if rc := wrapRaw(c); rc != nil {
-		rc.raw.Store(true)
-		return rc
-	}
-	return c
-}
-
-// wrapRaw wraps a *net.TCPConn and nothing else: beneath a wrapper that
-// counts, rewrites or encrypts the bytes, raw reads and writes would go
-// around it.
-func wrapRaw(c net.Conn) *rawConn {
+// wrap returns c as a rawConn, raw from the start or not, when c is a
+// *net.TCPConn; else c itself. Nothing else is wrapped: beneath a wrapper
+// that counts, rewrites or encrypts the bytes, raw reads and writes would
+// go around it.
+func wrap(c net.Conn, raw bool) net.Conn {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
-		return nil
+		return c
 	}
-	rc, err := tc.SyscallConn()
+	sc, err := tc.SyscallConn()
 	if err != nil {
-		return nil
+		return c
 	}
-	return &rawConn{Conn: tc, rc: rc}
+	rc := &rawConn{Conn: tc, rc: sc}
+	rc.raw.Store(raw)
+	return rc
 }
 
 // opError is the error net would return: net/http tells a timeout or a
@@ -79,12 +72,7 @@ func (c *rawConn) opError(op string, err error) error {
 // CloseWrite shuts the sending side, as *net.TCPConn's does: net/http's
 // server finds it on its connection before a close with a request's body
 // unread.
-func (c *rawConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
+func (c *rawConn) CloseWrite() error { return c.Conn.(*net.TCPConn).CloseWrite() }
 
 // Conns returns ln with its TCP connections wrapped so that, from the
 // first gateway call served on one, it is read and written raw. Set
@@ -101,10 +89,7 @@ func (l rawListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rc := wrapRaw(c); rc != nil {
-		return rc, nil
-	}
-	return c, nil
+	return wrap(c, false), nil
 }
 
 type connKey struct{}

@@ -15,25 +15,29 @@ func (c *rawConn) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	var n int
-	var errno syscall.Errno
+	var rerr error
 	err := c.rc.Read(func(fd uintptr) bool {
 		for {
 			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case syscall.EINTR:
+			switch {
+			case e == 0:
+				n = int(r)
+			case e == syscall.EINTR:
 				continue
-			case syscall.EAGAIN:
+			case e == syscall.EAGAIN:
 				return false // wait in the poller, then read again
+			default:
+				rerr = os.NewSyscallError("read", e)
 			}
-			n, errno = int(r), e
 			return true
 		}
 	})
+	if err == nil {
+		err = rerr
+	}
 	switch {
 	case err != nil:
 		return 0, c.opError("read", err)
-	case errno != 0:
-		return 0, c.opError("read", os.NewSyscallError("read", errno))
 	case n == 0:
 		return 0, io.EOF
 	}

@@ -54,7 +54,7 @@ func newTransport() *http.Transport {
 		if err != nil {
 			return nil, err
 		}
-		return newRawConn(c), nil
+		return wrap(c, true), nil
 	}
 	return t
 }
