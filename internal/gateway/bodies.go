@@ -3,8 +3,10 @@ package gateway
 import (
 	"errors"
 	"io"
+	"math/bits"
 	"net/http"
 	"sync"
+	"unsafe"
 )
 
 // DefaultMaxBuffered is the default bound on the bytes of request bodies
@@ -18,6 +20,62 @@ const bodyRetryAfter = "1"
 
 // bodyStep is how much room a body of unknown length takes at a time.
 const bodyStep = 64 << 10
+
+// The buffers of bodies up to maxPooledBody are reused, from pools of
+// capacities that are powers of two from minPooledBody up: a stream's
+// body is garbage as soon as the upstream has it, tens of milliseconds
+// after it was read, and these were most of what the gateway allocated
+// per call (a 16 KiB body, bench/gateway), so most of what made the
+// collector run. A larger body, of a long conversation, is allocated to
+// its size: rounded up to a power of two, it would take room from the
+// bound (MaxBuffered) that other calls could use.
+const (
+	minPooledShift = 12 // 4 KiB
+	maxPooledShift = 19 // 512 KiB
+	minPooledBody  = 1 << minPooledShift
+	maxPooledBody  = 1 << maxPooledShift
+)
+
+// bodyBuffers holds each pooled capacity's buffers by their first byte,
+// which an interface holds without the allocation a *[]byte would cost.
+var bodyBuffers [maxPooledShift - minPooledShift + 1]sync.Pool
+
+// bodyCap is the capacity of the buffer a body of n bytes is read into.
+func bodyCap(n int64) int64 {
+	if n > maxPooledBody {
+		return n
+	}
+	return max(minPooledBody, int64(1)<<bits.Len64(uint64(n-1)))
+}
+
+// bodyPool is the pool of buffers of capacity c, or nil when c is not a
+// pooled capacity.
+func bodyPool(c int64) *sync.Pool {
+	if c < minPooledBody || c > maxPooledBody || c&(c-1) != 0 {
+		return nil
+	}
+	return &bodyBuffers[bits.Len64(uint64(c))-1-minPooledShift]
+}
+
+// newBodyBuffer returns an empty buffer of capacity c, from its pool when
+// it has one. A pooled buffer holds an earlier body's bytes beyond its
+// length.
+func newBodyBuffer(c int64) []byte {
+	if p := bodyPool(c); p != nil {
+		if b, ok := p.Get().(*byte); ok {
+			return unsafe.Slice(b, c)[:0]
+		}
+	}
+	return make([]byte, 0, c)
+}
+
+// freeBodyBuffer gives b to its pool, if it has one. Nothing may use b
+// after.
+func freeBodyBuffer(b []byte) {
+	if p := bodyPool(int64(cap(b))); p != nil {
+		p.Put(unsafe.SliceData(b[:cap(b)]))
+	}
+}
 
 // bodyLimiter bounds the bytes of request bodies held in memory across all
 // requests. A request takes room for its body before reading it (all of
@@ -80,8 +138,8 @@ func (l *bodyLimiter) state() (used, peak int64) {
 var errNoRoom = errors.New("the gateway holds as many request bodies as it may")
 
 // heldBody is a request body in memory, counted by the limiter until
-// release, which drops the gateway's reference to it (its memory is then
-// the garbage collector's) and gives its room back. The proxy's upstream
+// release, which gives its buffer back to its pool (or to the garbage
+// collector) and its room back to the limiter. The proxy's upstream
 // request reads it through reader and, for a retry on a fresh connection,
 // GetBody; both fail after release.
 type heldBody struct {
@@ -100,10 +158,13 @@ func (h *heldBody) release() {
 		return
 	}
 	h.mu.Lock()
-	n := h.taken
+	n, b := h.taken, h.b
 	h.b, h.taken = nil, 0
 	h.mu.Unlock()
 	h.lim.give(n)
+	// The readers of the body check under h.mu that it is held, so
+	// none reads b after this.
+	freeBodyBuffer(b)
 }
 
 // len is the body's size, also after release.
@@ -164,7 +225,7 @@ func errBodyTooLarge() *httpError {
 // body that declares its length takes room for all of it before a byte
 // is read, and is refused before it is read when there is none; a body of
 // unknown length takes room as its buffer grows. Room is taken for the
-// buffer's capacity, so the limiter counts what is allocated.
+// buffer's capacity (bodyCap), so the limiter counts what is allocated.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *httpError) {
 	noRoom := func() *httpError {
 		w.Header().Set("Retry-After", bodyRetryAfter)
@@ -194,11 +255,12 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 	}
 	if r.ContentLength >= 0 {
 		n := r.ContentLength
-		if !g.bodies.take(n) {
+		c := bodyCap(n)
+		if !g.bodies.take(c) {
 			return fail(noRoom())
 		}
-		h.taken = n
-		buf := make([]byte, n)
+		h.taken = c
+		buf := newBodyBuffer(c)[:n]
 		if _, err := io.ReadFull(body, buf); err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
@@ -217,7 +279,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 		h.b, h.size = buf, len(buf)
 		return h, nil
 	}
-	buf := make([]byte, 0)
+	var buf []byte
 	for {
 		if len(buf) == cap(buf) {
 			// Room for the new buffer first; the old one is given back
@@ -229,9 +291,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 			if !g.bodies.take(grown) {
 				return fail(noRoom())
 			}
-			nb := make([]byte, len(buf), grown)
-			copy(nb, buf)
+			nb := append(newBodyBuffer(grown), buf...)
 			g.bodies.give(h.taken)
+			freeBodyBuffer(buf)
 			buf, h.taken = nb, grown
 		}
 		k, err := body.Read(buf[len(buf):cap(buf)])

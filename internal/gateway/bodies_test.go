@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -247,6 +249,9 @@ func TestBodyReleasedOnceForwarded(t *testing.T) {
 			io.WriteString(w, ev)
 		}
 	})
+	var once sync.Once
+	release := func() { once.Do(func() { close(proceed) }) }
+	defer release() // a failed check must not leave the upstream waiting
 	h := newHarness(t, up, &Options{MaxBuffered: 1 << 20})
 	size := 200 << 10
 	req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/messages", strings.NewReader(jsonBody(size)))
@@ -260,11 +265,12 @@ func TestBodyReleasedOnceForwarded(t *testing.T) {
 	if _, err := io.ReadFull(resp.Body, buf); err != nil {
 		t.Fatal(err)
 	}
+	// The room taken is the pooled buffer's: 256 KiB.
 	used, peak := h.gw.bodies.state()
-	if used != 0 || peak != int64(size) {
-		t.Fatalf("mid-stream: held %d bytes (peak %d); want 0 (peak %d)", used, peak, size)
+	if want := bodyCap(int64(size)); used != 0 || peak != want {
+		t.Fatalf("mid-stream: held %d bytes (peak %d); want 0 (peak %d)", used, peak, want)
 	}
-	close(proceed)
+	release()
 	if rest := readAll(t, resp.Body); !strings.HasSuffix(rest, cannedEvents[len(cannedEvents)-1]) {
 		t.Fatalf("stream %q", rest)
 	}
@@ -388,5 +394,73 @@ func TestRefusedOnlyWhenNothingIsLeft(t *testing.T) {
 	}
 	if d := svc.Refused(budget.Call{Tenant: convA.Tenant, Env: convA.Env, User: convA.UserID}, false); d != nil {
 		t.Fatalf("remembered a denial of one call: %v", d)
+	}
+}
+
+// TestBodyCap: a body up to maxPooledBody takes a pooled buffer of the
+// least power of two that holds it, 4 KiB at least; a larger body a
+// buffer of its own size, which no pool takes back.
+func TestBodyCap(t *testing.T) {
+	for _, c := range []struct{ n, want int64 }{
+		{0, 4 << 10}, {1, 4 << 10}, {4 << 10, 4 << 10}, {4<<10 + 1, 8 << 10},
+		{16 << 10, 16 << 10}, {200 << 10, 256 << 10},
+		{512 << 10, 512 << 10}, {512<<10 + 1, 512<<10 + 1}, {32 << 20, 32 << 20},
+	} {
+		got := bodyCap(c.n)
+		if got != c.want {
+			t.Errorf("bodyCap(%d) = %d, want %d", c.n, got, c.want)
+		}
+		if pooled := bodyPool(got) != nil; pooled != (c.n <= maxPooledBody) {
+			t.Errorf("a body of %d bytes pooled: %v", c.n, pooled)
+		}
+	}
+	for _, c := range []int64{0, 2 << 10, 12 << 10, 1 << 20} {
+		if bodyPool(c) != nil {
+			t.Errorf("a pool for capacity %d", c)
+		}
+	}
+}
+
+// TestPooledBodiesIntact sends calls at once whose bodies take buffers of
+// one pool, each body different: each must reach the upstream as it was
+// sent, so no buffer is reused while a call still holds it.
+func TestPooledBodiesIntact(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen[string(b)] = true
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, cannedJSON)
+	})
+	h := newHarness(t, up, nil)
+	hdr := tokenHeader(h.mint(convA))
+	const calls = 64
+	bodies := make([]string, calls)
+	var wg sync.WaitGroup
+	for i := range bodies {
+		bodies[i] = strings.Replace(jsonBody(16<<10), "xxxxxxxx", fmt.Sprintf("%08d", i), 1)
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/messages", strings.NewReader(bodies[i]))
+			req.Header = hdr.Clone()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("call %d: status %d", i, resp.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
+	for i, b := range bodies {
+		if !seen[b] {
+			t.Errorf("call %d's body did not reach the upstream as sent", i)
+		}
 	}
 }

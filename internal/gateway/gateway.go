@@ -203,7 +203,7 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		FlushInterval:  -1, // every read of the upstream reaches the client at once, streamed or not
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler:   g.proxyError,
-		BufferPool:     &bufferPool{},
+		BufferPool:     copyBuffers,
 		// Its own lines: an upstream body that failed mid-copy.
 		ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}

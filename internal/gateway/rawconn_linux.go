@@ -7,6 +7,72 @@ import (
 	"unsafe"
 )
 
+func (c *rawConn) bindOps() {
+	c.rd.fn = c.rd.read
+	c.wr.fn = c.wr.write
+}
+
+// read reads once into p; false asks the poller to wait for data.
+func (o *rawOp) read(fd uintptr) bool {
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&o.p[0])), uintptr(len(o.p)))
+		switch {
+		case e == 0:
+			o.n = int(r)
+		case e == syscall.EINTR:
+			continue
+		case e == syscall.EAGAIN:
+			return false // wait in the poller, then read again
+		default:
+			o.err = os.NewSyscallError("read", e)
+		}
+		return true
+	}
+}
+
+// write writes all of p; false asks the poller to wait for room.
+func (o *rawOp) write(fd uintptr) bool {
+	for o.n < len(o.p) {
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&o.p[o.n])), uintptr(len(o.p)-o.n))
+		switch {
+		case e == 0 && r == 0:
+			// As net's: a write that takes nothing would loop for good.
+			o.err = io.ErrUnexpectedEOF
+			return true
+		case e == 0:
+			o.n += int(r)
+		case e == syscall.EINTR:
+		case e == syscall.EAGAIN:
+			return false // wait until the socket has room
+		default:
+			o.err = os.NewSyscallError("write", e)
+			return true
+		}
+	}
+	return true
+}
+
+// do runs o for p under o's lock (a net.Conn may be read, or written, by
+// two goroutines at once) and returns its results, leaving no reference
+// to p behind.
+func (c *rawConn) do(o *rawOp, p []byte) (int, error) {
+	o.mu.Lock()
+	o.p, o.n, o.err = p, 0, nil
+	var err error
+	if o == &c.wr {
+		err = c.rc.Write(o.fn)
+	} else {
+		err = c.rc.Read(o.fn)
+	}
+	if err == nil {
+		err = o.err
+	}
+	n := o.n
+	o.p, o.err = nil, nil
+	o.mu.Unlock()
+	return n, err
+}
+
 func (c *rawConn) Read(p []byte) (int, error) {
 	if !c.raw.Load() {
 		return c.Conn.Read(p)
@@ -14,27 +80,7 @@ func (c *rawConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var rerr error
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch {
-			case e == 0:
-				n = int(r)
-			case e == syscall.EINTR:
-				continue
-			case e == syscall.EAGAIN:
-				return false // wait in the poller, then read again
-			default:
-				rerr = os.NewSyscallError("read", e)
-			}
-			return true
-		}
-	})
-	if err == nil {
-		err = rerr
-	}
+	n, err := c.do(&c.rd, p)
 	switch {
 	case err != nil:
 		return 0, c.opError("read", err)
@@ -48,35 +94,9 @@ func (c *rawConn) Write(p []byte) (int, error) {
 	if !c.raw.Load() {
 		return c.Conn.Write(p)
 	}
-	var nn int
-	for nn < len(p) {
-		var werr error
-		err := c.rc.Write(func(fd uintptr) bool {
-			for nn < len(p) {
-				r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[nn])), uintptr(len(p)-nn))
-				switch {
-				case e == 0 && r == 0:
-					// As net's: a write that takes nothing would loop for good.
-					werr = io.ErrUnexpectedEOF
-					return true
-				case e == 0:
-					nn += int(r)
-				case e == syscall.EINTR:
-				case e == syscall.EAGAIN:
-					return false // wait until the socket has room
-				default:
-					werr = os.NewSyscallError("write", e)
-					return true
-				}
-			}
-			return true
-		})
-		if err == nil {
-			err = werr
-		}
-		if err != nil {
-			return nn, c.opError("write", err)
-		}
+	n, err := c.do(&c.wr, p)
+	if err != nil {
+		return n, c.opError("write", err)
 	}
-	return nn, nil
+	return n, nil
 }

@@ -271,3 +271,59 @@ func BenchmarkRawReadEmpty(b *testing.B) {
 		}
 	}
 }
+
+// TestRawConnNoAllocs checks that a raw write and the read of its bytes
+// allocate nothing: a stream makes them for every event, and each
+// allocation is the garbage collector's work, at 256 streams of a
+// model's pace some ten thousand times a second.
+func TestRawConnNoAllocs(t *testing.T) {
+	c1, c2, stop, err := rawPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	msg := []byte("event: content_block_delta\ndata: {}\n\n")
+	buf := make([]byte, 4096)
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := c1.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c2, buf[:len(msg)]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("a raw write and read allocate %v times, want none", allocs)
+	}
+}
+
+// TestRawConnReadFrom checks that a request body, as the Transport's
+// writer hands it over (bounded by its length), reaches the other end
+// whole through a raw connection's ReadFrom, and without an allocation
+// of the copy's buffer per body.
+func TestRawConnReadFrom(t *testing.T) {
+	c1, c2, stop, err := rawPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<10) // 16 KiB
+	got := make([]byte, len(body))
+	copyOnce := func() {
+		n, err := c1.(io.ReaderFrom).ReadFrom(io.LimitReader(bytes.NewReader(body), int64(len(body))))
+		if err != nil || n != int64(len(body)) {
+			t.Fatalf("ReadFrom = %d, %v; want %d, nil", n, err, len(body))
+		}
+		if _, err := io.ReadFull(c2, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyOnce()
+	if !bytes.Equal(got, body) {
+		t.Fatal("the body arrived changed")
+	}
+	// The LimitReader and the bytes.Reader are the test's own.
+	if allocs := testing.AllocsPerRun(50, copyOnce); allocs > 2 {
+		t.Errorf("a body's copy allocates %v times, want at most the test's own 2", allocs)
+	}
+}

@@ -6,3 +6,5 @@ package gateway
 
 func (c *rawConn) Read(p []byte) (int, error)  { return c.Conn.Read(p) }
 func (c *rawConn) Write(p []byte) (int, error) { return c.Conn.Write(p) }
+
+func (c *rawConn) bindOps() {}

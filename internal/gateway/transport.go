@@ -62,13 +62,19 @@ func newTransport() *http.Transport {
 // copyBufferSize is the size of ReverseProxy's copy buffers, its default.
 const copyBufferSize = 32 << 10
 
-// bufferPool lends ReverseProxy its copy buffers: without one it allocates
-// 32 KiB for every response it copies.
+// copyBuffers lends ReverseProxy its copy buffers for responses, and raw
+// connections theirs for request bodies: without it each allocates 32 KiB
+// for every call.
+var copyBuffers = &bufferPool{}
+
+// bufferPool is a pool of copy buffers of copyBufferSize. It holds them
+// as array pointers, which a slice converts to and from without the
+// allocation a *[]byte would cost on every Put.
 type bufferPool struct{ p sync.Pool }
 
 func (b *bufferPool) Get() []byte {
-	if buf, ok := b.p.Get().(*[]byte); ok {
-		return *buf
+	if buf, ok := b.p.Get().(*[copyBufferSize]byte); ok {
+		return buf[:]
 	}
 	return make([]byte, copyBufferSize)
 }
@@ -77,6 +83,5 @@ func (b *bufferPool) Put(buf []byte) {
 	if cap(buf) != copyBufferSize {
 		return
 	}
-	buf = buf[:copyBufferSize]
-	b.p.Put(&buf)
+	b.p.Put((*[copyBufferSize]byte)(buf[:copyBufferSize]))
 }
