@@ -83,12 +83,20 @@ func (h *fakeHarness) RunTurn(ctx context.Context, t *harness.Turn) (harness.Res
 // next returns the next turn the worker started.
 func (h *fakeHarness) next(t *testing.T) *fakeTurn {
 	t.Helper()
+	return receive(t, h.turns, "the worker started no turn")
+}
+
+// receive is the next value from ch; the test fails, with failure, when
+// none comes within waitFor.
+func receive[T any](t *testing.T, ch <-chan T, failure string) T {
+	t.Helper()
 	select {
-	case ft := <-h.turns:
-		return ft
+	case v := <-ch:
+		return v
 	case <-time.After(waitFor):
-		t.Fatal("the worker started no turn")
-		return nil
+		t.Fatal(failure)
+		var zero T
+		return zero
 	}
 }
 
@@ -98,13 +106,7 @@ func (ft *fakeTurn) finish(stop string) {
 
 func (ft *fakeTurn) waitEnded(t *testing.T) string {
 	t.Helper()
-	select {
-	case how := <-ft.ended:
-		return how
-	case <-time.After(waitFor):
-		t.Fatal("the turn did not end")
-		return ""
-	}
+	return receive(t, ft.ended, "the turn did not end")
 }
 
 // testWorker is a Worker served on loopback with a fake harness.
@@ -1026,14 +1028,7 @@ func TestShutdownWaitsForRunningTurn(t *testing.T) {
 
 	ft.Emit(contract.Event{Kind: contract.KindTextDelta, Text: "still working"})
 	ft.finish("end_turn")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Shutdown: %v", err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("Shutdown did not return after the turn finished")
-	}
+	shutdownReturns(t, done)
 	if how := ft.waitEnded(t); how != "released" {
 		t.Errorf("the turn ended %q; want it to finish within the grace period", how)
 	}
@@ -1072,14 +1067,7 @@ func TestShutdownInterruptsAfterGrace(t *testing.T) {
 	if how := ft.waitEnded(t); how != "cancelled" {
 		t.Errorf("the turn ended %q, want interrupted", how)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Shutdown: %v", err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("Shutdown did not return")
-	}
+	shutdownReturns(t, done)
 	evs := logEvents(t, tw.dir, "conv-1")
 	last := evs[len(evs)-1]
 	if last.Kind != contract.KindTurnFailed || last.TurnID != sent.TurnID || last.Failure.Code != contract.FailWorkerRestarted {
@@ -1247,13 +1235,15 @@ func TestShutdownDoesNotDeadlockWithSend(t *testing.T) {
 	}
 	s.mu.Unlock()
 	locked = false
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("Shutdown did not return")
+	shutdownReturns(t, done)
+}
+
+// shutdownReturns waits for the Shutdown that reports to done to return,
+// and without an error.
+func shutdownReturns(t *testing.T, done <-chan error) {
+	t.Helper()
+	if err := receive(t, done, "Shutdown did not return"); err != nil {
+		t.Fatalf("Shutdown: %v", err)
 	}
 }
 
