@@ -215,13 +215,7 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 		return nil, fmt.Errorf("bad control-plane URL %q", o.ControlPlaneURL)
 	}
 	p := &Worker{}
-	defer func() {
-		if err != nil {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			p.group.Stop(sctx)
-		}
-	}()
+	defer undoOnError(ctx, &err, p.group.Stop)
 	tel, err := startTelemetry(ctx, &p.group, o.telemetry, o.Telemetry, &o.Logger, "talkide-worker", envResource(o.Tenant, o.Env)...)
 	if err != nil {
 		return nil, err
