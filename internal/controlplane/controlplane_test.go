@@ -132,13 +132,22 @@ func (f *fakeWorker) checkSignature(next http.Handler) http.Handler {
 }
 
 func (f *fakeWorker) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	body, _ := io.ReadAll(r.Body)
-	if err := httpapi.DecodeJSON(body, v); err != nil {
+	if err := decodeRequest(w, r, v); err != nil {
 		f.t.Errorf("fake worker: %s %s: %v", r.Method, r.URL.Path, err)
-		httpapi.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
 		return false
 	}
 	return true
+}
+
+// decodeRequest decodes r's JSON body into v, as a worker does: what does
+// not decode is answered 400.
+func decodeRequest(w http.ResponseWriter, r *http.Request, v any) error {
+	body, _ := io.ReadAll(r.Body)
+	err := httpapi.DecodeJSON(body, v)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
+	}
+	return err
 }
 
 func (f *fakeWorker) state(id string, created bool) contract.SessionState {
