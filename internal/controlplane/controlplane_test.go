@@ -472,6 +472,19 @@ func closedURL(t *testing.T) string {
 
 // wantError checks that an answer is the contract's error shape with status
 // and code, and returns its message.
+// wantNoWorkerRequests checks that nothing reached the worker; what, when
+// set, names what was refused.
+func (h *harness) wantNoWorkerRequests(t *testing.T, what string) {
+	t.Helper()
+	switch n := h.worker.Requests(); {
+	case n == 0:
+	case what == "":
+		t.Errorf("the worker got %d requests", n)
+	default:
+		t.Errorf("the worker got %d requests for %s", n, what)
+	}
+}
+
 func wantError(t *testing.T, resp *http.Response, body []byte, status int, code string) string {
 	t.Helper()
 	if resp.StatusCode != status {

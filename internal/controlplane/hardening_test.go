@@ -73,9 +73,7 @@ func TestStrictJSONOnEveryEndpoint(t *testing.T) {
 			}
 		})
 	}
-	if n := h.worker.Requests(); n != 0 {
-		t.Errorf("the worker got %d requests for refused bodies", n)
-	}
+	h.wantNoWorkerRequests(t, "refused bodies")
 	if cs, err := h.store.ListConversations(t.Context(), user); err != nil || len(cs) != 1 {
 		t.Errorf("conversations = %v, %v; want only demo", cs, err)
 	}
@@ -312,9 +310,7 @@ func TestNonCanonicalPathsAreNotRedirected(t *testing.T) {
 			}
 		})
 	}
-	if n := h.worker.Requests(); n != 0 {
-		t.Errorf("the worker got %d requests", n)
-	}
+	h.wantNoWorkerRequests(t, "")
 }
 
 // TestSlowBodiesAreCut: a client that trickles a body one byte at a time

@@ -506,9 +506,7 @@ func TestBrowserIssues(t *testing.T) {
 	wantError(t, resp, data, http.StatusBadRequest, contract.CodeInvalidID)
 	resp, data = h.do(http.MethodPost, "/api/conversations/demo/issues", "{}", nil)
 	wantError(t, resp, data, http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed)
-	if n := h.worker.Requests(); n != 0 {
-		t.Errorf("the worker got %d requests", n)
-	}
+	h.wantNoWorkerRequests(t, "")
 }
 
 func TestIssueEndpointsMethodNotAllowed(t *testing.T) {
