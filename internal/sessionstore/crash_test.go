@@ -65,14 +65,7 @@ func BenchmarkResumeAfterCrash(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			sizes := map[string]int64{}
-			for _, f := range []string{eventsFile, transcriptFile, outboxFile} {
-				fi, err := os.Stat(filepath.Join(sdir, f))
-				if err != nil {
-					b.Fatal(err)
-				}
-				sizes[f] = fi.Size()
-			}
+			sizes := fileSizes(b, sdir)
 			// No checkpoint on resume: the tail stays what the crash left.
 			resumer, err := New(dir, &Options{Holder: "w", CheckpointEvery: 1 << 30})
 			if err != nil {
