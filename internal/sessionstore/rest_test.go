@@ -23,10 +23,7 @@ func openFiles(t *testing.T) int {
 // and lands after what was there, and the session reads back whole.
 func TestRestClosesTheLogs(t *testing.T) {
 	st := newStore(t)
-	sess, _, err := st.Create("c1", Meta{Harness: "native", CreatedAt: time.Unix(1, 0).UTC()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := mustCreate(t, st, "c1", Meta{Harness: "native", CreatedAt: time.Unix(1, 0).UTC()})
 	appendText := func() {
 		t.Helper()
 		ev := contract.Event{Kind: contract.KindTextDelta, Text: "x"}
@@ -63,10 +60,7 @@ func TestRestClosesTheLogs(t *testing.T) {
 	}
 	sess.Rest()
 	sess.Close()
-	again, _, err := st.Create("c1", Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	again := mustCreate(t, st, "c1", Meta{})
 	defer again.Close()
 	if again.LastSeq() != 2 {
 		t.Errorf("reopened after rests: last seq %d, want 2", again.LastSeq())

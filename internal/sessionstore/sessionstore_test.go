@@ -50,6 +50,17 @@ func appendN(t testing.TB, s *Session, n int, kind string) {
 	}
 }
 
+// mustCreate creates (or opens) the session id in st; an error fails the
+// test.
+func mustCreate(t testing.TB, st *Store, id string, m Meta) *Session {
+	t.Helper()
+	s, _, err := st.Create(id, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func collect(t testing.TB, s *Session, after int64) []int64 {
 	t.Helper()
 	var seqs []int64
@@ -124,10 +135,7 @@ func TestTornTailIsCut(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := newStore(t)
-			sess, _, err := st.Create("c1", Meta{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sess := mustCreate(t, st, "c1", Meta{})
 			appendN(t, sess, 3, contract.KindNotice)
 			sess.Close()
 			path := filepath.Join(st.Root(), "c1", eventsFile)
@@ -191,16 +199,13 @@ func TestInvalidIDs(t *testing.T) {
 
 func TestReplayFromEveryPointAcrossReopen(t *testing.T) {
 	st := newStore(t)
-	sess, _, err := st.Create("c1", Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := mustCreate(t, st, "c1", Meta{})
 	const n = 3*indexStride + 7
 	appendN(t, sess, n/2, contract.KindTextDelta)
 	sess.Close()
 	// Half written before a reopen (checkpointed), half after: the index
 	// comes back from the checkpoint and grows on append.
-	sess, err = st.Load("c1")
+	sess, err := st.Load("c1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,10 +311,7 @@ func TestLeaseOneOwner(t *testing.T) {
 	dir, c := clockedDir(t)
 	a := newStoreAt(t, dir, "worker-a", c)
 	b := newStoreAt(t, dir, "worker-b", c)
-	sa, _, err := a.Create("c1", Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sa := mustCreate(t, a, "c1", Meta{})
 	var held *LeaseHolderError
 	if _, err := b.Load("c1"); !errors.As(err, &held) || held.Holder != "worker-a" {
 		t.Fatalf("second owner: %v", err)
