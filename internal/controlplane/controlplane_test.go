@@ -150,6 +150,17 @@ func decodeRequest(w http.ResponseWriter, r *http.Request, v any) error {
 	return err
 }
 
+// record keeps req in log and marks its key in keys, under f's lock; it
+// reports whether the key was marked before (a retry).
+func record[R any](f *fakeWorker, log *[]R, req R, keys map[string]bool, key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	*log = append(*log, req)
+	seen := keys[key]
+	keys[key] = true
+	return seen
+}
+
 func (f *fakeWorker) state(id string, created bool) contract.SessionState {
 	return contract.SessionState{ConversationID: id, Created: created, Status: contract.StatusIdle, LastSeq: 2, CreatedAt: start, Harness: "fake"}
 }
@@ -159,11 +170,7 @@ func (f *fakeWorker) create(w http.ResponseWriter, r *http.Request) {
 	if !f.decode(w, r, &req) {
 		return
 	}
-	f.mu.Lock()
-	f.creates = append(f.creates, req)
-	created := !f.sessions[req.ConversationID]
-	f.sessions[req.ConversationID] = true
-	f.mu.Unlock()
+	created := !record(f, &f.creates, req, f.sessions, req.ConversationID)
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
@@ -188,11 +195,7 @@ func (f *fakeWorker) send(w http.ResponseWriter, r *http.Request) {
 	if !f.decode(w, r, &req) {
 		return
 	}
-	f.mu.Lock()
-	f.sends = append(f.sends, req)
-	dup := f.messages[req.ClientMessageID]
-	f.messages[req.ClientMessageID] = true
-	f.mu.Unlock()
+	dup := record(f, &f.sends, req, f.messages, req.ClientMessageID)
 	status := http.StatusAccepted
 	if dup {
 		status = http.StatusOK
