@@ -1,7 +1,6 @@
 package sessionstore
 
 import (
-	"encoding/json"
 	"os"
 	"testing"
 	"time"
@@ -49,12 +48,7 @@ func TestRestClosesTheLogs(t *testing.T) {
 		t.Errorf("a resting session lost its lease: %v", err)
 	}
 	appendText()
-	if err := sess.AppendTranscript(json.RawMessage(`{"role":"user"}`), false); err != nil {
-		t.Fatal(err)
-	}
-	if err := sess.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	appendTranscriptSynced(t, sess, `{"role":"user"}`)
 	if got := collect(t, sess, 0); len(got) != 2 || got[1] != 2 {
 		t.Fatalf("events after a rest: %v", got)
 	}

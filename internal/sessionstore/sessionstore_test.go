@@ -50,6 +50,18 @@ func appendN(t testing.TB, s *Session, n int, kind string) {
 	}
 }
 
+// appendTranscriptSynced appends the transcript record rec to s and syncs
+// it.
+func appendTranscriptSynced(t testing.TB, s *Session, rec string) {
+	t.Helper()
+	if err := s.AppendTranscript(json.RawMessage(rec), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // mustCreate creates (or opens) the session id in st; an error fails the
 // test.
 func mustCreate(t testing.TB, st *Store, id string, m Meta) *Session {
@@ -94,12 +106,7 @@ func TestCreateAppendReload(t *testing.T) {
 	if got := collect(t, sess, 0); len(got) != 0 {
 		t.Fatalf("ReadEvents returned events that are not durable: %v", got)
 	}
-	if err := sess.AppendTranscript(json.RawMessage(`{"role": "user"}`), false); err != nil {
-		t.Fatal(err)
-	}
-	if err := sess.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	appendTranscriptSynced(t, sess, `{"role": "user"}`)
 	if got := collect(t, sess, 3); len(got) != 2 || got[0] != 4 {
 		t.Fatalf("after 3: %v", got)
 	}
