@@ -488,6 +488,15 @@ func (h *harness) wantNoWorkerRequests(t *testing.T, what string) {
 	}
 }
 
+// wantFieldError checks a 400 bad_request whose message starts with the
+// name of the offending field.
+func wantFieldError(t *testing.T, resp *http.Response, body []byte, field string) {
+	t.Helper()
+	if msg := wantError(t, resp, body, http.StatusBadRequest, contract.CodeBadRequest); !strings.HasPrefix(msg, field+" ") {
+		t.Errorf("message %q does not start with %s", msg, field)
+	}
+}
+
 func wantError(t *testing.T, resp *http.Response, body []byte, status int, code string) string {
 	t.Helper()
 	if resp.StatusCode != status {
