@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/roles/rolestest"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/syncbuf"
 )
 
@@ -80,12 +80,7 @@ func TestAdminUsersAndAPITokens(t *testing.T) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		resp, _ := roundtrip.Do(t, req)
 		return resp.StatusCode
 	}
 	pub, internal, metrics := cp.HTTP.URL(), cp.Internal.URL(), cp.Metrics.URL()
