@@ -14,6 +14,7 @@ import (
 
 	"github.com/talkide/platform/internal/kubetest"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/store"
 
 	"github.com/google/go-cmp/cmp"
@@ -35,14 +36,9 @@ func api(t testing.TB, method, url string, in, out any) int {
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
+	resp, data := roundtrip.Do(t, req)
 	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(data, out); err != nil {
+		if err := json.Unmarshal([]byte(data), out); err != nil {
 			t.Fatalf("%s %s: decode %s: %v", method, url, data, err)
 		}
 	}
