@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/talkide/platform/internal/cli"
+	"github.com/talkide/platform/internal/cli/clitest"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/roles/rolestest"
@@ -165,17 +167,15 @@ func must(t *testing.T, err error) {
 
 // admin runs talkide admin with args and returns stdout and stderr.
 func admin(t *testing.T, args ...string) (string, string, error) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	err := run(context.Background(), append([]string{"admin"}, args...), stdio{in: strings.NewReader(""), out: &out, err: &errb})
-	return out.String(), errb.String(), err
+	return clitest.Run(runLib, append([]string{"admin"}, args...)...)
 }
 
 func mustAdmin(t *testing.T, args ...string) (string, string) {
 	t.Helper()
-	out, errs, err := admin(t, args...)
-	if err != nil {
-		t.Fatalf("talkide admin %s: %v\nstderr: %s", strings.Join(args, " "), err, errs)
-	}
-	return out, errs
+	return clitest.Must(t, runLib, append([]string{"admin"}, args...)...)
+}
+
+// runLib is run for clitest, which passes cli.Stdio.
+func runLib(ctx context.Context, args []string, std cli.Stdio) error {
+	return run(ctx, args, stdio{in: std.In, out: std.Out, err: std.Err, signals: std.Signals})
 }
