@@ -299,6 +299,17 @@ func (tw *testWorker) sendMessage(t *testing.T, conv, cmid, text string) (int, c
 	return resp.StatusCode, decode[contract.SendMessageResponse](t, b)
 }
 
+// startTurn sends a message that starts a turn (202) and returns the answer
+// and the turn the harness was given.
+func (tw *testWorker) startTurn(t *testing.T, conv, cmid, text string) (contract.SendMessageResponse, *fakeTurn) {
+	t.Helper()
+	status, sent := tw.sendMessage(t, conv, cmid, text)
+	if status != http.StatusAccepted {
+		t.Fatalf("send %s to %s: %d, want 202", cmid, conv, status)
+	}
+	return sent, tw.h.next(t)
+}
+
 // streamed is one SSE event as a client received it.
 type streamed struct {
 	ID   string
