@@ -24,11 +24,7 @@ import (
 func TestServeUnixSocket(t *testing.T) {
 	secure, plain := greeters(t, "hello over")
 	echo := echoServer(t)
-	list, err := ParseAllowList([]byte(fmt.Sprintf(`{"allow": [
-		{"host": "127.0.0.1", "port": %d, "private": true},
-		{"host": "127.0.0.1", "port": %d, "private": true},
-		{"host": "127.0.0.1", "port": %d, "private": true}]}`,
-		secure.Listener.Addr().(*net.TCPAddr).Port, plain.Listener.Addr().(*net.TCPAddr).Port, echo.port)))
+	list, err := ParseAllowList([]byte(loopbackAllowList(secure.Listener.Addr().(*net.TCPAddr).Port, plain.Listener.Addr().(*net.TCPAddr).Port, echo.port)))
 	if err != nil {
 		t.Fatal(err)
 	}
