@@ -24,6 +24,7 @@ import (
 	"github.com/talkide/platform/internal/fakeclock"
 	"github.com/talkide/platform/internal/gateway"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
 	"github.com/talkide/platform/internal/store/storetest"
@@ -406,7 +407,7 @@ func (h *harness) do(method, path, body string, header http.Header) (*http.Respo
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
-	return roundTrip(h.t, h.client, req)
+	return roundtrip.With(h.t, h.client, req)
 }
 
 // newRequest is a request whose body, when there is one, is JSON unless
@@ -425,22 +426,6 @@ func newRequest(t testing.TB, method, url, body string) *http.Request {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	return req
-}
-
-// roundTrip sends req with c and returns the answer with its body read;
-// failing to send it or to read the answer fails the test.
-func roundTrip(t testing.TB, c *http.Client, req *http.Request) (*http.Response, []byte) {
-	t.Helper()
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, data
 }
 
 // insertConversation stores a conversation directly, bypassing the API.

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -41,7 +42,7 @@ func (h *harness) reportRequest(sg *trust.Signer, body []byte) *http.Request {
 func (h *harness) send(req *http.Request, body []byte) (*http.Response, []byte) {
 	h.t.Helper()
 	req.Body = io.NopCloser(bytes.NewReader(body))
-	return roundTrip(h.t, h.client, req)
+	return roundtrip.With(h.t, h.client, req)
 }
 
 func batch(t testing.TB, reports ...contract.Report) []byte {
@@ -238,7 +239,7 @@ func TestReportsRefused(t *testing.T) {
 				body = tt.body(t)
 			}
 			req := tt.request(setup{h: h, body: body})
-			resp, data := roundTrip(t, h.client, req)
+			resp, data := roundtrip.With(t, h.client, req)
 			wantError(t, resp, data, tt.wantStatus, tt.wantCode)
 			for _, c := range []string{"demo", "elsewhere", "nobody"} {
 				if got, err := h.store.ListReports(t.Context(), c); err != nil || len(got) != 0 {

@@ -29,6 +29,7 @@ import (
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/replicaset"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/trust"
@@ -233,16 +234,7 @@ func (tw *testWorker) call(t testing.TB, method, path string, in any) (*http.Res
 
 func send(t testing.TB, req *http.Request) (*http.Response, []byte) {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read: %v", req.Method, req.URL.Path, err)
-	}
-	return resp, b
+	return roundtrip.With(t, http.DefaultClient, req)
 }
 
 // decode decodes b strictly into a T.
