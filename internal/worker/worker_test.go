@@ -28,6 +28,7 @@ import (
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/poll"
 	"github.com/talkide/platform/internal/replicaset"
 	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/sessionstore"
@@ -434,18 +435,6 @@ func logEvents(t *testing.T, dir, conv string) []contract.Event {
 	return evs
 }
 
-// eventually waits, bounded, until cond holds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func (tw *testWorker) closing() bool { return tw.w.gate.closing() }
 
 // session returns conv's open session.
@@ -818,7 +807,7 @@ func TestSlowSubscriberCatchesUpFromTheLog(t *testing.T) {
 	}
 	// The producer never waited: it dropped the subscriber instead (once
 	// the events were durable and published).
-	eventually(t, "the slow subscriber is dropped", func() bool { return tw.subscribers("conv-1") == 0 })
+	poll.Until(t, "the slow subscriber is dropped", func() bool { return tw.subscribers("conv-1") == 0 })
 	ft.finish("end_turn")
 	ft.waitEnded(t)
 	g.mu.Unlock()
@@ -1013,7 +1002,7 @@ func TestShutdownWaitsForRunningTurn(t *testing.T) {
 		defer cancel()
 		done <- tw.w.Shutdown(ctx)
 	}()
-	eventually(t, "Shutdown has begun", tw.closing)
+	poll.Until(t, "Shutdown has begun", tw.closing)
 
 	// New turns are refused while the running one may finish.
 	resp, b := tw.call(t, http.MethodPost, "/v1/sessions/conv-idle/messages", contract.SendMessageRequest{ClientMessageID: "m-2", Text: "hi"})
@@ -1062,7 +1051,7 @@ func TestShutdownInterruptsAfterGrace(t *testing.T) {
 	ctx, endGrace := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tw.w.Shutdown(ctx) }()
-	eventually(t, "Shutdown has begun", tw.closing)
+	poll.Until(t, "Shutdown has begun", tw.closing)
 	if ft.ctx.Err() != nil {
 		t.Fatal("the turn was interrupted before the grace period ended")
 	}
@@ -1211,7 +1200,7 @@ func TestShutdownDoesNotDeadlockWithSend(t *testing.T) {
 		done <- tw.w.Shutdown(ctx)
 	}()
 	// Wait until Shutdown is blocked on the session's lock, closing it.
-	eventually(t, "Shutdown waits for the session's lock", func() bool {
+	poll.Until(t, "Shutdown waits for the session's lock", func() bool {
 		buf := make([]byte, 1<<20)
 		stack := buf[:runtime.Stack(buf, true)]
 		// At a drain it looks first whether a turn runs (to hand the

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/poll"
 	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 	"github.com/talkide/platform/internal/tools"
@@ -158,18 +159,6 @@ func alive(pid int) bool {
 	i := bytes.LastIndexByte(stat, ')')
 	f := strings.Fields(string(stat[i+1:]))
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
-}
-
-// eventually polls cond for up to 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10 s: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, not synchronising
-	}
 }
 
 func TestStdioServerToolCall(t *testing.T) {
@@ -336,9 +325,9 @@ func TestDeadServerIsRestartedNextTurn(t *testing.T) {
 	if !res.IsError {
 		t.Errorf("crash = %+v", res)
 	}
-	eventually(t, "the crashed server is reaped", func() bool { return !alive(pid) })
+	poll.Until(t, "the crashed server is reaped", func() bool { return !alive(pid) })
 	// Until the next turn, its tools say it is not running.
-	eventually(t, "the session notices", func() bool {
+	poll.Until(t, "the session notices", func() bool {
 		return strings.Contains(f.call(ts, "mcp__echo__echo", `{"text":"x"}`).Output, "not running")
 	})
 
@@ -439,7 +428,7 @@ func TestCloseKillsProcessGroupsAndGoroutines(t *testing.T) {
 	if res := f.call(ts, "mcp__b__echo", `{"text":"x"}`); !res.IsError || !strings.Contains(res.Output, "not running") {
 		t.Errorf("a call after Close = %+v", res)
 	}
-	eventually(t, "goroutines return to the baseline", func() bool { return runtime.NumGoroutine() <= before })
+	poll.Until(t, "goroutines return to the baseline", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 func TestIdleConversationIsClosed(t *testing.T) {
@@ -454,7 +443,7 @@ func TestIdleConversationIsClosed(t *testing.T) {
 		t.Fatal("a server idle for less than the timeout was stopped")
 	}
 	f.src.closeIdle(time.Now().Add(2 * time.Hour))
-	eventually(t, "the idle server is stopped", func() bool { return !alive(pid) })
+	poll.Until(t, "the idle server is stopped", func() bool { return !alive(pid) })
 	f.src.mu.Lock()
 	n := len(f.src.convs)
 	f.src.mu.Unlock()
@@ -553,7 +542,7 @@ func TestHTTPServer(t *testing.T) {
 	mcp.AddTool(srv, &mcp.Tool{Name: "neg", Description: "Negates."}, func(_ context.Context, _ *mcp.CallToolRequest, x in) (*mcp.CallToolResult, out, error) {
 		return nil, out{Sum: -x.A}, nil
 	})
-	eventually(t, "the new tool is offered", func() bool {
+	poll.Until(t, "the new tool is offered", func() bool {
 		tools, _ = f.tools()
 		return tools["mcp__web__neg"] != nil
 	})
@@ -564,7 +553,7 @@ func TestHTTPServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts.CloseClientConnections()
-	eventually(t, "goroutines return to the baseline", func() bool { return runtime.NumGoroutine() <= before })
+	poll.Until(t, "goroutines return to the baseline", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 // A start cut short by an interrupted turn is not the server's failure: the
