@@ -19,7 +19,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
-	"github.com/talkide/platform/internal/sandbox"
+	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 )
 
 // fakeBin is the fake CLI built from testdata/fakeclaude.
@@ -27,26 +27,13 @@ var fakeBin, fakeRoot string
 
 func TestMain(m *testing.M) {
 	// The CLI runs in the sandbox, with this binary as the helper.
-	sandbox.RunHelper()
-	dir, err := os.MkdirTemp("", "fakeclaude")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fakeBin = filepath.Join(dir, "claude")
-	// The fake records its starts under fakeRoot, which the sessions'
-	// sandboxes may write, and replays transcripts they may read.
-	fakeRoot = filepath.Join(dir, "runs")
-	os.Mkdir(fakeRoot, 0o755)
-	build := exec.Command("go", "build", "-o", fakeBin, "./testdata/fakeclaude")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the fake claude:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	sandboxtest.MainBuilding(m, "./testdata/fakeclaude", "claude", func(bin string) {
+		fakeBin = bin
+		// The fake records its starts under fakeRoot, which the sessions'
+		// sandboxes may write, and replays transcripts they may read.
+		fakeRoot = filepath.Join(filepath.Dir(bin), "runs")
+		os.Mkdir(fakeRoot, 0o755)
+	})
 }
 
 // fake is a harness over the fake CLI, with the directory where the fake

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/talkide/platform/internal/harness"
 	"github.com/talkide/platform/internal/poll"
-	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 	"github.com/talkide/platform/internal/tools"
 )
@@ -32,20 +30,7 @@ var echoBin string
 
 func TestMain(m *testing.M) {
 	// The stdio servers run in the sandbox, with this binary as the helper.
-	sandbox.RunHelper()
-	dir, err := os.MkdirTemp("", "echoserver")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	echoBin = filepath.Join(dir, "echoserver")
-	if out, err := exec.Command("go", "build", "-o", echoBin, "./testdata/echoserver").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the echo server: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	sandboxtest.MainBuilding(m, "./testdata/echoserver", "echoserver", func(bin string) { echoBin = bin })
 }
 
 // fixture is a source with one conversation's workspace.
