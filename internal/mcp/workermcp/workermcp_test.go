@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -24,17 +23,13 @@ import (
 	"github.com/talkide/platform/internal/mcp/issuetracking"
 	"github.com/talkide/platform/internal/mcp/workermcp"
 	"github.com/talkide/platform/internal/proctest"
-	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 	"github.com/talkide/platform/internal/trust"
 )
 
 // The test binary is the sandbox's helper: Build's local runner starts
 // ./gradlew through it.
-func TestMain(m *testing.M) {
-	sandbox.RunHelper()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
 var envKey = bytes.Repeat([]byte("k"), 32)
 
