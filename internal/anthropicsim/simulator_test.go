@@ -117,13 +117,7 @@ func userBody(text string, tools ...string) string {
 
 func wantErrorBody(t *testing.T, b []byte, wantType string) string {
 	t.Helper()
-	var e struct {
-		Type  string `json:"type"`
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var e errorBody
 	decodeStrict(t, b, &e)
 	if e.Type != "error" || e.Error.Type != wantType || e.Error.Message == "" {
 		t.Errorf("error body %s, want type %q", b, wantType)
