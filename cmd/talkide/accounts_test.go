@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -11,9 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/talkide/platform/internal/cli"
+	"github.com/talkide/platform/internal/cli/clitest"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/roles/rolestest"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/syncbuf"
 )
 
@@ -80,12 +82,7 @@ func TestAdminUsersAndAPITokens(t *testing.T) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		resp, _ := roundtrip.Do(t, req)
 		return resp.StatusCode
 	}
 	pub, internal, metrics := cp.HTTP.URL(), cp.Internal.URL(), cp.Metrics.URL()
@@ -170,17 +167,15 @@ func must(t *testing.T, err error) {
 
 // admin runs talkide admin with args and returns stdout and stderr.
 func admin(t *testing.T, args ...string) (string, string, error) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	err := run(context.Background(), append([]string{"admin"}, args...), stdio{in: strings.NewReader(""), out: &out, err: &errb})
-	return out.String(), errb.String(), err
+	return clitest.Run(runLib, append([]string{"admin"}, args...)...)
 }
 
 func mustAdmin(t *testing.T, args ...string) (string, string) {
 	t.Helper()
-	out, errs, err := admin(t, args...)
-	if err != nil {
-		t.Fatalf("talkide admin %s: %v\nstderr: %s", strings.Join(args, " "), err, errs)
-	}
-	return out, errs
+	return clitest.Must(t, runLib, append([]string{"admin"}, args...)...)
+}
+
+// runLib is run for clitest, which passes cli.Stdio.
+func runLib(ctx context.Context, args []string, std cli.Stdio) error {
+	return run(ctx, args, stdio{in: std.In, out: std.Out, err: std.Err, signals: std.Signals})
 }

@@ -90,17 +90,7 @@ func TestBrowserDailyWorkspace(t *testing.T) {
 func TestBrowserDailyNoticeOnce(t *testing.T) {
 	browserReady(t)
 	st, _ := startTestStack(t)
-	runScenario(t, st, "notice", func(step string) {
-		if step != "restart-worker" {
-			t.Errorf("unexpected step %q", step)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := st.RestartWorker(ctx); err != nil {
-			t.Errorf("restart: %v", err)
-		}
-	})
+	runScenario(t, st, "notice", restartStep(t, "restart-worker", st.RestartWorker))
 }
 
 // TestBrowserDailyBusy: a worker that runs one turn at a time

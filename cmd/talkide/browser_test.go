@@ -120,6 +120,21 @@ func noSteps(t *testing.T) func(string) {
 	return func(s string) { t.Errorf("unexpected step %q", s) }
 }
 
+// restartStep answers a scenario's one step, name, with restart.
+func restartStep(t *testing.T, name string, restart func(context.Context) error) func(string) {
+	return func(step string) {
+		if step != name {
+			t.Errorf("unexpected step %q", step)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := restart(ctx); err != nil {
+			t.Errorf("restart: %v", err)
+		}
+	}
+}
+
 // TestBrowserLogin: a control-plane without the local user, logging in
 // with OpenID Connect at zitadel/oidc's example provider (a real one: its
 // login form, the authorization code flow with PKCE, signed ID tokens).
@@ -278,17 +293,7 @@ func domMatchesLog(t *testing.T, st *roles.Dev, res map[string]any, inOrder bool
 func TestBrowserRestartControlPlane(t *testing.T) {
 	browserReady(t)
 	st, _ := startTestStack(t)
-	res := runScenario(t, st, "restart", func(step string) {
-		if step != "restart-controlplane" {
-			t.Errorf("unexpected step %q", step)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := st.RestartControlPlane(ctx); err != nil {
-			t.Errorf("restart: %v", err)
-		}
-	})
+	res := runScenario(t, st, "restart", restartStep(t, "restart-controlplane", st.RestartControlPlane))
 	domMatchesLog(t, st, res, true)
 }
 

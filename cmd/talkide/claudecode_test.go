@@ -106,15 +106,10 @@ func TestClaudeCodeHarnessEndToEnd(t *testing.T) {
 	}
 
 	got := firstToolTurn(t, base, c.ID, `Please run it. [[tool:Bash {"command":"echo hello-from-claude-code"}]]`)
-	var started, finished *contract.ToolEvent
+	started, finished := toolEvents(got)
 	var deltas strings.Builder
 	for _, s := range got {
-		switch s.ev.Kind {
-		case contract.KindToolStarted:
-			started = s.ev.Tool
-		case contract.KindToolFinished:
-			finished = s.ev.Tool
-		case contract.KindTextDelta:
+		if s.ev.Kind == contract.KindTextDelta {
 			deltas.WriteString(s.ev.Text)
 		}
 	}

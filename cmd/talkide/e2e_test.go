@@ -14,6 +14,7 @@ import (
 
 	"github.com/talkide/platform/internal/kubetest"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/store"
 
 	"github.com/google/go-cmp/cmp"
@@ -35,14 +36,9 @@ func api(t testing.TB, method, url string, in, out any) int {
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
+	resp, data := roundtrip.Do(t, req)
 	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(data, out); err != nil {
+		if err := json.Unmarshal([]byte(data), out); err != nil {
 			t.Fatalf("%s %s: decode %s: %v", method, url, data, err)
 		}
 	}
@@ -133,6 +129,20 @@ func checkSequence(t *testing.T, got []streamed, first int64) {
 	}
 }
 
+// toolEvents are the tool.started and the tool.finished event of a turn
+// that calls one tool; nil where there is none.
+func toolEvents(got []streamed) (started, finished *contract.ToolEvent) {
+	for _, s := range got {
+		switch s.ev.Kind {
+		case contract.KindToolStarted:
+			started = s.ev.Tool
+		case contract.KindToolFinished:
+			finished = s.ev.Tool
+		}
+	}
+	return started, finished
+}
+
 // firstToolTurn sends the first message of conversation conv, one whose
 // turn calls a tool once, and checks the conversation's events up to the
 // turn's end: in sequence from the session's creation, and of the kinds
@@ -195,16 +205,12 @@ func TestEndToEndBashTurn(t *testing.T) {
 	}
 
 	got := firstToolTurn(t, base, c.ID, `Please run it. [[tool:Bash {"command":"echo hello-from-bash; echo second line"}]]`)
-	var started, finished *contract.ToolEvent
+	started, finished := toolEvents(got)
 	var output, finalText strings.Builder
 	for _, s := range got {
 		switch s.ev.Kind {
-		case contract.KindToolStarted:
-			started = s.ev.Tool
 		case contract.KindToolOutput:
 			output.WriteString(s.ev.Tool.Output)
-		case contract.KindToolFinished:
-			finished = s.ev.Tool
 		case contract.KindMessage:
 			finalText.Reset()
 			finalText.WriteString(s.ev.Text)

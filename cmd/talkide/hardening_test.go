@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -25,12 +25,7 @@ func TestDevRefusesRebindingAndPathTricks(t *testing.T) {
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(req *http.Request) (int, string) {
 		t.Helper()
-		resp, err := noRedirect.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := roundtrip.With(t, noRedirect, req)
 		return resp.StatusCode, string(b)
 	}
 	get := func(url, host string) (int, string) {

@@ -36,20 +36,16 @@ func TestMCPServerFromWorkspace(t *testing.T) {
 
 	r := send(t, base, c.ID, `[[tool:mcp__echo__echo {"text":"hi"}]]`)
 	got := readStream(t, base, c.ID, 0, turnEnded(r.TurnID))
-	var started, finished *contract.ToolEvent
 	var notices []string
 	for _, s := range got {
 		switch s.ev.Kind {
-		case contract.KindToolStarted:
-			started = s.ev.Tool
-		case contract.KindToolFinished:
-			finished = s.ev.Tool
 		case contract.KindNotice:
 			notices = append(notices, s.ev.Text)
 		case contract.KindTurnFailed:
 			t.Fatalf("turn failed: %+v", s.ev)
 		}
 	}
+	started, finished := toolEvents(got)
 	if started == nil || started.Name != "mcp__echo__echo" || !bytes.Equal(started.Input, []byte(`{"text":"hi"}`)) {
 		t.Fatalf("tool.started = %+v", started)
 	}

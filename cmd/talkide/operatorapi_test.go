@@ -13,6 +13,7 @@ import (
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/roles/rolestest"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/syncbuf"
 )
 
@@ -38,13 +39,8 @@ func TestOperatorAPIEndToEnd(t *testing.T) {
 		if body != "" {
 			req.Header.Set("Content-Type", "application/json")
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		resp, b := roundtrip.Do(t, req)
+		return resp.StatusCode, b
 	}
 
 	if st, _ := call("GET", "/api/admin/limits", "", ""); st != http.StatusUnauthorized {

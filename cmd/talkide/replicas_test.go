@@ -22,6 +22,7 @@ import (
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/proxytest"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/postgres/pgtest"
@@ -446,19 +447,14 @@ func listStatusAs(t *testing.T, base, token string) map[string]string {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/api/conversations", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var l struct {
-		Conversations []controlplane.ConversationView `json:"conversations"`
-	}
-	data, _ := io.ReadAll(resp.Body)
+	resp, data := roundtrip.Do(t, req)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s/api/conversations: %d %s", base, resp.StatusCode, data)
 	}
-	must(t, json.Unmarshal(data, &l))
+	var l struct {
+		Conversations []controlplane.ConversationView `json:"conversations"`
+	}
+	must(t, json.Unmarshal([]byte(data), &l))
 	out := map[string]string{}
 	for _, c := range l.Conversations {
 		out[c.ID] = c.Status
@@ -481,16 +477,11 @@ func postAs(t *testing.T, url, token string, in, out any) {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
+	resp, data := roundtrip.Do(t, req)
 	if resp.StatusCode/100 != 2 {
 		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, data)
 	}
-	must(t, json.Unmarshal(data, out))
+	must(t, json.Unmarshal([]byte(data), out))
 }
 
 // streamAs follows a conversation's stream at base as the holder of token

@@ -84,12 +84,19 @@ func startAttackStack(t *testing.T, cfg roles.DevConfig) *attackStack {
 // greeter is a loopback TCP service that greets every connection.
 func greeter(t *testing.T, greeting string) net.Listener {
 	t.Helper()
+	ln := loopbackListener(t)
+	go acceptGreet(ln, greeting)
+	return ln
+}
+
+// loopbackListener listens on a free loopback port until the test ends.
+func loopbackListener(t *testing.T) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	go acceptGreet(ln, greeting)
 	return ln
 }
 
@@ -98,11 +105,7 @@ func greeter(t *testing.T, greeting string) net.Listener {
 // unsolicited response (502).
 func httpGreeter(t *testing.T, greeting string) net.Listener {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln := loopbackListener(t)
 	go func() {
 		for {
 			c, err := ln.Accept()

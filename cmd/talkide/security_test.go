@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,19 +15,15 @@ import (
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/minting"
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/trust"
 )
 
 func do(t *testing.T, req *http.Request) (int, string) {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	resp, body := roundtrip.Do(t, req)
+	return resp.StatusCode, body
 }
 
 func newReq(t *testing.T, method, url string, body []byte, hdr map[string]string) *http.Request {

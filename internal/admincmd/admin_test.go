@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/cli"
+	"github.com/talkide/platform/internal/cli/clitest"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/roles/rolestest"
@@ -33,19 +34,12 @@ func run(ctx context.Context, args []string, std cli.Stdio) error {
 
 // admin runs talkide admin with args and returns stdout and stderr.
 func admin(t *testing.T, args ...string) (string, string, error) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	err := run(context.Background(), append([]string{"admin"}, args...), cli.Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
-	return out.String(), errb.String(), err
+	return clitest.Run(run, append([]string{"admin"}, args...)...)
 }
 
 func mustAdmin(t *testing.T, args ...string) (string, string) {
 	t.Helper()
-	out, errs, err := admin(t, args...)
-	if err != nil {
-		t.Fatalf("talkide admin %s: %v\nstderr: %s", strings.Join(args, " "), err, errs)
-	}
-	return out, errs
+	return clitest.Must(t, run, append([]string{"admin"}, args...)...)
 }
 
 func TestAdminProvisioning(t *testing.T) {

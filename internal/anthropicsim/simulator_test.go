@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/talkide/platform/internal/roundtrip"
 )
 
 const testKey = "sk-sim-test-key-0123456789"
@@ -43,16 +45,7 @@ func do(t *testing.T, method, url, body string, hdr map[string]string) (*http.Re
 			req.Header.Set(k, v)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
+	return roundtrip.With(t, http.DefaultClient, req)
 }
 
 func post(t *testing.T, srv *httptest.Server, body string) (*http.Response, []byte) {
@@ -124,13 +117,7 @@ func userBody(text string, tools ...string) string {
 
 func wantErrorBody(t *testing.T, b []byte, wantType string) string {
 	t.Helper()
-	var e struct {
-		Type  string `json:"type"`
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var e errorBody
 	decodeStrict(t, b, &e)
 	if e.Type != "error" || e.Error.Type != wantType || e.Error.Message == "" {
 		t.Errorf("error body %s, want type %q", b, wantType)

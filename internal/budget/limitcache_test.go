@@ -22,6 +22,20 @@ type gatedStore struct {
 	fail    atomic.Bool // reads fail
 }
 
+// gate puts a gatedStore in front of e's store.
+func gate(e *env) *gatedStore {
+	return &gatedStore{Store: e.store, entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+// serveGated is a service over gs on e's clock, with o's other options,
+// closed when the test ends.
+func serveGated(t *testing.T, e *env, gs *gatedStore, o budget.Options) *budget.Service {
+	o.Now = e.clock.Now
+	svc := budget.New(gs, testPrices, &o)
+	t.Cleanup(func() { svc.Close(context.Background()) })
+	return svc
+}
+
 func (s *gatedStore) BudgetLimits(ctx context.Context, subjects ...budget.Subject) ([]budget.Limit, error) {
 	s.reads.Add(1)
 	ls, err := s.Store.BudgetLimits(ctx, subjects...)
@@ -41,9 +55,8 @@ func (s *gatedStore) BudgetLimits(ctx context.Context, subjects ...budget.Subjec
 func TestLimitReadShared(t *testing.T) {
 	e := newEnv(t, budget.Options{})
 	e.limit(t, budget.Limit{Subject: budget.User("u1"), Kind: budget.Concurrent, Max: 1000})
-	gs := &gatedStore{Store: e.store, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	svc := budget.New(gs, testPrices, &budget.Options{Now: e.clock.Now})
-	t.Cleanup(func() { svc.Close(context.Background()) })
+	gs := gate(e)
+	svc := serveGated(t, e, gs, budget.Options{})
 
 	const calls = 50
 	var (
@@ -85,9 +98,8 @@ func TestLimitReadShared(t *testing.T) {
 func TestLimitReadCallerGone(t *testing.T) {
 	e := newEnv(t, budget.Options{})
 	e.limit(t, budget.Limit{Subject: budget.User("u1"), Kind: budget.Concurrent, Max: 1000})
-	gs := &gatedStore{Store: e.store, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	svc := budget.New(gs, testPrices, &budget.Options{Now: e.clock.Now})
-	t.Cleanup(func() { svc.Close(context.Background()) })
+	gs := gate(e)
+	svc := serveGated(t, e, gs, budget.Options{})
 
 	ctx, cancel := context.WithCancel(t.Context())
 	first := make(chan error, 1)
@@ -122,11 +134,10 @@ func TestLimitReadCallerGone(t *testing.T) {
 // not cached, and the next call reads again.
 func TestLimitReadFailure(t *testing.T) {
 	e := newEnv(t, budget.Options{})
-	gs := &gatedStore{Store: e.store, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	gs := gate(e)
 	close(gs.release)
 	gs.fail.Store(true)
-	svc := budget.New(gs, testPrices, &budget.Options{Now: e.clock.Now})
-	t.Cleanup(func() { svc.Close(context.Background()) })
+	svc := serveGated(t, e, gs, budget.Options{})
 	if _, err := svc.Reserve(t.Context(), call("u1")); err == nil {
 		t.Fatal("Reserve succeeded without its limits")
 	}
@@ -143,9 +154,8 @@ func TestLimitReadFailure(t *testing.T) {
 // by that read: the next call sees it at once.
 func TestLimitReadStale(t *testing.T) {
 	e := newEnv(t, budget.Options{})
-	gs := &gatedStore{Store: e.store, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	svc := budget.New(gs, testPrices, &budget.Options{Now: e.clock.Now, LimitCacheTTL: time.Hour})
-	t.Cleanup(func() { svc.Close(context.Background()) })
+	gs := gate(e)
+	svc := serveGated(t, e, gs, budget.Options{LimitCacheTTL: time.Hour})
 	first := make(chan error, 1)
 	c1, c2 := call("u1"), call("u1")
 	go func() {
@@ -171,9 +181,8 @@ func TestLimitReadAhead(t *testing.T) {
 	e := newEnv(t, budget.Options{})
 	u1 := budget.User("u1")
 	e.limit(t, budget.Limit{Subject: u1, Kind: budget.Concurrent, Max: 1000})
-	gs := &gatedStore{Store: e.store, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	svc := budget.New(gs, testPrices, &budget.Options{Now: e.clock.Now, LimitCacheTTL: time.Minute, LeaseCalls: -1})
-	t.Cleanup(func() { svc.Close(context.Background()) })
+	gs := gate(e)
+	svc := serveGated(t, e, gs, budget.Options{LimitCacheTTL: time.Minute, LeaseCalls: -1})
 
 	first := make(chan error)
 	go func() { _, err := svc.Reserve(t.Context(), call("u1")); first <- err }()

@@ -546,16 +546,28 @@ func finished(j *batchv1.Job) (jobOutcome, bool) {
 // JobListWatch lists and watches the one Job namespace/name, for a
 // watch that outlives a broken connection (watchtools.UntilWithSync).
 func JobListWatch(cs kubernetes.Interface, namespace, name string) *cache.ListWatch {
-	jobs := cs.BatchV1().Jobs(namespace)
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	return listWatch(cs.BatchV1().Jobs(namespace), func(o *metav1.ListOptions) { o.FieldSelector = sel })
+}
+
+// listWatcher is the part of a typed client that a ListWatch uses; L is
+// its list type.
+type listWatcher[L runtime.Object] interface {
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// listWatch lists and watches through c, each call's options narrowed by
+// narrow to the objects wanted.
+func listWatch[L runtime.Object](c listWatcher[L], narrow func(*metav1.ListOptions)) *cache.ListWatch {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return jobs.List(ctx, o)
+			narrow(&o)
+			return c.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return jobs.Watch(ctx, o)
+			narrow(&o)
+			return c.Watch(ctx, o)
 		},
 	}
 }
@@ -626,18 +638,8 @@ func (k *Kubernetes) followPods(ctx context.Context, job string, jobDone <-chan 
 // nextPod waits for a pod of the Job not yet followed whose build
 // container has started (or ended).
 func (k *Kubernetes) nextPod(ctx context.Context, job string, followed map[string]bool) (string, error) {
-	pods := k.cs.CoreV1().Pods(k.opts.Namespace)
 	sel := labels.SelectorFromSet(map[string]string{jobNameLabel: job}).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = sel
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = sel
-			return pods.Watch(ctx, o)
-		},
-	}
+	lw := listWatch(k.cs.CoreV1().Pods(k.opts.Namespace), func(o *metav1.ListOptions) { o.LabelSelector = sel })
 	var name string
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
 		p, ok := ev.Object.(*corev1.Pod)

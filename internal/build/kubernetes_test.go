@@ -217,6 +217,15 @@ func (f *kubeFixture) waitJob(t *testing.T, call string, done chan runResult) *b
 
 // runPod plays the Job controller and the kubelet: it starts the Job's
 // pod on the fake node, running.
+// startRunning starts the build of call, writing to out, and runs its
+// Job's pod.
+func (f *kubeFixture) startRunning(t *testing.T, ctx context.Context, call string, out io.Writer) (chan runResult, *batchv1.Job, *corev1.Pod) {
+	t.Helper()
+	done := f.start(ctx, f.request(call, out))
+	job := f.waitJob(t, call, done)
+	return done, job, f.runPod(t, job)
+}
+
 func (f *kubeFixture) runPod(t testing.TB, job *batchv1.Job) *corev1.Pod {
 	t.Helper()
 	return kubetest.RunJobPod(t, f.admin, job, job.Name+"-x1", f.node, func(p *corev1.Pod) {
@@ -344,9 +353,7 @@ func checkJobSpec(t *testing.T, f *kubeFixture, job *batchv1.Job) {
 func TestKubernetesBuildFails(t *testing.T) {
 	f := newKubeFixture(t, nil)
 	var out syncbuf.Buffer
-	done := f.start(context.Background(), f.request("toolu_fail", &out))
-	job := f.waitJob(t, "toolu_fail", done)
-	pod := f.runPod(t, job)
+	done, job, pod := f.startRunning(t, context.Background(), "toolu_fail", &out)
 	f.kubelet.write(pod.Name, "FailTest > breaks() FAILED", "BUILD FAILED in 2s")
 	f.endPod(t, pod, 1, "Error")
 	kubetest.FailJob(t, f.admin, job)
@@ -388,9 +395,7 @@ func TestKubernetesInterruptDeletesTheJob(t *testing.T) {
 	f := newKubeFixture(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncbuf.Buffer
-	done := f.start(ctx, f.request("toolu_int", &out))
-	job := f.waitJob(t, "toolu_int", done)
-	pod := f.runPod(t, job)
+	done, job, pod := f.startRunning(t, ctx, "toolu_int", &out)
 	f.kubelet.write(pod.Name, "working")
 	waitOutput(t, &out, "working\n", done)
 	cancel()

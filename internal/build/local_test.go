@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/build/buildtest"
 	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 	"github.com/talkide/platform/internal/syncbuf"
 )
 
 func TestLocalRunsGradleInTheSandbox(t *testing.T) {
-	ws := fakeGradleWorkspace(t)
+	ws := buildtest.Workspace(t)
 	var out syncbuf.Buffer
 	r := NewLocal(nil)
 	res, err := r.Run(context.Background(), Request{
@@ -37,7 +38,7 @@ func TestLocalRunsGradleInTheSandbox(t *testing.T) {
 }
 
 func TestLocalFailedBuild(t *testing.T) {
-	ws := fakeGradleWorkspace(t)
+	ws := buildtest.Workspace(t)
 	// A report of an earlier build is not this build's.
 	old := filepath.Join(ws, "build/test-results/test/TEST-old.xml")
 	os.MkdirAll(filepath.Dir(old), 0o755)
@@ -64,7 +65,7 @@ func TestLocalFailedBuild(t *testing.T) {
 }
 
 func TestLocalCancelKillsTheTree(t *testing.T) {
-	ws := fakeGradleWorkspace(t)
+	ws := buildtest.Workspace(t)
 	var out syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -99,7 +100,7 @@ func TestLocalCancelKillsTheTree(t *testing.T) {
 }
 
 func TestLocalTimeout(t *testing.T) {
-	ws := fakeGradleWorkspace(t)
+	ws := buildtest.Workspace(t)
 	res, err := NewLocal(nil).Run(context.Background(), Request{Spec: Spec{Tasks: []string{"slow"}}, Workspace: ws, Jail: sandboxtest.Jail(t, ws), Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +111,7 @@ func TestLocalTimeout(t *testing.T) {
 }
 
 func TestLocalRefuses(t *testing.T) {
-	ws := fakeGradleWorkspace(t)
+	ws := buildtest.Workspace(t)
 	os.WriteFile(filepath.Join(ws, "Dockerfile"), []byte("FROM scratch\n"), 0o644)
 	r := NewLocal(nil)
 	if _, err := r.Run(context.Background(), Request{Spec: Spec{Tasks: []string{"test"}}, Workspace: ws}); err == nil || !strings.Contains(err.Error(), "no sandbox") {

@@ -3,7 +3,6 @@ package build
 import (
 	"testing"
 
-	"github.com/talkide/platform/internal/build/buildtest"
 	"github.com/talkide/platform/internal/kubetest"
 	"github.com/talkide/platform/internal/sandbox"
 )
@@ -13,13 +12,4 @@ import (
 func TestMain(m *testing.M) {
 	sandbox.RunHelper()
 	kubetest.Main(m)
-}
-
-// fakeGradleWorkspace is a workspace whose ./gradlew is buildtest's
-// stand-in.
-func fakeGradleWorkspace(t testing.TB) string {
-	t.Helper()
-	ws := t.TempDir()
-	buildtest.FakeGradle(t, ws)
-	return ws
 }

@@ -22,9 +22,7 @@ func TestKubernetesBuildTrace(t *testing.T) {
 
 	f := newKubeFixture(t, nil)
 	var out syncbuf.Buffer
-	done := f.start(ctx, f.request("toolu_traced", &out))
-	job := f.waitJob(t, "toolu_traced", done)
-	pod := f.runPod(t, job)
+	done, job, pod := f.startRunning(t, ctx, "toolu_traced", &out)
 	f.kubelet.write(pod.Name, "BUILD SUCCESSFUL in 1s")
 	// Followed, so seen running, before it ends.
 	waitOutput(t, &out, "BUILD SUCCESSFUL", done)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/build"
+	"github.com/talkide/platform/internal/readloop"
 )
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
@@ -294,48 +295,31 @@ func TestReadersSeeAWholeGeneration(t *testing.T) {
 	if _, err := Promote(root, gradleHome(t, "0"), id(t0, 0), t0); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var reads, bad atomic.Int32
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				gen, err := filepath.EvalSymlinks(filepath.Join(root, build.CachePointer))
-				if err != nil {
-					bad.Add(1)
-					continue
-				}
-				// Every generation has both files of its version.
-				entries, err := os.ReadDir(filepath.Join(gen, "modules-2", "files-2.1", "com.acme", "lib"))
-				if err != nil || len(entries) != 1 {
-					bad.Add(1)
-					continue
-				}
-				v := entries[0].Name()
-				jar, err1 := os.ReadFile(filepath.Join(gen, "modules-2", "files-2.1", "com.acme", "lib", v, "abc", "lib-"+v+".jar"))
-				pom, err2 := os.ReadFile(filepath.Join(gen, "modules-2", "files-2.1", "com.acme", "lib", v, "def", "lib-"+v+".pom"))
-				if err1 != nil || err2 != nil || string(jar) != "jar "+v || string(pom) != "pom "+v {
-					bad.Add(1)
-				}
-				reads.Add(1)
-			}
-		})
-	}
-	for i := 1; i <= 20; i++ {
-		at := t0.Add(time.Duration(i) * time.Minute)
-		if _, err := Promote(root, gradleHome(t, string(rune('a'+i))), id(at, byte(i)), at); err != nil {
-			t.Fatal(err)
+	// A read sees a whole generation: both files of its one version.
+	read := func() bool {
+		gen, err := filepath.EvalSymlinks(filepath.Join(root, build.CachePointer))
+		if err != nil {
+			return false
 		}
+		entries, err := os.ReadDir(filepath.Join(gen, "modules-2", "files-2.1", "com.acme", "lib"))
+		if err != nil || len(entries) != 1 {
+			return false
+		}
+		v := entries[0].Name()
+		jar, err1 := os.ReadFile(filepath.Join(gen, "modules-2", "files-2.1", "com.acme", "lib", v, "abc", "lib-"+v+".jar"))
+		pom, err2 := os.ReadFile(filepath.Join(gen, "modules-2", "files-2.1", "com.acme", "lib", v, "def", "lib-"+v+".pom"))
+		return err1 == nil && err2 == nil && string(jar) == "jar "+v && string(pom) == "pom "+v
 	}
-	close(stop)
-	wg.Wait()
-	if bad.Load() != 0 || reads.Load() == 0 {
-		t.Errorf("%d of %d reads found a missing or partial generation", bad.Load(), reads.Load())
+	reads, bad := readloop.Run(read, func() {
+		for i := 1; i <= 20; i++ {
+			at := t0.Add(time.Duration(i) * time.Minute)
+			if _, err := Promote(root, gradleHome(t, string(rune('a'+i))), id(at, byte(i)), at); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if bad != 0 || reads == 0 {
+		t.Errorf("%d of %d reads found a missing or partial generation", bad, reads)
 	}
 }
 

@@ -43,9 +43,7 @@ func startRecordingWorker(t *testing.T, name string) *recordingWorker {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+contract.SessionsPath, func(w http.ResponseWriter, r *http.Request) {
 		var req contract.CreateSessionRequest
-		body, _ := io.ReadAll(r.Body)
-		if err := httpapi.DecodeJSON(body, &req); err != nil {
-			httpapi.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
+		if decodeRequest(w, r, &req) != nil {
 			return
 		}
 		httpapi.WriteJSON(w, http.StatusCreated, contract.SessionState{ConversationID: req.ConversationID, Created: true, Status: contract.StatusIdle, CreatedAt: start, Harness: "fake"})
@@ -55,9 +53,7 @@ func startRecordingWorker(t *testing.T, name string) *recordingWorker {
 	})
 	mux.HandleFunc("POST "+contract.MessagesPath, func(w http.ResponseWriter, r *http.Request) {
 		var req contract.SendMessageRequest
-		body, _ := io.ReadAll(r.Body)
-		if err := httpapi.DecodeJSON(body, &req); err != nil {
-			httpapi.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
+		if decodeRequest(w, r, &req) != nil {
 			return
 		}
 		httpapi.WriteJSON(w, http.StatusAccepted, contract.SendMessageResponse{ConversationID: r.PathValue("id"), ClientMessageID: req.ClientMessageID, TurnID: "t_1", Seq: 1})

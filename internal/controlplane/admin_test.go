@@ -18,6 +18,7 @@ import (
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/fakeclock"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/postgres"
 	"github.com/talkide/platform/internal/store/postgres/pgtest"
@@ -101,7 +102,7 @@ func (h *adminHarness) do(method, path, body, auth string) (*http.Response, []by
 	if auth != "-" {
 		req.Header.Set("Authorization", auth)
 	}
-	return roundTrip(h.t, http.DefaultClient, req)
+	return roundtrip.With(h.t, http.DefaultClient, req)
 }
 
 // ok sends a request that must succeed with status and decodes its answer

@@ -47,9 +47,7 @@ func TestCreateConversation(t *testing.T) {
 			resp, body := h.do(http.MethodPost, "/api/conversations", tt.body, nil)
 			if tt.wantCode != "" {
 				wantError(t, resp, body, tt.wantStatus, tt.wantCode)
-				if n := h.worker.Requests(); n != 0 {
-					t.Errorf("the worker got %d requests for a refused create", n)
-				}
+				h.wantNoWorkerRequests(t, "a refused create")
 				if cs, err := h.store.ListConversations(t.Context(), user); err != nil || len(cs) != 0 {
 					t.Errorf("stored conversations = %v, %v; want none", cs, err)
 				}
@@ -129,9 +127,7 @@ func TestCreateConversationTakenByAnotherUser(t *testing.T) {
 	h.insertConversation("taken", otherUser, env)
 	resp, body := h.do(http.MethodPost, "/api/conversations", `{"id":"taken"}`, nil)
 	wantError(t, resp, body, http.StatusConflict, contract.CodeConflict)
-	if n := h.worker.Requests(); n != 0 {
-		t.Errorf("the worker got %d requests", n)
-	}
+	h.wantNoWorkerRequests(t, "")
 }
 
 func TestCreateConversationWorkerUnreachable(t *testing.T) {
@@ -290,9 +286,7 @@ func TestOtherUsersConversation(t *testing.T) {
 			}
 		})
 	}
-	if n := h.worker.Requests(); n != 0 {
-		t.Errorf("the worker got %d requests", n)
-	}
+	h.wantNoWorkerRequests(t, "")
 }
 
 func TestBadPathID(t *testing.T) {
@@ -339,9 +333,7 @@ func TestSend(t *testing.T) {
 			resp, body := h.do(http.MethodPost, "/api/conversations/demo/messages", tt.body, nil)
 			if tt.wantCode != "" {
 				wantError(t, resp, body, tt.wantStatus, tt.wantCode)
-				if n := h.worker.Requests(); n != 0 {
-					t.Errorf("the worker got %d requests for a refused message", n)
-				}
+				h.wantNoWorkerRequests(t, "a refused message")
 				return
 			}
 			if resp.StatusCode != tt.wantStatus {
@@ -517,9 +509,7 @@ func TestBrowserAPIWithoutLocalUser(t *testing.T) {
 			}
 		})
 	}
-	if n := h.worker.Requests(); n != 0 {
-		t.Errorf("the worker got %d requests", n)
-	}
+	h.wantNoWorkerRequests(t, "")
 	if _, err := h.store.GetConversation(t.Context(), "x"); err == nil {
 		t.Error("a refused create stored a conversation")
 	}

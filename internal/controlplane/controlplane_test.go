@@ -24,6 +24,7 @@ import (
 	"github.com/talkide/platform/internal/fakeclock"
 	"github.com/talkide/platform/internal/gateway"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
 	"github.com/talkide/platform/internal/store/storetest"
@@ -132,13 +133,33 @@ func (f *fakeWorker) checkSignature(next http.Handler) http.Handler {
 }
 
 func (f *fakeWorker) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	body, _ := io.ReadAll(r.Body)
-	if err := httpapi.DecodeJSON(body, v); err != nil {
+	if err := decodeRequest(w, r, v); err != nil {
 		f.t.Errorf("fake worker: %s %s: %v", r.Method, r.URL.Path, err)
-		httpapi.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
 		return false
 	}
 	return true
+}
+
+// decodeRequest decodes r's JSON body into v, as a worker does: what does
+// not decode is answered 400.
+func decodeRequest(w http.ResponseWriter, r *http.Request, v any) error {
+	body, _ := io.ReadAll(r.Body)
+	err := httpapi.DecodeJSON(body, v)
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
+	}
+	return err
+}
+
+// record keeps req in log and marks its key in keys, under f's lock; it
+// reports whether the key was marked before (a retry).
+func record[R any](f *fakeWorker, log *[]R, req R, keys map[string]bool, key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	*log = append(*log, req)
+	seen := keys[key]
+	keys[key] = true
+	return seen
 }
 
 func (f *fakeWorker) state(id string, created bool) contract.SessionState {
@@ -150,11 +171,7 @@ func (f *fakeWorker) create(w http.ResponseWriter, r *http.Request) {
 	if !f.decode(w, r, &req) {
 		return
 	}
-	f.mu.Lock()
-	f.creates = append(f.creates, req)
-	created := !f.sessions[req.ConversationID]
-	f.sessions[req.ConversationID] = true
-	f.mu.Unlock()
+	created := !record(f, &f.creates, req, f.sessions, req.ConversationID)
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
@@ -179,11 +196,7 @@ func (f *fakeWorker) send(w http.ResponseWriter, r *http.Request) {
 	if !f.decode(w, r, &req) {
 		return
 	}
-	f.mu.Lock()
-	f.sends = append(f.sends, req)
-	dup := f.messages[req.ClientMessageID]
-	f.messages[req.ClientMessageID] = true
-	f.mu.Unlock()
+	dup := record(f, &f.sends, req, f.messages, req.ClientMessageID)
 	status := http.StatusAccepted
 	if dup {
 		status = http.StatusOK
@@ -394,7 +407,7 @@ func (h *harness) do(method, path, body string, header http.Header) (*http.Respo
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
-	return roundTrip(h.t, h.client, req)
+	return roundtrip.With(h.t, h.client, req)
 }
 
 // newRequest is a request whose body, when there is one, is JSON unless
@@ -413,22 +426,6 @@ func newRequest(t testing.TB, method, url, body string) *http.Request {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	return req
-}
-
-// roundTrip sends req with c and returns the answer with its body read;
-// failing to send it or to read the answer fails the test.
-func roundTrip(t testing.TB, c *http.Client, req *http.Request) (*http.Response, []byte) {
-	t.Helper()
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, data
 }
 
 // insertConversation stores a conversation directly, bypassing the API.
@@ -463,6 +460,28 @@ func closedURL(t *testing.T) string {
 
 // wantError checks that an answer is the contract's error shape with status
 // and code, and returns its message.
+// wantNoWorkerRequests checks that nothing reached the worker; what, when
+// set, names what was refused.
+func (h *harness) wantNoWorkerRequests(t *testing.T, what string) {
+	t.Helper()
+	switch n := h.worker.Requests(); {
+	case n == 0:
+	case what == "":
+		t.Errorf("the worker got %d requests", n)
+	default:
+		t.Errorf("the worker got %d requests for %s", n, what)
+	}
+}
+
+// wantFieldError checks a 400 bad_request whose message starts with the
+// name of the offending field.
+func wantFieldError(t *testing.T, resp *http.Response, body []byte, field string) {
+	t.Helper()
+	if msg := wantError(t, resp, body, http.StatusBadRequest, contract.CodeBadRequest); !strings.HasPrefix(msg, field+" ") {
+		t.Errorf("message %q does not start with %s", msg, field)
+	}
+}
+
 func wantError(t *testing.T, resp *http.Response, body []byte, status int, code string) string {
 	t.Helper()
 	if resp.StatusCode != status {

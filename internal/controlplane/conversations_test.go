@@ -12,6 +12,7 @@ import (
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/poll"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/store"
 )
@@ -314,14 +315,14 @@ func TestListStatusWorkerDown(t *testing.T) {
 	if got := listStatus(t, h); got["elsewhere"] != "idle" {
 		t.Fatalf("second list: %v", got)
 	}
-	eventually(t, "the background listing to reach the worker", func() bool { return sw.Lists() == 2 })
+	poll.Until(t, "the background listing to reach the worker", func() bool { return sw.Lists() == 2 })
 	// Only now does the worker answer: a list that had waited for it
 	// would have given up already, and learned nothing.
 	sw.mu.Lock()
 	close(sw.hold)
 	sw.hold = nil
 	sw.mu.Unlock()
-	eventually(t, "the list to show the turn the late listing brought", func() bool {
+	poll.Until(t, "the list to show the turn the late listing brought", func() bool {
 		return listStatus(t, h)["elsewhere"] == "running:t_o"
 	})
 	if sw.Lists() != 2 {

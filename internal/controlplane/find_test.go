@@ -12,6 +12,7 @@ import (
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/poll"
 	"github.com/talkide/platform/internal/store"
 )
 
@@ -74,7 +75,7 @@ func TestTitles(t *testing.T) {
 			}
 			h.createUntitled("c1")
 			h.sendText("c1", "m_1", firstMessage)
-			eventually(t, "a title", func() bool { return h.title("c1") != "" })
+			poll.Until(t, "a title", func() bool { return h.title("c1") != "" })
 			if got := h.title("c1"); got != tt.want {
 				t.Errorf("title %q, want %q", got, tt.want)
 			}

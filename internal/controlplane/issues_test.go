@@ -63,6 +63,20 @@ func (h *harness) fileIssue(req contract.CreateIssueRequest) contract.Issue {
 }
 
 // commentIssue comments through the worker endpoint and returns the answer.
+// wantRetryAnswer checks the answer to a retry: 200, with what the first
+// call created.
+func wantRetryAnswer[T any](t *testing.T, resp *http.Response, data []byte, want T) {
+	t.Helper()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("retry: status %d: %s", resp.StatusCode, data)
+	}
+	var again T
+	decodeJSON(t, data, &again)
+	if diff := cmp.Diff(want, again); diff != "" {
+		t.Errorf("retry (-want +got):\n%s", diff)
+	}
+}
+
 func (h *harness) commentIssue(id string, req contract.CommentIssueRequest) (*http.Response, []byte) {
 	h.t.Helper()
 	return h.workerCall(h.reportSigner(env), http.MethodPost, strings.Replace(contract.IssueCommentsPath, "{id}", id, 1), mustJSON(h.t, req))
@@ -103,14 +117,7 @@ func TestIssueCreate(t *testing.T) {
 	h.clock.Advance(time.Second)
 	req.Title = "Something else"
 	resp, data = h.workerCall(h.reportSigner(env), http.MethodPost, contract.IssuesPath, mustJSON(t, req))
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("retry: status %d: %s", resp.StatusCode, data)
-	}
-	var again contract.Issue
-	decodeJSON(t, data, &again)
-	if diff := cmp.Diff(want, again); diff != "" {
-		t.Errorf("retry (-want +got):\n%s", diff)
-	}
+	wantRetryAnswer(t, resp, data, want)
 
 	stored, err := h.store.ListIssues(t.Context(), "demo", "", 0)
 	if err != nil {
@@ -374,14 +381,7 @@ func TestIssueComment(t *testing.T) {
 
 	// A retry answers the first comment.
 	resp, data = h.commentIssue(iss.ID, req)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("retry: status %d: %s", resp.StatusCode, data)
-	}
-	var again contract.IssueComment
-	decodeJSON(t, data, &again)
-	if diff := cmp.Diff(want, again); diff != "" {
-		t.Errorf("retry (-want +got):\n%s", diff)
-	}
+	wantRetryAnswer(t, resp, data, want)
 	stored, err := h.store.GetIssue(t.Context(), iss.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -506,9 +506,7 @@ func TestBrowserIssues(t *testing.T) {
 	wantError(t, resp, data, http.StatusBadRequest, contract.CodeInvalidID)
 	resp, data = h.do(http.MethodPost, "/api/conversations/demo/issues", "{}", nil)
 	wantError(t, resp, data, http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed)
-	if n := h.worker.Requests(); n != 0 {
-		t.Errorf("the worker got %d requests", n)
-	}
+	h.wantNoWorkerRequests(t, "")
 }
 
 func TestIssueEndpointsMethodNotAllowed(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/talkide/platform/internal/auth"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
 	"github.com/talkide/platform/internal/trust"
@@ -185,12 +186,12 @@ func (l *oidcLogin) login(username string) (*http.Response, []byte) {
 	req, err := http.NewRequestWithContext(l.t.Context(), http.MethodPost, l.opURL+"/login/username", strings.NewReader(form.Encode()))
 	must(l.t, err)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	return roundTrip(l.t, l.client, req)
+	return roundtrip.With(l.t, l.client, req)
 }
 
 func (l *oidcLogin) get(u string) (*http.Response, []byte) {
 	l.t.Helper()
-	return roundTrip(l.t, l.client, newRequest(l.t, http.MethodGet, u, ""))
+	return roundtrip.With(l.t, l.client, newRequest(l.t, http.MethodGet, u, ""))
 }
 
 func (l *oidcLogin) sessionCookie() string {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/trust"
 )
 
@@ -41,7 +42,7 @@ func (h *harness) reportRequest(sg *trust.Signer, body []byte) *http.Request {
 func (h *harness) send(req *http.Request, body []byte) (*http.Response, []byte) {
 	h.t.Helper()
 	req.Body = io.NopCloser(bytes.NewReader(body))
-	return roundTrip(h.t, h.client, req)
+	return roundtrip.With(h.t, h.client, req)
 }
 
 func batch(t testing.TB, reports ...contract.Report) []byte {
@@ -126,6 +127,16 @@ func TestReportsRefused(t *testing.T) {
 	signed := func(sg func(*harness) *trust.Signer) func(setup) *http.Request {
 		return func(s setup) *http.Request { return s.h.reportRequest(sg(s.h), s.body) }
 	}
+	// byEnv signs with the env's own signer, as change leaves it.
+	byEnv := func(change func(h *harness, sg *trust.Signer)) func(setup) *http.Request {
+		return signed(func(h *harness) *trust.Signer {
+			sg := h.reportSigner(env)
+			if change != nil {
+				change(h, sg)
+			}
+			return sg
+		})
+	}
 	tests := map[string]struct {
 		body       func(*testing.T) []byte // nil: the sample batch
 		request    func(setup) *http.Request
@@ -137,35 +148,19 @@ func TestReportsRefused(t *testing.T) {
 			wantStatus: http.StatusUnauthorized, wantCode: contract.CodeUnauthorized,
 		},
 		"wrong key": {
-			request: signed(func(h *harness) *trust.Signer {
-				sg := h.reportSigner(env)
-				sg.Key = bytes.Repeat([]byte("w"), 32)
-				return sg
-			}),
+			request:    byEnv(func(h *harness, sg *trust.Signer) { sg.Key = bytes.Repeat([]byte("w"), 32) }),
 			wantStatus: http.StatusUnauthorized, wantCode: contract.CodeUnauthorized,
 		},
 		"master secret instead of the env key": {
-			request: signed(func(h *harness) *trust.Signer {
-				sg := h.reportSigner(env)
-				sg.Key = commandSecret
-				return sg
-			}),
+			request:    byEnv(func(h *harness, sg *trust.Signer) { sg.Key = commandSecret }),
 			wantStatus: http.StatusUnauthorized, wantCode: contract.CodeUnauthorized,
 		},
 		"direction to worker": {
-			request: signed(func(h *harness) *trust.Signer {
-				sg := h.reportSigner(env)
-				sg.Direction = trust.ToWorker
-				return sg
-			}),
+			request:    byEnv(func(h *harness, sg *trust.Signer) { sg.Direction = trust.ToWorker }),
 			wantStatus: http.StatusUnauthorized, wantCode: contract.CodeUnauthorized,
 		},
 		"unknown key id": {
-			request: signed(func(h *harness) *trust.Signer {
-				sg := h.reportSigner(env)
-				sg.KeyID = "c2"
-				return sg
-			}),
+			request:    byEnv(func(h *harness, sg *trust.Signer) { sg.KeyID = "c2" }),
 			wantStatus: http.StatusUnauthorized, wantCode: contract.CodeUnauthorized,
 		},
 		"env not in the store": {
@@ -173,10 +168,8 @@ func TestReportsRefused(t *testing.T) {
 			wantStatus: http.StatusUnauthorized, wantCode: contract.CodeUnauthorized,
 		},
 		"stale timestamp": {
-			request: signed(func(h *harness) *trust.Signer {
-				sg := h.reportSigner(env)
+			request: byEnv(func(h *harness, sg *trust.Signer) {
 				sg.Now = func() time.Time { return h.clock.Now().Add(-2 * trust.MaxClockSkew) }
-				return sg
 			}),
 			wantStatus: http.StatusUnauthorized, wantCode: contract.CodeUnauthorized,
 		},
@@ -197,12 +190,12 @@ func TestReportsRefused(t *testing.T) {
 			body: func(t *testing.T) []byte {
 				return batch(t, usageReport("demo/ok", "demo"), usageReport("elsewhere/1", "elsewhere"))
 			},
-			request:    signed(func(h *harness) *trust.Signer { return h.reportSigner(env) }),
+			request:    byEnv(nil),
 			wantStatus: http.StatusForbidden, wantCode: contract.CodeForbidden,
 		},
 		"unknown conversation": {
 			body:       func(t *testing.T) []byte { return batch(t, usageReport("x/1", "nobody")) },
-			request:    signed(func(h *harness) *trust.Signer { return h.reportSigner(env) }),
+			request:    byEnv(nil),
 			wantStatus: http.StatusForbidden, wantCode: contract.CodeForbidden,
 		},
 		"unknown kind": {
@@ -211,29 +204,29 @@ func TestReportsRefused(t *testing.T) {
 				r.Kind = "issue"
 				return batch(t, usageReport("demo/ok", "demo"), r)
 			},
-			request:    signed(func(h *harness) *trust.Signer { return h.reportSigner(env) }),
+			request:    byEnv(nil),
 			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
 		},
 		"empty idempotency key": {
 			body:       func(t *testing.T) []byte { return batch(t, usageReport("demo/ok", "demo"), usageReport("", "demo")) },
-			request:    signed(func(h *harness) *trust.Signer { return h.reportSigner(env) }),
+			request:    byEnv(nil),
 			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
 		},
 		"bad conversation id": {
 			body: func(t *testing.T) []byte {
 				return batch(t, usageReport("demo/ok", "demo"), usageReport("x/2", "../demo"))
 			},
-			request:    signed(func(h *harness) *trust.Signer { return h.reportSigner(env) }),
+			request:    byEnv(nil),
 			wantStatus: http.StatusBadRequest, wantCode: contract.CodeInvalidID,
 		},
 		"unknown field": {
 			body:       func(*testing.T) []byte { return []byte(`{"reports":[],"extra":1}`) },
-			request:    signed(func(h *harness) *trust.Signer { return h.reportSigner(env) }),
+			request:    byEnv(nil),
 			wantStatus: http.StatusBadRequest, wantCode: contract.CodeBadRequest,
 		},
 		"body over 1 MiB": {
 			body:       func(*testing.T) []byte { return bytes.Repeat([]byte(" "), contract.MaxReportBatch+1) },
-			request:    signed(func(h *harness) *trust.Signer { return h.reportSigner(env) }),
+			request:    byEnv(nil),
 			wantStatus: http.StatusRequestEntityTooLarge, wantCode: contract.CodeTooLarge,
 		},
 	}
@@ -246,7 +239,7 @@ func TestReportsRefused(t *testing.T) {
 				body = tt.body(t)
 			}
 			req := tt.request(setup{h: h, body: body})
-			resp, data := roundTrip(t, h.client, req)
+			resp, data := roundtrip.With(t, h.client, req)
 			wantError(t, resp, data, tt.wantStatus, tt.wantCode)
 			for _, c := range []string{"demo", "elsewhere", "nobody"} {
 				if got, err := h.store.ListReports(t.Context(), c); err != nil || len(got) != 0 {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/fdlimit"
+	"github.com/talkide/platform/internal/poll"
 )
 
 // childLimit is the open-file limit of the control-plane under attack:
@@ -244,7 +245,7 @@ func fdLimitChild(t *testing.T) {
 			hog = nil
 		}
 	}
-	eventually(t, "every slot and worker stream given back", func() bool {
+	poll.Until(t, "every slot and worker stream given back", func() bool {
 		return h.cp.StreamsOpen() == 0 && h.cp.StreamUpstreams() == 0
 	})
 	if n := bounded.Open(); n > 1 {

@@ -11,11 +11,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/poll"
 	"github.com/talkide/platform/internal/sse"
 )
 
@@ -119,18 +119,6 @@ func (b *browser) expect(t *testing.T, l *eventLog, from, to int64) {
 	}
 }
 
-// eventually waits, up to 10 s, for cond: for what a goroutine does after
-// a connection closes (a slot given back), which no event signals.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10 s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestStreamHubSharesOneWorkerStream(t *testing.T) {
 	l := newEventLog(100)
 	h := newHarness(t, harnessOptions{worker: fakeOptions{stream: l.serve}})
@@ -160,7 +148,7 @@ func TestStreamHubSharesOneWorkerStream(t *testing.T) {
 	for _, b := range bs {
 		b.stop()
 	}
-	eventually(t, "streams and worker streams closed", func() bool {
+	poll.Until(t, "streams and worker streams closed", func() bool {
 		return h.cp.StreamsOpen() == 0 && h.cp.StreamUpstreams() == 0
 	})
 }
@@ -198,7 +186,7 @@ func TestStreamHubResume(t *testing.T) {
 		}
 	}
 	// The catch-up's worker stream closes once it has joined.
-	eventually(t, "one worker stream once the catch-up joined", func() bool { return h.cp.StreamUpstreams() == 1 })
+	poll.Until(t, "one worker stream once the catch-up joined", func() bool { return h.cp.StreamUpstreams() == 1 })
 	if diff := strings.Join(h.worker.Afters(), ","); diff != "10,3" {
 		t.Errorf("worker streams' after= %s, want 10,3", diff)
 	}
@@ -280,7 +268,7 @@ func TestStreamHubEndsOnWorkerNotFound(t *testing.T) {
 			t.Errorf("after the worker's 404: %v, want the end of the stream", err)
 		}
 	}
-	eventually(t, "slots given back", func() bool { return h.cp.StreamsOpen() == 0 })
+	poll.Until(t, "slots given back", func() bool { return h.cp.StreamsOpen() == 0 })
 }
 
 type refusals struct {
@@ -354,7 +342,7 @@ func TestStreamCaps(t *testing.T) {
 			}
 			// A closed stream's slot is free again.
 			bs[0].stop()
-			eventually(t, "the slot given back", func() bool { return h.cp.StreamsOpen() == len(tt.open)-1 })
+			poll.Until(t, "the slot given back", func() bool { return h.cp.StreamsOpen() == len(tt.open)-1 })
 			h.browser("/api/conversations/"+tt.over+"/stream", "").expect(t, l, 1, 3)
 		})
 	}
@@ -409,7 +397,7 @@ func TestStreamSlotsDoNotLeak(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	eventually(t, "every slot, hub and worker stream released", func() bool {
+	poll.Until(t, "every slot, hub and worker stream released", func() bool {
 		return h.cp.StreamsOpen() == 0 && h.cp.StreamUpstreams() == 0
 	})
 	// And the caps still admit a full set.

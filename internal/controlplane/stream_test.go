@@ -183,9 +183,7 @@ func TestStreamReplayPoint(t *testing.T) {
 			resp, body := h.do(http.MethodGet, "/api/conversations/demo/stream"+tt.query, "", header)
 			if tt.wantCode != "" {
 				wantError(t, resp, body, http.StatusBadRequest, tt.wantCode)
-				if n := h.worker.Requests(); n != 0 {
-					t.Errorf("the worker got %d requests", n)
-				}
+				h.wantNoWorkerRequests(t, "")
 				return
 			}
 			if resp.StatusCode != http.StatusOK {

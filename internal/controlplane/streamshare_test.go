@@ -11,6 +11,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
+	"github.com/talkide/platform/internal/poll"
 	"github.com/talkide/platform/internal/store"
 )
 
@@ -66,7 +67,7 @@ func TestStreamCountsShared(t *testing.T) {
 	b1 := h.browser("/api/conversations/a/stream", "")
 	defer b1.stop()
 	// Its stream is published: a third replica sees both.
-	eventually(t, "the replica's stream published", func() bool {
+	poll.Until(t, "the replica's stream published", func() bool {
 		cs, err := counts.OtherStreamCounts(ctx, "third", time.Now().Add(-time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -80,7 +81,7 @@ func TestStreamCountsShared(t *testing.T) {
 	})
 	// A second stream of the user is refused once the other's is read:
 	// one here, one there.
-	eventually(t, "the second stream refused", func() bool {
+	poll.Until(t, "the second stream refused", func() bool {
 		resp, stop := h.openStream("/api/conversations/b/stream", nil)
 		defer stop()
 		defer resp.Body.Close()
@@ -99,7 +100,7 @@ func TestStreamCountsShared(t *testing.T) {
 	// TTL, the replica counts its own streams only.
 	counts.failReads.Store(true)
 	var b2 *browser
-	eventually(t, "the second stream admitted with the store unreadable", func() bool {
+	poll.Until(t, "the second stream admitted with the store unreadable", func() bool {
 		resp, stop := h.openStream("/api/conversations/b/stream", nil)
 		if resp.StatusCode == http.StatusOK {
 			b2 = &browser{resp: resp, stop: stop}
@@ -116,7 +117,7 @@ func TestStreamCountsShared(t *testing.T) {
 	// of it is counted elsewhere.
 	b1.stop()
 	b2.stop()
-	eventually(t, "the slots given back", func() bool { return h.cp.StreamsOpen() == 0 })
+	poll.Until(t, "the slots given back", func() bool { return h.cp.StreamsOpen() == 0 })
 	stopOther()
 	wg.Wait()
 	if err := counts.WithdrawStreamCounts(ctx, "other"); err != nil {
@@ -127,7 +128,7 @@ func TestStreamCountsShared(t *testing.T) {
 	}
 	// The sharing still runs and may publish again after the withdrawal:
 	// what it publishes then is nothing, the streams being gone.
-	eventually(t, "nothing counted after the withdrawal", func() bool {
+	poll.Until(t, "nothing counted after the withdrawal", func() bool {
 		cs, err := counts.OtherStreamCounts(ctx, "third", time.Time{})
 		if err != nil {
 			t.Fatal(err)

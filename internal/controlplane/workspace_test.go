@@ -176,9 +176,7 @@ func TestWorkspaceViewBadInput(t *testing.T) {
 		resp, body := h.do(http.MethodPost, p, "{}", nil)
 		wantError(t, resp, body, http.StatusMethodNotAllowed, contract.CodeMethodNotAllowed)
 	}
-	if n := h.worker.Requests(); n != 0 {
-		t.Errorf("the worker got %d requests", n)
-	}
+	h.wantNoWorkerRequests(t, "")
 
 	// A worker that cannot be reached.
 	h.setWorkerURL(closedURL(t))

@@ -16,8 +16,7 @@ import (
 // curl, a client the sandbox's processes really use, through the proxy.
 func TestCurl(t *testing.T) {
 	secure, plain := greeters(t, "hello curl over")
-	h := start(t, nil, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}, {"host": "127.0.0.1", "port": %d, "private": true}]}`,
-		secure.Listener.Addr().(*net.TCPAddr).Port, plain.Listener.Addr().(*net.TCPAddr).Port)
+	h := start(t, nil, loopbackAllowList(secure.Listener.Addr().(*net.TCPAddr).Port, plain.Listener.Addr().(*net.TCPAddr).Port))
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: secure.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 
 func TestConnectTunnel(t *testing.T) {
 	echo := echoServer(t)
-	h := start(t, nil, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, echo.port)
+	h := start(t, nil, loopbackAllowList(echo.port))
 	dest := fmt.Sprintf("127.0.0.1:%d", echo.port)
 
 	t.Run("echo", func(t *testing.T) {
@@ -73,7 +73,7 @@ func TestConnectRefused(t *testing.T) {
 	echo := echoServer(t)
 	other := closedPort(t)
 	h := start(t, &Options{AllowListName: "the test's list (--egress-allow)"},
-		`{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}, "registry.npmjs.org"]}`, echo.port)
+		fmt.Sprintf(`{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}, "registry.npmjs.org"]}`, echo.port))
 	tests := map[string]struct {
 		authority string
 		host      string
@@ -120,7 +120,7 @@ func TestConnectRefused(t *testing.T) {
 
 func TestAuthentication(t *testing.T) {
 	echo := echoServer(t)
-	h := start(t, nil, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, echo.port)
+	h := start(t, nil, loopbackAllowList(echo.port))
 	dest := fmt.Sprintf("127.0.0.1:%d", echo.port)
 	tests := map[string]struct {
 		auth   string
@@ -204,11 +204,11 @@ func TestNonPublicDestinations(t *testing.T) {
 		"unspecif.test":  addrs("0.0.0.0"),
 		"multicast.test": addrs("224.0.0.251"),
 	}
-	h := start(t, &Options{Resolver: resolver, LogBurst: 1000}, `{"allow": [
+	h := start(t, &Options{Resolver: resolver, LogBurst: 1000}, fmt.Sprintf(`{"allow": [
 		"registry.test:%[1]d", {"host": "private.test", "port": %[1]d, "private": true},
 		"mapped.test:%[1]d", "mixed.test:%[1]d", "metadata.test:%[1]d", "nat64.test:%[1]d",
 		"ula.test:%[1]d", "missing.test:%[1]d", "nothing.test:%[1]d", "unspecif.test:%[1]d",
-		"multicast.test:%[1]d", "127.0.0.1:%[1]d"]}`, p)
+		"multicast.test:%[1]d", "127.0.0.1:%[1]d"]}`, p))
 	tests := map[string]struct {
 		host       string
 		wantStatus int
@@ -274,7 +274,7 @@ func TestNonPublicDestinations(t *testing.T) {
 
 func TestUpstreamUnreachable(t *testing.T) {
 	port := closedPort(t)
-	h := start(t, nil, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, port)
+	h := start(t, nil, loopbackAllowList(port))
 	_, _, resp, body := h.connect(fmt.Sprintf("127.0.0.1:%d", port), authFor("conv-a"))
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "could not be reached") {
 		t.Fatalf("%s %q, want 502", resp.Status, body)
@@ -317,7 +317,7 @@ func TestForwardHTTP(t *testing.T) {
 	up, seen := recordingServer(t)
 	host := up.Listener.Addr().String()
 	port := up.Listener.Addr().(*net.TCPAddr).Port
-	h := start(t, nil, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, port)
+	h := start(t, nil, loopbackAllowList(port))
 
 	req := "POST http://" + host + "/path?q=1 HTTP/1.1\r\n" +
 		"Host: " + host + "\r\n" +
@@ -403,7 +403,7 @@ func TestForwardStreams(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	port := up.Listener.Addr().(*net.TCPAddr).Port
-	h := start(t, nil, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, port)
+	h := start(t, nil, loopbackAllowList(port))
 	proxyURL, _ := url.Parse(h.srv.URLFor("conv-a"))
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 20 * time.Second}
 	t.Cleanup(client.CloseIdleConnections)
@@ -464,8 +464,7 @@ func TestGoClient(t *testing.T) {
 	t.Cleanup(secure.Close)
 	plain := httptest.NewServer(handler)
 	t.Cleanup(plain.Close)
-	h := start(t, nil, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}, {"host": "127.0.0.1", "port": %d, "private": true}]}`,
-		secure.Listener.Addr().(*net.TCPAddr).Port, plain.Listener.Addr().(*net.TCPAddr).Port)
+	h := start(t, nil, loopbackAllowList(secure.Listener.Addr().(*net.TCPAddr).Port, plain.Listener.Addr().(*net.TCPAddr).Port))
 
 	proxyURL, err := url.Parse(h.srv.URLFor("conv-go"))
 	if err != nil {
@@ -501,8 +500,7 @@ func TestGoClient(t *testing.T) {
 
 func TestTunnelLimits(t *testing.T) {
 	echo := echoServer(t)
-	h := start(t, &Options{MaxTunnelsPerConversation: 1, MaxTunnels: 2},
-		`{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, echo.port)
+	h := start(t, &Options{MaxTunnelsPerConversation: 1, MaxTunnels: 2}, loopbackAllowList(echo.port))
 	dest := fmt.Sprintf("127.0.0.1:%d", echo.port)
 
 	a1, a1r := h.mustTunnel(dest, "conv-a")
@@ -546,7 +544,7 @@ func TestIdleTimeout(t *testing.T) {
 
 	t.Run("a silent client", func(t *testing.T) {
 		echo := echoServer(t)
-		h := start(t, &Options{IdleTimeout: idle}, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, echo.port)
+		h := start(t, &Options{IdleTimeout: idle}, loopbackAllowList(echo.port))
 		began := time.Now()
 		_, br := h.mustTunnel(fmt.Sprintf("127.0.0.1:%d", echo.port), "conv-a")
 		rest, err := io.ReadAll(br) // the helper's read deadline fails the test if the tunnel stays
@@ -572,7 +570,7 @@ func TestIdleTimeout(t *testing.T) {
 				}
 			}
 		})
-		h := start(t, &Options{IdleTimeout: idle}, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, flood.port)
+		h := start(t, &Options{IdleTimeout: idle}, loopbackAllowList(flood.port))
 		began := time.Now()
 		h.mustTunnel(fmt.Sprintf("127.0.0.1:%d", flood.port), "conv-a")
 		select {
@@ -600,7 +598,7 @@ func TestIdleTimeout(t *testing.T) {
 				}
 			}
 		})
-		h := start(t, &Options{IdleTimeout: idle}, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, trickle.port)
+		h := start(t, &Options{IdleTimeout: idle}, loopbackAllowList(trickle.port))
 		_, br := h.mustTunnel(fmt.Sprintf("127.0.0.1:%d", trickle.port), "conv-a")
 		got, err := io.ReadAll(br)
 		if err != nil || len(got) != ticks {
@@ -610,7 +608,7 @@ func TestIdleTimeout(t *testing.T) {
 
 	t.Run("a silent destination of a plain-HTTP request", func(t *testing.T) {
 		silent := newTCPServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
-		h := start(t, &Options{IdleTimeout: idle}, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, silent.port)
+		h := start(t, &Options{IdleTimeout: idle}, loopbackAllowList(silent.port))
 		dest := fmt.Sprintf("127.0.0.1:%d", silent.port)
 		resp, body := h.raw(fmt.Sprintf("GET http://%s/ HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", dest, dest, authFor("conv-a")))
 		if resp.StatusCode != http.StatusGatewayTimeout {
@@ -624,7 +622,7 @@ func TestIdleTimeout(t *testing.T) {
 
 func TestShutdownClosesTunnels(t *testing.T) {
 	echo := echoServer(t)
-	h := start(t, nil, `{"allow": [{"host": "127.0.0.1", "port": %d, "private": true}]}`, echo.port)
+	h := start(t, nil, loopbackAllowList(echo.port))
 	dest := fmt.Sprintf("127.0.0.1:%d", echo.port)
 	c1, br1 := h.mustTunnel(dest, "conv-a")
 	_, br2 := h.mustTunnel(dest, "conv-b")

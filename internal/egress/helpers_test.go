@@ -84,12 +84,21 @@ type harness struct {
 	logs *logSink
 }
 
-// start runs a proxy on loopback with the allow-list allow (a format
-// string for fmt.Sprintf with args). Cleanup shuts it down and checks that
-// the log holds no credential.
-func start(t *testing.T, opts *Options, allow string, args ...any) *harness {
+// loopbackAllowList is an allow-list of ports of 127.0.0.1, where a test's
+// servers listen: a private address, so each entry says private.
+func loopbackAllowList(ports ...int) string {
+	entries := make([]string, len(ports))
+	for i, p := range ports {
+		entries[i] = fmt.Sprintf(`{"host": "127.0.0.1", "port": %d, "private": true}`, p)
+	}
+	return `{"allow": [` + strings.Join(entries, ", ") + `]}`
+}
+
+// start runs a proxy on loopback with the allow-list allow. Cleanup shuts
+// it down and checks that the log holds no credential.
+func start(t *testing.T, opts *Options, allow string) *harness {
 	t.Helper()
-	list, err := ParseAllowList([]byte(fmt.Sprintf(allow, args...)))
+	list, err := ParseAllowList([]byte(allow))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,11 +24,7 @@ import (
 func TestServeUnixSocket(t *testing.T) {
 	secure, plain := greeters(t, "hello over")
 	echo := echoServer(t)
-	list, err := ParseAllowList([]byte(fmt.Sprintf(`{"allow": [
-		{"host": "127.0.0.1", "port": %d, "private": true},
-		{"host": "127.0.0.1", "port": %d, "private": true},
-		{"host": "127.0.0.1", "port": %d, "private": true}]}`,
-		secure.Listener.Addr().(*net.TCPAddr).Port, plain.Listener.Addr().(*net.TCPAddr).Port, echo.port)))
+	list, err := ParseAllowList([]byte(loopbackAllowList(secure.Listener.Addr().(*net.TCPAddr).Port, plain.Listener.Addr().(*net.TCPAddr).Port, echo.port)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +58,24 @@ func TestServeUnixSocket(t *testing.T) {
 	dialSock := func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
+	}
+	// tunnel opens a CONNECT tunnel to the echo server over the socket,
+	// with first sent right behind the request, and reads the proxy's 200.
+	tunnel := func(t *testing.T, first string) (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := dialSock(context.Background(), "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		dest := fmt.Sprintf("127.0.0.1:%d", echo.port)
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n%s", dest, dest, authFor("conv-unix"), first)
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		br := bufio.NewReader(c)
+		if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("CONNECT over the socket: %v %v", resp, err)
+		}
+		return c, br
 	}
 
 	// The address is the relay's inside the sandbox; the transport below
@@ -111,19 +125,7 @@ func TestServeUnixSocket(t *testing.T) {
 	})
 
 	t.Run("a tunnel half-closes over the socket", func(t *testing.T) {
-		c, err := dialSock(context.Background(), "", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		dest := fmt.Sprintf("127.0.0.1:%d", echo.port)
-		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\nping", dest, dest, authFor("conv-unix"))
-		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("CONNECT over the socket: %v %v", resp, err)
-		}
+		c, br := tunnel(t, "ping")
 		if err := c.(*net.UnixConn).CloseWrite(); err != nil {
 			t.Fatal(err)
 		}
@@ -149,18 +151,7 @@ func TestServeUnixSocket(t *testing.T) {
 	}()
 
 	// A tunnel open at Shutdown is closed by it.
-	tc, err := dialSock(context.Background(), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	dest := fmt.Sprintf("127.0.0.1:%d", echo.port)
-	fmt.Fprintf(tc, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", dest, dest, authFor("conv-unix"))
-	_ = tc.SetReadDeadline(time.Now().Add(20 * time.Second))
-	tbr := bufio.NewReader(tc)
-	if resp, err := http.ReadResponse(tbr, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("CONNECT over the socket: %v %v", resp, err)
-	}
+	_, tbr := tunnel(t, "")
 	shutdownOnce = true
 	shutdown()
 	if _, err := io.ReadAll(tbr); isTimeout(err) {

@@ -25,9 +25,7 @@ func TestCommandKeyRotationReachesTheSecret(t *testing.T) {
 	}
 	cs := shippedClient(t, f.srv)
 	p := f.provisioner(cs, &Options{CommandKeys: ring})
-	if _, err := p.Sync(ctx, f.tenant, f.env, nil); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t, p)
 	secretKey := func() (trust.Key, string) {
 		t.Helper()
 		sec, err := cs.CoreV1().Secrets(f.ns).Get(ctx, SecretName, metav1.GetOptions{})
@@ -62,10 +60,7 @@ func TestCommandKeyRotationReachesTheSecret(t *testing.T) {
 	if err := ring.Set(trust.Rotated(ring.Keys(), next, next.SignFrom.Add(defaultPublishForTest), now)); err != nil {
 		t.Fatal(err)
 	}
-	res, err := p.Sync(ctx, f.tenant, f.env, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := f.sync(t, p)
 	if got := actions(res); got["Secret"] != Updated || got["Deployment"] != Unchanged {
 		t.Errorf("sync after the rotation: %v, want the Secret updated and the Deployment unchanged", got)
 	}

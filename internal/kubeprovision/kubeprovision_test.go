@@ -104,6 +104,16 @@ func shippedClient(t *testing.T, srv *kubetest.Server) kubernetes.Interface {
 	return kubetest.NewClient(t, u.Config)
 }
 
+// sync syncs f's tenant-env with p; an error fails the test.
+func (f *fixture) sync(t *testing.T, p *Provisioner) Result {
+	t.Helper()
+	res, err := p.Sync(t.Context(), f.tenant, f.env, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 func actions(r Result) map[string]Action {
 	m := map[string]Action{}
 	for _, c := range r.Changes {
@@ -132,10 +142,7 @@ func TestSyncCreatesEverything(t *testing.T) {
 	ctx := t.Context()
 	p := f.provisioner(shippedClient(t, f.srv), &Options{EgressAllow: []EgressPeer{{CIDR: "10.96.0.1/32", Ports: []int32{443}}}})
 
-	res, err := p.Sync(ctx, f.tenant, f.env, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := f.sync(t, p)
 	want := all(Created)
 	want["WorkerURL"] = Updated
 	if diff := cmp.Diff(want, actions(res)); diff != "" {
@@ -259,10 +266,7 @@ func TestSyncCreatesEverything(t *testing.T) {
 	}
 
 	// Again: nothing changes, the token is kept.
-	res, err = p.Sync(ctx, f.tenant, f.env, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res = f.sync(t, p)
 	if diff := cmp.Diff(all(Unchanged), actions(res)); diff != "" || res.Rotation != nil || res.Changed() {
 		t.Errorf("second sync (-want +got):\n%s\nrotation %+v", diff, res.Rotation)
 	}
@@ -474,9 +478,7 @@ func TestRotation(t *testing.T) {
 	ctx := t.Context()
 	admin := f.srv.Client(t)
 	p := f.provisioner(admin, &Options{TokenTTL: 30 * 24 * time.Hour, RotateBefore: 24 * time.Hour})
-	if _, err := p.Sync(ctx, f.tenant, f.env, nil); err != nil {
-		t.Fatal(err)
-	}
+	f.sync(t, p)
 	if err := f.st.PutUser(ctx, store.User{ID: "u1", Name: "U", CreatedAt: f.clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -538,10 +540,7 @@ func TestRotation(t *testing.T) {
 
 	// Near the expiry, the lead time makes a sync rotate.
 	f.clk.Advance(29*24*time.Hour + time.Minute)
-	res, err = p.Sync(ctx, f.tenant, f.env, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res = f.sync(t, p)
 	if res.Rotation == nil || !strings.Contains(res.Rotation.Reason, "lead time") {
 		t.Fatalf("sync near the expiry: rotation %+v", res.Rotation)
 	}
@@ -611,9 +610,7 @@ func TestDelete(t *testing.T) {
 		f := newFixture(t)
 		admin := f.srv.Client(t)
 		p := f.provisioner(shippedClient(t, f.srv), nil)
-		if _, err := p.Sync(ctx, f.tenant, f.env, nil); err != nil {
-			t.Fatal(err)
-		}
+		f.sync(t, p)
 		res, err := p.Delete(ctx, f.tenant, f.env, &DeleteOptions{KeepSessions: true})
 		if err != nil {
 			t.Fatal(err)
@@ -644,10 +641,7 @@ func TestDelete(t *testing.T) {
 		if _, err := provision.EnsureEnv(ctx, f.st, f.tenant, f.env, ""); err != nil {
 			t.Fatal(err)
 		}
-		res2, err := p.Sync(ctx, f.tenant, f.env, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res2 := f.sync(t, p)
 		if a := actions(res2); a["PersistentVolumeClaim"] != Unchanged || a["Deployment"] != Created {
 			t.Errorf("sync after re-adding: %v", a)
 		}

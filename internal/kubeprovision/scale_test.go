@@ -35,14 +35,6 @@ func TestScale(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sync := func() Result {
-		t.Helper()
-		res, err := p.Sync(ctx, f.tenant, f.env, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
 	replicas := func() int32 {
 		t.Helper()
 		d, err := deps.Get(ctx, WorkerName, metav1.GetOptions{})
@@ -64,7 +56,7 @@ func TestScale(t *testing.T) {
 
 	// Fixed at 3.
 	setScale(store.EnvScale{MinReplicas: 3, MaxReplicas: 3})
-	if a := actions(sync()); a["HorizontalPodAutoscaler"] != Absent || a["PodDisruptionBudget"] != Created {
+	if a := actions(f.sync(t, p)); a["HorizontalPodAutoscaler"] != Absent || a["PodDisruptionBudget"] != Created {
 		t.Errorf("first sync at 3 replicas: %v", a)
 	}
 	if got := replicas(); got != 3 {
@@ -79,7 +71,7 @@ func TestScale(t *testing.T) {
 
 	// Autoscaled between 2 and 5, 4 running turns a replica.
 	setScale(store.EnvScale{MinReplicas: 2, MaxReplicas: 5, TurnsPerReplica: 4})
-	if a := actions(sync()); a["HorizontalPodAutoscaler"] != Created || a["Deployment"] != Unchanged {
+	if a := actions(f.sync(t, p)); a["HorizontalPodAutoscaler"] != Created || a["Deployment"] != Unchanged {
 		t.Errorf("sync to 2-5 replicas: %v", a)
 	}
 	h, err := hpas.Get(ctx, WorkerName, metav1.GetOptions{})
@@ -111,11 +103,11 @@ func TestScale(t *testing.T) {
 	// The autoscaler's controller scales to 4: syncs keep it, twice (the
 	// second changes nothing at all).
 	scaleAs(4)
-	sync()
+	f.sync(t, p)
 	if got := replicas(); got != 4 {
 		t.Errorf("after the autoscaler set 4 and a sync: %d replicas", got)
 	}
-	if a := actions(sync()); a["Deployment"] != Unchanged || a["HorizontalPodAutoscaler"] != Unchanged {
+	if a := actions(f.sync(t, p)); a["Deployment"] != Unchanged || a["HorizontalPodAutoscaler"] != Unchanged {
 		t.Errorf("a second sync under the autoscaler: %v", a)
 	}
 	if got := replicas(); got != 4 {
@@ -124,7 +116,7 @@ func TestScale(t *testing.T) {
 	// Outside the bounds (someone scaled by hand): brought back within.
 	for _, c := range []struct{ set, want int }{{9, 5}, {1, 2}} {
 		scaleAs(c.set)
-		sync()
+		f.sync(t, p)
 		if got := replicas(); got != int32(c.want) {
 			t.Errorf("scaled to %d, synced: %d replicas, want %d", c.set, got, c.want)
 		}
@@ -145,7 +137,7 @@ func TestScale(t *testing.T) {
 
 	// Back to a fixed count: the autoscaler goes first, the count is set.
 	setScale(store.EnvScale{MinReplicas: 3})
-	if a := actions(sync()); a["HorizontalPodAutoscaler"] != Deleted || a["Deployment"] != Updated {
+	if a := actions(f.sync(t, p)); a["HorizontalPodAutoscaler"] != Deleted || a["Deployment"] != Updated {
 		t.Errorf("sync back to 3 replicas: %v", a)
 	}
 	if _, err := hpas.Get(ctx, WorkerName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -156,7 +148,7 @@ func TestScale(t *testing.T) {
 	}
 	// A count another manager sets is taken back at a fixed count.
 	scaleAs(1)
-	if a := actions(sync()); a["HorizontalPodAutoscaler"] != Absent {
+	if a := actions(f.sync(t, p)); a["HorizontalPodAutoscaler"] != Absent {
 		t.Errorf("sync at 3 again: %v", a)
 	}
 	if got := replicas(); got != 3 {

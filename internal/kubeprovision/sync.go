@@ -170,66 +170,36 @@ func (p *Provisioner) steps(o envObjects) []step {
 		autoscaler.apply = func(ctx context.Context) (kubeObject, error) { return hpas.Apply(ctx, o.autoscaler, apply) }
 	}
 	return []step{
-		{"Namespace", o.ns,
-			func(ctx context.Context) (kubeObject, error) {
-				return core.Namespaces().Get(ctx, o.ns, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return core.Namespaces().Apply(ctx, o.namespace, apply)
-			}, nil},
-		{"ServiceAccount", WorkerName,
-			func(ctx context.Context) (kubeObject, error) {
-				return core.ServiceAccounts(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return core.ServiceAccounts(o.ns).Apply(ctx, o.serviceAccount, apply)
-			}, nil},
-		{"Role", WorkerName,
-			func(ctx context.Context) (kubeObject, error) {
-				return rbac.Roles(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) { return rbac.Roles(o.ns).Apply(ctx, o.role, apply) }, nil},
-		{"RoleBinding", WorkerName,
-			func(ctx context.Context) (kubeObject, error) {
-				return rbac.RoleBindings(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return rbac.RoleBindings(o.ns).Apply(ctx, o.roleBinding, apply)
-			}, nil},
+		applied("Namespace", o.ns, core.Namespaces(), o.namespace, apply),
+		applied("ServiceAccount", WorkerName, core.ServiceAccounts(o.ns), o.serviceAccount, apply),
+		applied("Role", WorkerName, rbac.Roles(o.ns), o.role, apply),
+		applied("RoleBinding", WorkerName, rbac.RoleBindings(o.ns), o.roleBinding, apply),
 		{"Secret", SecretName, nil, nil, nil}, // tokenSecret
-		{"PersistentVolumeClaim", SessionsClaim,
-			func(ctx context.Context) (kubeObject, error) {
-				return core.PersistentVolumeClaims(o.ns).Get(ctx, SessionsClaim, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return core.PersistentVolumeClaims(o.ns).Apply(ctx, o.claim, apply)
-			}, nil},
+		applied("PersistentVolumeClaim", SessionsClaim, core.PersistentVolumeClaims(o.ns), o.claim, apply),
 		autoscaler,
 		{"Deployment", WorkerName,
 			func(ctx context.Context) (kubeObject, error) { return deps.Get(ctx, WorkerName, metav1.GetOptions{}) },
 			func(ctx context.Context) (kubeObject, error) { return p.applyDeployment(ctx, o) }, nil},
-		{"PodDisruptionBudget", WorkerName,
-			func(ctx context.Context) (kubeObject, error) {
-				return p.cs.PolicyV1().PodDisruptionBudgets(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return p.cs.PolicyV1().PodDisruptionBudgets(o.ns).Apply(ctx, o.disruptionBudget, apply)
-			}, nil},
-		{"Service", WorkerName,
-			func(ctx context.Context) (kubeObject, error) {
-				return core.Services(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return core.Services(o.ns).Apply(ctx, o.service, apply)
-			}, nil},
-		{"NetworkPolicy", WorkerName,
-			func(ctx context.Context) (kubeObject, error) {
-				return p.cs.NetworkingV1().NetworkPolicies(o.ns).Get(ctx, WorkerName, metav1.GetOptions{})
-			},
-			func(ctx context.Context) (kubeObject, error) {
-				return p.cs.NetworkingV1().NetworkPolicies(o.ns).Apply(ctx, o.networkPolicy, apply)
-			}, nil},
+		applied("PodDisruptionBudget", WorkerName, p.cs.PolicyV1().PodDisruptionBudgets(o.ns), o.disruptionBudget, apply),
+		applied("Service", WorkerName, core.Services(o.ns), o.service, apply),
+		applied("NetworkPolicy", WorkerName, p.cs.NetworkingV1().NetworkPolicies(o.ns), o.networkPolicy, apply),
 	}
+}
+
+// getApplier is the part of a typed client that a step of a kept object
+// uses: T is the object, C its apply configuration.
+type getApplier[T kubeObject, C any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Apply(ctx context.Context, cfg C, opts metav1.ApplyOptions) (T, error)
+}
+
+// applied is the step that reads the object name through c and applies
+// cfg with opts; it never removes the object.
+func applied[T kubeObject, C any](kind, name string, c getApplier[T, C], cfg C, opts metav1.ApplyOptions) step {
+	return step{kind, name,
+		func(ctx context.Context) (kubeObject, error) { return c.Get(ctx, name, metav1.GetOptions{}) },
+		func(ctx context.Context) (kubeObject, error) { return c.Apply(ctx, cfg, opts) },
+		nil}
 }
 
 // applyDeployment applies the worker Deployment. At a fixed count its

@@ -24,6 +24,7 @@ import (
 	"github.com/talkide/platform/internal/anthropicsim"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/minting"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/sse"
 )
 
@@ -144,17 +145,6 @@ func startProxyWith(t *testing.T, gwURL string, ms *mintServer, opts *Options) *
 	return s
 }
 
-func do(t *testing.T, req *http.Request) (*http.Response, string) {
-	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
-}
-
 func TestForwardsWithFreshToken(t *testing.T) {
 	ms := newMintServer(t)
 	gw := newGateway(t, nil)
@@ -167,7 +157,7 @@ func TestForwardsWithFreshToken(t *testing.T) {
 		req.Header.Set("X-Talkide-Conversation", "someone-else")
 		req.Header.Set("X-Talkide-Tenant", "evil")
 		req.Header.Set("Anthropic-Version", "2023-06-01")
-		resp, body := do(t, req)
+		resp, body := roundtrip.Do(t, req)
 		if resp.StatusCode != http.StatusOK || body != `{"ok":true}` {
 			t.Fatalf("%s: status %d body %q", conv, resp.StatusCode, body)
 		}
@@ -369,7 +359,7 @@ func TestRefusesInvalidPaths(t *testing.T) {
 			} else {
 				req.URL.Opaque = path
 			}
-			resp, body := do(t, req)
+			resp, body := roundtrip.Do(t, req)
 			checkAnthropicError(t, resp, body, http.StatusBadRequest, "invalid_request_error")
 		})
 	}
@@ -388,7 +378,7 @@ func TestMintFailureIsAnthropicAuthError(t *testing.T) {
 	s := startProxy(t, gw.srv.URL, newMintServer(t, "conv-foreign"))
 	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-foreign")+"/v1/messages", strings.NewReader("{}"))
 	req.Header.Set("X-Api-Key", s.Capability("conv-foreign"))
-	resp, body := do(t, req)
+	resp, body := roundtrip.Do(t, req)
 	checkAnthropicError(t, resp, body, http.StatusUnauthorized, "authentication_error")
 	if n := len(gw.received()); n != 0 {
 		t.Errorf("%d requests reached the gateway", n)
@@ -401,7 +391,7 @@ func TestGatewayUnreachable(t *testing.T) {
 	gw.srv.Close()
 	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-1")+"/v1/messages", strings.NewReader("{}"))
 	req.Header.Set("X-Api-Key", s.Capability("conv-1"))
-	resp, body := do(t, req)
+	resp, body := roundtrip.Do(t, req)
 	checkAnthropicError(t, resp, body, http.StatusBadGateway, "api_error")
 }
 
@@ -420,7 +410,7 @@ func TestLogsToItsLogger(t *testing.T) {
 	gw.srv.Close()
 	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-1")+"/v1/messages", strings.NewReader("{}"))
 	req.Header.Set("X-Api-Key", s.Capability("conv-1"))
-	resp, body := do(t, req)
+	resp, body := roundtrip.Do(t, req)
 	checkAnthropicError(t, resp, body, http.StatusBadGateway, "api_error")
 	mu.Lock()
 	defer mu.Unlock()
@@ -529,7 +519,7 @@ func TestCapabilityIsPerConversation(t *testing.T) {
 		if tc.header != "" {
 			req.Header.Set(tc.header, tc.value)
 		}
-		if resp, body := do(t, req); resp.StatusCode != tc.want {
+		if resp, body := roundtrip.Do(t, req); resp.StatusCode != tc.want {
 			t.Errorf("%s: status %d, want %d: %s", name, resp.StatusCode, tc.want, body)
 		}
 	}
@@ -540,7 +530,7 @@ func TestCapabilityIsPerConversation(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-a")+"/v1/messages", strings.NewReader("{}"))
 	req.Host = "evil.example"
 	req.Header.Set("X-Api-Key", s.Capability("conv-a"))
-	if resp, _ := do(t, req); resp.StatusCode != http.StatusForbidden {
+	if resp, _ := roundtrip.Do(t, req); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("non-loopback Host: status %d", resp.StatusCode)
 	}
 }
@@ -606,7 +596,7 @@ func TestMCPRoute(t *testing.T) {
 		if tc.host != "" {
 			req.Host = tc.host
 		}
-		if resp, body := do(t, req); resp.StatusCode != tc.want {
+		if resp, body := roundtrip.Do(t, req); resp.StatusCode != tc.want {
 			t.Errorf("%s: status %d, want %d: %s", name, resp.StatusCode, tc.want, body)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/talkide/platform/internal/roundtrip"
 )
 
 // A model call through the proxy joins the trace of its conversation's
@@ -41,7 +43,7 @@ func TestTraceJoinsTheTurn(t *testing.T) {
 		req.Header.Set("Traceparent", forged)
 		req.Header.Set("Tracestate", "evil=1")
 		req.Header.Set("Baggage", "user=someone")
-		if resp, body := do(t, req); resp.StatusCode != http.StatusOK {
+		if resp, body := roundtrip.Do(t, req); resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s: %d %s", conv, resp.StatusCode, body)
 		}
 		ended.wait(t, "localproxy POST /v1/messages")
@@ -94,7 +96,7 @@ func TestTraceHeadersStrippedWhenOff(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, s.BaseURLFor("conv-a")+"/v1/messages", strings.NewReader(`{}`))
 	req.Header.Set("Authorization", "Bearer "+s.Capability("conv-a"))
 	req.Header.Set("Traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
-	do(t, req)
+	roundtrip.Do(t, req)
 	all := gw.received()
 	if h := all[len(all)-1].Header; h.Get("Traceparent") != "" {
 		t.Errorf("the caller's traceparent reached the gateway: %v", h)

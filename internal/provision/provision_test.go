@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/talkide/platform/internal/goldenfile"
 	"github.com/talkide/platform/internal/store"
 	"github.com/talkide/platform/internal/store/sqlite"
 	"github.com/talkide/platform/internal/store/storetest"
@@ -301,18 +301,5 @@ func TestWorkerSecretYAMLGolden(t *testing.T) {
 	// Fixed inputs: a made-up token and master secret.
 	ws := NewWorkerSecret(bytes.Repeat([]byte{1}, 32), "c1", "acme", "prod", "tki_AAAAAAAAAAAA.BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB")
 	ws.ExpiresAt = time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
-	path := filepath.Join("testdata", "worker-secret.yaml")
-	got := ws.YAML()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("YAML (-want +got):\n%s", diff)
-	}
+	goldenfile.Check(t, filepath.Join("testdata", "worker-secret.yaml"), ws.YAML(), *update, "YAML")
 }

@@ -142,13 +142,7 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 		return nil, contract.Invalid(nil, "local-user", "needs a loopback --listen address")
 	}
 	p := &ControlPlane{}
-	defer func() {
-		if err != nil {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			p.group.Stop(sctx)
-		}
-	}()
+	defer undoOnError(ctx, &err, p.group.Stop)
 	tel, err := startTelemetry(ctx, &p.group, c.telemetry, c.Telemetry, &c.Logger, "talkide-controlplane")
 	if err != nil {
 		return nil, err
@@ -391,6 +385,18 @@ func run[R role](ctx context.Context, log *slog.Logger, grace time.Duration, r R
 		started(r)
 	}
 	return runUntil(ctx, log, grace, r.Fatal(), r.Stop)
+}
+
+// undoOnError stops, with stop, what a failed start began: when *err is
+// set on return. The stop has a few seconds of its own, even once ctx is
+// done.
+func undoOnError(ctx context.Context, err *error, stop func(context.Context) error) {
+	if *err == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	stop(sctx)
 }
 
 // runUntil waits until ctx ends (the first signal) or fatal delivers,

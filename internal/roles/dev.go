@@ -104,13 +104,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		return nil, err
 	}
 	s := &Dev{cfg: cfg}
-	defer func() {
-		if err != nil {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			s.Stop(sctx)
-		}
-	}()
+	defer undoOnError(ctx, &err, s.Stop)
 	if cfg.TraceFile {
 		cfg.Telemetry.File = filepath.Join(cfg.DataDir, telemetry.TraceFileName)
 	}

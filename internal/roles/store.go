@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -18,18 +17,10 @@ import (
 // LoadPrices returns the built-in prices with the operator's overrides from
 // the file at path, if any (--prices).
 func LoadPrices(path string) (*budget.Prices, error) {
-	prices := budget.DefaultPrices()
 	if path == "" {
-		return prices, nil
+		return budget.DefaultPrices(), nil
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("--prices: %w", err)
-	}
-	if prices, err = prices.Override(b); err != nil {
-		return nil, fmt.Errorf("--prices %s: %w", path, err)
-	}
-	return prices, nil
+	return parseFile(path, "--prices", budget.DefaultPrices().Override)
 }
 
 // Database is a parsed --database: a PostgreSQL URL or a SQLite file.

@@ -215,13 +215,7 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 		return nil, fmt.Errorf("bad control-plane URL %q", o.ControlPlaneURL)
 	}
 	p := &Worker{}
-	defer func() {
-		if err != nil {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			p.group.Stop(sctx)
-		}
-	}()
+	defer undoOnError(ctx, &err, p.group.Stop)
 	tel, err := startTelemetry(ctx, &p.group, o.telemetry, o.Telemetry, &o.Logger, "talkide-worker", envResource(o.Tenant, o.Env)...)
 	if err != nil {
 		return nil, err
@@ -472,29 +466,32 @@ func (p *Worker) commandKeys(o WorkerConfig) (trust.Key, *trust.Keyring, error) 
 // readAgentFiles reads the tool policy and the MCP allow-list the agent
 // configuration names.
 func readAgentFiles(a AgentConfig) (*tools.Policy, *mcpservers.AllowList, error) {
-	var (
-		policy   *tools.Policy
-		mcpAllow *mcpservers.AllowList
-	)
-	if a.ToolPolicy != "" {
-		b, err := os.ReadFile(a.ToolPolicy)
-		if err != nil {
-			return nil, nil, fmt.Errorf("tool policy: %w", err)
-		}
-		if policy, err = tools.ParsePolicy(b); err != nil {
-			return nil, nil, fmt.Errorf("tool policy %s: %w", a.ToolPolicy, err)
-		}
+	policy, err := parseFile(a.ToolPolicy, "tool policy", tools.ParsePolicy)
+	if err != nil {
+		return nil, nil, err
 	}
-	if a.MCPAllow != "" {
-		b, err := os.ReadFile(a.MCPAllow)
-		if err != nil {
-			return nil, nil, fmt.Errorf("MCP allow-list: %w", err)
-		}
-		if mcpAllow, err = mcpservers.ParseAllowList(b); err != nil {
-			return nil, nil, fmt.Errorf("MCP allow-list %s: %w", a.MCPAllow, err)
-		}
+	mcpAllow, err := parseFile(a.MCPAllow, "MCP allow-list", mcpservers.ParseAllowList)
+	if err != nil {
+		return nil, nil, err
 	}
 	return policy, mcpAllow, nil
+}
+
+// parseFile reads and parses the file at path; what names its contents in
+// errors. An empty path names no file: nil.
+func parseFile[T any](path, what string, parse func([]byte) (*T, error)) (*T, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	v, err := parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	return v, nil
 }
 
 // IdentityToken is the identity token the worker mints with now: a

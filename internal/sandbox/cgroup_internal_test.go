@@ -44,25 +44,25 @@ func TestSetCPU(t *testing.T) {
 				}
 				return dir
 			}
-			v1 := group("cpu.shares", "cpu.cfs_quota_us")
-			if err := setCPU(v1, false, tc.cpus); err != nil {
-				t.Fatal(err)
-			}
-			if got := read(v1, "cpu.shares"); got != "1024" {
-				t.Errorf("v1 cpu.shares %s, want 1024", got)
-			}
-			if got := read(v1, "cpu.cfs_quota_us"); got != tc.v1 {
-				t.Errorf("v1 cpu.cfs_quota_us %s, want %s", got, tc.v1)
-			}
-			v2 := group("cpu.weight", "cpu.max")
-			if err := setCPU(v2, true, tc.cpus); err != nil {
-				t.Fatal(err)
-			}
-			if got := read(v2, "cpu.weight"); got != "100" {
-				t.Errorf("v2 cpu.weight %s, want 100", got)
-			}
-			if got := read(v2, "cpu.max"); got != tc.v2 {
-				t.Errorf("v2 cpu.max %s, want %s", got, tc.v2)
+			// Each version's weight file and ceiling file, and what they
+			// should hold.
+			for _, v := range []struct {
+				name, weightFile, weight, ceilingFile, ceiling string
+				v2                                             bool
+			}{
+				{"v1", "cpu.shares", "1024", "cpu.cfs_quota_us", tc.v1, false},
+				{"v2", "cpu.weight", "100", "cpu.max", tc.v2, true},
+			} {
+				dir := group(v.weightFile, v.ceilingFile)
+				if err := setCPU(dir, v.v2, tc.cpus); err != nil {
+					t.Fatal(err)
+				}
+				if got := read(dir, v.weightFile); got != v.weight {
+					t.Errorf("%s %s %s, want %s", v.name, v.weightFile, got, v.weight)
+				}
+				if got := read(dir, v.ceilingFile); got != v.ceiling {
+					t.Errorf("%s %s %s, want %s", v.name, v.ceilingFile, got, v.ceiling)
+				}
 			}
 		})
 	}

@@ -26,6 +26,8 @@ package sandbox
 import (
 	"errors"
 	"time"
+
+	"github.com/talkide/platform/internal/defaults"
 )
 
 // HelperArg is the first argument of the binary re-executed as the
@@ -117,24 +119,12 @@ var defaultLimits = Limits{
 
 // or returns l with each zero field taken from d.
 func (l Limits) or(d Limits) Limits {
-	if l.MaxProcs <= 0 {
-		l.MaxProcs = d.MaxProcs
-	}
-	if l.MaxMemory <= 0 {
-		l.MaxMemory = d.MaxMemory
-	}
-	if l.MaxFileSize <= 0 {
-		l.MaxFileSize = d.MaxFileSize
-	}
-	if l.MaxOpenFiles <= 0 {
-		l.MaxOpenFiles = d.MaxOpenFiles
-	}
-	if l.MaxCPU <= 0 {
-		l.MaxCPU = d.MaxCPU
-	}
-	if l.CPUs <= 0 {
-		l.CPUs = d.CPUs
-	}
+	defaults.IfNotPositive(&l.MaxProcs, d.MaxProcs)
+	defaults.IfNotPositive(&l.MaxMemory, d.MaxMemory)
+	defaults.IfNotPositive(&l.MaxFileSize, d.MaxFileSize)
+	defaults.IfNotPositive(&l.MaxOpenFiles, d.MaxOpenFiles)
+	defaults.IfNotPositive(&l.MaxCPU, d.MaxCPU)
+	defaults.IfNotPositive(&l.CPUs, d.CPUs)
 	return l
 }
 

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/readloop"
 )
 
 // kubeletDir lays out a Secret volume as the kubelet's atomic writer
@@ -69,50 +71,33 @@ func TestSwapNeverFailsAReader(t *testing.T) {
 			}
 			valid := map[string]bool{"token-0": true}
 			var mu sync.Mutex
-			var reads, failures atomic.Int64
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for range 4 {
-				wg.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						v, err := f.Get()
-						mu.Lock()
-						ok := err == nil && valid[v]
-						mu.Unlock()
-						reads.Add(1)
-						if !ok {
-							failures.Add(1)
-						}
-					}
-				})
-			}
-			last := ""
-			for i := 1; i <= 50; i++ {
-				last = "token-" + string(rune('A'+i%26)) + time.Now().Format("150405.000000000")
+			reads, failures := readloop.Run(func() bool {
+				v, err := f.Get()
 				mu.Lock()
-				valid[last] = true
-				mu.Unlock()
-				swap(t, dir, last, i)
-			}
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				if v, _ := f.Get(); v == last {
-					break
+				defer mu.Unlock()
+				return err == nil && valid[v]
+			}, func() {
+				last := ""
+				for i := 1; i <= 50; i++ {
+					last = "token-" + string(rune('A'+i%26)) + time.Now().Format("150405.000000000")
+					mu.Lock()
+					valid[last] = true
+					mu.Unlock()
+					swap(t, dir, last, i)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the last value never arrived: %v", f.value)
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					if v, _ := f.Get(); v == last {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the last value never arrived: %v", f.value)
+					}
+					time.Sleep(5 * time.Millisecond)
 				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			close(stop)
-			wg.Wait()
-			if failures.Load() != 0 || reads.Load() == 0 {
-				t.Errorf("%d of %d reads failed", failures.Load(), reads.Load())
+			})
+			if failures != 0 || reads == 0 {
+				t.Errorf("%d of %d reads failed", failures, reads)
 			}
 			if err := f.Healthy(); err != nil {
 				t.Errorf("Healthy = %v", err)

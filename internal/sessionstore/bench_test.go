@@ -70,10 +70,7 @@ func BenchmarkReplay(b *testing.B) {
 func streamedSession(b *testing.B, dir string, n, syncEvery int) (*Store, *Session) {
 	b.Helper()
 	st := newStoreAt(b, dir, "w", nil)
-	sess, _, err := st.Create("bench", Meta{Harness: "native"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	sess := mustCreate(b, st, "bench", Meta{Harness: "native"})
 	for i := 0; i < n; i++ {
 		if err := sess.AppendEvent(&contract.Event{Kind: contract.KindTextDelta, TurnID: "t_0123456789", Text: "a few words of streamed model text"}); err != nil {
 			b.Fatal(err)

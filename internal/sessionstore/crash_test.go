@@ -15,15 +15,13 @@ import (
 func TestCheckpointsAcrossCrashes(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "projects")
 	st := newStoreAt(t, dir, "w", nil)
-	s, _, err := st.Create("c1", Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustCreate(t, st, "c1", Meta{})
 	const perRun, runs = 300, 10
 	for run := 0; run < runs; run++ {
 		if run > 0 {
 			// The previous process died without Close; its successor
 			// (same holder name) reopens at once.
+			var err error
 			if s, err = st.Load("c1"); err != nil {
 				t.Fatal(err)
 			}
@@ -65,14 +63,7 @@ func BenchmarkResumeAfterCrash(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			sizes := map[string]int64{}
-			for _, f := range []string{eventsFile, transcriptFile, outboxFile} {
-				fi, err := os.Stat(filepath.Join(sdir, f))
-				if err != nil {
-					b.Fatal(err)
-				}
-				sizes[f] = fi.Size()
-			}
+			sizes := fileSizes(b, sdir)
 			// No checkpoint on resume: the tail stays what the crash left.
 			resumer, err := New(dir, &Options{Holder: "w", CheckpointEvery: 1 << 30})
 			if err != nil {

@@ -28,10 +28,7 @@ func BenchmarkDiskBytesPerTurn(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			st := newStore(b)
-			sess, _, err := st.Create("c_01jbench0000000000000000", Meta{Harness: "native", UserID: "local"})
-			if err != nil {
-				b.Fatal(err)
-			}
+			sess := mustCreate(b, st, "c_01jbench0000000000000000", Meta{Harness: "native", UserID: "local"})
 			defer sess.Close()
 			dir := sess.Dir()
 			before := fileSizes(b, dir)

@@ -29,10 +29,7 @@ func TestFailedFsync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess, _, err := st.Create("c1", Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := mustCreate(t, st, "c1", Meta{})
 	appendN(t, sess, 2, "a")
 
 	failing.Store(true)

@@ -17,10 +17,7 @@ func TestLeaseCarriesTheHolderAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _, err := a.Create("c1", Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustCreate(t, a, "c1", Meta{})
 	li, err := a.Lease("c1")
 	if err != nil || li.Holder != "worker-a" || li.Addr != "http://10.1.2.3:8080" || !li.Live(c.Now()) {
 		t.Fatalf("Lease: %+v, %v", li, err)

@@ -93,16 +93,13 @@ func scanRecords(r io.Reader, off int64, fence *uint64, fn scanFunc) (int64, err
 			}
 			return endOf(off, badAt), nil
 		}
-		rec, derr := decodeRecord(line[:len(line)-1])
-		if derr != nil {
-			if badAt < 0 {
-				badAt = off
-			}
+		rec, ok, err := decodeAt(line, off, &badAt)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
 			off += int64(len(line))
 			continue
-		}
-		if badAt >= 0 {
-			return 0, fmt.Errorf("%w: invalid record at offset %d followed by valid records", ErrCorrupt, badAt)
 		}
 		if rec.fence >= *fence {
 			*fence = rec.fence
@@ -117,6 +114,24 @@ func scanRecords(r io.Reader, off int64, fence *uint64, fn scanFunc) (int64, err
 		}
 		off += int64(len(line))
 	}
+}
+
+// decodeAt decodes line, a record starting at off. An undecodable record may
+// begin a torn tail, so it is not an error: ok is false, and *badAt keeps the
+// offset of the first one. A valid record after one cannot be a torn tail,
+// so it is ErrCorrupt.
+func decodeAt(line []byte, off int64, badAt *int64) (rec record, ok bool, err error) {
+	rec, err = decodeRecord(line[:len(line)-1])
+	if err != nil {
+		if *badAt < 0 {
+			*badAt = off
+		}
+		return record{}, false, nil
+	}
+	if *badAt >= 0 {
+		return record{}, false, fmt.Errorf("%w: invalid record at offset %d followed by a valid one at %d", ErrCorrupt, *badAt, off)
+	}
+	return rec, true, nil
 }
 
 func endOf(off, badAt int64) int64 {

@@ -16,10 +16,7 @@ import (
 func TestSameHolderReopenTakesNextFence(t *testing.T) {
 	dir, c := clockedDir(t)
 	st := newStoreAt(t, dir, "w", c)
-	first, _, err := st.Create("c1", Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := mustCreate(t, st, "c1", Meta{})
 	appendN(t, first, 2, contract.KindNotice)
 
 	second, err := st.Load("c1")

@@ -1,7 +1,6 @@
 package sessionstore
 
 import (
-	"encoding/json"
 	"os"
 	"testing"
 	"time"
@@ -23,10 +22,7 @@ func openFiles(t *testing.T) int {
 // and lands after what was there, and the session reads back whole.
 func TestRestClosesTheLogs(t *testing.T) {
 	st := newStore(t)
-	sess, _, err := st.Create("c1", Meta{Harness: "native", CreatedAt: time.Unix(1, 0).UTC()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := mustCreate(t, st, "c1", Meta{Harness: "native", CreatedAt: time.Unix(1, 0).UTC()})
 	appendText := func() {
 		t.Helper()
 		ev := contract.Event{Kind: contract.KindTextDelta, Text: "x"}
@@ -52,21 +48,13 @@ func TestRestClosesTheLogs(t *testing.T) {
 		t.Errorf("a resting session lost its lease: %v", err)
 	}
 	appendText()
-	if err := sess.AppendTranscript(json.RawMessage(`{"role":"user"}`), false); err != nil {
-		t.Fatal(err)
-	}
-	if err := sess.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	appendTranscriptSynced(t, sess, `{"role":"user"}`)
 	if got := collect(t, sess, 0); len(got) != 2 || got[1] != 2 {
 		t.Fatalf("events after a rest: %v", got)
 	}
 	sess.Rest()
 	sess.Close()
-	again, _, err := st.Create("c1", Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	again := mustCreate(t, st, "c1", Meta{})
 	defer again.Close()
 	if again.LastSeq() != 2 {
 		t.Errorf("reopened after rests: last seq %d, want 2", again.LastSeq())

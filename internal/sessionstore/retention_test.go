@@ -38,10 +38,7 @@ func newRetentionFixture(t *testing.T) *retentionFixture {
 	}
 	worker := newStoreAt(t, f.root, "worker-a", f.clock)
 	mk := func(id string, events int) *Session {
-		s, _, err := worker.Create(id, Meta{Harness: "native", CreatedAt: f.clock.Now()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustCreate(t, worker, id, Meta{Harness: "native", CreatedAt: f.clock.Now()})
 		for i := 0; i < events; i++ {
 			if err := s.AppendEvent(&contract.Event{Kind: contract.KindTextDelta, Text: "x", Time: f.clock.Now().Add(time.Duration(i) * time.Second)}); err != nil {
 				t.Fatal(err)

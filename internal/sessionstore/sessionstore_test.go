@@ -50,6 +50,29 @@ func appendN(t testing.TB, s *Session, n int, kind string) {
 	}
 }
 
+// appendTranscriptSynced appends the transcript record rec to s and syncs
+// it.
+func appendTranscriptSynced(t testing.TB, s *Session, rec string) {
+	t.Helper()
+	if err := s.AppendTranscript(json.RawMessage(rec), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustCreate creates (or opens) the session id in st; an error fails the
+// test.
+func mustCreate(t testing.TB, st *Store, id string, m Meta) *Session {
+	t.Helper()
+	s, _, err := st.Create(id, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func collect(t testing.TB, s *Session, after int64) []int64 {
 	t.Helper()
 	var seqs []int64
@@ -83,12 +106,7 @@ func TestCreateAppendReload(t *testing.T) {
 	if got := collect(t, sess, 0); len(got) != 0 {
 		t.Fatalf("ReadEvents returned events that are not durable: %v", got)
 	}
-	if err := sess.AppendTranscript(json.RawMessage(`{"role": "user"}`), false); err != nil {
-		t.Fatal(err)
-	}
-	if err := sess.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	appendTranscriptSynced(t, sess, `{"role": "user"}`)
 	if got := collect(t, sess, 3); len(got) != 2 || got[0] != 4 {
 		t.Fatalf("after 3: %v", got)
 	}
@@ -124,10 +142,7 @@ func TestTornTailIsCut(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := newStore(t)
-			sess, _, err := st.Create("c1", Meta{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sess := mustCreate(t, st, "c1", Meta{})
 			appendN(t, sess, 3, contract.KindNotice)
 			sess.Close()
 			path := filepath.Join(st.Root(), "c1", eventsFile)
@@ -191,16 +206,13 @@ func TestInvalidIDs(t *testing.T) {
 
 func TestReplayFromEveryPointAcrossReopen(t *testing.T) {
 	st := newStore(t)
-	sess, _, err := st.Create("c1", Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := mustCreate(t, st, "c1", Meta{})
 	const n = 3*indexStride + 7
 	appendN(t, sess, n/2, contract.KindTextDelta)
 	sess.Close()
 	// Half written before a reopen (checkpointed), half after: the index
 	// comes back from the checkpoint and grows on append.
-	sess, err = st.Load("c1")
+	sess, err := st.Load("c1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,10 +318,7 @@ func TestLeaseOneOwner(t *testing.T) {
 	dir, c := clockedDir(t)
 	a := newStoreAt(t, dir, "worker-a", c)
 	b := newStoreAt(t, dir, "worker-b", c)
-	sa, _, err := a.Create("c1", Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sa := mustCreate(t, a, "c1", Meta{})
 	var held *LeaseHolderError
 	if _, err := b.Load("c1"); !errors.As(err, &held) || held.Holder != "worker-a" {
 		t.Fatalf("second owner: %v", err)

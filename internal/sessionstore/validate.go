@@ -225,16 +225,13 @@ func validateLog(path string, fn func(end int64, r record) error) (logSummary, e
 		if err != nil {
 			return s, fmt.Errorf("offset %d: %w", off, err)
 		}
-		rec, derr := decodeRecord(line[:len(line)-1])
-		if derr != nil {
-			if badAt < 0 {
-				badAt = off
-			}
+		rec, ok, err := decodeAt(line, off, &badAt)
+		if err != nil {
+			return s, err
+		}
+		if !ok {
 			off += int64(len(line))
 			continue
-		}
-		if badAt >= 0 {
-			return s, fmt.Errorf("%w: invalid record at offset %d followed by a valid one at %d", ErrCorrupt, badAt, off)
 		}
 		off += int64(len(line))
 		if rec.fence < s.fence {
@@ -250,10 +247,6 @@ func validateLog(path string, fn func(end int64, r record) error) (logSummary, e
 	if err != nil {
 		return s, err
 	}
-	end := off
-	if badAt >= 0 {
-		end = badAt
-	}
-	s.torn = st.Size() - end
+	s.torn = st.Size() - endOf(off, badAt)
 	return s, nil
 }

@@ -23,10 +23,7 @@ func healthySession(t *testing.T) (*Store, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "projects")
 	st := newStoreAt(t, dir, "w", nil)
-	s, _, err := st.Create("c1", Meta{Harness: "native"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustCreate(t, st, "c1", Meta{Harness: "native"})
 	for _, turn := range []string{"t_1", "t_2"} {
 		for _, ev := range []contract.Event{
 			{Kind: contract.KindUserMessage, TurnID: turn, ClientMessageID: "m" + turn, Text: "hi"},
@@ -247,10 +244,7 @@ func TestValidateCorruptIsErrCorrupt(t *testing.T) {
 func TestValidateAfterTakeover(t *testing.T) {
 	dir, c := clockedDir(t)
 	a := newStoreAt(t, dir, "a", c)
-	sa, _, err := a.Create("c1", Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sa := mustCreate(t, a, "c1", Meta{})
 	appendN(t, sa, 300, contract.KindNotice) // past an index stride
 	c.Advance(DefaultLeaseTTL + MaxClockSkew + time.Second)
 	sb, err := newStoreAt(t, dir, "b", c).Load("c1")

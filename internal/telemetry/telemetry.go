@@ -193,49 +193,33 @@ func (c Config) sampler() (sdktrace.Sampler, error) {
 }
 
 func traceExporter(ctx context.Context, cfg Config) (sdktrace.SpanExporter, error) {
-	var (
-		exp sdktrace.SpanExporter
-		err error
-	)
 	if cfg.Protocol == ProtocolGRPC {
-		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpointURL(cfg.TracesEndpoint)}
-		if len(cfg.Headers) > 0 {
-			opts = append(opts, otlptracegrpc.WithHeaders(cfg.Headers))
-		}
-		exp, err = otlptracegrpc.New(ctx, opts...)
-	} else {
-		opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(cfg.TracesEndpoint)}
-		if len(cfg.Headers) > 0 {
-			opts = append(opts, otlptracehttp.WithHeaders(cfg.Headers))
-		}
-		exp, err = otlptracehttp.New(ctx, opts...)
+		return otlpExporter(ctx, "trace", cfg.TracesEndpoint, cfg.Headers, otlptracegrpc.WithEndpointURL, otlptracegrpc.WithHeaders, otlptracegrpc.New)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("the OTLP trace exporter: %w", err)
-	}
-	return exp, nil
+	return otlpExporter(ctx, "trace", cfg.TracesEndpoint, cfg.Headers, otlptracehttp.WithEndpointURL, otlptracehttp.WithHeaders, otlptracehttp.New)
 }
 
 func metricExporter(ctx context.Context, cfg Config) (sdkmetric.Exporter, error) {
-	var (
-		exp sdkmetric.Exporter
-		err error
-	)
 	if cfg.Protocol == ProtocolGRPC {
-		opts := []otlpmetricgrpc.Option{otlpmetricgrpc.WithEndpointURL(cfg.MetricsEndpoint)}
-		if len(cfg.Headers) > 0 {
-			opts = append(opts, otlpmetricgrpc.WithHeaders(cfg.Headers))
-		}
-		exp, err = otlpmetricgrpc.New(ctx, opts...)
-	} else {
-		opts := []otlpmetrichttp.Option{otlpmetrichttp.WithEndpointURL(cfg.MetricsEndpoint)}
-		if len(cfg.Headers) > 0 {
-			opts = append(opts, otlpmetrichttp.WithHeaders(cfg.Headers))
-		}
-		exp, err = otlpmetrichttp.New(ctx, opts...)
+		return otlpExporter(ctx, "metric", cfg.MetricsEndpoint, cfg.Headers, otlpmetricgrpc.WithEndpointURL, otlpmetricgrpc.WithHeaders, otlpmetricgrpc.New)
 	}
+	return otlpExporter(ctx, "metric", cfg.MetricsEndpoint, cfg.Headers, otlpmetrichttp.WithEndpointURL, otlpmetrichttp.WithHeaders, otlpmetrichttp.New)
+}
+
+// otlpExporter makes the OTLP exporter of a signal with newExporter, which
+// each signal and protocol has its own of, with its own option type O: to
+// endpoint, and with headers when there are any. On an error the exporter
+// is not to be used.
+func otlpExporter[O, E any](ctx context.Context, signal, endpoint string, headers map[string]string,
+	withEndpoint func(string) O, withHeaders func(map[string]string) O,
+	newExporter func(context.Context, ...O) (E, error)) (E, error) {
+	opts := []O{withEndpoint(endpoint)}
+	if len(headers) > 0 {
+		opts = append(opts, withHeaders(headers))
+	}
+	exp, err := newExporter(ctx, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("the OTLP metric exporter: %w", err)
+		return exp, fmt.Errorf("the OTLP %s exporter: %w", signal, err)
 	}
 	return exp, nil
 }

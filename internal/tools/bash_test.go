@@ -255,15 +255,7 @@ func TestBashEnv(t *testing.T) {
 }
 
 // headSeqTail is the output of headSeqTailCommand without its exit status.
-var headSeqTail = func() string {
-	var b strings.Builder
-	b.WriteString("HEAD\n")
-	for i := 1; i <= 100000; i++ {
-		fmt.Fprintf(&b, "%d\n", i)
-	}
-	b.WriteString("TAIL\n")
-	return b.String()
-}()
+var headSeqTail = "HEAD\n" + numbered("%d\n", 100000) + "TAIL\n"
 
 // headSeqTailCommand prints more than any output cap: HEAD, the numbers
 // 1 to 100000 and TAIL, a line each; then it fails.

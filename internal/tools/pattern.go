@@ -59,22 +59,18 @@ func compileGlob(pattern string) (*globPattern, error) {
 }
 
 // match reports whether rel, a "/"-separated relative path, matches.
-func (g *globPattern) match(rel string) bool {
-	names := splitRel(rel)
-	for _, segs := range g.alts {
-		if matchSegments(segs, names) {
-			return true
-		}
-	}
-	return false
-}
+func (g *globPattern) match(rel string) bool { return g.anyAlt(rel, matchSegments) }
 
 // mayMatchUnder reports whether some path under directory rel could match,
 // so a walk can skip directories that cannot.
-func (g *globPattern) mayMatchUnder(rel string) bool {
+func (g *globPattern) mayMatchUnder(rel string) bool { return g.anyAlt(rel, prefixMatches) }
+
+// anyAlt reports whether test holds for the segments of some alternative
+// and the names of rel.
+func (g *globPattern) anyAlt(rel string, test func(segs, names []string) bool) bool {
 	names := splitRel(rel)
 	for _, segs := range g.alts {
-		if prefixMatches(segs, names) {
+		if test(segs, names) {
 			return true
 		}
 	}

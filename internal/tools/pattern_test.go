@@ -35,11 +35,31 @@ func TestExpandBraces(t *testing.T) {
 	}
 }
 
+// globCase is a pattern, a path, and whether the predicate under test holds
+// for the two.
+type globCase struct {
+	pattern, path string
+	want          bool
+}
+
+// checkGlob compiles each case's pattern and checks pred (what it says)
+// on the case's path.
+func checkGlob(t *testing.T, pred func(*globPattern, string) bool, says string, tests []globCase) {
+	t.Helper()
+	for _, tt := range tests {
+		g, err := compileGlob(tt.pattern)
+		if err != nil {
+			t.Errorf("compileGlob(%q): %v", tt.pattern, err)
+			continue
+		}
+		if got := pred(g, tt.path); got != tt.want {
+			t.Errorf("%q %s %q = %v, want %v", tt.pattern, says, tt.path, got, tt.want)
+		}
+	}
+}
+
 func TestGlobMatch(t *testing.T) {
-	tests := []struct {
-		pattern, path string
-		want          bool
-	}{
+	checkGlob(t, (*globPattern).match, "matches", []globCase{
 		{"*.go", "main.go", true},
 		{"*.go", "cmd/main.go", false},
 		{"**/*.go", "main.go", true},
@@ -64,17 +84,7 @@ func TestGlobMatch(t *testing.T) {
 		{"./x/*.go", "x/y.go", true},
 		{`\*.go`, "*.go", true},
 		{`\*.go`, "a.go", false},
-	}
-	for _, tt := range tests {
-		g, err := compileGlob(tt.pattern)
-		if err != nil {
-			t.Errorf("compileGlob(%q): %v", tt.pattern, err)
-			continue
-		}
-		if got := g.match(tt.path); got != tt.want {
-			t.Errorf("%q matches %q = %v, want %v", tt.pattern, tt.path, got, tt.want)
-		}
-	}
+	})
 	for _, bad := range []string{"", "[", "a/[b"} {
 		if _, err := compileGlob(bad); err == nil {
 			t.Errorf("compileGlob(%q): no error", bad)
@@ -83,10 +93,7 @@ func TestGlobMatch(t *testing.T) {
 }
 
 func TestMayMatchUnder(t *testing.T) {
-	tests := []struct {
-		pattern, dir string
-		want         bool
-	}{
+	checkGlob(t, (*globPattern).mayMatchUnder, "may match under", []globCase{
 		{"*.go", "cmd", false},
 		{"cmd/*.go", "cmd", true},
 		{"cmd/*.go", "internal", false},
@@ -95,16 +102,7 @@ func TestMayMatchUnder(t *testing.T) {
 		{"src/**/*.go", "src/a", true},
 		{"src/**/*.go", "lib", false},
 		{"{a,b}/*.go", "b", true},
-	}
-	for _, tt := range tests {
-		g, err := compileGlob(tt.pattern)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := g.mayMatchUnder(tt.dir); got != tt.want {
-			t.Errorf("%q may match under %q = %v, want %v", tt.pattern, tt.dir, got, tt.want)
-		}
-	}
+	})
 }
 
 func TestIgnoreRules(t *testing.T) {

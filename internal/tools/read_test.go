@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,10 +10,6 @@ import (
 func TestRead(t *testing.T) {
 	ws := newWorkspace(t)
 	root := ws.Root()
-	var hundred strings.Builder
-	for i := 1; i <= 100; i++ {
-		fmt.Fprintf(&hundred, "line %d\n", i)
-	}
 	writeFiles(t, root, map[string]string{
 		"five.txt":     "one\ntwo\nthree\nfour\nfive\n",
 		"nofinal.txt":  "a\nb",
@@ -23,7 +18,7 @@ func TestRead(t *testing.T) {
 		"blank.txt":    "\n",
 		"long.txt":     strings.Repeat("x", 2500) + "\nshort\n",
 		"utf8.txt":     strings.Repeat("é", 2001) + "\n",
-		"hundred.txt":  hundred.String(),
+		"hundred.txt":  numbered("line %d\n", 100),
 		"binary.bin":   "ELF\x00\x01\x02",
 		"dir/file.txt": "in dir\n",
 	})
@@ -135,11 +130,7 @@ func TestRead(t *testing.T) {
 
 func TestReadOutputCap(t *testing.T) {
 	ws := newWorkspace(t)
-	var b strings.Builder
-	for i := 1; i <= 100; i++ {
-		fmt.Fprintf(&b, "line %d\n", i)
-	}
-	writeFiles(t, ws.Root(), map[string]string{"f.txt": b.String()})
+	writeFiles(t, ws.Root(), map[string]string{"f.txt": numbered("line %d\n", 100)})
 	res := run(t, &Read{MaxOutputBytes: 300}, ws, map[string]any{"file_path": "f.txt"})
 	if res.IsError {
 		t.Fatal(res.Output)

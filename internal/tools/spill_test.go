@@ -79,11 +79,7 @@ func TestSpillBash(t *testing.T) {
 
 func TestSpillRead(t *testing.T) {
 	ws := newWorkspace(t)
-	var b strings.Builder
-	for i := 1; i <= 3000; i++ {
-		fmt.Fprintf(&b, "line %d é\n", i)
-	}
-	writeFiles(t, ws.Root(), map[string]string{"f.txt": b.String()})
+	writeFiles(t, ws.Root(), map[string]string{"f.txt": numbered("line %d é\n", 3000)})
 	tests := map[string]map[string]any{
 		"default limit":       {"file_path": "f.txt"}, // 2000 lines, and a note about the rest
 		"to the end":          {"file_path": "f.txt", "offset": 2500},

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,15 @@ func newWorkspace(t testing.TB) *Workspace {
 }
 
 // writeFiles creates files (path → content) under root.
+// numbered is n lines of format, each with its number (from 1).
+func numbered(format string, n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, format, i)
+	}
+	return b.String()
+}
+
 func writeFiles(t *testing.T, root string, files map[string]string) {
 	t.Helper()
 	for name, content := range files {

@@ -18,15 +18,9 @@ func TestDrainHandsIdleOverAtOnce(t *testing.T) {
 	a := newTestWorker(t, workerOpts{})
 	a.create(t, "c_idle")
 	a.create(t, "c_busy")
-	if status, _ := a.sendMessage(t, "c_busy", "m1", "hello"); status != http.StatusAccepted {
-		t.Fatalf("send: %d", status)
-	}
-	turn := a.h.next(t)
+	_, turn := a.startTurn(t, "c_busy", "m1", "hello")
 	a.create(t, "c_long")
-	if status, _ := a.sendMessage(t, "c_long", "m2", "a long one"); status != http.StatusAccepted {
-		t.Fatalf("send: %d", status)
-	}
-	long := a.h.next(t)
+	_, long := a.startTurn(t, "c_long", "m2", "a long one")
 	b := newTestWorker(t, workerOpts{dir: a.dir, holder: "other-replica"})
 	stateAt := func(tw *testWorker, id string) (int, string) {
 		resp, body := tw.call(t, http.MethodGet, "/v1/sessions/"+id, nil)
@@ -82,15 +76,9 @@ func TestDrainHandsOverUndeliveredReports(t *testing.T) {
 	a := newTestWorker(t, workerOpts{reporter: newTestReporter(down)})
 	a.create(t, "c_long")
 	a.create(t, "c_rep")
-	if status, _ := a.sendMessage(t, "c_long", "m1", "a long one"); status != http.StatusAccepted {
-		t.Fatalf("send: %d", status)
-	}
-	long := a.h.next(t)
-	status, sent := a.sendMessage(t, "c_rep", "m2", "hello")
-	if status != http.StatusAccepted {
-		t.Fatalf("send: %d", status)
-	}
-	a.h.next(t).finish("end_turn")
+	_, long := a.startTurn(t, "c_long", "m1", "a long one")
+	sent, rep := a.startTurn(t, "c_rep", "m2", "hello")
+	rep.finish("end_turn")
 	st := a.openStream(t, "c_rep", "", "")
 	st.mustUntil(t, func(e contract.Event) bool { return e.Kind == contract.KindTurnFinished })
 	st.close()

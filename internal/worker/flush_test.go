@@ -14,6 +14,7 @@ import (
 
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/poll"
 	"github.com/talkide/platform/internal/syncbuf"
 )
 
@@ -36,7 +37,7 @@ func (d *faultyDisk) fsync(f *os.File) error {
 // waitDurable waits until s has published everything it appended.
 func waitDurable(t *testing.T, s *session) {
 	t.Helper()
-	eventually(t, "the session's events are durable and published", func() bool {
+	poll.Until(t, "the session's events are durable and published", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return len(s.pending) == 0 && s.store.DurableSeq() == s.store.LastSeq()
@@ -73,7 +74,7 @@ func TestEventsWaitForTheDiskToRecover(t *testing.T) {
 	ft := tw.h.next(t)
 	ft.Emit(contract.Event{Kind: contract.KindTextDelta, Text: "one"})
 	ft.Emit(contract.Event{Kind: contract.KindTextDelta, Text: "two"})
-	eventually(t, "the flusher has retried the failed sync", func() bool { return disk.failures.Load() >= 3 })
+	poll.Until(t, "the flusher has retried the failed sync", func() bool { return disk.failures.Load() >= 3 })
 	if n := len(sub.ch); n != 0 {
 		t.Errorf("%d events published while every fsync failed", n)
 	}
@@ -148,7 +149,7 @@ func TestCloseWithAFailingLastSync(t *testing.T) {
 
 	disk.failing.Store(true)
 	s1.emit(contract.Event{Kind: contract.KindNotice, Text: "not durable"})
-	eventually(t, "the flusher has tried to sync", func() bool { return disk.failures.Load() == 1 })
+	poll.Until(t, "the flusher has tried to sync", func() bool { return disk.failures.Load() == 1 })
 	tw.w.drop(s1)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()

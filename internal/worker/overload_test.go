@@ -89,10 +89,8 @@ func TestOverloadRefusesBeforeTheTurn(t *testing.T) {
 		}
 	}
 	again := fmt.Sprintf("c_%02d", refused[0])
-	if status, _ := tw.sendMessage(t, again, "m1", "hello"); status != http.StatusAccepted {
-		t.Fatalf("the refused message sent again: %d", status)
-	}
-	tw.h.next(t).finish("end_turn")
+	_, turn := tw.startTurn(t, again, "m1", "hello") // the refused message, sent again
+	turn.finish("end_turn")
 }
 
 // A replica asked about a conversation another replica holds answers

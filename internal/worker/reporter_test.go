@@ -17,6 +17,7 @@ import (
 
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/poll"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/trust"
 )
@@ -291,7 +292,7 @@ func TestReporterRunRetriesWithBackoff(t *testing.T) {
 	go func() { rp.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	rp.Notify(ob)
-	eventually(t, "the reports are acknowledged", func() bool {
+	poll.Until(t, "the reports are acknowledged", func() bool {
 		p, err := ob.PendingReports()
 		return err == nil && len(p) == 0
 	})

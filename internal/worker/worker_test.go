@@ -28,7 +28,9 @@ import (
 	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
+	"github.com/talkide/platform/internal/poll"
 	"github.com/talkide/platform/internal/replicaset"
+	"github.com/talkide/platform/internal/roundtrip"
 	"github.com/talkide/platform/internal/sessionstore"
 	"github.com/talkide/platform/internal/sse"
 	"github.com/talkide/platform/internal/trust"
@@ -83,12 +85,20 @@ func (h *fakeHarness) RunTurn(ctx context.Context, t *harness.Turn) (harness.Res
 // next returns the next turn the worker started.
 func (h *fakeHarness) next(t *testing.T) *fakeTurn {
 	t.Helper()
+	return receive(t, h.turns, "the worker started no turn")
+}
+
+// receive is the next value from ch; the test fails, with failure, when
+// none comes within waitFor.
+func receive[T any](t *testing.T, ch <-chan T, failure string) T {
+	t.Helper()
 	select {
-	case ft := <-h.turns:
-		return ft
+	case v := <-ch:
+		return v
 	case <-time.After(waitFor):
-		t.Fatal("the worker started no turn")
-		return nil
+		t.Fatal(failure)
+		var zero T
+		return zero
 	}
 }
 
@@ -98,13 +108,7 @@ func (ft *fakeTurn) finish(stop string) {
 
 func (ft *fakeTurn) waitEnded(t *testing.T) string {
 	t.Helper()
-	select {
-	case how := <-ft.ended:
-		return how
-	case <-time.After(waitFor):
-		t.Fatal("the turn did not end")
-		return ""
-	}
+	return receive(t, ft.ended, "the turn did not end")
 }
 
 // testWorker is a Worker served on loopback with a fake harness.
@@ -231,16 +235,7 @@ func (tw *testWorker) call(t testing.TB, method, path string, in any) (*http.Res
 
 func send(t testing.TB, req *http.Request) (*http.Response, []byte) {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read: %v", req.Method, req.URL.Path, err)
-	}
-	return resp, b
+	return roundtrip.With(t, http.DefaultClient, req)
 }
 
 // decode decodes b strictly into a T.
@@ -295,6 +290,17 @@ func (tw *testWorker) sendMessage(t *testing.T, conv, cmid, text string) (int, c
 		t.Fatalf("send %s: %d %s", cmid, resp.StatusCode, b)
 	}
 	return resp.StatusCode, decode[contract.SendMessageResponse](t, b)
+}
+
+// startTurn sends a message that starts a turn (202) and returns the answer
+// and the turn the harness was given.
+func (tw *testWorker) startTurn(t *testing.T, conv, cmid, text string) (contract.SendMessageResponse, *fakeTurn) {
+	t.Helper()
+	status, sent := tw.sendMessage(t, conv, cmid, text)
+	if status != http.StatusAccepted {
+		t.Fatalf("send %s to %s: %d, want 202", cmid, conv, status)
+	}
+	return sent, tw.h.next(t)
 }
 
 // streamed is one SSE event as a client received it.
@@ -427,18 +433,6 @@ func logEvents(t *testing.T, dir, conv string) []contract.Event {
 		t.Fatal(err)
 	}
 	return evs
-}
-
-// eventually waits, bounded, until cond holds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func (tw *testWorker) closing() bool { return tw.w.gate.closing() }
@@ -813,7 +807,7 @@ func TestSlowSubscriberCatchesUpFromTheLog(t *testing.T) {
 	}
 	// The producer never waited: it dropped the subscriber instead (once
 	// the events were durable and published).
-	eventually(t, "the slow subscriber is dropped", func() bool { return tw.subscribers("conv-1") == 0 })
+	poll.Until(t, "the slow subscriber is dropped", func() bool { return tw.subscribers("conv-1") == 0 })
 	ft.finish("end_turn")
 	ft.waitEnded(t)
 	g.mu.Unlock()
@@ -1008,7 +1002,7 @@ func TestShutdownWaitsForRunningTurn(t *testing.T) {
 		defer cancel()
 		done <- tw.w.Shutdown(ctx)
 	}()
-	eventually(t, "Shutdown has begun", tw.closing)
+	poll.Until(t, "Shutdown has begun", tw.closing)
 
 	// New turns are refused while the running one may finish.
 	resp, b := tw.call(t, http.MethodPost, "/v1/sessions/conv-idle/messages", contract.SendMessageRequest{ClientMessageID: "m-2", Text: "hi"})
@@ -1026,14 +1020,7 @@ func TestShutdownWaitsForRunningTurn(t *testing.T) {
 
 	ft.Emit(contract.Event{Kind: contract.KindTextDelta, Text: "still working"})
 	ft.finish("end_turn")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Shutdown: %v", err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("Shutdown did not return after the turn finished")
-	}
+	shutdownReturns(t, done)
 	if how := ft.waitEnded(t); how != "released" {
 		t.Errorf("the turn ended %q; want it to finish within the grace period", how)
 	}
@@ -1064,7 +1051,7 @@ func TestShutdownInterruptsAfterGrace(t *testing.T) {
 	ctx, endGrace := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tw.w.Shutdown(ctx) }()
-	eventually(t, "Shutdown has begun", tw.closing)
+	poll.Until(t, "Shutdown has begun", tw.closing)
 	if ft.ctx.Err() != nil {
 		t.Fatal("the turn was interrupted before the grace period ended")
 	}
@@ -1072,14 +1059,7 @@ func TestShutdownInterruptsAfterGrace(t *testing.T) {
 	if how := ft.waitEnded(t); how != "cancelled" {
 		t.Errorf("the turn ended %q, want interrupted", how)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Shutdown: %v", err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("Shutdown did not return")
-	}
+	shutdownReturns(t, done)
 	evs := logEvents(t, tw.dir, "conv-1")
 	last := evs[len(evs)-1]
 	if last.Kind != contract.KindTurnFailed || last.TurnID != sent.TurnID || last.Failure.Code != contract.FailWorkerRestarted {
@@ -1220,7 +1200,7 @@ func TestShutdownDoesNotDeadlockWithSend(t *testing.T) {
 		done <- tw.w.Shutdown(ctx)
 	}()
 	// Wait until Shutdown is blocked on the session's lock, closing it.
-	eventually(t, "Shutdown waits for the session's lock", func() bool {
+	poll.Until(t, "Shutdown waits for the session's lock", func() bool {
 		buf := make([]byte, 1<<20)
 		stack := buf[:runtime.Stack(buf, true)]
 		// At a drain it looks first whether a turn runs (to hand the
@@ -1247,13 +1227,15 @@ func TestShutdownDoesNotDeadlockWithSend(t *testing.T) {
 	}
 	s.mu.Unlock()
 	locked = false
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	case <-time.After(waitFor):
-		t.Fatal("Shutdown did not return")
+	shutdownReturns(t, done)
+}
+
+// shutdownReturns waits for the Shutdown that reports to done to return,
+// and without an error.
+func shutdownReturns(t *testing.T, done <-chan error) {
+	t.Helper()
+	if err := receive(t, done, "Shutdown did not return"); err != nil {
+		t.Fatalf("Shutdown: %v", err)
 	}
 }
 

@@ -35,6 +35,17 @@ type viewFixture struct {
 	outside  string // a file outside every workspace, holding secret
 }
 
+// workspace opens f's workspace as the tools do, until the test ends.
+func (f *viewFixture) workspace(t testing.TB) *tools.Workspace {
+	t.Helper()
+	ws, err := tools.NewWorkspace(f.ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	return ws
+}
+
 func newViewFixture(t testing.TB) *viewFixture {
 	t.Helper()
 	tw := newTestWorker(t, workerOpts{})
@@ -362,11 +373,7 @@ func TestWorkspaceSwapRace(t *testing.T) {
 
 func TestWorkspaceDiff(t *testing.T) {
 	f := newViewFixture(t)
-	ws, err := tools.NewWorkspace(f.ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
+	ws := f.workspace(t)
 	run := func(tool tools.Tool, in any) {
 		t.Helper()
 		b, _ := json.Marshal(in)
@@ -529,11 +536,7 @@ func FuzzWorkspacePath(f *testing.F) {
 // refused with a reason, not cut on the way.
 func TestWorkspaceDiffTooLarge(t *testing.T) {
 	f := newViewFixture(t)
-	ws, err := tools.NewWorkspace(f.ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
+	ws := f.workspace(t)
 	line := strings.Repeat("<", 99) + "\n"
 	old := strings.Repeat(line, contract.MaxFileView/len(line))
 	if err := os.WriteFile(filepath.Join(f.ws, "page.html"), []byte(old), 0o644); err != nil {

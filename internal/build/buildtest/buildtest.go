@@ -13,6 +13,14 @@ import (
 //go:embed gradlew
 var gradlew []byte
 
+// Workspace is a new temporary workspace holding the stand-in as ./gradlew.
+func Workspace(t testing.TB) string {
+	t.Helper()
+	ws := t.TempDir()
+	FakeGradle(t, ws)
+	return ws
+}
+
 // FakeGradle writes the stand-in as dir/gradlew, executable, creating dir
 // if it is missing.
 func FakeGradle(t testing.TB, dir string) {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/harness"
-	"github.com/talkide/platform/internal/sandbox"
+	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 )
 
 // fakeBin is the fake CLI built from testdata/fakeclaude.
@@ -27,26 +27,13 @@ var fakeBin, fakeRoot string
 
 func TestMain(m *testing.M) {
 	// The CLI runs in the sandbox, with this binary as the helper.
-	sandbox.RunHelper()
-	dir, err := os.MkdirTemp("", "fakeclaude")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fakeBin = filepath.Join(dir, "claude")
-	// The fake records its starts under fakeRoot, which the sessions'
-	// sandboxes may write, and replays transcripts they may read.
-	fakeRoot = filepath.Join(dir, "runs")
-	os.Mkdir(fakeRoot, 0o755)
-	build := exec.Command("go", "build", "-o", fakeBin, "./testdata/fakeclaude")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the fake claude:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	sandboxtest.MainBuilding(m, "./testdata/fakeclaude", "claude", func(bin string) {
+		fakeBin = bin
+		// The fake records its starts under fakeRoot, which the sessions'
+		// sandboxes may write, and replays transcripts they may read.
+		fakeRoot = filepath.Join(filepath.Dir(bin), "runs")
+		os.Mkdir(fakeRoot, 0o755)
+	})
 }
 
 // fake is a harness over the fake CLI, with the directory where the fake
@@ -128,10 +115,7 @@ func alive(pid int) bool {
 func TestReplayedTurnsMapOntoEvents(t *testing.T) {
 	f := newFake(t, nil)
 	s := newSession(t, "c1")
-	res, err := runTurn(t, f.h, s, "replay:tool")
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustTurn(t, f.h, s, "replay:tool")
 	if res.StopReason != "end_turn" || res.ModelCalls != 2 {
 		t.Errorf("result %+v, want end_turn after 2 model calls", res)
 	}
@@ -167,7 +151,7 @@ func TestReplayedTurnsMapOntoEvents(t *testing.T) {
 	}
 
 	// An API error ends the turn as turn.failed with the status.
-	_, err = runTurn(t, f.h, s, "replay:api_error")
+	_, err := runTurn(t, f.h, s, "replay:api_error")
 	var te *harness.TurnError
 	if !errors.As(err, &te) || te.Code != contract.FailModelError || te.HTTPStatus != 400 || te.Retryable {
 		t.Errorf("api error: %v", err)
@@ -187,9 +171,7 @@ func TestCLIEnvironmentIsExact(t *testing.T) {
 	t.Setenv("TALKIDE_WORKER_IDENTITY_TOKEN", "tki_secret")
 	f := newFake(t, func(o *Options) { o.ExtraEnv = append(o.ExtraEnv, "LANG=C.UTF-8") })
 	s := newSession(t, "conv-env")
-	if _, err := runTurn(t, f.h, s, "hello"); err != nil {
-		t.Fatal(err)
-	}
+	mustTurn(t, f.h, s, "hello")
 	st := f.starts(t)
 	if len(st) != 1 {
 		t.Fatalf("%d starts", len(st))
@@ -242,12 +224,8 @@ func TestCLIEnvironmentIsExact(t *testing.T) {
 func TestResumeAfterRestart(t *testing.T) {
 	f := newFake(t, nil)
 	s := newSession(t, "c-resume")
-	if _, err := runTurn(t, f.h, s, "one"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := runTurn(t, f.h, s, "two"); err != nil {
-		t.Fatal(err)
-	}
+	mustTurn(t, f.h, s, "one")
+	mustTurn(t, f.h, s, "two")
 	evs, _ := s.take()
 	first := f.starts(t)[0]
 	if got, want := lastText(evs), fmt.Sprintf("fake turn 2 of session fake-%d", first.Pid); got != want {
@@ -263,9 +241,7 @@ func TestResumeAfterRestart(t *testing.T) {
 		t.Fatalf("the CLI (pid %d) outlived Close", first.Pid)
 	}
 	f2 := newFake(t, func(o *Options) { o.ExtraEnv[0] = "FAKECLAUDE_DIR=" + f.dir })
-	if _, err := runTurn(t, f2.h, s, "three"); err != nil {
-		t.Fatal(err)
-	}
+	mustTurn(t, f2.h, s, "three")
 	evs, _ = s.take()
 	if got, want := lastText(evs), fmt.Sprintf("fake turn 3 of session fake-%d", first.Pid); got != want {
 		t.Errorf("after the restart: %q, want %q", got, want)
@@ -279,9 +255,7 @@ func TestResumeAfterRestart(t *testing.T) {
 func TestIdleProcessStopsAndResumes(t *testing.T) {
 	f := newFake(t, func(o *Options) { o.IdleTimeout = 20 * time.Millisecond })
 	s := newSession(t, "c-idle")
-	if _, err := runTurn(t, f.h, s, "one"); err != nil {
-		t.Fatal(err)
-	}
+	mustTurn(t, f.h, s, "one")
 	pid := f.starts(t)[0].Pid
 	deadline := time.Now().Add(10 * time.Second)
 	for f.h.Running() != 0 || alive(pid) {
@@ -290,9 +264,7 @@ func TestIdleProcessStopsAndResumes(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := runTurn(t, f.h, s, "two"); err != nil {
-		t.Fatal(err)
-	}
+	mustTurn(t, f.h, s, "two")
 	evs, _ := s.take()
 	if got := lastText(evs); !strings.HasPrefix(got, "fake turn 2 ") {
 		t.Errorf("after the idle stop: %q", got)
@@ -356,9 +328,7 @@ func TestInterruptKillsTheProcessTree(t *testing.T) {
 	}
 
 	// The session goes on, in a new process that resumes it.
-	if _, err := runTurn(t, f.h, s, "after"); err != nil {
-		t.Fatal(err)
-	}
+	mustTurn(t, f.h, s, "after")
 	evs, _ = s.take()
 	if got := lastText(evs); !strings.HasPrefix(got, "fake turn 2 ") {
 		t.Errorf("after the interrupt: %q", got)
@@ -379,9 +349,7 @@ func TestCrashFailsTheTurnAndTheNextOneResumes(t *testing.T) {
 	if f.h.Running() != 0 {
 		t.Errorf("%d processes after the crash", f.h.Running())
 	}
-	if _, err := runTurn(t, f.h, s, "again"); err != nil {
-		t.Fatal(err)
-	}
+	mustTurn(t, f.h, s, "again")
 	evs, _ := s.take()
 	if got := lastText(evs); !strings.HasPrefix(got, "fake turn 2 ") {
 		t.Errorf("after the crash: %q, want the resumed session's second turn", got)
@@ -394,9 +362,7 @@ func TestLostSessionStartsANewOne(t *testing.T) {
 	if err := saveState(s.dir, state{SessionID: "gone"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runTurn(t, f.h, s, "hello"); err != nil {
-		t.Fatal(err)
-	}
+	mustTurn(t, f.h, s, "hello")
 	evs, _ := s.take()
 	if evs[0].Kind != contract.KindNotice || lastText(evs) == "" || !strings.HasPrefix(lastText(evs), "fake turn 1 ") {
 		t.Errorf("events %+v, want a notice and a reply from a new session", evs)
@@ -410,9 +376,7 @@ func TestLostSessionStartsANewOne(t *testing.T) {
 func TestCloseRefusesLaterTurns(t *testing.T) {
 	f := newFake(t, nil)
 	s := newSession(t, "c-close")
-	if _, err := runTurn(t, f.h, s, "hello"); err != nil {
-		t.Fatal(err)
-	}
+	mustTurn(t, f.h, s, "hello")
 	f.h.Close()
 	_, err := runTurn(t, f.h, s, "again")
 	if !errors.Is(err, ErrClosed) || harness.Failure(err).Code != contract.FailWorkerRestarted {

@@ -15,9 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/goldenfile"
 	"github.com/talkide/platform/internal/harness"
 )
 
@@ -157,19 +156,7 @@ func TestGoldenTranscripts(t *testing.T) {
 			}
 			got, _ := json.MarshalIndent(mapTranscript(t, data), "", "  ")
 			got = append(got, '\n')
-			path := filepath.Join(transcriptDir, sc.name+".golden.json")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("mapping of %s.jsonl (-want +got):\n%s", sc.name, diff)
-			}
+			goldenfile.Check(t, filepath.Join(transcriptDir, sc.name+".golden.json"), got, *update, "mapping of "+sc.name+".jsonl")
 		})
 	}
 }

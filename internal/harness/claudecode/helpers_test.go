@@ -130,3 +130,13 @@ func runTurn(t *testing.T, h *Harness, s *session, text string) (harness.Result,
 	defer cancel()
 	return h.RunTurn(ctx, s.turn(text))
 }
+
+// mustTurn runs a turn of s with text; an error fails the test.
+func mustTurn(t *testing.T, h *Harness, s *session, text string) harness.Result {
+	t.Helper()
+	res, err := runTurn(t, h, s, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}

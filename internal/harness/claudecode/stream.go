@@ -145,6 +145,17 @@ func newMapper(t *harness.Turn, now func() time.Time, log *slog.Logger, maxToolO
 	}
 }
 
+// message decodes the message of a line whose kind (as "a user") says
+// whose it is; nil, logged, when it cannot be read.
+func (m *mapper) message(raw json.RawMessage, kind string) *apiMessage {
+	var msg apiMessage
+	if err := json.Unmarshal(raw, &msg); err != nil {
+		m.log.Warn("claude code printed "+kind+" message that could not be read", "err", err)
+		return nil
+	}
+	return &msg
+}
+
 // handle maps one line. done reports that the turn ended (a result line);
 // then res or err is its outcome.
 func (m *mapper) handle(raw []byte) (done bool, res harness.Result, err error) {
@@ -169,20 +180,14 @@ func (m *mapper) handle(raw []byte) (done bool, res harness.Result, err error) {
 			// that follows carries the error.
 			return false, res, nil
 		}
-		var msg apiMessage
-		if err := json.Unmarshal(l.Message, &msg); err != nil {
-			m.log.Warn("claude code printed an assistant message that could not be read", "err", err)
-			return false, res, nil
+		if msg := m.message(l.Message, "an assistant"); msg != nil {
+			m.assistant(msg)
 		}
-		m.assistant(&msg)
 	case "user":
 		m.flush()
-		var msg apiMessage
-		if err := json.Unmarshal(l.Message, &msg); err != nil {
-			m.log.Warn("claude code printed a user message that could not be read", "err", err)
-			return false, res, nil
+		if msg := m.message(l.Message, "a user"); msg != nil {
+			m.toolResults(msg)
 		}
-		m.toolResults(&msg)
 	case "result":
 		m.flush()
 		m.closeOpenTools("The tool call ended without a result.")
@@ -368,9 +373,8 @@ func (m *mapper) subAgent(l *cliLine, parent string) {
 	if l.Type != "assistant" && l.Type != "user" {
 		return
 	}
-	var msg apiMessage
-	if err := json.Unmarshal(l.Message, &msg); err != nil {
-		m.log.Warn("claude code printed a sub-agent message that could not be read", "err", err)
+	msg := m.message(l.Message, "a sub-agent")
+	if msg == nil {
 		return
 	}
 	for _, b := range msg.Content {

@@ -100,32 +100,34 @@ func ParseAllowList(data []byte) (*AllowList, error) {
 	if err := httpapi.DecodeStrict(data, &f); err != nil {
 		return nil, allowListError("", err.Error())
 	}
-	a := &AllowList{}
-	for i, raw := range f.Stdio {
-		label := fmt.Sprintf("stdio[%d]", i)
-		var rj stdioRuleJSON
+	stdio, err := parseRules("stdio", f.Stdio, parseStdioRule)
+	if err != nil {
+		return nil, err
+	}
+	httpRules, err := parseRules("http", f.HTTP, parseHTTPRule)
+	if err != nil {
+		return nil, err
+	}
+	return &AllowList{stdio: stdio, http: httpRules}, nil
+}
+
+// parseRules decodes the rules of one kind, strictly, into their JSON form
+// J and parses each with parse; an error names the rule by kind and index.
+func parseRules[J, R any](kind string, raws []json.RawMessage, parse func(label string, rj J) (R, error)) ([]R, error) {
+	var rules []R
+	for i, raw := range raws {
+		label := fmt.Sprintf("%s[%d]", kind, i)
+		var rj J
 		if err := httpapi.DecodeStrict(raw, &rj); err != nil {
 			return nil, allowListError(label, err.Error())
 		}
-		r, err := parseStdioRule(label, rj)
+		r, err := parse(label, rj)
 		if err != nil {
 			return nil, allowListError(label, err.Error())
 		}
-		a.stdio = append(a.stdio, r)
+		rules = append(rules, r)
 	}
-	for i, raw := range f.HTTP {
-		label := fmt.Sprintf("http[%d]", i)
-		var rj httpRuleJSON
-		if err := httpapi.DecodeStrict(raw, &rj); err != nil {
-			return nil, allowListError(label, err.Error())
-		}
-		r, err := parseHTTPRule(label, rj)
-		if err != nil {
-			return nil, allowListError(label, err.Error())
-		}
-		a.http = append(a.http, r)
-	}
-	return a, nil
+	return rules, nil
 }
 
 func parseStdioRule(label string, rj stdioRuleJSON) (stdioRule, error) {

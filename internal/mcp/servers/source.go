@@ -319,18 +319,12 @@ func (s *Source) ensure(ctx context.Context, c *conversation, dir string, jail *
 		err error
 	}
 	results := make([]result, len(start))
-	var wg sync.WaitGroup
-	for i, sc := range start {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
-			defer cancel()
-			srv, err := startServer(sctx, sc, startParams{dir: dir, path: s.opts.Path, grace: s.opts.CloseGrace, transport: s.opts.HTTPTransport, jail: jail})
-			results[i] = result{srv, err}
-		}()
-	}
-	wg.Wait()
+	concurrently(len(start), func(i int) {
+		sctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
+		defer cancel()
+		srv, err := startServer(sctx, start[i], startParams{dir: dir, path: s.opts.Path, grace: s.opts.CloseGrace, transport: s.opts.HTTPTransport, jail: jail})
+		results[i] = result{srv, err}
+	})
 	var problems []error
 	for i, sc := range start {
 		r := results[i]
@@ -420,31 +414,27 @@ func (s *Source) closeIdle(now time.Time) {
 }
 
 func closeConversations(cs []*conversation) {
-	var wg sync.WaitGroup
-	for _, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			c.closed = true
-			servers := slices.Collect(maps.Values(c.servers))
-			c.servers, c.offered = nil, nil
-			closeServers(servers)
-		}()
-	}
-	wg.Wait()
+	concurrently(len(cs), func(i int) {
+		c := cs[i]
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.closed = true
+		servers := slices.Collect(maps.Values(c.servers))
+		c.servers, c.offered = nil, nil
+		closeServers(servers)
+	})
 }
 
 // closeServers stops servers concurrently and waits for them.
 func closeServers(ss []*server) {
+	concurrently(len(ss), func(i int) { ss[i].close() })
+}
+
+// concurrently runs fn(0) to fn(n-1) at once and waits for them all.
+func concurrently(n int, fn func(i int)) {
 	var wg sync.WaitGroup
-	for _, srv := range ss {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			srv.close()
-		}()
+	for i := range n {
+		wg.Go(func() { fn(i) })
 	}
 	wg.Wait()
 }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -21,7 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/talkide/platform/internal/harness"
-	"github.com/talkide/platform/internal/sandbox"
+	"github.com/talkide/platform/internal/poll"
 	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 	"github.com/talkide/platform/internal/tools"
 )
@@ -31,20 +30,7 @@ var echoBin string
 
 func TestMain(m *testing.M) {
 	// The stdio servers run in the sandbox, with this binary as the helper.
-	sandbox.RunHelper()
-	dir, err := os.MkdirTemp("", "echoserver")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	echoBin = filepath.Join(dir, "echoserver")
-	if out, err := exec.Command("go", "build", "-o", echoBin, "./testdata/echoserver").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the echo server: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	sandboxtest.MainBuilding(m, "./testdata/echoserver", "echoserver", func(bin string) { echoBin = bin })
 }
 
 // fixture is a source with one conversation's workspace.
@@ -158,18 +144,6 @@ func alive(pid int) bool {
 	i := bytes.LastIndexByte(stat, ')')
 	f := strings.Fields(string(stat[i+1:]))
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
-}
-
-// eventually polls cond for up to 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10 s: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, not synchronising
-	}
 }
 
 func TestStdioServerToolCall(t *testing.T) {
@@ -336,9 +310,9 @@ func TestDeadServerIsRestartedNextTurn(t *testing.T) {
 	if !res.IsError {
 		t.Errorf("crash = %+v", res)
 	}
-	eventually(t, "the crashed server is reaped", func() bool { return !alive(pid) })
+	poll.Until(t, "the crashed server is reaped", func() bool { return !alive(pid) })
 	// Until the next turn, its tools say it is not running.
-	eventually(t, "the session notices", func() bool {
+	poll.Until(t, "the session notices", func() bool {
 		return strings.Contains(f.call(ts, "mcp__echo__echo", `{"text":"x"}`).Output, "not running")
 	})
 
@@ -439,7 +413,7 @@ func TestCloseKillsProcessGroupsAndGoroutines(t *testing.T) {
 	if res := f.call(ts, "mcp__b__echo", `{"text":"x"}`); !res.IsError || !strings.Contains(res.Output, "not running") {
 		t.Errorf("a call after Close = %+v", res)
 	}
-	eventually(t, "goroutines return to the baseline", func() bool { return runtime.NumGoroutine() <= before })
+	poll.Until(t, "goroutines return to the baseline", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 func TestIdleConversationIsClosed(t *testing.T) {
@@ -454,7 +428,7 @@ func TestIdleConversationIsClosed(t *testing.T) {
 		t.Fatal("a server idle for less than the timeout was stopped")
 	}
 	f.src.closeIdle(time.Now().Add(2 * time.Hour))
-	eventually(t, "the idle server is stopped", func() bool { return !alive(pid) })
+	poll.Until(t, "the idle server is stopped", func() bool { return !alive(pid) })
 	f.src.mu.Lock()
 	n := len(f.src.convs)
 	f.src.mu.Unlock()
@@ -553,7 +527,7 @@ func TestHTTPServer(t *testing.T) {
 	mcp.AddTool(srv, &mcp.Tool{Name: "neg", Description: "Negates."}, func(_ context.Context, _ *mcp.CallToolRequest, x in) (*mcp.CallToolResult, out, error) {
 		return nil, out{Sum: -x.A}, nil
 	})
-	eventually(t, "the new tool is offered", func() bool {
+	poll.Until(t, "the new tool is offered", func() bool {
 		tools, _ = f.tools()
 		return tools["mcp__web__neg"] != nil
 	})
@@ -564,7 +538,7 @@ func TestHTTPServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts.CloseClientConnections()
-	eventually(t, "goroutines return to the baseline", func() bool { return runtime.NumGoroutine() <= before })
+	poll.Until(t, "goroutines return to the baseline", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 // A start cut short by an interrupted turn is not the server's failure: the

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -24,17 +23,13 @@ import (
 	"github.com/talkide/platform/internal/mcp/issuetracking"
 	"github.com/talkide/platform/internal/mcp/workermcp"
 	"github.com/talkide/platform/internal/proctest"
-	"github.com/talkide/platform/internal/sandbox"
 	"github.com/talkide/platform/internal/sandbox/sandboxtest"
 	"github.com/talkide/platform/internal/trust"
 )
 
 // The test binary is the sandbox's helper: Build's local runner starts
 // ./gradlew through it.
-func TestMain(m *testing.M) {
-	sandbox.RunHelper()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { sandboxtest.Main(m) }
 
 var envKey = bytes.Repeat([]byte("k"), 32)
 
@@ -345,18 +340,12 @@ func TestSessionStaysWithItsConversation(t *testing.T) {
 	}
 }
 
-func gradleWorkspace(t *testing.T) string {
-	ws := t.TempDir()
-	buildtest.FakeGradle(t, ws)
-	return ws
-}
-
 // Build over MCP: the tool's definition is the native one's; the summary is
 // the result, the log streams as tool.output of the tool_use; bad input is
 // an error result.
 func TestBuild(t *testing.T) {
 	e := startEndpoint(t)
-	ws := gradleWorkspace(t)
+	ws := buildtest.Workspace(t)
 	r := e.turns.start(t, "c_a", ws, map[string]string{"toolu_b": workermcp.BuildToolName, "toolu_bad": workermcp.BuildToolName})
 	cs, err := e.connect(t, "c_a", workermcp.BuildServer, capability("c_a"))
 	if err != nil {
@@ -413,7 +402,7 @@ func TestBuildCancelled(t *testing.T) {
 	for _, how := range []string{"turn ends", "client cancels"} {
 		t.Run(how, func(t *testing.T) {
 			e := startEndpoint(t)
-			ws := gradleWorkspace(t)
+			ws := buildtest.Workspace(t)
 			r := e.turns.start(t, "c_a", ws, map[string]string{"toolu_s": workermcp.BuildToolName})
 			cs, err := e.connect(t, "c_a", workermcp.BuildServer, capability("c_a"))
 			if err != nil {

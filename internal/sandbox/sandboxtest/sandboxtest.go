@@ -4,7 +4,10 @@
 package sandboxtest
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -16,6 +19,29 @@ import (
 func Main(m *testing.M) {
 	sandbox.RunHelper()
 	os.Exit(m.Run())
+}
+
+// MainBuilding is Main for tests that run a program of their own: before
+// the tests it builds the package pkg, a path from the test's directory,
+// into a new temporary directory as name, and calls built with the
+// program's path; after them it removes the directory.
+func MainBuilding(m *testing.M, pkg, name string, built func(bin string)) {
+	sandbox.RunHelper()
+	dir, err := os.MkdirTemp("", name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin := filepath.Join(dir, name)
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	built(bin)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 var (

@@ -342,11 +342,7 @@ func (t *Tables) AddAPIToken(ctx context.Context, tok store.APIToken) error {
 
 // GetAPIToken implements store.Store.
 func (t *Tables) GetAPIToken(ctx context.Context, id string) (store.APIToken, error) {
-	tok, err := scanAPIToken(t.db.QueryRow(ctx, getAPIToken, id))
-	if err != nil {
-		return store.APIToken{}, fmt.Errorf("%s: get API token %s: %w", t.name, id, t.notFound(err))
-	}
-	return tok, nil
+	return getByID(ctx, t, scanAPIToken, getAPIToken, "API token", id)
 }
 
 // ListAPITokens implements store.Store.

@@ -106,11 +106,7 @@ func (t *Tables) CreateConversation(ctx context.Context, c store.Conversation) (
 
 // GetConversation implements store.Store.
 func (t *Tables) GetConversation(ctx context.Context, id string) (store.Conversation, error) {
-	c, err := scanConversation(t.db.QueryRow(ctx, getConversation, id))
-	if err != nil {
-		return store.Conversation{}, fmt.Errorf("%s: get conversation %s: %w", t.name, id, t.notFound(err))
-	}
-	return c, nil
+	return getByID(ctx, t, scanConversation, getConversation, "conversation", id)
 }
 
 // ListConversations implements store.Store.

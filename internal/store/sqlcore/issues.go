@@ -145,9 +145,9 @@ func (t *Tables) CreateIssue(ctx context.Context, i store.Issue) (store.Issue, b
 
 // GetIssue implements store.Store.
 func (t *Tables) GetIssue(ctx context.Context, id string) (store.Issue, error) {
-	i, err := scanIssue(t.db.QueryRow(ctx, getIssue, id))
+	i, err := getByID(ctx, t, scanIssue, getIssue, "issue", id)
 	if err != nil {
-		return store.Issue{}, fmt.Errorf("%s: get issue %s: %w", t.name, id, t.notFound(err))
+		return store.Issue{}, err
 	}
 	cs, err := t.comments(ctx, t.db, []string{id})
 	if err != nil {

@@ -50,12 +50,10 @@ func (t *Tables) ListReportPage(ctx context.Context, q store.PageQuery) (store.R
 	if err != nil {
 		return store.ReportPage{}, fmt.Errorf("%s: list reports of %s: %w", t.name, q.Tenant, err)
 	}
-	page := store.ReportPage{Reports: rs}
-	if len(rs) > q.Limit {
-		page.Reports = rs[:q.Limit]
-		last := page.Reports[q.Limit-1]
-		page.Next = &store.PagePosition{Time: last.Report.Time, Env: last.Env, Key: last.Report.IdempotencyKey}
-	}
+	page := store.ReportPage{}
+	page.Reports, page.Next = cutPage(rs, q.Limit, func(last store.StoredReport) store.PagePosition {
+		return store.PagePosition{Time: last.Report.Time, Env: last.Env, Key: last.Report.IdempotencyKey}
+	})
 	return page, nil
 }
 
@@ -69,11 +67,21 @@ func (t *Tables) ListUsagePage(ctx context.Context, q store.PageQuery) (store.Us
 	if err != nil {
 		return store.UsagePage{}, fmt.Errorf("%s: list usage of %s: %w", t.name, q.Tenant, err)
 	}
-	page := store.UsagePage{Usage: us}
-	if len(us) > q.Limit {
-		page.Usage = us[:q.Limit]
-		last := page.Usage[q.Limit-1]
-		page.Next = &store.PagePosition{Time: last.StartedAt, Env: last.Env, Key: last.ID}
-	}
+	page := store.UsagePage{}
+	page.Usage, page.Next = cutPage(us, q.Limit, func(last store.UsageRecord) store.PagePosition {
+		return store.PagePosition{Time: last.StartedAt, Env: last.Env, Key: last.ID}
+	})
 	return page, nil
+}
+
+// cutPage cuts rows, read with one row more than a page of limit holds, to
+// the page; next is where the following page starts, at the position of
+// the page's last row, or nil when the extra row was not there.
+func cutPage[T any](rows []T, limit int, position func(last T) store.PagePosition) (page []T, next *store.PagePosition) {
+	if len(rows) <= limit {
+		return rows, nil
+	}
+	page = rows[:limit]
+	pos := position(page[limit-1])
+	return page, &pos
 }

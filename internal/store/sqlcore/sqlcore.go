@@ -235,6 +235,18 @@ func collect[T any](ctx context.Context, c Conn, scan func(Row) (T, error), quer
 	return Collect(rows, scan)
 }
 
+// getByID scans the row that query, with id as its one argument, answers;
+// what names the record in the error, which is store.ErrNotFound when there
+// is no such row.
+func getByID[T any](ctx context.Context, t *Tables, scan func(Row) (T, error), query, what, id string) (T, error) {
+	v, err := scan(t.db.QueryRow(ctx, query, id))
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("%s: get %s %s: %w", t.name, what, id, t.notFound(err))
+	}
+	return v, nil
+}
+
 // Millis is how the schema keeps a time: BIGINT unix milliseconds. The
 // zero time round-trips.
 func Millis(t time.Time) int64 { return t.UnixMilli() }

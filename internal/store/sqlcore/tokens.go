@@ -63,11 +63,7 @@ func (t *Tables) AddIdentityToken(ctx context.Context, it store.IdentityToken) e
 
 // GetIdentityToken implements store.Store.
 func (t *Tables) GetIdentityToken(ctx context.Context, id string) (store.IdentityToken, error) {
-	it, err := scanToken(t.db.QueryRow(ctx, getToken, id))
-	if err != nil {
-		return store.IdentityToken{}, fmt.Errorf("%s: get identity token %s: %w", t.name, id, t.notFound(err))
-	}
-	return it, nil
+	return getByID(ctx, t, scanToken, getToken, "identity token", id)
 }
 
 // RevokeIdentityToken implements store.Store.

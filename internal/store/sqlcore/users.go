@@ -43,9 +43,5 @@ func (t *Tables) PutUser(ctx context.Context, u store.User) error {
 
 // GetUser implements store.Store.
 func (t *Tables) GetUser(ctx context.Context, id string) (store.User, error) {
-	u, err := scanUser(t.db.QueryRow(ctx, getUser, id))
-	if err != nil {
-		return store.User{}, fmt.Errorf("%s: get user %s: %w", t.name, id, t.notFound(err))
-	}
-	return u, nil
+	return getByID(ctx, t, scanUser, getUser, "user", id)
 }

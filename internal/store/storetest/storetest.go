@@ -402,10 +402,7 @@ func testConversationList(t *testing.T, s store.Store) {
 		c.LastActivityAt = c.CreatedAt
 		return c
 	}
-	tests := map[string]struct {
-		user string
-		want []store.Conversation
-	}{
+	tests := map[string]listCase[store.Conversation]{
 		"newest first": {"u1", []store.Conversation{
 			stored(conv("c-new", "u1", "staging", 2*time.Hour)),
 			stored(conv("c-mid-b", "u1", "prod", time.Hour)),
@@ -415,15 +412,30 @@ func testConversationList(t *testing.T, s store.Store) {
 		"only the user's": {"u2", []store.Conversation{stored(conv("c-other", "u2", "prod", 3*time.Hour))}},
 		"unknown user":    {"nobody", nil},
 	}
-	for name, tt := range tests {
-		t.Run(name, func(t *testing.T) {
-			got, err := s.ListConversations(ctx, tt.user)
+	checkLists(t, "ListConversations", tests,
+		func(user string) ([]store.Conversation, error) { return s.ListConversations(ctx, user) },
+		func(c store.Conversation) []time.Time { return []time.Time{c.CreatedAt} })
+}
+
+// listCase is a case of a list that one key, such as a user or a
+// conversation, selects: what the list holds for it.
+type listCase[T any] struct {
+	key  string
+	want []T
+}
+
+// checkLists runs list, named name, for the key of each case, and checks
+// what it returns, whose times (as times tells them) must be in UTC.
+func checkLists[T any](t *testing.T, name string, tests map[string]listCase[T], list func(key string) ([]T, error), times func(T) []time.Time) {
+	for tn, tt := range tests {
+		t.Run(tn, func(t *testing.T) {
+			got, err := list(tt.key)
 			must(t, err)
 			if diff := cmp.Diff(tt.want, got, opts); diff != "" {
-				t.Errorf("ListConversations(%s) (-want +got):\n%s", tt.user, diff)
+				t.Errorf("%s(%s) (-want +got):\n%s", name, tt.key, diff)
 			}
-			for _, c := range got {
-				checkUTC(t, "ListConversations", c.CreatedAt)
+			for _, v := range got {
+				checkUTC(t, name, times(v)...)
 			}
 		})
 	}
@@ -536,10 +548,7 @@ func testUsage(t *testing.T, s store.Store) {
 		u.Duration = u.Duration.Truncate(time.Microsecond)
 		return u
 	}
-	tests := map[string]struct {
-		conv string
-		want []store.UsageRecord
-	}{
+	tests := map[string]listCase[store.UsageRecord]{
 		"oldest first": {"c1", []store.UsageRecord{
 			stored(usage("r-1a", "c1", 0)),
 			stored(usage("r-1b", "c1", 0)),
@@ -549,18 +558,9 @@ func testUsage(t *testing.T, s store.Store) {
 		"only the conversation's": {"c2", []store.UsageRecord{stored(usage("r-other", "c2", 0))}},
 		"unknown conversation":    {"nope", nil},
 	}
-	for name, tt := range tests {
-		t.Run(name, func(t *testing.T) {
-			got, err := s.ListUsage(ctx, tt.conv)
-			must(t, err)
-			if diff := cmp.Diff(tt.want, got, opts); diff != "" {
-				t.Errorf("ListUsage(%s) (-want +got):\n%s", tt.conv, diff)
-			}
-			for _, u := range got {
-				checkUTC(t, "ListUsage", u.StartedAt)
-			}
-		})
-	}
+	checkLists(t, "ListUsage", tests,
+		func(conv string) ([]store.UsageRecord, error) { return s.ListUsage(ctx, conv) },
+		func(u store.UsageRecord) []time.Time { return []time.Time{u.StartedAt} })
 }
 
 // storedUsage is u as a store returns it.

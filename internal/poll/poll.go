@@ -1,0 +1,24 @@
+// Package poll waits in tests for what no event signals: a goroutine's
+// work after a connection closed, a file written in the background.
+package poll
+
+import (
+	"testing"
+	"time"
+)
+
+// Within is how long Until waits: long enough for a loaded machine.
+const Within = 10 * time.Second
+
+// Until waits, up to Within, until cond holds, trying it every few
+// milliseconds; then it fails the test, saying what it waited for.
+func Until(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", Within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
