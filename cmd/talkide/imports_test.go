@@ -44,7 +44,8 @@ var importGroups = []importGroup{
 			"internal/readiness", "internal/secretfile", "internal/kubetest",
 			"internal/proxytest", "internal/lifecycle", "internal/secretenv", "internal/syncbuf", "internal/cli",
 			"internal/defaults", "internal/linediff", "internal/slowbody", "internal/proctest", "internal/proctree",
-			"internal/observe", "internal/telemetry", "internal/modelimage"},
+			"internal/observe", "internal/telemetry", "internal/modelimage", "internal/goldenfile", "internal/poll",
+			"internal/readloop", "internal/roundtrip"},
 		mayNotImport: []string{"worker-side", "control-plane-side", "client"},
 	},
 	{
