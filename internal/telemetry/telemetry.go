@@ -208,8 +208,7 @@ func metricExporter(ctx context.Context, cfg Config) (sdkmetric.Exporter, error)
 
 // otlpExporter makes the OTLP exporter of a signal with newExporter, which
 // each signal and protocol has its own of, with its own option type O: to
-// endpoint, and with headers when there are any. On an error the exporter
-// is not to be used.
+// endpoint, and with headers when there are any.
 func otlpExporter[O, E any](ctx context.Context, signal, endpoint string, headers map[string]string,
 	withEndpoint func(string) O, withHeaders func(map[string]string) O,
 	newExporter func(context.Context, ...O) (E, error)) (E, error) {
@@ -219,7 +218,8 @@ func otlpExporter[O, E any](ctx context.Context, signal, endpoint string, header
 	}
 	exp, err := newExporter(ctx, opts...)
 	if err != nil {
-		return exp, fmt.Errorf("the OTLP %s exporter: %w", signal, err)
+		var none E
+		return none, fmt.Errorf("the OTLP %s exporter: %w", signal, err)
 	}
 	return exp, nil
 }
