@@ -577,6 +577,19 @@ down() {
   log "down"
 }
 
+# The kubelet evicts every pod once its disk has under 1 % free
+# (evictionHard, node_up): on a nearly full disk the platform's pods start
+# and are evicted at once, which reads as a rollout that times out. The
+# cluster itself takes about 4 GiB (images, containerd, pods, logs); 6
+# are asked for above the eviction line.
+disk_room() {
+  local size avail need
+  read -r size avail < <(df -Pk "$dir" | awk 'NR == 2 {print $2, $4}')
+  need=$((size / 100 + 6 * 1024 * 1024))
+  [ "$avail" -ge "$need" ] ||
+    die "$((avail / 1024 / 1024)) GiB free on the disk of $dir, and the cluster needs $((need / 1024 / 1024)) GiB: the kubelet evicts every pod below 1 % free, and 6 GiB above that is asked for the cluster, which takes about 4 (a Go build cache, \$(go env GOCACHE), may be what fills it: go clean -cache)"
+}
+
 # ---------------------------------------------------------------- commands
 
 cmd="${1:-}"
@@ -586,6 +599,7 @@ case "$cmd" in
     start_time=$(date +%s)
     packages
     mkdir -p "$dir"
+    disk_room
     # The images (mostly Debian's mirror and dpkg) are made while the
     # Kubernetes binaries compile: on a new machine that is minutes saved.
     ./scripts/images.sh >"$dir/images.list" 2>"$dir/images.log" &
