@@ -3,10 +3,8 @@ package gateway
 import (
 	"errors"
 	"io"
-	"math/bits"
 	"net/http"
 	"sync"
-	"unsafe"
 )
 
 // DefaultMaxBuffered is the default bound on the bytes of request bodies
@@ -20,62 +18,6 @@ const bodyRetryAfter = "1"
 
 // bodyStep is how much room a body of unknown length takes at a time.
 const bodyStep = 64 << 10
-
-// The buffers of bodies up to maxPooledBody are reused, from pools of
-// capacities that are powers of two from minPooledBody up: a stream's
-// body is garbage as soon as the upstream has it, tens of milliseconds
-// after it was read, and these were most of what the gateway allocated
-// per call (a 16 KiB body, bench/gateway), so most of what made the
-// collector run. A larger body, of a long conversation, is allocated to
-// its size: rounded up to a power of two, it would take room from the
-// bound (MaxBuffered) that other calls could use.
-const (
-	minPooledShift = 12 // 4 KiB
-	maxPooledShift = 19 // 512 KiB
-	minPooledBody  = 1 << minPooledShift
-	maxPooledBody  = 1 << maxPooledShift
-)
-
-// bodyBuffers holds each pooled capacity's buffers by their first byte,
-// which an interface holds without the allocation a *[]byte would cost.
-var bodyBuffers [maxPooledShift - minPooledShift + 1]sync.Pool
-
-// bodyCap is the capacity of the buffer a body of n bytes is read into.
-func bodyCap(n int64) int64 {
-	if n > maxPooledBody {
-		return n
-	}
-	return max(minPooledBody, int64(1)<<bits.Len64(uint64(n-1)))
-}
-
-// bodyPool is the pool of buffers of capacity c, or nil when c is not a
-// pooled capacity.
-func bodyPool(c int64) *sync.Pool {
-	if c < minPooledBody || c > maxPooledBody || c&(c-1) != 0 {
-		return nil
-	}
-	return &bodyBuffers[bits.Len64(uint64(c))-1-minPooledShift]
-}
-
-// newBodyBuffer returns an empty buffer of capacity c, from its pool when
-// it has one. A pooled buffer holds an earlier body's bytes beyond its
-// length.
-func newBodyBuffer(c int64) []byte {
-	if p := bodyPool(c); p != nil {
-		if b, ok := p.Get().(*byte); ok {
-			return unsafe.Slice(b, c)[:0]
-		}
-	}
-	return make([]byte, 0, c)
-}
-
-// freeBodyBuffer gives b to its pool, if it has one. Nothing may use b
-// after.
-func freeBodyBuffer(b []byte) {
-	if p := bodyPool(int64(cap(b))); p != nil {
-		p.Put(unsafe.SliceData(b[:cap(b)]))
-	}
-}
 
 // bodyLimiter bounds the bytes of request bodies held in memory across all
 // requests. A request takes room for its body before reading it (all of
@@ -164,7 +106,7 @@ func (h *heldBody) release() {
 	h.lim.give(n)
 	// The readers of the body check under h.mu that it is held, so
 	// none reads b after this.
-	freeBodyBuffer(b)
+	putBuffer(b)
 }
 
 // len is the body's size, also after release.
@@ -260,7 +202,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 			return fail(noRoom())
 		}
 		h.taken = c
-		buf := newBodyBuffer(c)[:n]
+		buf := getBuffer(c)[:n]
 		if _, err := io.ReadFull(body, buf); err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
@@ -291,9 +233,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 			if !g.bodies.take(grown) {
 				return fail(noRoom())
 			}
-			nb := append(newBodyBuffer(grown), buf...)
+			nb := append(getBuffer(grown), buf...)
 			g.bodies.give(h.taken)
-			freeBodyBuffer(buf)
+			putBuffer(buf)
 			buf, h.taken = nb, grown
 		}
 		k, err := body.Read(buf[len(buf):cap(buf)])

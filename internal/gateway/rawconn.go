@@ -53,7 +53,8 @@ type rawOp struct {
 	p   []byte
 	n   int
 	err error
-	fn  func(fd uintptr) bool
+	fn  func(fd uintptr) bool          // the system call, o.read or o.write
+	run func(func(uintptr) bool) error // the RawConn's Read or Write, which runs fn
 }
 
 // wrap returns c as a rawConn, raw from the start or not, when c is a

@@ -8,8 +8,8 @@ import (
 )
 
 func (c *rawConn) bindOps() {
-	c.rd.fn = c.rd.read
-	c.wr.fn = c.wr.write
+	c.rd.fn, c.rd.run = c.rd.read, c.rc.Read
+	c.wr.fn, c.wr.run = c.wr.write, c.rc.Write
 }
 
 // read reads once into p; false asks the poller to wait for data.
@@ -55,15 +55,10 @@ func (o *rawOp) write(fd uintptr) bool {
 // do runs o for p under o's lock (a net.Conn may be read, or written, by
 // two goroutines at once) and returns its results, leaving no reference
 // to p behind.
-func (c *rawConn) do(o *rawOp, p []byte) (int, error) {
+func (o *rawOp) do(p []byte) (int, error) {
 	o.mu.Lock()
 	o.p, o.n, o.err = p, 0, nil
-	var err error
-	if o == &c.wr {
-		err = c.rc.Write(o.fn)
-	} else {
-		err = c.rc.Read(o.fn)
-	}
+	err := o.run(o.fn)
 	if err == nil {
 		err = o.err
 	}
@@ -80,7 +75,7 @@ func (c *rawConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, err := c.do(&c.rd, p)
+	n, err := c.rd.do(p)
 	switch {
 	case err != nil:
 		return 0, c.opError("read", err)
@@ -94,7 +89,7 @@ func (c *rawConn) Write(p []byte) (int, error) {
 	if !c.raw.Load() {
 		return c.Conn.Write(p)
 	}
-	n, err := c.do(&c.wr, p)
+	n, err := c.wr.do(p)
 	if err != nil {
 		return n, c.opError("write", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"sync"
 )
 
 // DefaultMaxIdleConns is how many idle connections to the upstream the
@@ -57,31 +56,4 @@ func newTransport() *http.Transport {
 		return wrap(c, true), nil
 	}
 	return t
-}
-
-// copyBufferSize is the size of ReverseProxy's copy buffers, its default.
-const copyBufferSize = 32 << 10
-
-// copyBuffers lends ReverseProxy its copy buffers for responses, and raw
-// connections theirs for request bodies: without it each allocates 32 KiB
-// for every call.
-var copyBuffers = &bufferPool{}
-
-// bufferPool is a pool of copy buffers of copyBufferSize. It holds them
-// as array pointers, which a slice converts to and from without the
-// allocation a *[]byte would cost on every Put.
-type bufferPool struct{ p sync.Pool }
-
-func (b *bufferPool) Get() []byte {
-	if buf, ok := b.p.Get().(*[copyBufferSize]byte); ok {
-		return buf[:]
-	}
-	return make([]byte, copyBufferSize)
-}
-
-func (b *bufferPool) Put(buf []byte) {
-	if cap(buf) != copyBufferSize {
-		return
-	}
-	b.p.Put((*[copyBufferSize]byte)(buf[:copyBufferSize]))
 }
