@@ -129,32 +129,21 @@ type Totals struct {
 	Cost               Money
 }
 
-// Add adds o to t.
-func (t *Totals) Add(o Totals) {
-	t.Requests += o.Requests
-	t.Failed += o.Failed
-	t.Estimated += o.Estimated
-	t.InputTokens += o.InputTokens
-	t.CacheWrite5mTokens += o.CacheWrite5mTokens
-	t.CacheWrite1hTokens += o.CacheWrite1hTokens
-	t.CacheReadTokens += o.CacheReadTokens
-	t.OutputTokens += o.OutputTokens
-	t.WebSearchRequests += o.WebSearchRequests
-	t.Cost += o.Cost
-}
-
 func (t *Totals) add(e Entry) {
-	o := Totals{Requests: 1, InputTokens: e.InputTokens,
-		CacheWrite5mTokens: e.CacheWrite5mTokens, CacheWrite1hTokens: e.CacheWrite1hTokens,
-		CacheReadTokens: e.CacheReadTokens, OutputTokens: e.OutputTokens,
-		WebSearchRequests: e.WebSearchRequests, Cost: e.Cost}
+	t.Requests++
 	if e.Status < 200 || e.Status > 299 {
-		o.Failed = 1
+		t.Failed++
 	}
 	if e.Estimated {
-		o.Estimated = 1
+		t.Estimated++
 	}
-	t.Add(o)
+	t.InputTokens += e.InputTokens
+	t.CacheWrite5mTokens += e.CacheWrite5mTokens
+	t.CacheWrite1hTokens += e.CacheWrite1hTokens
+	t.CacheReadTokens += e.CacheReadTokens
+	t.OutputTokens += e.OutputTokens
+	t.WebSearchRequests += e.WebSearchRequests
+	t.Cost += e.Cost
 }
 
 // ReportRow is one group of a report.

@@ -54,7 +54,15 @@ func TestReport(t *testing.T) {
 	u1failed := tot(1, 5*budget.Cent)
 	u1failed.Failed, u1failed.Estimated = 1, 1
 	add := func(a, b budget.Totals) budget.Totals {
-		a.Add(b)
+		a.Requests += b.Requests
+		a.Failed += b.Failed
+		a.Estimated += b.Estimated
+		a.InputTokens += b.InputTokens
+		a.OutputTokens += b.OutputTokens
+		a.CacheWrite5mTokens += b.CacheWrite5mTokens
+		a.CacheWrite1hTokens += b.CacheWrite1hTokens
+		a.CacheReadTokens += b.CacheReadTokens
+		a.Cost += b.Cost
 		return a
 	}
 	all := add(add(tot(4, 650*budget.Cent), u1failed), budget.Totals{})
