@@ -215,8 +215,6 @@ func (f *kubeFixture) waitJob(t *testing.T, call string, done chan runResult) *b
 	}
 }
 
-// runPod plays the Job controller and the kubelet: it starts the Job's
-// pod on the fake node, running.
 // startRunning starts the build of call, writing to out, and runs its
 // Job's pod.
 func (f *kubeFixture) startRunning(t *testing.T, ctx context.Context, call string, out io.Writer) (chan runResult, *batchv1.Job, *corev1.Pod) {
@@ -226,6 +224,8 @@ func (f *kubeFixture) startRunning(t *testing.T, ctx context.Context, call strin
 	return done, job, f.runPod(t, job)
 }
 
+// runPod plays the Job controller and the kubelet: it starts the Job's
+// pod on the fake node, running.
 func (f *kubeFixture) runPod(t testing.TB, job *batchv1.Job) *corev1.Pod {
 	t.Helper()
 	return kubetest.RunJobPod(t, f.admin, job, job.Name+"-x1", f.node, func(p *corev1.Pod) {

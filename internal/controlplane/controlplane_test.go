@@ -458,8 +458,6 @@ func closedURL(t *testing.T) string {
 	return u
 }
 
-// wantError checks that an answer is the contract's error shape with status
-// and code, and returns its message.
 // wantNoWorkerRequests checks that nothing reached the worker; what, when
 // set, names what was refused.
 func (h *harness) wantNoWorkerRequests(t *testing.T, what string) {
@@ -482,6 +480,8 @@ func wantFieldError(t *testing.T, resp *http.Response, body []byte, field string
 	}
 }
 
+// wantError checks that an answer is the contract's error shape with status
+// and code, and returns its message.
 func wantError(t *testing.T, resp *http.Response, body []byte, status int, code string) string {
 	t.Helper()
 	if resp.StatusCode != status {

@@ -62,7 +62,6 @@ func (h *harness) fileIssue(req contract.CreateIssueRequest) contract.Issue {
 	return got
 }
 
-// commentIssue comments through the worker endpoint and returns the answer.
 // wantRetryAnswer checks the answer to a retry: 200, with what the first
 // call created.
 func wantRetryAnswer[T any](t *testing.T, resp *http.Response, data []byte, want T) {
@@ -77,6 +76,7 @@ func wantRetryAnswer[T any](t *testing.T, resp *http.Response, data []byte, want
 	}
 }
 
+// commentIssue comments through the worker endpoint and returns the answer.
 func (h *harness) commentIssue(id string, req contract.CommentIssueRequest) (*http.Response, []byte) {
 	h.t.Helper()
 	return h.workerCall(h.reportSigner(env), http.MethodPost, strings.Replace(contract.IssueCommentsPath, "{id}", id, 1), mustJSON(h.t, req))

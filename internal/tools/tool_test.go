@@ -24,7 +24,6 @@ func newWorkspace(t testing.TB) *Workspace {
 	return ws
 }
 
-// writeFiles creates files (path → content) under root.
 // numbered is n lines of format, each with its number (from 1).
 func numbered(format string, n int) string {
 	var b strings.Builder
@@ -34,6 +33,7 @@ func numbered(format string, n int) string {
 	return b.String()
 }
 
+// writeFiles creates files (path → content) under root.
 func writeFiles(t *testing.T, root string, files map[string]string) {
 	t.Helper()
 	for name, content := range files {
