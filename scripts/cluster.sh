@@ -37,6 +37,8 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 dir="${TALKIDE_CLUSTER_DIR:-/var/lib/talkide-cluster}"
+# The disk share below which the kubelet evicts pods (evictionHard).
+evict_pct=1
 netns=talkide-cluster
 netns_path=/var/run/netns/$netns
 node=talkide-node
@@ -322,7 +324,7 @@ clusterDNS: [$dns_ip]
 resolvConf: $dir/resolv.conf
 # A test machine's disk is not the pods': no evictions for its fill, and
 # the imported images (never pullable again) are never collected.
-evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+evictionHard: {memory.available: 100Mi, nodefs.available: $evict_pct%, imagefs.available: $evict_pct%, nodefs.inodesFree: 1%}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 maxPods: 60
@@ -577,7 +579,7 @@ down() {
   log "down"
 }
 
-# The kubelet evicts every pod once its disk has under 1 % free
+# The kubelet evicts every pod once its disk has under evict_pct % free
 # (evictionHard, node_up): on a nearly full disk the platform's pods start
 # and are evicted at once, which reads as a rollout that times out. The
 # cluster itself takes about 4 GiB (images, containerd, pods, logs); 6
@@ -585,9 +587,9 @@ down() {
 disk_room() {
   local size avail need
   read -r size avail < <(df -Pk "$dir" | awk 'NR == 2 {print $2, $4}')
-  need=$((size / 100 + 6 * 1024 * 1024))
+  need=$((size * evict_pct / 100 + 6 * 1024 * 1024))
   [ "$avail" -ge "$need" ] ||
-    die "$((avail / 1024 / 1024)) GiB free on the disk of $dir, and the cluster needs $((need / 1024 / 1024)) GiB: the kubelet evicts every pod below 1 % free, and 6 GiB above that is asked for the cluster, which takes about 4 (a Go build cache, \$(go env GOCACHE), may be what fills it: go clean -cache)"
+    die "$((avail / 1024 / 1024)) GiB free on the disk of $dir, $((need / 1024 / 1024)) needed (often a Go build cache fills it: go clean -cache)"
 }
 
 # ---------------------------------------------------------------- commands
@@ -597,9 +599,9 @@ cmd="${1:-}"
 case "$cmd" in
   up)
     start_time=$(date +%s)
-    packages
     mkdir -p "$dir"
     disk_room
+    packages
     # The images (mostly Debian's mirror and dpkg) are made while the
     # Kubernetes binaries compile: on a new machine that is minutes saved.
     ./scripts/images.sh >"$dir/images.list" 2>"$dir/images.log" &
