@@ -147,7 +147,8 @@ type Gateway struct {
 	bodies   *bodyLimiter        // nil: no bound
 	urls     map[string]*url.URL // the upstream URL of each forwarded path
 	proxy    *httputil.ReverseProxy
-	handler  http.Handler // serve, with the body's deadline
+	own      *http.Transport // the default transport, when Options.Transport was nil
+	handler  http.Handler    // serve, with the body's deadline
 }
 
 // New returns the gateway. upstream is the Anthropic API base URL (e.g.
@@ -167,8 +168,10 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 	o := defaults.Copy(opts)
 	defaults.Logger(&o.Logger)
 	defaults.Clock(&o.Now)
+	var own *http.Transport
 	if o.Transport == nil {
-		o.Transport = newTransport()
+		own = newTransport()
+		o.Transport = own
 	}
 	defaults.IfNotPositive(&o.MaxBody, DefaultMaxBody)
 	defaults.IfZero(&o.DrainTimeout, DefaultDrainTimeout)
@@ -195,6 +198,7 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		tracer:   observe.Tracer(o.TracerProvider, "gateway"),
 		rec:      newRecorder(st, o.Logger),
 		bodies:   newBodyLimiter(o.MaxBuffered),
+		own:      own,
 	}
 	g.urls = upstreamURLs(&u)
 	g.proxy = &httputil.ReverseProxy{
@@ -221,8 +225,16 @@ func (g *Gateway) Flush(ctx context.Context) error { return g.rec.flush(ctx) }
 // gateway from serving: a call that ends after Close writes its record
 // itself before its response ends, as a store write on the call's path.
 // Call it after the HTTP server has shut down and before the store closes.
-// A gateway that is never closed holds no goroutine while it is idle.
-func (g *Gateway) Close(ctx context.Context) error { return g.rec.close(ctx) }
+// It closes the default transport's idle connections to the upstream,
+// and with them the two goroutines http.Transport keeps for each. A
+// gateway that is never closed holds those until the connections have
+// been idle for 90 s.
+func (g *Gateway) Close(ctx context.Context) error {
+	if g.own != nil {
+		g.own.CloseIdleConnections()
+	}
+	return g.rec.close(ctx)
+}
 
 // ServeHTTP authorises, forwards and meters one model call.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }

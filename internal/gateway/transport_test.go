@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/talkide/platform/internal/poll"
 )
 
 // TestUpstreamConnectionsReused checks that the default Transport keeps
@@ -98,4 +101,55 @@ func TestUpstreamConnectionsReused(t *testing.T) {
 		t.Errorf("%d upstream connections for %d rounds of %d concurrent calls, want about %d", n, rounds, streams, streams)
 	}
 	t.Logf("%d upstream connections for %d rounds of %d concurrent calls", opened.Load(), rounds, streams)
+}
+
+// TestCloseClosesIdleUpstreamConnections checks that Close leaves no
+// idle upstream connection open, nor the goroutines http.Transport keeps
+// for one.
+func TestCloseClosesIdleUpstreamConnections(t *testing.T) {
+	var open atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, cannedJSON)
+	}))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed:
+			open.Add(-1)
+		}
+	}
+	up.Start()
+	defer up.Close()
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessURL(t, up.URL, nil)
+	gw := New(u, testAPIKey, h.keys, h.store, nil)
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+Prefix+"/v1/messages", strings.NewReader(requestBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(TokenHeader, h.mint(convA))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if n := open.Load(); n != 1 {
+		t.Fatalf("%d upstream connections open after the call, want the idle one", n)
+	}
+	if err := gw.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the idle upstream connection to close", func() bool { return open.Load() == 0 })
 }
