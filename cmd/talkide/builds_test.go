@@ -16,8 +16,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/spf13/pflag"
 
@@ -100,19 +98,8 @@ func TestBuildToolInDevOnKubernetes(t *testing.T) {
 		RoleRef:  rbacv1.RoleRef{Kind: "Role", APIGroup: rbacv1.GroupName, Name: "talkide-worker"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	admin := srv.Config()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: admin.CAData}
-	sa := srv.AsServiceAccount(ns, "talkide-worker")
-	cfg.AuthInfos["worker"] = &clientcmdapi.AuthInfo{ClientCertificateData: admin.CertData, ClientKeyData: admin.KeyData,
-		Impersonate: sa.Impersonate.UserName, ImpersonateGroups: sa.Impersonate.Groups}
-	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "worker", Namespace: ns}
-	cfg.CurrentContext = "test"
+	kubeconfig := kubetest.Kubeconfig(t, srv.AsServiceAccount(ns, "talkide-worker"), ns)
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
 
 	// The stand-in kubelet serves the build container's log.
 	line := time.Now().UTC().Format(time.RFC3339Nano) + " OkTest > one() PASSED\n"

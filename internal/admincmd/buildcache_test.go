@@ -69,7 +69,7 @@ func TestAdminBuildCachePromote(t *testing.T) {
 func TestAdminBuildCacheSeed(t *testing.T) {
 	srv := kubetest.Start(t)
 	ns := srv.Namespace(t)
-	kubeconfig := kubeconfig(t, srv)
+	kubeconfig := kubetest.Kubeconfig(t, srv.Config(), "")
 	cs := srv.Client(t)
 	for _, c := range []string{"gradle-cache", "claude-sessions"} {
 		pvc := &corev1.PersistentVolumeClaim{

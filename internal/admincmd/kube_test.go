@@ -3,35 +3,15 @@ package admincmd
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/talkide/platform/internal/kubetest"
 	"github.com/talkide/platform/internal/roles/rolestest"
 )
-
-// kubeconfig writes a kubeconfig file for the test API server's
-// administrator.
-func kubeconfig(t *testing.T, srv *kubetest.Server) string {
-	t.Helper()
-	c := srv.Config()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthorityData: c.CAData}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: c.CertData, ClientKeyData: c.KeyData, Token: c.BearerToken}
-	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
-	cfg.CurrentContext = "test"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // kubeEnv is a control-plane directory holding the tenant-env
 // TENANT/prod, TENANT unique on the shared test API server (prefix and
@@ -45,7 +25,7 @@ func kubeEnv(t *testing.T, prefix string) (srv *kubetest.Server, tenant, ns, dat
 	tenant = prefix + hex.EncodeToString(b[:])
 	dataDirFlag = "--data-dir=" + dir
 	mustAdmin(t, "env", "add", dataDirFlag, "--worker-url", "http://placeholder:8080", "--tenant", tenant, "--env", "prod")
-	return srv, tenant, tenant + "-prod", dataDirFlag, "--kubeconfig=" + kubeconfig(t, srv)
+	return srv, tenant, tenant + "-prod", dataDirFlag, "--kubeconfig=" + kubetest.Kubeconfig(t, srv.Config(), "")
 }
 
 // The admin commands drive the provisioner: sync creates and then keeps,

@@ -36,6 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/defaults"
 )
 
@@ -264,7 +265,7 @@ func (s *Simulator) messages(w http.ResponseWriter, r *http.Request, body []byte
 	if !req.Stream {
 		// Without deltas to space out, a [[sleep:MS]] delays the whole answer.
 		if rep.HasSleep {
-			if err := sleep(r.Context(), rep.Sleep); err != nil {
+			if err := backoff.Sleep(r.Context(), rep.Sleep); err != nil {
 				return info, err
 			}
 		}

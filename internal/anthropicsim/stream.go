@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/sse"
 )
 
@@ -99,7 +100,7 @@ func writeStream(ctx context.Context, w io.Writer, flush func(), id, model strin
 			return err
 		}
 		for _, d := range deltas(b) {
-			if err := sleep(ctx, pause); err != nil {
+			if err := backoff.Sleep(ctx, pause); err != nil {
 				return err
 			}
 			if err := emit("content_block_delta", blockDeltaEvent{Type: "content_block_delta", Index: i, Delta: d}); err != nil {
@@ -171,19 +172,4 @@ func jsonPieces(s string) []string {
 		s = s[n:]
 	}
 	return out
-}
-
-// sleep waits d, or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

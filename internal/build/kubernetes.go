@@ -18,7 +18,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -179,10 +178,7 @@ func NewKubernetes(cs kubernetes.Interface, opts *KubernetesOptions) (*Kubernete
 	defaults.IfZero(&o.ClaimName, DefaultClaimName)
 	defaults.IfNotPositive(&o.RunAsUser, DefaultRunAsUser)
 	if o.Resources.Requests == nil && o.Resources.Limits == nil {
-		o.Resources = corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(DefaultCPURequest), corev1.ResourceMemory: resource.MustParse(DefaultMemoryRequest)},
-			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(DefaultCPULimit), corev1.ResourceMemory: resource.MustParse(DefaultMemoryLimit)},
-		}
+		o.Resources = DefaultResources()
 	}
 	defaults.IfNotPositive(&o.Timeout, DefaultTimeout)
 	o.Timeout = min(o.Timeout, MaxTimeout)
@@ -202,27 +198,18 @@ func JobName(conversation, toolCall string) string {
 	return "build-" + hex.EncodeToString(sum[:10])
 }
 
-// labelValue is v when it is a valid label value, else a digest of it.
-func labelValue(v string) string {
-	if len(validation.IsValidLabelValue(v)) == 0 {
-		return v
-	}
-	sum := sha256.Sum256([]byte(v))
-	return "h-" + hex.EncodeToString(sum[:12])
-}
-
 func (k *Kubernetes) labels(req Request) map[string]string {
 	l := map[string]string{
 		LabelManagedBy:    "talkide",
 		LabelComponent:    "build",
-		LabelConversation: labelValue(req.Conversation),
-		LabelToolCall:     labelValue(req.ToolCall),
+		LabelConversation: LabelValue(req.Conversation),
+		LabelToolCall:     LabelValue(req.ToolCall),
 	}
 	if k.opts.Tenant != "" {
-		l[LabelTenant] = labelValue(k.opts.Tenant)
+		l[LabelTenant] = LabelValue(k.opts.Tenant)
 	}
 	if k.opts.Env != "" {
-		l[LabelEnv] = labelValue(k.opts.Env)
+		l[LabelEnv] = LabelValue(k.opts.Env)
 	}
 	return l
 }
@@ -344,7 +331,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // same tool call, found by its labels, or nil.
 func (k *Kubernetes) existing(ctx context.Context, req Request) (*batchv1.Job, error) {
 	sel := labels.SelectorFromSet(map[string]string{
-		LabelManagedBy: "talkide", LabelConversation: labelValue(req.Conversation), LabelToolCall: labelValue(req.ToolCall),
+		LabelManagedBy: "talkide", LabelConversation: LabelValue(req.Conversation), LabelToolCall: LabelValue(req.ToolCall),
 	})
 	list, err := k.cs.BatchV1().Jobs(k.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
@@ -407,8 +394,7 @@ func (k *Kubernetes) Job(req Request) (*batchv1.Job, error) {
 	deadline := int64(k.deadline(req) / time.Second)
 	ttl := int32(k.opts.TTLAfterFinished / time.Second)
 	zero := int32(0)
-	yes, no := true, false
-	uid := k.opts.RunAsUser
+	no := false
 
 	volumes := []corev1.Volume{
 		{Name: "workspace", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: k.opts.ClaimName}}},
@@ -424,15 +410,7 @@ func (k *Kubernetes) Job(req Request) (*batchv1.Job, error) {
 		WorkingDir:      podWorkspace,
 		Resources:       k.opts.Resources,
 		ImagePullPolicy: corev1.PullIfNotPresent,
-		SecurityContext: &corev1.SecurityContext{
-			RunAsNonRoot:             &yes,
-			RunAsUser:                &uid,
-			RunAsGroup:               &uid,
-			AllowPrivilegeEscalation: &no,
-			ReadOnlyRootFilesystem:   &yes,
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext: ContainerSecurity(k.opts.RunAsUser),
 	}
 	pod := corev1.PodSpec{
 		RestartPolicy:                corev1.RestartPolicyNever,
@@ -440,12 +418,7 @@ func (k *Kubernetes) Job(req Request) (*batchv1.Job, error) {
 		EnableServiceLinks:           &no,
 		NodeSelector:                 k.opts.NodeSelector,
 		Tolerations:                  k.opts.Tolerations,
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot:   &yes,
-			RunAsUser:      &uid,
-			RunAsGroup:     &uid,
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext:              PodSecurity(k.opts.RunAsUser),
 	}
 	switch req.Spec.Kind {
 	case KindGradle:
@@ -503,20 +476,11 @@ func (k *Kubernetes) Job(req Request) (*batchv1.Job, error) {
 			BackoffLimit:            &zero, // the model decides on retries
 			ActiveDeadlineSeconds:   &deadline,
 			TTLSecondsAfterFinished: &ttl,
-			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
-				// A pod evicted or preempted is not the build's failure: a
-				// new pod runs it, without counting against backoffLimit.
-				{Action: batchv1.PodFailurePolicyActionIgnore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}},
-				// A build that exits non-zero fails the Job at once.
-				{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-					ContainerName: ptr(ContainerName), Operator: batchv1.PodFailurePolicyOnExitCodesOpNotIn, Values: []int32{0}}},
-			}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: lbl}, Spec: pod},
+			PodFailurePolicy:        FailurePolicy(ContainerName),
+			Template:                corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: lbl}, Spec: pod},
 		},
 	}, nil
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // jobOutcome is a finished Job's terminal condition.
 type jobOutcome struct {

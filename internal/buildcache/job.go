@@ -138,10 +138,7 @@ func (o *SeedOptions) Validate() error {
 		o.RunAsUser = build.DefaultRunAsUser
 	}
 	if o.Resources.Requests == nil && o.Resources.Limits == nil {
-		o.Resources = corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(build.DefaultCPURequest), corev1.ResourceMemory: resource.MustParse(build.DefaultMemoryRequest)},
-			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(build.DefaultCPULimit), corev1.ResourceMemory: resource.MustParse(build.DefaultMemoryLimit)},
-		}
+		o.Resources = build.DefaultResources()
 	}
 	if o.Timeout < 0 || o.Timeout > build.MaxTimeout {
 		return fmt.Errorf("buildcache: a seeding's deadline %s: want more than 0 and at most %s", o.Timeout, build.MaxTimeout)
@@ -166,14 +163,6 @@ func JobName(cacheClaim string) string {
 	return "seed-" + hex.EncodeToString(sum[:10])
 }
 
-func labelValue(v string) string {
-	if len(validation.IsValidLabelValue(v)) == 0 {
-		return v
-	}
-	sum := sha256.Sum256([]byte(v))
-	return "h-" + hex.EncodeToString(sum[:12])
-}
-
 // Job returns the seeding Job of generation id for validated options.
 func Job(o *SeedOptions, id string) *batchv1.Job {
 	lbl := map[string]string{
@@ -182,27 +171,15 @@ func Job(o *SeedOptions, id string) *batchv1.Job {
 		LabelGeneration:      id,
 	}
 	if o.Tenant != "" {
-		lbl[build.LabelTenant] = labelValue(o.Tenant)
+		lbl[build.LabelTenant] = build.LabelValue(o.Tenant)
 	}
 	if o.Env != "" {
-		lbl[build.LabelEnv] = labelValue(o.Env)
+		lbl[build.LabelEnv] = build.LabelValue(o.Env)
 	}
 	deadline := int64(o.Timeout / time.Second)
 	ttl := int32(o.TTLAfterFinished / time.Second)
 	zero := int32(0)
-	yes, no := true, false
-	uid := o.RunAsUser
-	security := func() *corev1.SecurityContext {
-		return &corev1.SecurityContext{
-			RunAsNonRoot:             &yes,
-			RunAsUser:                &uid,
-			RunAsGroup:               &uid,
-			AllowPrivilegeEscalation: &no,
-			ReadOnlyRootFilesystem:   &yes,
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		}
-	}
+	no := false
 	gradle := corev1.Container{
 		Name:            GradleContainer,
 		Image:           o.Image,
@@ -222,7 +199,7 @@ func Job(o *SeedOptions, id string) *batchv1.Job {
 			{Name: "gradle-home", MountPath: podGradleHome},
 			{Name: "tmp", MountPath: podTmp},
 		},
-		SecurityContext: security(),
+		SecurityContext: build.ContainerSecurity(o.RunAsUser),
 	}
 	promote := corev1.Container{
 		Name:            PromoteContainer,
@@ -240,7 +217,7 @@ func Job(o *SeedOptions, id string) *batchv1.Job {
 		},
 		TerminationMessagePath:   podResult,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		SecurityContext:          security(),
+		SecurityContext:          build.ContainerSecurity(o.RunAsUser),
 	}
 	pod := corev1.PodSpec{
 		RestartPolicy:                corev1.RestartPolicyNever,
@@ -248,14 +225,9 @@ func Job(o *SeedOptions, id string) *batchv1.Job {
 		EnableServiceLinks:           &no,
 		NodeSelector:                 o.NodeSelector,
 		Tolerations:                  o.Tolerations,
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot:   &yes,
-			RunAsUser:      &uid,
-			RunAsGroup:     &uid,
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-		InitContainers: []corev1.Container{gradle},
-		Containers:     []corev1.Container{promote},
+		SecurityContext:              build.PodSecurity(o.RunAsUser),
+		InitContainers:               []corev1.Container{gradle},
+		Containers:                   []corev1.Container{promote},
 		Volumes: []corev1.Volume{
 			{Name: "cache", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: o.CacheClaim}}},
 			{Name: "seed", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: o.SessionClaim, ReadOnly: true}}},
@@ -271,14 +243,9 @@ func Job(o *SeedOptions, id string) *batchv1.Job {
 			BackoffLimit:            &zero,
 			ActiveDeadlineSeconds:   &deadline,
 			TTLSecondsAfterFinished: &ttl,
-			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
-				// An evicted or preempted pod is replaced without counting;
-				// the new pod writes the same generation afresh.
-				{Action: batchv1.PodFailurePolicyActionIgnore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}},
-				{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-					Operator: batchv1.PodFailurePolicyOnExitCodesOpNotIn, Values: []int32{0}}},
-			}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: lbl}, Spec: pod},
+			// A replaced pod writes the same generation afresh.
+			PodFailurePolicy: build.FailurePolicy(""),
+			Template:         corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: lbl}, Spec: pod},
 		},
 	}
 }

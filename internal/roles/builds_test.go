@@ -12,8 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/talkide/platform/internal/build"
 	"github.com/talkide/platform/internal/kubetest"
@@ -44,17 +42,8 @@ func TestParseTolerations(t *testing.T) {
 func TestKubernetesBuildsFromKubeconfig(t *testing.T) {
 	srv := kubetest.Start(t)
 	ns := srv.Namespace(t)
-	admin := srv.Config()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: admin.CAData}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: admin.CertData, ClientKeyData: admin.KeyData}
-	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin", Namespace: ns}
-	cfg.CurrentContext = "test"
+	kubeconfig := kubetest.Kubeconfig(t, srv.Config(), ns)
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
 	o := WorkerConfig{Tenant: "acme", Env: "dev", ClaudeConfigDir: filepath.Join(dir, "claude"), WorkspaceRoot: filepath.Join(dir, "workspaces")}
 	flags := BuildConfig{Runner: "kubernetes", Kubeconfig: kubeconfig, Image: "builder.example.com/jdk:21", Claim: build.DefaultClaimName,
 		CPURequest: "500m", CPULimit: "3", MemoryRequest: "1Gi", MemoryLimit: "6Gi", MaxConcurrent: build.DefaultMaxConcurrent,
