@@ -32,9 +32,8 @@ func TestUpstreamConnectionsReused(t *testing.T) {
 		mu      sync.Mutex
 		arrived int
 		release = make(chan struct{})
-		opened  atomic.Int64
 	)
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		mu.Lock()
 		arrived++
@@ -51,22 +50,8 @@ func TestUpstreamConnectionsReused(t *testing.T) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, cannedJSON)
-	}))
-	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			opened.Add(1)
-		}
 	}
-	up.Start()
-	defer up.Close()
-	u, err := url.Parse(up.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newHarnessURL(t, up.URL, nil)
-	gw := New(u, testAPIKey, h.keys, h.store, nil) // the default Transport
-	srv := httptest.NewServer(gw)
-	defer srv.Close()
+	srv, h, _, conns := gatewayOnCountedUpstream(t, up)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * streams}}
 	defer client.CloseIdleConnections()
 	tok := h.mint(convA)
@@ -97,40 +82,21 @@ func TestUpstreamConnectionsReused(t *testing.T) {
 	}
 	// Ideally streams; a call that finds no idle connection at once may
 	// dial while one is being returned, hence the slack.
-	if n := opened.Load(); n > 2*streams {
+	if n := conns.opened.Load(); n > 2*streams {
 		t.Errorf("%d upstream connections for %d rounds of %d concurrent calls, want about %d", n, rounds, streams, streams)
 	}
-	t.Logf("%d upstream connections for %d rounds of %d concurrent calls", opened.Load(), rounds, streams)
+	t.Logf("%d upstream connections for %d rounds of %d concurrent calls", conns.opened.Load(), rounds, streams)
 }
 
 // TestCloseClosesIdleUpstreamConnections checks that Close leaves no
 // idle upstream connection open, nor the goroutines http.Transport keeps
 // for one.
 func TestCloseClosesIdleUpstreamConnections(t *testing.T) {
-	var open atomic.Int64
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, h, gw, conns := gatewayOnCountedUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, cannedJSON)
-	}))
-	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		switch s {
-		case http.StateNew:
-			open.Add(1)
-		case http.StateClosed:
-			open.Add(-1)
-		}
-	}
-	up.Start()
-	defer up.Close()
-	u, err := url.Parse(up.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newHarnessURL(t, up.URL, nil)
-	gw := New(u, testAPIKey, h.keys, h.store, nil)
-	srv := httptest.NewServer(gw)
-	defer srv.Close()
+	})
 	req, err := http.NewRequest(http.MethodPost, srv.URL+Prefix+"/v1/messages", strings.NewReader(requestBody))
 	if err != nil {
 		t.Fatal(err)
@@ -145,11 +111,42 @@ func TestCloseClosesIdleUpstreamConnections(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	if n := open.Load(); n != 1 {
+	if n := conns.open.Load(); n != 1 {
 		t.Fatalf("%d upstream connections open after the call, want the idle one", n)
 	}
 	if err := gw.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, "the idle upstream connection to close", func() bool { return open.Load() == 0 })
+	poll.Until(t, "the idle upstream connection to close", func() bool { return conns.open.Load() == 0 })
+}
+
+// connCounts are the connections an upstream accepted, and those open.
+type connCounts struct{ opened, open atomic.Int64 }
+
+// gatewayOnCountedUpstream serves a gateway with the default Transport in
+// front of an upstream that runs up and counts its connections.
+func gatewayOnCountedUpstream(t *testing.T, up http.HandlerFunc) (*httptest.Server, *harness, *Gateway, *connCounts) {
+	t.Helper()
+	var c connCounts
+	us := httptest.NewUnstartedServer(up)
+	us.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			c.opened.Add(1)
+			c.open.Add(1)
+		case http.StateClosed:
+			c.open.Add(-1)
+		}
+	}
+	us.Start()
+	t.Cleanup(us.Close)
+	u, err := url.Parse(us.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessURL(t, us.URL, nil)
+	gw := New(u, testAPIKey, h.keys, h.store, nil)
+	srv := httptest.NewServer(gw)
+	t.Cleanup(srv.Close)
+	return srv, h, gw, &c
 }
