@@ -11,6 +11,7 @@ import (
 
 	"github.com/talkide/platform/internal/chatclient"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/poll"
 	"github.com/talkide/platform/internal/roles"
 )
 
@@ -56,7 +57,7 @@ func TestReplicaStreamCaps(t *testing.T) {
 
 	// B refuses once it has read A's counts; a stream it admits before
 	// that is closed again at once.
-	pollUntil(t, "B refuses a third stream of the user", func() bool {
+	poll.Until(t, "B refuses a third stream of the user", func() bool {
 		return tryStream(t, b, conv.ID, token, false) == http.StatusTooManyRequests
 	})
 	if got, want := rs.replicas[0].Server.StreamsOpen()+rs.replicas[1].Server.StreamsOpen(), 2; got != want {
@@ -67,7 +68,7 @@ func TestReplicaStreamCaps(t *testing.T) {
 	held[0].Body.Close()
 	held = held[1:]
 	var onB *http.Response
-	pollUntil(t, "B admits a stream once one of A's closed", func() bool {
+	poll.Until(t, "B admits a stream once one of A's closed", func() bool {
 		resp, status := openStream(t, b, conv.ID, token)
 		if status == http.StatusOK {
 			onB = resp
@@ -77,7 +78,7 @@ func TestReplicaStreamCaps(t *testing.T) {
 	})
 	held = append(held, onB)
 	// The cap holds the other way too: A now counts B's.
-	pollUntil(t, "A refuses a stream while A and B hold one each", func() bool {
+	poll.Until(t, "A refuses a stream while A and B hold one each", func() bool {
 		return tryStream(t, a, conv.ID, token, false) == http.StatusTooManyRequests
 	})
 
@@ -90,7 +91,7 @@ func TestReplicaStreamCaps(t *testing.T) {
 			t.Errorf("B right after A died: %d, want 429 (A's stream is counted until the TTL)", status)
 		}
 	}
-	pollUntil(t, "B admits a second stream after the dead replica's TTL", func() bool {
+	poll.Until(t, "B admits a second stream after the dead replica's TTL", func() bool {
 		resp, status := openStream(t, b, conv.ID, token)
 		if status == http.StatusOK {
 			held = append(held, resp)
@@ -142,17 +143,6 @@ func tryStream(t *testing.T, base, conv, token string, strict bool) int {
 		t.Fatalf("stream on %s: %d, want 200 or 429", base, resp.StatusCode)
 	}
 	return resp.StatusCode
-}
-
-// pollUntil waits for cond, checking every 20 ms; after a minute it fails
-// (a bound on a test that would hang, not a timing requirement).
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after a minute: %s", what)
-		}
-	}
 }
 
 // crash takes replica i away as a process that dies does: it stops

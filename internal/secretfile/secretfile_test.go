@@ -2,6 +2,7 @@ package secretfile
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/poll"
 	"github.com/talkide/platform/internal/readloop"
 )
 
@@ -127,20 +129,13 @@ func TestMissingFile(t *testing.T) {
 	}
 }
 
-// waitFor waits, up to a generous deadline, until f holds want.
+// waitFor waits until f holds want.
 func waitFor(t *testing.T, f *File, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, fmt.Sprintf("f to hold %q", want), func() bool {
 		v, _ := f.Get()
-		if v == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("f holds %q, never %q", v, want)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return v == want
+	})
 }
 
 // plainFile writes a regular file named secrets into a new directory.
