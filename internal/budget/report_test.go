@@ -51,21 +51,14 @@ func TestReport(t *testing.T) {
 		ledgerEntry("e6", "acme", "prod", "u1", "c1", "sonnet", 7*budget.Dollar, day1.AddDate(0, -1, 0)), // last month
 	)
 	from := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	u1failed := tot(1, 5*budget.Cent)
-	u1failed.Failed, u1failed.Estimated = 1, 1
-	add := func(a, b budget.Totals) budget.Totals {
-		a.Requests += b.Requests
-		a.Failed += b.Failed
-		a.Estimated += b.Estimated
-		a.InputTokens += b.InputTokens
-		a.OutputTokens += b.OutputTokens
-		a.CacheWrite5mTokens += b.CacheWrite5mTokens
-		a.CacheWrite1hTokens += b.CacheWrite1hTokens
-		a.CacheReadTokens += b.CacheReadTokens
-		a.Cost += b.Cost
-		return a
+	// withFailed is tot(n, cost) with u1's failed call (e5) counted in:
+	// one more call of the same tokens, 5 cents, failed and estimated.
+	withFailed := func(n int64, cost budget.Money) budget.Totals {
+		t := tot(n+1, cost+5*budget.Cent)
+		t.Failed, t.Estimated = 1, 1
+		return t
 	}
-	all := add(add(tot(4, 650*budget.Cent), u1failed), budget.Totals{})
+	all := withFailed(4, 650*budget.Cent)
 
 	tests := map[string]struct {
 		q       budget.ReportQuery
@@ -76,7 +69,7 @@ func TestReport(t *testing.T) {
 		"by user, by cost": {
 			q: budget.ReportQuery{By: []budget.Dimension{budget.ByUser}, From: from},
 			rows: []budget.ReportRow{
-				{Key: []string{"u1"}, Totals: add(tot(2, 3*budget.Dollar), u1failed)},
+				{Key: []string{"u1"}, Totals: withFailed(2, 3*budget.Dollar)},
 				{Key: []string{"u3"}, Totals: tot(1, 3*budget.Dollar)},
 				{Key: []string{"u2"}, Totals: tot(1, 50*budget.Cent)},
 			},
@@ -87,7 +80,7 @@ func TestReport(t *testing.T) {
 			rows: []budget.ReportRow{
 				{Key: []string{"acme/dev", "2026-11-30"}, Totals: tot(1, 50*budget.Cent)},
 				{Key: []string{"acme/prod", "2026-11-29"}, Totals: tot(1, budget.Dollar)},
-				{Key: []string{"acme/prod", "2026-11-30"}, Totals: add(tot(1, 2*budget.Dollar), u1failed)},
+				{Key: []string{"acme/prod", "2026-11-30"}, Totals: withFailed(1, 2*budget.Dollar)},
 				{Key: []string{"globex/prod", "2026-11-29"}, Totals: tot(1, 3*budget.Dollar)},
 			},
 			total: all,
@@ -96,9 +89,9 @@ func TestReport(t *testing.T) {
 			q: budget.ReportQuery{By: []budget.Dimension{budget.ByModel}, Tenant: "acme", Env: "prod", From: from},
 			rows: []budget.ReportRow{
 				{Key: []string{"sonnet"}, Totals: tot(2, 3*budget.Dollar)},
-				{Key: []string{"haiku"}, Totals: u1failed},
+				{Key: []string{"haiku"}, Totals: withFailed(0, 0)},
 			},
-			total: add(tot(2, 3*budget.Dollar), u1failed),
+			total: withFailed(2, 3*budget.Dollar),
 		},
 		"by conversation, one model, one day": {
 			q: budget.ReportQuery{By: []budget.Dimension{budget.ByConversation}, Model: "sonnet",
@@ -112,9 +105,9 @@ func TestReport(t *testing.T) {
 		"by tenant, everything, key order, one row": {
 			q: budget.ReportQuery{By: []budget.Dimension{budget.ByTenant}, Order: budget.OrderKey, MaxRows: 1},
 			rows: []budget.ReportRow{
-				{Key: []string{"acme"}, Totals: add(tot(4, 1050*budget.Cent), u1failed)},
+				{Key: []string{"acme"}, Totals: withFailed(4, 1050*budget.Cent)},
 			},
-			total:   add(tot(5, 1350*budget.Cent), u1failed),
+			total:   withFailed(5, 1350*budget.Cent),
 			omitted: 1,
 		},
 		"total only, one user": {
