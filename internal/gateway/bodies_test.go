@@ -410,12 +410,12 @@ func TestBodyCap(t *testing.T) {
 		if got != c.want {
 			t.Errorf("bodyCap(%d) = %d, want %d", c.n, got, c.want)
 		}
-		if pooled := bodyPool(got) != nil; pooled != (c.n <= maxPooledBody) {
+		if pooled := sizePool(got) != nil; pooled != (c.n <= maxPooledBody) {
 			t.Errorf("a body of %d bytes pooled: %v", c.n, pooled)
 		}
 	}
 	for _, c := range []int64{0, 2 << 10, 12 << 10, 1 << 20} {
-		if bodyPool(c) != nil {
+		if sizePool(c) != nil {
 			t.Errorf("a pool for capacity %d", c)
 		}
 	}

@@ -35,9 +35,9 @@ func bodyCap(n int64) int64 {
 	return max(minPooledBody, int64(1)<<bits.Len64(uint64(n-1)))
 }
 
-// bodyPool is the pool of buffers of capacity c, or nil when c is not a
+// sizePool is the pool of buffers of capacity c, or nil when c is not a
 // pooled capacity.
-func bodyPool(c int64) *sync.Pool {
+func sizePool(c int64) *sync.Pool {
 	if c < minPooledBody || c > maxPooledBody || c&(c-1) != 0 {
 		return nil
 	}
@@ -47,7 +47,7 @@ func bodyPool(c int64) *sync.Pool {
 // getBuffer returns an empty buffer of capacity c, from its pool when it
 // has one. A pooled buffer holds earlier bytes beyond its length.
 func getBuffer(c int64) []byte {
-	if p := bodyPool(c); p != nil {
+	if p := sizePool(c); p != nil {
 		if b, ok := p.Get().(*byte); ok {
 			return unsafe.Slice(b, c)[:0]
 		}
@@ -57,7 +57,7 @@ func getBuffer(c int64) []byte {
 
 // putBuffer gives b to its pool, if it has one. Nothing may use b after.
 func putBuffer(b []byte) {
-	if p := bodyPool(int64(cap(b))); p != nil {
+	if p := sizePool(int64(cap(b))); p != nil {
 		p.Put(unsafe.SliceData(b[:cap(b)]))
 	}
 }

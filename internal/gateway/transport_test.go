@@ -88,9 +88,9 @@ func TestUpstreamConnectionsReused(t *testing.T) {
 	t.Logf("%d upstream connections for %d rounds of %d concurrent calls", conns.opened.Load(), rounds, streams)
 }
 
-// TestCloseClosesIdleUpstreamConnections checks that Close leaves no
-// idle upstream connection open, nor the goroutines http.Transport keeps
-// for one.
+// TestCloseClosesIdleUpstreamConnections checks that Close closes the
+// idle upstream connections, whose reader and writer goroutines in
+// http.Transport end with them.
 func TestCloseClosesIdleUpstreamConnections(t *testing.T) {
 	srv, h, gw, conns := gatewayOnCountedUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
