@@ -4,6 +4,8 @@
 # it (docs/kubernetes.md, "Run on Kubernetes"). Root only.
 #
 #   ./scripts/cluster.sh up            # build, start, deploy; prints the variables below
+#   ./scripts/cluster.sh packages      # only the Debian packages up installs
+#   ./scripts/cluster.sh prepare       # only what up installs and builds; starts nothing
 #   eval "$(./scripts/cluster.sh env)" # the same variables, for a running cluster
 #   ./scripts/cluster.sh exec CMD...   # run CMD in the cluster's network namespace
 #   ./scripts/cluster.sh load          # rebuild the images from the working tree, roll the Deployments
@@ -81,11 +83,14 @@ packages() {
   command -v iptables >/dev/null || missing+=(iptables)
   command -v conntrack >/dev/null || missing+=(conntrack)
   command -v openssl >/dev/null || missing+=(openssl)
+  # scripts/images.sh installs it too; here it joins the one apt-get run,
+  # so that prepare leaves the host's dpkg alone once it has begun.
+  command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
   command -v kubectl >/dev/null || die "kubectl is missing (Debian's kubernetes-client is too old; install kubectl 1.32 or newer)"
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]} from Debian"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 ||
-      { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2; } ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "${missing[@]}" >&2 ||
+      { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "${missing[@]}" >&2; } ||
       die "apt-get install ${missing[*]} failed"
   fi
   # The package's own containerd service must not hold the binaries' sockets.
@@ -506,6 +511,28 @@ print_env() {
   echo "TALKIDE_TOKEN_FILE=$dir/platform/e2e-token"
 }
 
+# ---------------------------------------------------------------- prepare
+
+# prepare installs what is missing of Debian's packages, then starts the
+# images (mostly Debian's mirror and dpkg, in userlands of their own) and
+# builds the node's binaries while they are made: on a new machine that is
+# minutes saved. It sets kb; images_made waits for the images. Both are
+# cached, so up after prepare finds them made.
+prepare() {
+  packages
+  ./scripts/images.sh >"$dir/images.list" 2>"$dir/images.log" &
+  images_pid=$!
+  kb=$(./scripts/kube-node.sh)
+}
+
+images_made() {
+  if ! wait "$images_pid"; then
+    cat "$dir/images.log" >&2
+    die "scripts/images.sh failed"
+  fi
+  cat "$dir/images.log" >&2
+}
+
 # ---------------------------------------------------------------- down
 
 down() {
@@ -556,7 +583,8 @@ down() {
     find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
   done
   # Mounts under the cluster's directory, deepest first.
-  grep " $dir" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do
+  # None at all (a cluster that never came up) is not a failure.
+  { grep " $dir" /proc/self/mountinfo || true; } | awk '{print $5}' | sort -r | while read -r m; do
     umount -l "$m" 2>/dev/null || true
   done
   # The pods' network namespaces (the CNI's cni-*) and the cluster's own,
@@ -596,31 +624,31 @@ disk_room() {
 
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
+start_time=$(date +%s)
 case "$cmd" in
   up)
-    start_time=$(date +%s)
     mkdir -p "$dir"
     disk_room
-    packages
-    # The images (mostly Debian's mirror and dpkg) are made while the
-    # Kubernetes binaries compile: on a new machine that is minutes saved.
-    ./scripts/images.sh >"$dir/images.list" 2>"$dir/images.log" &
-    images_pid=$!
-    kb=$(./scripts/kube-node.sh)
+    prepare
     network
     pki
     control_plane "$kb"
     containerd_up
-    if ! wait "$images_pid"; then
-      cat "$dir/images.log" >&2
-      die "scripts/images.sh failed"
-    fi
-    cat "$dir/images.log" >&2
+    images_made
     import_images <"$dir/images.list"
     node_up "$kb"
     platform
     log "up in $(( $(date +%s) - start_time ))s"
     print_env
+    ;;
+  packages)
+    packages
+    ;;
+  prepare)
+    mkdir -p "$dir"
+    prepare
+    images_made
+    log "prepared in $(( $(date +%s) - start_time ))s"
     ;;
   env)
     [ -e "$netns_path" ] || die "no cluster (scripts/cluster.sh up)"

@@ -106,15 +106,21 @@ EOF
   ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
   ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor"
   ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
-  log "go build kube-apiserver"
-  (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$dir/kube-apiserver.new" k8s.io/kubernetes/cmd/kube-apiserver) ||
-    die "go build k8s.io/kubernetes/cmd/kube-apiserver failed"
-  # In etcd 3.5 and later the server module's root package is etcd's main.
-  log "go build etcd"
-  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$dir/etcd.new" go.etcd.io/etcd/server/v3) ||
-    die "go build go.etcd.io/etcd/server/v3 failed"
-  mv "$dir/kube-apiserver.new" "$dir/kube-apiserver"
-  mv "$dir/etcd.new" "$dir/etcd"
+  # One go build for both, so that their links, and what each compiles
+  # alone, run side by side on the machine's CPUs. The version flags name a
+  # package etcd does not link, so they change nothing in it.
+  local out="$dir/.new"
+  rm -rf "$out"
+  mkdir -p "$out"
+  log "go build kube-apiserver etcd"
+  (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$out/" k8s.io/kubernetes/cmd/kube-apiserver go.etcd.io/etcd/server/v3) ||
+    die "go build k8s.io/kubernetes/cmd/kube-apiserver go.etcd.io/etcd/server/v3 failed"
+  # In etcd 3.5 and later the server module's root package is etcd's main;
+  # go names it after the path's element before the major version.
+  [ -x "$out/server" ] || die "go build wrote no etcd binary ($out/server)"
+  mv "$out/kube-apiserver" "$dir/kube-apiserver"
+  mv "$out/server" "$dir/etcd"
+  rmdir "$out"
 
   local got
   got=$("$dir/kube-apiserver" --version 2>&1) || die "$dir/kube-apiserver --version failed: $got"

@@ -61,16 +61,23 @@ EOF
   ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
   ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor"
   ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
-  local b
+  # The missing ones in one go build, so that their links, and what each
+  # compiles alone, run side by side on the machine's CPUs.
+  local b pkgs=() out="$dir/.node-new"
   for b in kube-controller-manager kube-scheduler kubelet kube-proxy; do
-    if [ "$("$dir/$b" --version 2>/dev/null)" = "Kubernetes v$version" ]; then
-      continue
-    fi
-    log "go build $b"
-    (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$dir/$b.new" "k8s.io/kubernetes/cmd/$b") ||
-      die "go build k8s.io/kubernetes/cmd/$b failed"
-    mv "$dir/$b.new" "$dir/$b"
+    [ "$("$dir/$b" --version 2>/dev/null)" = "Kubernetes v$version" ] || pkgs+=("k8s.io/kubernetes/cmd/$b")
   done
+  if [ ${#pkgs[@]} -gt 0 ]; then
+    rm -rf "$out"
+    mkdir -p "$out"
+    log "go build ${pkgs[*]##*/}"
+    (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}") ||
+      die "go build ${pkgs[*]} failed"
+    for b in "${pkgs[@]##*/}"; do
+      mv "$out/$b" "$dir/$b"
+    done
+    rmdir "$out"
+  fi
   if [[ "$("$dir/coredns" -version 2>/dev/null)" != *"CoreDNS-$coredns_version"* ]]; then
     log "go install github.com/coredns/coredns@v$coredns_version"
     GOBIN="$dir/.coredns-bin" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@v$coredns_version" ||
