@@ -113,6 +113,16 @@ image() {
   echo "$ref $out"
 }
 
+# The userlands first: mmdebstrap waits mostly on the mirror and dpkg, so
+# on a new machine they go on beside whatever else is compiling
+# (scripts/cluster.sh makes the images while the node's binaries build).
+for w in "${want[@]}"; do
+  case "$w" in
+    talkide | worker) rootfs worker >/dev/null ;;
+    builder | postgres) rootfs "$w" >/dev/null ;;
+  esac
+done
+
 log "building talkide, talkide-sandbox, pause and imagebuild from the working tree"
 gobuild "$bin/talkide" ./cmd/talkide
 gobuild "$bin/talkide-sandbox" ./cmd/talkide-sandbox
