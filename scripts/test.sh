@@ -11,46 +11,6 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 go version
 
-# What the run started is stopped however it ends: the builds in the
-# background (each a process group of its own, by setsid), the throwaway
-# PostgreSQL and the cluster.
-background=$(mktemp -d)
-cleanup() {
-  local pid
-  for pid in ${kube_pid:-} ${prepare_pid:-}; do kill -- "-$pid" 2>/dev/null || true; done
-  if [ -n "${cluster_up:-}" ]; then ./scripts/cluster.sh down || true; fi
-  if [ -n "${TALKIDE_TESTDB_DIR:-}" ]; then ./scripts/testdb.sh stop "$TALKIDE_TESTDB_DIR"; fi
-  rm -rf "$background"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# joined SCRIPT PID: waits for a build started in the background, shows
-# what it said ($background/SCRIPT's base name.log), and fails the run if
-# it failed.
-joined() {
-  local ok=1
-  wait "$2" || ok=
-  cat "$background/$(basename "$1").log"
-  [ -n "$ok" ] || { echo "test.sh: $1 failed" >&2; exit 1; }
-}
-
-# The tests against a Kubernetes API server (internal/kubetest) run real
-# kube-apiserver and etcd binaries: build them when they are missing, once,
-# cached by version; several minutes the first time on a new machine, a
-# fraction of a second after (docs/testing.md). The steps up to go test
-# are go vet, downloads and dpkg, which leave a CPU idle much of the time:
-# the build runs beside them from the start, and go test waits for it.
-# TALKIDE_KUBE_ASSETS=skip skips those tests.
-if [ -z "${TALKIDE_KUBE_ASSETS:-}" ]; then
-  echo "== kube-apiserver and etcd (scripts/kube-apiserver.sh), beside the steps below"
-  setsid ./scripts/kube-apiserver.sh >"$background/kube-assets" 2>"$background/kube-apiserver.sh.log" &
-  kube_pid=$!
-elif [ "$TALKIDE_KUBE_ASSETS" = skip ]; then
-  echo "== kube-apiserver: TALKIDE_KUBE_ASSETS=skip, the tests that need it are skipped"
-fi
-
 echo "== gofmt"
 unformatted=$(gofmt -l cmd internal 2>/dev/null || true)
 if [ -n "$unformatted" ]; then
@@ -58,11 +18,22 @@ if [ -n "$unformatted" ]; then
 fi
 
 echo "== go vet"
-go vet ./...
+# With -race, vet compiles the packages as go test -race below does, so
+# that on a new machine the dependencies compile once for both, not twice.
+go vet -race ./...
 
 # The PostgreSQL tests use TALKIDE_TEST_DATABASE_URL; without it, start a
 # throwaway server for this run and remove it afterwards, however the run
 # ends. TALKIDE_TEST_DATABASE_URL=skip skips those tests (docs/storage.md).
+# What the run started is stopped however it ends: the throwaway
+# PostgreSQL and the cluster.
+cleanup() {
+  if [ -n "${cluster_up:-}" ]; then ./scripts/cluster.sh down || true; fi
+  if [ -n "${TALKIDE_TESTDB_DIR:-}" ]; then ./scripts/testdb.sh stop "$TALKIDE_TESTDB_DIR"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 if [ -z "${TALKIDE_TEST_DATABASE_URL:-}" ]; then
   echo "== PostgreSQL (scripts/testdb.sh)"
   testdb=$(./scripts/testdb.sh start)
@@ -79,6 +50,20 @@ if [ -z "${TALKIDE_CLAUDE_CODE_BIN:-}" ]; then
 fi
 export TALKIDE_CLAUDE_CODE_BIN
 
+# The tests against a Kubernetes API server (internal/kubetest) run real
+# kube-apiserver and etcd binaries: build them when they are missing, once,
+# cached by version; several minutes the first time on a new machine, a
+# fraction of a second after (docs/testing.md). Both the build and the steps
+# above are CPU-bound, so running it beside them would gain little.
+# TALKIDE_KUBE_ASSETS=skip skips those tests.
+if [ -z "${TALKIDE_KUBE_ASSETS:-}" ]; then
+  echo "== kube-apiserver and etcd (scripts/kube-apiserver.sh)"
+  TALKIDE_KUBE_ASSETS=$(./scripts/kube-apiserver.sh)
+elif [ "$TALKIDE_KUBE_ASSETS" = skip ]; then
+  echo "== kube-apiserver: TALKIDE_KUBE_ASSETS=skip, the tests that need it are skipped"
+fi
+export TALKIDE_KUBE_ASSETS
+
 # The web UI: its built assets are committed; rebuild them from the
 # lockfile and fail when they differ (scripts/web.sh also installs the node
 # modules the browser tests use). The browser tests drive Debian's Chromium
@@ -89,40 +74,13 @@ echo "== Chromium (scripts/chromium.sh)"
 TALKIDE_CHROMIUM=$(./scripts/chromium.sh)
 export TALKIDE_CHROMIUM TALKIDE_REQUIRE_BROWSER=1
 
-if [ -n "${kube_pid:-}" ]; then
-  echo "== kube-apiserver and etcd: waiting for scripts/kube-apiserver.sh"
-  joined scripts/kube-apiserver.sh "$kube_pid"
-  kube_pid=
-  TALKIDE_KUBE_ASSETS=$(cat "$background/kube-assets")
-fi
-export TALKIDE_KUBE_ASSETS
-
-# The real cluster's tests come last, but what it needs that takes long on
-# a new machine (the node's Kubernetes binaries, the images' Debian
-# userlands) is made beside go test, at the lowest CPU and disk priority,
-# so that it takes only what the tests leave idle. Debian's packages are
-# installed first, in the foreground: nothing else touches the host's dpkg
-# while go test runs.
-if [ "${TALKIDE_CLUSTER:-}" != skip ]; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "test.sh: the tests on a real cluster need root (scripts/cluster.sh); TALKIDE_CLUSTER=skip skips them" >&2
-    exit 1
-  fi
-  echo "== cluster: Debian's packages (scripts/cluster.sh packages)"
-  ./scripts/cluster.sh packages
-  echo "== cluster: its binaries and images, beside go test (scripts/cluster.sh prepare)"
-  cluster_up=1
-  setsid nice -n 19 ionice -c 3 ./scripts/cluster.sh prepare >"$background/cluster.sh prepare.log" 2>&1 &
-  prepare_pid=$!
-fi
-
 echo "== go test"
 # -race needs cgo and gcc, which these machines have. Fuzz targets run their
 # seed corpora here; longer fuzzing is a separate command (docs/testing.md).
 # The tests on a real cluster (e2e/cluster) run below, on their own.
-# -timeout bounds a hung test binary: cmd/talkide's whole-stack tests take
-# 13-15 minutes of it beside the other packages on two CPUs, and more on a
-# new machine, where the cluster's build takes the CPU they leave idle.
+# -timeout bounds a hung test binary, with room: cmd/talkide's whole-stack
+# tests took 13-15 minutes beside the other packages on two CPUs, and 18
+# with other work on the machine.
 TALKIDE_CLUSTER=skip go test -race -count=1 -timeout 30m ./...
 
 # The platform on a real single-node Kubernetes cluster (scripts/cluster.sh):
@@ -132,10 +90,12 @@ TALKIDE_CLUSTER=skip go test -race -count=1 -timeout 30m ./...
 if [ "${TALKIDE_CLUSTER:-}" = skip ]; then
   echo "== cluster: TALKIDE_CLUSTER=skip, the tests on a real cluster are skipped"
 else
-  echo "== cluster: waiting for scripts/cluster.sh prepare"
-  joined "scripts/cluster.sh prepare" "$prepare_pid"
-  prepare_pid=
+  if [ "$(id -u)" != 0 ]; then
+    echo "test.sh: the tests on a real cluster need root (scripts/cluster.sh); TALKIDE_CLUSTER=skip skips them" >&2
+    exit 1
+  fi
   echo "== cluster (scripts/cluster.sh up)"
+  cluster_up=1
   cluster_env=$(./scripts/cluster.sh up)
   eval "$cluster_env"
   export KUBECONFIG TALKIDE_NETNS TALKIDE_URL TALKIDE_TOKEN_FILE
