@@ -22,18 +22,39 @@ echo "== go vet"
 # that on a new machine the dependencies compile once for both, not twice.
 go vet -race ./...
 
-# The PostgreSQL tests use TALKIDE_TEST_DATABASE_URL; without it, start a
-# throwaway server for this run and remove it afterwards, however the run
-# ends. TALKIDE_TEST_DATABASE_URL=skip skips those tests (docs/storage.md).
-# What the run started is stopped however it ends: the throwaway
+# What the run started is stopped however it ends: the build in the
+# background (a process group of its own, by setsid), the throwaway
 # PostgreSQL and the cluster.
+background=$(mktemp -d)
 cleanup() {
+  local pid
+  for pid in ${kube_pid:-}; do kill -- "-$pid" 2>/dev/null || true; done
   if [ -n "${cluster_up:-}" ]; then ./scripts/cluster.sh down || true; fi
   if [ -n "${TALKIDE_TESTDB_DIR:-}" ]; then ./scripts/testdb.sh stop "$TALKIDE_TESTDB_DIR"; fi
+  rm -rf "$background"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# The tests against a Kubernetes API server (internal/kubetest) run real
+# kube-apiserver and etcd binaries: build them when they are missing, once,
+# cached by version; several minutes the first time on a new machine, a
+# fraction of a second after (docs/testing.md). The steps between here and
+# go test are downloads and dpkg, so the build runs beside them and go test
+# waits for it (beside go vet, which compiles too, it gained nothing).
+# TALKIDE_KUBE_ASSETS=skip skips those tests.
+if [ -z "${TALKIDE_KUBE_ASSETS:-}" ]; then
+  echo "== kube-apiserver and etcd (scripts/kube-apiserver.sh), beside the steps below"
+  setsid ./scripts/kube-apiserver.sh >"$background/kube-assets" 2>"$background/kube-apiserver.sh.log" &
+  kube_pid=$!
+elif [ "$TALKIDE_KUBE_ASSETS" = skip ]; then
+  echo "== kube-apiserver: TALKIDE_KUBE_ASSETS=skip, the tests that need it are skipped"
+fi
+
+# The PostgreSQL tests use TALKIDE_TEST_DATABASE_URL; without it, start a
+# throwaway server for this run and remove it afterwards, however the run
+# ends. TALKIDE_TEST_DATABASE_URL=skip skips those tests (docs/storage.md).
 if [ -z "${TALKIDE_TEST_DATABASE_URL:-}" ]; then
   echo "== PostgreSQL (scripts/testdb.sh)"
   testdb=$(./scripts/testdb.sh start)
@@ -50,20 +71,6 @@ if [ -z "${TALKIDE_CLAUDE_CODE_BIN:-}" ]; then
 fi
 export TALKIDE_CLAUDE_CODE_BIN
 
-# The tests against a Kubernetes API server (internal/kubetest) run real
-# kube-apiserver and etcd binaries: build them when they are missing, once,
-# cached by version; several minutes the first time on a new machine, a
-# fraction of a second after (docs/testing.md). Both the build and the steps
-# above are CPU-bound, so running it beside them would gain little.
-# TALKIDE_KUBE_ASSETS=skip skips those tests.
-if [ -z "${TALKIDE_KUBE_ASSETS:-}" ]; then
-  echo "== kube-apiserver and etcd (scripts/kube-apiserver.sh)"
-  TALKIDE_KUBE_ASSETS=$(./scripts/kube-apiserver.sh)
-elif [ "$TALKIDE_KUBE_ASSETS" = skip ]; then
-  echo "== kube-apiserver: TALKIDE_KUBE_ASSETS=skip, the tests that need it are skipped"
-fi
-export TALKIDE_KUBE_ASSETS
-
 # The web UI: its built assets are committed; rebuild them from the
 # lockfile and fail when they differ (scripts/web.sh also installs the node
 # modules the browser tests use). The browser tests drive Debian's Chromium
@@ -73,6 +80,17 @@ echo "== web UI (scripts/web.sh --check)"
 echo "== Chromium (scripts/chromium.sh)"
 TALKIDE_CHROMIUM=$(./scripts/chromium.sh)
 export TALKIDE_CHROMIUM TALKIDE_REQUIRE_BROWSER=1
+
+if [ -n "${kube_pid:-}" ]; then
+  echo "== kube-apiserver and etcd: waiting for scripts/kube-apiserver.sh"
+  kube_ok=1
+  wait "$kube_pid" || kube_ok=
+  kube_pid=
+  cat "$background/kube-apiserver.sh.log"
+  [ -n "$kube_ok" ] || { echo "test.sh: scripts/kube-apiserver.sh failed" >&2; exit 1; }
+  TALKIDE_KUBE_ASSETS=$(cat "$background/kube-assets")
+fi
+export TALKIDE_KUBE_ASSETS
 
 echo "== go test"
 # -race needs cgo and gcc, which these machines have. Fuzz targets run their
