@@ -22,7 +22,7 @@ if [ ! -x "$bin" ]; then
   log "installing Debian's chromium package (apt-get)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
-  apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends chromium >&2
+  apt-get install -y -qq --no-install-recommends chromium >&2
   if [ ! -x "$bin" ]; then
     log "apt-get finished but $bin is missing"
     exit 1

@@ -84,8 +84,8 @@ packages() {
   command -v kubectl >/dev/null || die "kubectl is missing (Debian's kubernetes-client is too old; install kubectl 1.32 or newer)"
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]} from Debian"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "${missing[@]}" >&2 ||
-      { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "${missing[@]}" >&2; } ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 ||
+      { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2; } ||
       die "apt-get install ${missing[*]} failed"
   fi
   # The package's own containerd service must not hold the binaries' sockets.

@@ -71,8 +71,8 @@ rootfs() {
     if ! command -v mmdebstrap >/dev/null 2>&1; then
       [ "$(id -u)" = 0 ] || die "mmdebstrap is missing (Debian package mmdebstrap); run as root to install it"
       log "installing mmdebstrap"
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 mmdebstrap >&2 ||
-        { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 mmdebstrap >&2; } ||
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap >&2 ||
+        { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap >&2; } ||
         die "apt-get install mmdebstrap failed"
     fi
     [ "$(id -u)" = 0 ] || die "building a Debian userland needs root (mmdebstrap --mode=root)"
@@ -112,16 +112,6 @@ image() {
   fi
   echo "$ref $out"
 }
-
-# The userlands first: mmdebstrap waits mostly on the mirror and dpkg, so
-# on a new machine they go on beside whatever else is compiling
-# (scripts/cluster.sh makes the images while the node's binaries build).
-for w in "${want[@]}"; do
-  case "$w" in
-    talkide | worker) rootfs worker >/dev/null ;;
-    builder | postgres) rootfs "$w" >/dev/null ;;
-  esac
-done
 
 log "building talkide, talkide-sandbox, pause and imagebuild from the working tree"
 gobuild "$bin/talkide" ./cmd/talkide

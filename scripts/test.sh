@@ -27,8 +27,7 @@ go vet -race ./...
 # PostgreSQL and the cluster.
 background=$(mktemp -d)
 cleanup() {
-  local pid
-  for pid in ${kube_pid:-}; do kill -- "-$pid" 2>/dev/null || true; done
+  if [ -n "${kube_pid:-}" ]; then kill -- "-$kube_pid" 2>/dev/null || true; fi
   if [ -n "${cluster_up:-}" ]; then ./scripts/cluster.sh down || true; fi
   if [ -n "${TALKIDE_TESTDB_DIR:-}" ]; then ./scripts/testdb.sh stop "$TALKIDE_TESTDB_DIR"; fi
   rm -rf "$background"

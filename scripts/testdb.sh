@@ -69,7 +69,7 @@ start() {
       log "no PostgreSQL server binaries: installing the Debian package postgresql"
       export DEBIAN_FRONTEND=noninteractive
       apt-get update -qq >&2
-      apt-get install -y -qq -o DPkg::Lock::Timeout=300 postgresql >&2 </dev/null
+      apt-get install -y -qq postgresql >&2 </dev/null
       bindir=$(find_bindir) || die "apt-get installed postgresql, but no initdb was found under /usr/lib/postgresql/*/bin"
     else
       die "no PostgreSQL server binaries (initdb, pg_ctl, postgres) under /usr/lib/postgresql/*/bin or on PATH.

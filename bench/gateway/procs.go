@@ -233,7 +233,7 @@ func nginxBin(ctx context.Context) (string, error) {
 		return "", errors.New("nginx is not installed: apt-get install nginx-light (as root), or leave out the nginx mode")
 	}
 	install := func() error {
-		cmd := exec.CommandContext(ctx, "apt-get", "install", "-y", "-o", "DPkg::Lock::Timeout=300", "--no-install-recommends", "nginx-light")
+		cmd := exec.CommandContext(ctx, "apt-get", "install", "-y", "--no-install-recommends", "nginx-light")
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
