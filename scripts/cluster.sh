@@ -4,6 +4,8 @@
 # it (docs/kubernetes.md, "Run on Kubernetes"). Root only.
 #
 #   ./scripts/cluster.sh up            # build, start, deploy; prints the variables below
+#   ./scripts/cluster.sh packages      # only the Debian packages up installs
+#   ./scripts/cluster.sh prepare       # only what up installs and builds; starts nothing
 #   eval "$(./scripts/cluster.sh env)" # the same variables, for a running cluster
 #   ./scripts/cluster.sh exec CMD...   # run CMD in the cluster's network namespace
 #   ./scripts/cluster.sh load          # rebuild the images from the working tree, roll the Deployments
@@ -81,6 +83,9 @@ packages() {
   command -v iptables >/dev/null || missing+=(iptables)
   command -v conntrack >/dev/null || missing+=(conntrack)
   command -v openssl >/dev/null || missing+=(openssl)
+  # scripts/images.sh installs it too; here it joins the one apt-get run,
+  # so that prepare leaves the host's dpkg alone once it has begun.
+  command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
   command -v kubectl >/dev/null || die "kubectl is missing (Debian's kubernetes-client is too old; install kubectl 1.32 or newer)"
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]} from Debian"
@@ -506,6 +511,28 @@ print_env() {
   echo "TALKIDE_TOKEN_FILE=$dir/platform/e2e-token"
 }
 
+# ---------------------------------------------------------------- prepare
+
+# prepare installs what is missing of Debian's packages, then starts the
+# images (mostly Debian's mirror and dpkg, in userlands of their own) and
+# builds the node's binaries while they are made: on a new machine that is
+# minutes saved. It sets kb; images_made waits for the images. Both are
+# cached, so up after prepare finds them made.
+prepare() {
+  packages
+  ./scripts/images.sh >"$dir/images.list" 2>"$dir/images.log" &
+  images_pid=$!
+  kb=$(./scripts/kube-node.sh)
+}
+
+images_made() {
+  if ! wait "$images_pid"; then
+    cat "$dir/images.log" >&2
+    die "scripts/images.sh failed"
+  fi
+  cat "$dir/images.log" >&2
+}
+
 # ---------------------------------------------------------------- down
 
 down() {
@@ -597,31 +624,31 @@ disk_room() {
 
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
+start_time=$(date +%s)
 case "$cmd" in
   up)
-    start_time=$(date +%s)
     mkdir -p "$dir"
     disk_room
-    packages
-    # The images (mostly Debian's mirror and dpkg) are made while the
-    # Kubernetes binaries compile: on a new machine that is minutes saved.
-    ./scripts/images.sh >"$dir/images.list" 2>"$dir/images.log" &
-    images_pid=$!
-    kb=$(./scripts/kube-node.sh)
+    prepare
     network
     pki
     control_plane "$kb"
     containerd_up
-    if ! wait "$images_pid"; then
-      cat "$dir/images.log" >&2
-      die "scripts/images.sh failed"
-    fi
-    cat "$dir/images.log" >&2
+    images_made
     import_images <"$dir/images.list"
     node_up "$kb"
     platform
     log "up in $(( $(date +%s) - start_time ))s"
     print_env
+    ;;
+  packages)
+    packages
+    ;;
+  prepare)
+    mkdir -p "$dir"
+    prepare
+    images_made
+    log "prepared in $(( $(date +%s) - start_time ))s"
     ;;
   env)
     [ -e "$netns_path" ] || die "no cluster (scripts/cluster.sh up)"

@@ -30,12 +30,12 @@ dir="${TALKIDE_KUBE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/talkide/kube-$version}"
 
 log() { echo "kube-apiserver: $*" >&2; }
 die() { log "$*"; exit 1; }
+. "$(dirname "$0")/kube-module.sh"
 
 case "$version" in
   1.[0-9]*.[0-9]*) ;;
   *) die "TALKIDE_KUBE_VERSION=$version is not a Kubernetes release like 1.37.2" ;;
 esac
-minor="${version#1.}"; minor="${minor%%.*}"
 # The staging modules (k8s.io/api, client-go, ...) are published as v0.<minor>.<patch>.
 staging="v0.${version#1.}"
 
@@ -84,31 +84,12 @@ build() {
   } >"$src/go.mod"
   grep -q '=>' "$src/go.mod" || die "found no k8s.io staging modules in $kubemod"
 
-  cat >"$src/tools.go" <<'EOF'
-//go:build tools
+  kube_tidy "$src" go.etcd.io/etcd/server/v3 k8s.io/kubernetes/cmd/kube-apiserver
 
-// Package tools names the main packages this module builds, so that go mod
-// tidy keeps their dependencies.
-package tools
-
-import (
-	_ "go.etcd.io/etcd/server/v3"
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-)
-EOF
-
-  (cd "$src" && go mod tidy >&2) || die "go mod tidy failed in $src"
-
-  # Without these the binary reports v0.0.0-master, and clients that check
-  # the server's version see a development build.
-  local ldflags="-s -w"
-  ldflags+=" -X k8s.io/component-base/version.gitVersion=v$version"
-  ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
-  ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor"
-  ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+  local ldflags
+  ldflags=$(kube_ldflags "$version")
   # One go build for both, so that their links, and what each compiles
-  # alone, run side by side on the machine's CPUs. The version flags name a
-  # package etcd does not link, so they change nothing in it.
+  # alone, run side by side on the machine's CPUs.
   local out="$dir/.new"
   rm -rf "$out"
   mkdir -p "$out"

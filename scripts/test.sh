@@ -22,12 +22,13 @@ echo "== go vet"
 # that on a new machine the dependencies compile once for both, not twice.
 go vet -race ./...
 
-# What the run started is stopped however it ends: the build in the
-# background (a process group of its own, by setsid), the throwaway
+# What the run started is stopped however it ends: the builds in the
+# background (each a process group of its own, by setsid), the throwaway
 # PostgreSQL and the cluster.
 background=$(mktemp -d)
 cleanup() {
-  if [ -n "${kube_pid:-}" ]; then kill -- "-$kube_pid" 2>/dev/null || true; fi
+  local pid
+  for pid in ${kube_pid:-} ${prepare_pid:-}; do kill -- "-$pid" 2>/dev/null || true; done
   if [ -n "${cluster_up:-}" ]; then ./scripts/cluster.sh down || true; fi
   if [ -n "${TALKIDE_TESTDB_DIR:-}" ]; then ./scripts/testdb.sh stop "$TALKIDE_TESTDB_DIR"; fi
   rm -rf "$background"
@@ -35,6 +36,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# joined NAME PID: waits for a build started in the background, shows what
+# it said ($background/NAME.log), and fails the run if it failed.
+joined() {
+  local ok=1
+  wait "$2" || ok=
+  cat "$background/$1.log"
+  [ -n "$ok" ] || { echo "test.sh: $1 failed" >&2; exit 1; }
+}
 
 # The tests against a Kubernetes API server (internal/kubetest) run real
 # kube-apiserver and etcd binaries: build them when they are missing, once,
@@ -82,14 +92,35 @@ export TALKIDE_CHROMIUM TALKIDE_REQUIRE_BROWSER=1
 
 if [ -n "${kube_pid:-}" ]; then
   echo "== kube-apiserver and etcd: waiting for scripts/kube-apiserver.sh"
-  kube_ok=1
-  wait "$kube_pid" || kube_ok=
+  joined kube-apiserver.sh "$kube_pid"
   kube_pid=
-  cat "$background/kube-apiserver.sh.log"
-  [ -n "$kube_ok" ] || { echo "test.sh: scripts/kube-apiserver.sh failed" >&2; exit 1; }
   TALKIDE_KUBE_ASSETS=$(cat "$background/kube-assets")
 fi
 export TALKIDE_KUBE_ASSETS
+
+# The real cluster's tests come last, but what it needs that takes long on
+# a new machine (the node's Kubernetes binaries, the images' Debian
+# userlands) is made beside go test, with only the CPU and disk time the
+# tests leave idle. setsid puts the build in a scheduling group of its own
+# when the kernel groups by session (autogroup, as on these machines), and
+# nice then ranks it only inside that group: beside go test it took half
+# the CPUs and doubled the test phase. So the group itself is made the
+# lowest priority (/proc/self/autogroup) as well. Debian's packages are
+# installed first, in the foreground, so that nothing touches the host's
+# dpkg while go test runs.
+if [ "${TALKIDE_CLUSTER:-}" != skip ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "test.sh: the tests on a real cluster need root (scripts/cluster.sh); TALKIDE_CLUSTER=skip skips them" >&2
+    exit 1
+  fi
+  echo "== cluster: Debian's packages (scripts/cluster.sh packages)"
+  ./scripts/cluster.sh packages
+  echo "== cluster: its binaries and images, beside go test at idle priority (scripts/cluster.sh prepare)"
+  cluster_up=1
+  setsid bash -c 'if [ -w /proc/self/autogroup ]; then echo 19 >/proc/self/autogroup; fi
+    exec nice -n 19 ionice -c 3 ./scripts/cluster.sh prepare' >"$background/cluster.sh prepare.log" 2>&1 &
+  prepare_pid=$!
+fi
 
 echo "== go test"
 # -race needs cgo and gcc, which these machines have. Fuzz targets run their
@@ -101,18 +132,16 @@ echo "== go test"
 TALKIDE_CLUSTER=skip go test -race -count=1 -timeout 30m ./...
 
 # The platform on a real single-node Kubernetes cluster (scripts/cluster.sh):
-# brought up after the other tests, since its build and its pods take the
-# machine's CPUs; its tests run; then it is taken down and a test checks
-# that nothing of it is left. Needs root. TALKIDE_CLUSTER=skip skips it.
+# started after the other tests, since its pods take the machine's CPUs;
+# its tests run; then it is taken down and a test checks that nothing of it
+# is left. Needs root. TALKIDE_CLUSTER=skip skips it.
 if [ "${TALKIDE_CLUSTER:-}" = skip ]; then
   echo "== cluster: TALKIDE_CLUSTER=skip, the tests on a real cluster are skipped"
 else
-  if [ "$(id -u)" != 0 ]; then
-    echo "test.sh: the tests on a real cluster need root (scripts/cluster.sh); TALKIDE_CLUSTER=skip skips them" >&2
-    exit 1
-  fi
+  echo "== cluster: waiting for scripts/cluster.sh prepare"
+  joined "cluster.sh prepare" "$prepare_pid"
+  prepare_pid=
   echo "== cluster (scripts/cluster.sh up)"
-  cluster_up=1
   cluster_env=$(./scripts/cluster.sh up)
   eval "$cluster_env"
   export KUBECONFIG TALKIDE_NETNS TALKIDE_URL TALKIDE_TOKEN_FILE
