@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -129,7 +130,7 @@ func TestRunAgainstNginx(t *testing.T) {
 	cfg := smallRun(16, "direct", "nginx", "cp-nolimit", "cp-limit", "cp-limit"+baseSuffix)
 	// The same build serves the -base mode, through a control-plane of
 	// its own.
-	bin, err := buildTalkide(t.Context(), t.TempDir())
+	bin, err := buildTalkide(t.Context(), t.TempDir(), raceFlags()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,8 @@ func TestRunAgainstNginx(t *testing.T) {
 // needs one clock is left out, not made up.
 func TestRunSimApart(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "bench-gateway")
-	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	args := append(append([]string{"build"}, raceFlags()...), "-o", bin, ".")
+	if out, err := exec.CommandContext(t.Context(), "go", args...).CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	cfg := smallRun(12, "direct", "limit")
@@ -270,4 +272,20 @@ func checkStreams(t *testing.T, r runStats, n int) {
 			t.Errorf("%s: %d requests, %d errors (%s), %v bytes per stream (direct %v)", m.Mode, m.Requests, m.Errors, m.FirstError, m.StreamBytes, direct.StreamBytes)
 		}
 	}
+}
+
+// raceFlags returns -race when this test binary was built with it, so
+// that a binary a test builds reuses the packages go test compiled
+// instead of compiling each dependency once more without the race
+// detector (minutes on a new machine). What the test measures is then a
+// race-instrumented build's, which it never compares with a goal.
+func raceFlags() []string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "-race" && s.Value == "true" {
+				return []string{"-race"}
+			}
+		}
+	}
+	return nil
 }

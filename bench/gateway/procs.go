@@ -337,10 +337,12 @@ func (p *procStack) startNginx(ctx context.Context, cfg procConfig) error {
 	return nil
 }
 
-// buildTalkide builds the talkide binary into dir.
-func buildTalkide(ctx context.Context, dir string) (string, error) {
+// buildTalkide builds the talkide binary into dir, with go build's flags
+// added (none for a benchmark: the binary as users run it).
+func buildTalkide(ctx context.Context, dir string, flags ...string) (string, error) {
 	out := filepath.Join(dir, "talkide")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/talkide/platform/cmd/talkide")
+	args := append(append([]string{"build"}, flags...), "-o", out, "github.com/talkide/platform/cmd/talkide")
+	cmd := exec.CommandContext(ctx, "go", args...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/talkide: %w\n%s", err, b)
 	}

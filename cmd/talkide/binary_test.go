@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,13 +18,58 @@ import (
 	"github.com/talkide/platform/internal/roles"
 )
 
+// testBinary is the talkide binary the tests that run it as a process
+// start. It is built once per test run, and with the race detector when
+// the tests have it: it then shares the tests' compiled packages, where a
+// build of its own compiled every dependency once more (minutes on a new
+// machine), and the race detector watches the real binary too (a race
+// makes it exit 66).
+var testBinary struct {
+	once sync.Once
+	dir  string // made by TestMain, removed after the tests
+	path string
+	err  error
+}
+
+// talkideBinary returns the path of the test run's talkide binary.
+func talkideBinary(t testing.TB) string {
+	t.Helper()
+	testBinary.once.Do(func() {
+		bin := filepath.Join(testBinary.dir, "talkide")
+		args := []string{"build", "-o", bin}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+			testBinary.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		testBinary.path = bin
+	})
+	if testBinary.err != nil {
+		t.Fatal(testBinary.err)
+	}
+	return testBinary.path
+}
+
+// linkedBinary links the test run's talkide binary into dir, for a test
+// that needs files beside it (talkide dev finds its sandbox helper beside
+// its executable) or a directory another user may read.
+func linkedBinary(t testing.TB, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "talkide")
+	if err := os.Link(talkideBinary(t), bin); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
 // TestDevBinaryStartsAndStopsOnSIGTERM runs the real binary as a newcomer
 // would: talkide dev writes dev.json naming every part, serves a turn through
 // talkide chat, and exits 0 on SIGTERM.
 func TestDevBinaryStartsAndStopsOnSIGTERM(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "talkide")
-	goBuild(t, bin, ".")
+	bin := talkideBinary(t)
 	data := filepath.Join(dir, "data")
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(bin, "dev", "--data-dir", data, "--addr", "127.0.0.1:0")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -406,8 +407,16 @@ func TestMain(m *testing.M) {
 	for _, k := range []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"} {
 		os.Unsetenv(k)
 	}
+	dir, err := os.MkdirTemp("", "talkide-binary-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testBinary.dir = dir
 	// The Kubernetes tests share one API server, started on first use.
-	kubetest.Main(m)
+	code := kubetest.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // A control-plane shutting down ends its browser streams instead of waiting

@@ -62,7 +62,7 @@ func TestKillNine(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := talkideBinary(t)
 	data := filepath.Join(dir, "data")
 	projects := filepath.Join(data, "claude", "projects")
 	convs := make([]*followedConversation, killConversations)

@@ -3,5 +3,5 @@
 package main
 
 // raceEnabled is true when the tests are built with -race; the binary the
-// kill -9 test runs is then built with it too.
+// tests run as a process (talkideBinary) is then built with it too.
 const raceEnabled = true

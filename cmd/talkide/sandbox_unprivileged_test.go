@@ -55,8 +55,7 @@ func startUnprivilegedDev(t *testing.T, mode string) *unprivilegedDev {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
-	d := &unprivilegedDev{dir: dir, bin: filepath.Join(dir, "talkide"), secret: filepath.Join(dir, "secret"), stderr: &syncbuf.Buffer{}}
-	goBuild(t, d.bin, ".")
+	d := &unprivilegedDev{dir: dir, bin: linkedBinary(t, dir), secret: filepath.Join(dir, "secret"), stderr: &syncbuf.Buffer{}}
 	goBuild(t, filepath.Join(dir, "talkide-sandbox"), "../talkide-sandbox", "CGO_ENABLED=0")
 	if err := os.WriteFile(d.secret, []byte("the inherited secret\n"), 0o600); err != nil {
 		t.Fatal(err)

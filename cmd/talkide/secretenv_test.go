@@ -30,8 +30,7 @@ func TestSecretsLeaveTheEnvironment(t *testing.T) {
 	defer up.Close()
 
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "talkide")
-	goBuild(t, bin, ".")
+	bin := talkideBinary(t)
 	data := filepath.Join(dir, "data")
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, "dev", "--data-dir", data, "--addr", "127.0.0.1:0", "--anthropic-url", up.URL)

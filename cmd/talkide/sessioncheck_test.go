@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -80,24 +78,6 @@ func (l *sessionLog) turns() (order []string, end map[string]*contract.Event) {
 		}
 	}
 	return order, end
-}
-
-// buildBinary builds talkide once per test into dir, with the race detector
-// when the tests run with it.
-func buildBinary(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "talkide")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
 }
 
 // checkReports checks that every report in the conversations' outboxes is

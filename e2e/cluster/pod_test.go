@@ -70,7 +70,9 @@ func TestSandboxInTheWorkerPod(t *testing.T) {
 	e := clusterEnv(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "sandboxtest", "sandbox.test")
-	build := exec.Command("go", "test", "-c", "-o", bin, "../../internal/sandbox")
+	// Static, and with -trimpath: built as scripts/images.sh builds the
+	// images' binaries, so that it reuses what that build compiled.
+	build := exec.Command("go", "test", "-c", "-trimpath", "-o", bin, "../../internal/sandbox")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go test -c: %v\n%s", err, out)

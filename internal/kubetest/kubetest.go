@@ -81,6 +81,10 @@ func Main(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// Run is Main for a TestMain with cleanup of its own after the tests: it
+// returns the exit code instead of exiting.
+func Run(m *testing.M) int { return run(m) }
+
 func run(m *testing.M) int {
 	// envtest logs through controller-runtime's logger, which complains on
 	// stderr when nothing is set; only its errors are worth seeing.
