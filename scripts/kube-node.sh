@@ -81,11 +81,6 @@ build() {
   local start src="$dir/src"
   start=$(date +%s)
   [ -f "$src/go.mod" ] || die "$src/go.mod is missing: remove $dir and run again"
-  kube_tidy "$src" go.etcd.io/etcd/server/v3 k8s.io/kubernetes/cmd/kube-apiserver \
-    k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-proxy \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet
-  local ldflags
-  ldflags=$(kube_ldflags "$version")
   # The missing ones in one go build, so that their links, and what each
   # compiles alone, run side by side on the machine's CPUs.
   local b pkgs=() out="$dir/.node-new"
@@ -93,6 +88,11 @@ build() {
     [ "$("$dir/$b" --version 2>/dev/null)" = "Kubernetes v$version" ] || pkgs+=("k8s.io/kubernetes/cmd/$b")
   done
   if [ ${#pkgs[@]} -gt 0 ]; then
+    kube_tidy "$src" go.etcd.io/etcd/server/v3 k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-proxy \
+      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet
+    local ldflags
+    ldflags=$(kube_ldflags "$version")
     rm -rf "$out"
     mkdir -p "$out"
     log "go build ${pkgs[*]##*/}"

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -167,9 +166,8 @@ func TestRunAgainstNginx(t *testing.T) {
 // needs one clock is left out, not made up.
 func TestRunSimApart(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "bench-gateway")
-	args := append(append([]string{"build"}, raceFlags()...), "-o", bin, ".")
-	if out, err := exec.CommandContext(t.Context(), "go", args...).CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := goBuild(t.Context(), bin, ".", raceFlags()...); err != nil {
+		t.Fatal(err)
 	}
 	cfg := smallRun(12, "direct", "limit")
 	cfg.SimApart, cfg.SimBin = true, bin
@@ -274,18 +272,14 @@ func checkStreams(t *testing.T, r runStats, n int) {
 	}
 }
 
-// raceFlags returns -race when this test binary was built with it, so
-// that a binary a test builds reuses the packages go test compiled
+// raceFlags returns -race when the tests are built with it (raceEnabled),
+// so that a binary a test builds reuses the packages go test compiled
 // instead of compiling each dependency once more without the race
 // detector (minutes on a new machine). What the test measures is then a
 // race-instrumented build's, which it never compares with a goal.
 func raceFlags() []string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "-race" && s.Value == "true" {
-				return []string{"-race"}
-			}
-		}
+	if raceEnabled {
+		return []string{"-race"}
 	}
 	return nil
 }

@@ -341,12 +341,17 @@ func (p *procStack) startNginx(ctx context.Context, cfg procConfig) error {
 // added (none for a benchmark: the binary as users run it).
 func buildTalkide(ctx context.Context, dir string, flags ...string) (string, error) {
 	out := filepath.Join(dir, "talkide")
-	args := append(append([]string{"build"}, flags...), "-o", out, "github.com/talkide/platform/cmd/talkide")
-	cmd := exec.CommandContext(ctx, "go", args...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/talkide: %w\n%s", err, b)
+	return out, goBuild(ctx, out, "github.com/talkide/platform/cmd/talkide", flags...)
+}
+
+// goBuild builds the package pkg into the file out, with go build's flags
+// added.
+func goBuild(ctx context.Context, out, pkg string, flags ...string) error {
+	args := append(append([]string{"build"}, flags...), "-o", out, pkg)
+	if b, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
-	return out, nil
+	return nil
 }
 
 // startControlPlane starts the control-plane cp.

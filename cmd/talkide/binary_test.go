@@ -26,8 +26,7 @@ import (
 // makes it exit 66).
 var testBinary struct {
 	once sync.Once
-	dir  string // made by TestMain, removed after the tests
-	path string
+	dir  string // the binary's directory, removed by TestMain
 	err  error
 }
 
@@ -35,21 +34,24 @@ var testBinary struct {
 func talkideBinary(t testing.TB) string {
 	t.Helper()
 	testBinary.once.Do(func() {
-		bin := filepath.Join(testBinary.dir, "talkide")
-		args := []string{"build", "-o", bin}
+		dir, err := os.MkdirTemp("", "talkide-binary-")
+		if err != nil {
+			testBinary.err = err
+			return
+		}
+		testBinary.dir = dir
+		args := []string{"build", "-o", filepath.Join(dir, "talkide")}
 		if raceEnabled {
 			args = append(args, "-race")
 		}
 		if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
 			testBinary.err = fmt.Errorf("go build: %v\n%s", err, out)
-			return
 		}
-		testBinary.path = bin
 	})
 	if testBinary.err != nil {
 		t.Fatal(testBinary.err)
 	}
-	return testBinary.path
+	return filepath.Join(testBinary.dir, "talkide")
 }
 
 // linkedBinary links the test run's talkide binary into dir, for a test

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -407,15 +406,11 @@ func TestMain(m *testing.M) {
 	for _, k := range []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"} {
 		os.Unsetenv(k)
 	}
-	dir, err := os.MkdirTemp("", "talkide-binary-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	testBinary.dir = dir
 	// The Kubernetes tests share one API server, started on first use.
 	code := kubetest.Run(m)
-	os.RemoveAll(dir)
+	if testBinary.dir != "" {
+		os.RemoveAll(testBinary.dir)
+	}
 	os.Exit(code)
 }
 
