@@ -62,6 +62,7 @@ func projectArchive(t *testing.T) string {
 // long build is interrupted: its Job and pod are deleted.
 func TestBuildRunsAsAJob(t *testing.T) {
 	e := clusterEnv(t)
+	t.Parallel() // leaves acme/dev's worker running: see the package comment
 	id := e.conversation(t)
 	if res := e.bash(t, id, "echo "+projectArchive(t)+" | base64 -d | tar -xz && ls -l gradlew"); res.IsError {
 		t.Fatalf("unpacking the project: %+v", res)

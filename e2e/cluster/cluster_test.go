@@ -176,6 +176,7 @@ func (e *env) bash(t *testing.T, id, command string) contract.ToolEvent {
 // since a restricted pod allows no user namespaces.
 func TestTurnThroughTheCluster(t *testing.T) {
 	e := clusterEnv(t)
+	t.Parallel() // leaves acme/dev's worker running: see the package comment
 	id := e.conversation(t)
 	var reply string
 	for _, ev := range e.turn(t, id, "hello from the cluster") {

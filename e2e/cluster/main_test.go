@@ -8,6 +8,13 @@
 // the cluster up and sets them. Without them the tests fail, saying so;
 // TALKIDE_CLUSTER=skip skips them. The cluster's addresses exist only in
 // its network namespace: the test binary re-executes itself there.
+//
+// The tests that restart, kill or scale acme/dev's worker (the replicas,
+// the pod killed mid-turn, the rollouts) run one after another. The rest
+// leave that worker running and call t.Parallel: Go runs them together
+// once the others are done. Most of their time is waiting (a namespace's
+// deletion, a token's grace, a Job's pod), so together they take about
+// as long as the longest of them alone, some two minutes less.
 package cluster
 
 import (

@@ -68,6 +68,7 @@ func (e *env) inWorker(t *testing.T, pod string, timeout time.Duration, argv ...
 // image's talkide-sandbox as the helper, which must match the tree.
 func TestSandboxInTheWorkerPod(t *testing.T) {
 	e := clusterEnv(t)
+	t.Parallel() // leaves acme/dev's worker running: see the package comment
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "sandboxtest", "sandbox.test")
 	// Static, and with -trimpath: built as scripts/images.sh builds the
@@ -102,6 +103,7 @@ func TestSandboxInTheWorkerPod(t *testing.T) {
 // (SelfSubjectAccessReview), and a real read of the Secrets is refused.
 func TestWorkerRBAC(t *testing.T) {
 	e := clusterEnv(t)
+	t.Parallel() // leaves acme/dev's worker running: see the package comment
 	pod := e.workerPod(t)
 	const sa = "/var/run/secrets/kubernetes.io/serviceaccount"
 	curl := func(method, path, body string) string {

@@ -25,6 +25,7 @@ func (e *env) cpAdmin(t *testing.T, args ...string) string {
 // revokes its token and removes its namespace.
 func TestTenantEnvAdded(t *testing.T) {
 	e := clusterEnv(t)
+	t.Parallel() // leaves acme/dev's worker running: see the package comment
 	var b [3]byte
 	rand.Read(b[:])
 	env := "e2e" + hex.EncodeToString(b[:])

@@ -16,6 +16,7 @@ import (
 // succeeds: not one mint fails.
 func TestIdentityTokenRotation(t *testing.T) {
 	e := clusterEnv(t)
+	t.Parallel() // leaves acme/dev's worker running: see the package comment
 	const grace = 60 * time.Second
 	pod := e.workerPod(t)
 	hash := func() string {
