@@ -28,7 +28,7 @@ go vet -race ./...
 background=$(mktemp -d)
 cleanup() {
   local pid
-  for pid in ${kube_pid:-} ${prepare_pid:-} ${talkide_pid:-}; do kill -- "-$pid" 2>/dev/null || true; done
+  for pid in ${kube_pid:-} ${prepare_pid:-} ${browser_pid:-}; do kill -- "-$pid" 2>/dev/null || true; done
   if [ -n "${cluster_up:-}" ]; then ./scripts/cluster.sh down || true; fi
   if [ -n "${TALKIDE_TESTDB_DIR:-}" ]; then ./scripts/testdb.sh stop "$TALKIDE_TESTDB_DIR"; fi
   rm -rf "$background"
@@ -129,17 +129,14 @@ fi
 # tests took 13-15 minutes beside the other packages on two CPUs, and 18
 # with other work on the machine.
 #
-# With the cluster, cmd/talkide's tests (the longest package, mostly CPU)
-# run later, beside the cluster's tests, which spend most of their time
-# waiting for pods and leave the CPUs three quarters idle; the other
-# packages run here, beside the cluster's build.
-packages=./...
-if [ -n "${cluster_up:-}" ]; then
-  packages=$(go list ./... | grep -v -x -F github.com/talkide/platform/cmd/talkide)
-fi
-echo "== go test${cluster_up:+ (all but cmd/talkide)}"
-# shellcheck disable=SC2086 # a list of packages
-TALKIDE_CLUSTER=skip go test -race -count=1 -timeout 30m $packages
+# With the cluster, the tests that drive Chromium (cmd/talkide's
+# TestBrowser*, some five minutes) run later, beside the cluster's tests,
+# which spend most of their time waiting for pods and leave more than half
+# of the CPUs idle; the rest run here, beside the cluster's build.
+later=
+if [ -n "${cluster_up:-}" ]; then later='^TestBrowser'; fi
+echo "== go test${later:+ (the browser tests later)}"
+TALKIDE_CLUSTER=skip go test -race -count=1 -timeout 30m ${later:+-skip "$later"} ./...
 
 # The platform on a real single-node Kubernetes cluster (scripts/cluster.sh):
 # started after the other tests, since its pods take the machine's CPUs;
@@ -153,9 +150,9 @@ else
   prepare_pid=
   # Started before the cluster's variables are set: these tests run the
   # platform on this machine and must not see the cluster.
-  echo "== go test ./cmd/talkide, beside the cluster's start and tests"
-  setsid bash -c 'TALKIDE_CLUSTER=skip exec go test -race -count=1 -timeout 30m ./cmd/talkide' >"$background/go test cmd-talkide.log" 2>&1 &
-  talkide_pid=$!
+  echo "== the browser tests (go test -run '$later' ./cmd/talkide), beside the cluster's start and tests"
+  setsid go test -race -count=1 -timeout 30m -run "$later" ./cmd/talkide >"$background/browser tests.log" 2>&1 &
+  browser_pid=$!
   echo "== cluster (scripts/cluster.sh up)"
   cluster_env=$(./scripts/cluster.sh up)
   eval "$cluster_env"
@@ -165,9 +162,9 @@ else
   # compiles as the tests above did, and reuses what they compiled.
   e2e=ok
   go test -race -count=1 -timeout 30m ./e2e/cluster || e2e=
-  echo "== go test ./cmd/talkide: waiting for it"
-  joined "go test cmd-talkide" "$talkide_pid"
-  talkide_pid=
+  echo "== the browser tests: waiting for them"
+  joined "browser tests" "$browser_pid"
+  browser_pid=
   [ -n "$e2e" ] || { echo "test.sh: go test ./e2e/cluster failed" >&2; exit 1; }
   echo "== cluster down (scripts/cluster.sh down)"
   ./scripts/cluster.sh down

@@ -12,7 +12,7 @@ import (
 // files are in the workspace (and the Files panel) under attachments/; a
 // file over the limit is refused in the page (web/test/attach.mjs).
 func TestBrowserAttach(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st, _ := startTestStack(t)
 	runScenario(t, st, "attach", noSteps(t))
 	matches, err := filepath.Glob(filepath.Join(st.Info.Workspaces, "*", "attachments", "pixel.png"))

@@ -19,7 +19,7 @@ import (
 // events fired while content grows; scrolling up lets go, one's own
 // message comes back, "Jump to latest" clear of the last line.
 func TestBrowserDailyFollow(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st, _ := startTestStack(t)
 	runScenario(t, st, "follow", func(step string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -46,7 +46,7 @@ func TestBrowserDailyFollow(t *testing.T) {
 // the conversations, a new one, Changes and Issues; the panel behind the
 // menu at 900 px; all in view without it at 1280.
 func TestBrowserDailyPhone(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st, _ := startTestStack(t)
 	for _, k := range []budget.Kind{budget.SpendPerDay, budget.SpendPerMonth} {
 		if err := st.ControlPlane.Budget.SetLimit(t.Context(), budget.Limit{Subject: budget.User(roles.DevUser), Kind: k, Max: int64(50 * budget.Dollar)}); err != nil {
@@ -65,7 +65,7 @@ func TestBrowserDailyPhone(t *testing.T) {
 // in user messages, tables and quotes, the contrast of highlighted code
 // ("details").
 func TestBrowserDailyScenarios(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	for _, name := range []string{"title", "copyretryedit", "dialog", "fresh", "details"} {
 		t.Run(name, func(t *testing.T) {
 			st, _ := startTestStack(t)
@@ -80,7 +80,7 @@ func TestBrowserDailyScenarios(t *testing.T) {
 // change's diff with context and line numbers; the tool card opening the
 // output kept whole; at a laptop's size and a phone's.
 func TestBrowserDailyWorkspace(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st, _ := startTestStack(t)
 	runScenario(t, st, "workspace", noSteps(t))
 }
@@ -88,7 +88,7 @@ func TestBrowserDailyWorkspace(t *testing.T) {
 // TestBrowserDailyNoticeOnce: a worker restart writes the simulator's
 // notice to the log again; the page shows it once.
 func TestBrowserDailyNoticeOnce(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st, _ := startTestStack(t)
 	runScenario(t, st, "notice", restartStep(t, "restart-worker", st.RestartWorker))
 }
@@ -98,7 +98,7 @@ func TestBrowserDailyNoticeOnce(t *testing.T) {
 // conversation's turn runs; the page says why, and once that turn is
 // stopped sends the message again by itself, and it runs once.
 func TestBrowserDailyBusy(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st := startDevT(t, roles.DevConfig{Agent: roles.AgentConfig{MaxRunningTurns: 1}})
 	base := st.Info.ControlPlane
 	other := createConversation(t, base)

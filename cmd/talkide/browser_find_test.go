@@ -8,7 +8,7 @@ import "testing"
 // Ctrl+K finds a word that only an assistant's reply holds, with a snippet
 // marking it, and opens that conversation; the same on a phone.
 func TestBrowserFind(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st, _ := startTestStack(t)
 	res := runScenario(t, st, "find", noSteps(t))
 	if title, _ := res["title"].(string); title == "" {

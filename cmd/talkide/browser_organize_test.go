@@ -19,7 +19,7 @@ import (
 // keyboard, and the running mark of a conversation that is not open; the
 // store holds what the page showed.
 func TestBrowserOrganize(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st, _ := startTestStack(t)
 	res := runScenario(t, st, "organize", noSteps(t))
 	id, _ := res["conversation"].(string)
@@ -36,7 +36,7 @@ func TestBrowserOrganize(t *testing.T) {
 // used and remaining, moved by a turn to what the budget service says; the
 // turn's footer shows the cost the ledger charged for it.
 func TestBrowserBudget(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st, _ := startTestStack(t)
 	limit := 5 * budget.Dollar
 	if err := st.ControlPlane.Budget.SetLimit(t.Context(), budget.Limit{Subject: budget.User(roles.DevUser), Kind: budget.SpendPerDay, Max: int64(limit)}); err != nil {
@@ -75,7 +75,7 @@ func TestBrowserBudget(t *testing.T) {
 // the header and sees the tenant's limit and the member's, with what the
 // budget service counts, and the member's spend as the ledger has it.
 func TestBrowserTenantBudget(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st := startDevT(t, roles.DevConfig{
 		DataDir: t.TempDir(), Addr: "127.0.0.1:0",
 		Login:  &roles.AuthConfig{TrustedHeader: auth.DefaultTrustedHeader, SessionIdle: time.Hour, SessionAbsolute: 2 * time.Hour},

@@ -55,6 +55,18 @@ func browserReady(t testing.TB) string {
 	return exe
 }
 
+// browserParallel checks what a browser test needs, as browserReady does,
+// and runs the test beside the other browser tests. Each has a stack and a
+// Chromium of its own, and most of a scenario's time is the page waiting
+// for a stream or a timer: one after another they took five and a half
+// minutes with a third of the CPUs idle. Go runs them after the package's
+// other tests, at most -parallel (GOMAXPROCS) at a time.
+func browserParallel(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	browserReady(t)
+}
+
 // runScenario drives one scenario of web/test/scenarios.mjs against st and
 // returns what it reported; onStep does what the scenario asks of the Go
 // side. Screenshots stay in the printed directory when the test fails.
@@ -145,7 +157,7 @@ func restartStep(t *testing.T, name string, restart func(context.Context) error)
 // counts as a secure context, so it keeps and sends the Secure
 // __Host-talkide_session cookie there as it would over https.
 func TestBrowserLogin(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	opLn, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
 	// The control-plane's address is in the client's redirect URL, which
@@ -210,9 +222,10 @@ func TestBrowserLogin(t *testing.T) {
 // stack and check everything themselves, in the page: streaming, an
 // interrupt, hostile markdown, an edit's diff and an issue.
 func TestBrowserScenarios(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"stream", "interrupt", "hostile", "edit"} {
 		t.Run(name, func(t *testing.T) {
-			browserReady(t)
+			browserParallel(t)
 			st, _ := startTestStack(t)
 			runScenario(t, st, name, noSteps(t))
 		})
@@ -220,7 +233,7 @@ func TestBrowserScenarios(t *testing.T) {
 }
 
 func TestBrowserReload(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st, _ := startTestStack(t)
 	res := runScenario(t, st, "reload", noSteps(t))
 	domMatchesLog(t, st, res, true)
@@ -291,7 +304,7 @@ func domMatchesLog(t *testing.T, st *roles.Dev, res map[string]any, inOrder bool
 }
 
 func TestBrowserRestartControlPlane(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st, _ := startTestStack(t)
 	res := runScenario(t, st, "restart", restartStep(t, "restart-controlplane", st.RestartControlPlane))
 	domMatchesLog(t, st, res, true)
@@ -302,7 +315,7 @@ func TestBrowserRestartControlPlane(t *testing.T) {
 // the page nests the sub-agent's cards under the Task card, live and after
 // a reload from the compacted history, and shows every event of the log.
 func TestBrowserSubAgent(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	st, _ := startTestStack(t)
 	res := runScenario(t, st, "subagent", noSteps(t))
 	logged := domMatchesLog(t, st, res, false)

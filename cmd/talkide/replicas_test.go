@@ -526,7 +526,7 @@ func streamAs(ctx context.Context, t *testing.T, base, conv, token string, after
 // replica serves on). The page reconnects with Last-Event-ID, the turn
 // finishes, and its output is whole with no event applied twice.
 func TestBrowserReplicaKilled(t *testing.T) {
-	browserReady(t)
+	browserParallel(t)
 	logs := failureLogs(t)
 	rs := startReplicaStack(t, 2, logs, roles.DevUser)
 	runScenario(t, &roles.Dev{Info: roles.DevInfo{ControlPlane: rs.public.URL()}}, "restart", func(step string) {

@@ -482,7 +482,7 @@ func TestWorkerFailures(t *testing.T) {
 	}
 }
 
-func TestBrowserAPIWithoutLocalUser(t *testing.T) {
+func TestWebAPIWithoutLocalUser(t *testing.T) {
 	h := newHarness(t, harnessOptions{noLocalUser: true})
 	h.insertConversation("demo", user, env)
 	requests := map[string]struct{ method, path, body string }{

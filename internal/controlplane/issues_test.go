@@ -454,7 +454,7 @@ func TestIssueCommentLimit(t *testing.T) {
 	}
 }
 
-func TestBrowserIssues(t *testing.T) {
+func TestIssuesThroughTheWebAPI(t *testing.T) {
 	h := demoHarness(t)
 	h.insertConversation("bobs", otherUser, env)
 	iss := h.fileIssue(issueRequest("demo/issue", "demo"))

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -68,6 +69,7 @@ type cgroupParent struct {
 // hierarchy holds both, and a command's group is one directory.
 type cgroups struct {
 	pids, cpu *cgroupParent
+	closed    sync.Once
 }
 
 // cmdGroups are one command's groups ("": none in that hierarchy); pids
@@ -103,6 +105,17 @@ func (g cmdGroups) enter(pid int) error {
 // named after the process.
 var cgroupSeq atomic.Uint64
 
+// parentUsers counts, for each parent group, the Sandboxes of this process
+// using it, so that the last to close removes it. (A process may hold
+// several at once: the development stack runs workers side by side, each
+// with its own Sandbox; when one closed, it removed the group the others
+// still made their commands' groups in.) The lock also orders one
+// Sandbox's making of the group against another's removing it.
+var parentUsers = struct {
+	sync.Mutex
+	n map[string]int
+}{n: map[string]int{}}
+
 // cgroupController names what a hierarchy is looked for and used for:
 // the controller, and the file of a group that shows the controller
 // applies to it (a directory made anywhere else has none).
@@ -120,6 +133,8 @@ var (
 // group in it, or says why it cannot. mount, when set, replaces the
 // search: the hierarchy's mount point, the worker in its root (v1).
 func newCgroupParent(ctl cgroupController, mount string) (*cgroupParent, error) {
+	parentUsers.Lock()
+	defer parentUsers.Unlock()
 	own, v2 := "/", false
 	if mount == "" {
 		var err error
@@ -158,7 +173,20 @@ func newCgroupParent(ctl cgroupController, mount string) (*cgroupParent, error) 
 			return fail(fmt.Errorf("enable %s: %w", ctl.name, err))
 		}
 	}
+	parentUsers.n[parent]++
 	return &cgroupParent{dir: parent, v2: v2}, nil
+}
+
+// release gives up this Sandbox's use of the parent group and removes it
+// when no other Sandbox of the process uses it.
+func (p *cgroupParent) release() {
+	parentUsers.Lock()
+	defer parentUsers.Unlock()
+	if parentUsers.n[p.dir]--; parentUsers.n[p.dir] > 0 {
+		return
+	}
+	delete(parentUsers.n, p.dir)
+	os.Remove(p.dir)
 }
 
 // removeStale removes the empty parent groups of workers that are gone.
@@ -186,14 +214,17 @@ func removeStale(base string) {
 	}
 }
 
-// close removes the parent groups; the commands' groups are gone by then.
+// close releases the parent groups, once however often it is called; the
+// commands' groups are gone by then.
 func (c *cgroups) close() {
-	if c.pids != nil {
-		os.Remove(c.pids.dir)
-	}
-	if c.cpu != nil {
-		os.Remove(c.cpu.dir)
-	}
+	c.closed.Do(func() {
+		if c.pids != nil {
+			c.pids.release()
+		}
+		if c.cpu != nil {
+			c.cpu.release()
+		}
+	})
 }
 
 // hierarchy returns the mount point of a hierarchy with the controller

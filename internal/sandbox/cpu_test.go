@@ -283,3 +283,50 @@ func TestSandboxWideCPUCeiling(t *testing.T) {
 	}
 	checkCPUGroup(t, filepath.Join(mount, path), true)
 }
+
+// TestSandboxesShareTheParentGroup: the parent cgroup is the process's,
+// and several Sandboxes may share it (the development stack runs workers
+// side by side in one process). One closing leaves the group to the
+// others: a command of another still runs, in a group of its own in it.
+// The last one to close removes it.
+func TestSandboxesShareTheParentGroup(t *testing.T) {
+	if !wantCPUGroups() {
+		t.Skip("no cpu cgroup per command on this machine (not root, or TALKIDE_TEST_SANDBOX=landlock)")
+	}
+	self, err := sandbox.CgroupPath(os.Getpid(), "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mount, err := sandbox.CgroupMount("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := filepath.Join(self, fmt.Sprintf("talkide-sandbox-%d", os.Getpid()))
+	open := func() *sandbox.Sandbox {
+		s, err := sandbox.New(&sandbox.Options{Mode: sandbox.ModeLandlock, Cold: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first, second := open(), open()
+	defer second.Close()
+	first.Close()
+	first.Close() // a second Close releases nothing more
+	e := newEnv(t)
+	out, o, err := run(t, second, e, "cat /proc/self/cgroup")
+	if err != nil || o.ExitCode != 0 {
+		t.Fatalf("a command after another Sandbox closed: %v %+v %s", err, o, out)
+	}
+	path, err := sandbox.CgroupPathOf([]byte(out), "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(path) != parent {
+		t.Errorf("the command's cpu group %s, want one in %s", path, parent)
+	}
+	second.Close()
+	if _, err := os.Stat(filepath.Join(mount, parent)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the parent group %s outlived the last Sandbox: %v", parent, err)
+	}
+}
