@@ -107,10 +107,10 @@ var cgroupSeq atomic.Uint64
 
 // parentUsers counts, for each parent group, the Sandboxes of this process
 // using it, so that the last to close removes it. (A process may hold
-// several at once: the development stack runs workers side by side, each
-// with its own Sandbox; when one closed, it removed the group the others
-// still made their commands' groups in.) The lock also orders one
-// Sandbox's making of the group against another's removing it.
+// several at once, e.g. whole stacks started side by side in one test
+// process; when one closed, it removed the group the others still made
+// their commands' groups in.) The lock also orders one Sandbox's making
+// of the group against another's removing it.
 var parentUsers = struct {
 	sync.Mutex
 	n map[string]int
