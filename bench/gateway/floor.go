@@ -31,6 +31,7 @@ func floorMain(args []string) error {
 	up := &url.URL{Scheme: "http", Host: args[1]}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 4096, 4096
+	t.DisableCompression = true
 	t.Protocols = new(http.Protocols)
 	t.Protocols.SetHTTP1(true)
 	rp := &httputil.ReverseProxy{
@@ -38,7 +39,20 @@ func floorMain(args []string) error {
 		Transport:     t,
 		FlushInterval: -1,
 	}
-	return (&http.Server{Handler: rp}).Serve(ln)
+	// The transport still reads the request's body (its last read, the one
+	// that finds the end) when the upstream's answer comes, and net/http's
+	// server closes a body it has not seen the end of once the handler
+	// writes its answer: the transport's read then fails and takes the
+	// upstream connection down mid-stream. Full duplex leaves the body open.
+	// (The gateway reads the body whole before it forwards it, as nginx
+	// does by default.)
+	return (&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	})}).Serve(ln)
 }
 
 // startFloor starts the floor proxy as a process of its own: this binary

@@ -189,6 +189,27 @@ func TestRunSimApart(t *testing.T) {
 	}
 
 	t.Run("cpu-layout", func(t *testing.T) { cpuLayoutRun(t, bin) })
+	t.Run("floor-whole-streams", func(t *testing.T) { floorRun(t, bin) })
+}
+
+// floorRun sends a few hundred calls of the default size through the
+// floor proxy: every one streams to its end. Its server once closed a
+// request's body it had not seen the end of when the answer began, under
+// the transport's last read of it, which then took the upstream
+// connection down mid-stream (a few calls in a hundred).
+func floorRun(t *testing.T, bin string) {
+	js := filepath.Join(t.TempDir(), "run.json")
+	out, err := exec.CommandContext(t.Context(), bin, "-database", "sqlite", "-modes", "direct,go-floor", "-c", "1",
+		"-n", "300", "-rounds", "1", "-warmup", "2", "-json", js).CombinedOutput()
+	b, rerr := os.ReadFile(js)
+	if rerr != nil {
+		t.Fatalf("%v: %v\n%s", rerr, err, out)
+	}
+	var rep report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	checkStreams(t, rep.Databases[0].Runs[0], 300)
 }
 
 // cpuLayoutRun runs the benchmark's binary with the simulator, then every
