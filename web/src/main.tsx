@@ -447,6 +447,33 @@ function Switcher() {
   );
 }
 
+/** MessageBox is where a message is written: Enter sends it (not while
+ * an input method is composing), Shift+Enter starts a new line, and Esc
+ * goes to onEscape, which says whether it took the key. */
+function MessageBox({ area, text, setText, placeholder, onSend, onEscape }: {
+  area: { current: HTMLTextAreaElement | null };
+  text: string;
+  setText: (t: string) => void;
+  placeholder: string;
+  onSend: () => void;
+  onEscape?: () => boolean;
+}) {
+  return (
+    <textarea ref={area} aria-label="Message to Mara" data-testid="composer" rows={3}
+      placeholder={placeholder}
+      value={text}
+      onInput={(e) => setText((e.target as HTMLTextAreaElement).value)}
+      onKeyDown={(e) => {
+        if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+          e.preventDefault();
+          onSend();
+        } else if (e.key === "Escape" && onEscape?.()) {
+          e.preventDefault();
+        }
+      }} />
+  );
+}
+
 /** DraftComposer is the composer before any conversation: the first
  * message starts one. */
 function DraftComposer() {
@@ -469,16 +496,8 @@ function DraftComposer() {
     <div class="composer draft" {...a.handlers}>
       <AttachBar a={a} disabled={busy} />
       <div class="row">
-        <textarea ref={area} aria-label="Message to Mara" data-testid="composer" rows={3}
-          placeholder="Ask Mara anything to start a conversation (Enter sends, Shift+Enter new line)"
-          value={text}
-          onInput={(e) => setText((e.target as HTMLTextAreaElement).value)}
-          onKeyDown={(e) => {
-            if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
-              e.preventDefault();
-              send();
-            }
-          }} />
+        <MessageBox area={area} text={text} setText={setText} onSend={send}
+          placeholder="Ask Mara anything to start a conversation (Enter sends, Shift+Enter new line)" />
         <div class="actions">
           <button onClick={send} disabled={empty || busy} data-testid="send">Send</button>
         </div>
@@ -539,24 +558,14 @@ function Composer({ s }: { s: Session }) {
       )}
       <AttachBar a={a} disabled={uploading} />
       <div class="row">
-        <textarea
-          ref={area}
-          aria-label="Message to Mara"
-          data-testid="composer"
-          rows={3}
+        <MessageBox area={area} text={text} setText={setText} onSend={send}
           placeholder={running ? "Mara is working; what you send now waits in the queue (Esc stops the turn)" : "Message Mara (Enter sends, Shift+Enter new line)"}
-          value={text}
-          onInput={(e) => setText((e.target as HTMLTextAreaElement).value)}
-          onKeyDown={(e) => {
-            if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
-              e.preventDefault();
-              send();
-            } else if (e.key === "Escape" && !modalOpen() && !(drawerOpen.value && narrow.matches)) {
-              e.preventDefault();
-              s.interrupt();
-            }
-          }}
-        />
+          onEscape={() => {
+            // Esc closes an open dialog or drawer first (their own handlers).
+            if (modalOpen() || (drawerOpen.value && narrow.matches)) return false;
+            s.interrupt();
+            return true;
+          }} />
         <div class="actions">
           <button onClick={send} disabled={empty || uploading} data-testid="send">
             {running ? "Queue" : "Send"}
