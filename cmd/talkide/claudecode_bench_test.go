@@ -92,11 +92,11 @@ func measureClaudeCodeSessions(b *testing.B, n int) {
 	base := st.Info.ControlPlane
 	ws := st.Info.Workspaces
 	ids := make([]string, n)
-	parallel(n, func(i int) { ids[i] = createConversation(b, base).ID })
+	parallel(b, n, func(i int) { ids[i] = createConversation(b, base).ID })
 
 	// First turns: each starts its session's CLI.
 	first := time.Now()
-	parallel(n, func(i int) {
+	parallel(b, n, func(i int) {
 		r := send(b, base, ids[i], "hello")
 		readStream(b, base, ids[i], 0, turnEnded(r.TurnID))
 	})
@@ -108,7 +108,7 @@ func measureClaudeCodeSessions(b *testing.B, n int) {
 
 	// One turn each, held open by a slow model reply.
 	cliStart, selfStart := treeCPU(ws), cpuTime()
-	parallel(n, func(i int) { send(b, base, ids[i], "[[sleep:1500]] hold this turn open for a while") })
+	parallel(b, n, func(i int) { send(b, base, ids[i], "[[sleep:1500]] hold this turn open for a while") })
 	deadline := time.Now().Add(60 * time.Second)
 	var active float64
 	for {

@@ -40,31 +40,54 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// parallel runs fn(i) for i in [0, n) on 32 goroutines.
-func parallel(n int, fn func(i int)) {
-	var wg sync.WaitGroup
-	next := make(chan int)
+// parallel runs fn(i) for i in [0, n) on 32 goroutines. t.Fatal in fn
+// ends only the goroutine it runs on, so a goroutine whose fn did not
+// return stops the feeding, and t fails once the others are done: without
+// that, the feeding waited for ever on goroutines that were gone.
+func parallel(t testing.TB, n int, fn func(i int)) {
+	var (
+		wg   sync.WaitGroup
+		once sync.Once
+	)
+	next, stop := make(chan int), make(chan struct{})
 	for w := 0; w < 32; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			returned := false
+			defer func() {
+				if !returned {
+					once.Do(func() { close(stop) })
+				}
+			}()
 			for i := range next {
 				fn(i)
 			}
+			returned = true
 		}()
 	}
+feed:
 	for i := 0; i < n; i++ {
-		next <- i
+		select {
+		case next <- i:
+		case <-stop:
+			break feed
+		}
 	}
 	close(next)
 	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
 }
 
 // BenchmarkSessionMemory measures, with the whole platform in this process
 // (control-plane, worker with the native harness, simulator), the resident
 // memory each idle session and each active session (a turn waiting on a
 // slow model reply) adds, and the CPU time per turn, at 1, 100 and 1,000
-// sessions. Run with -benchtime=1x.
+// sessions. Run with -benchtime=1x. The worker runs with no bound on the
+// turns it runs at once, as --max-running-turns -1 gives: its default on
+// two processors (64) would refuse most of the turns this holds open.
 func BenchmarkSessionMemory(b *testing.B) {
 	for _, n := range []int{1, 100, 1000} {
 		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
@@ -76,7 +99,7 @@ func BenchmarkSessionMemory(b *testing.B) {
 }
 
 func measureSessions(b *testing.B, n int) {
-	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: b.TempDir(), Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: b.TempDir(), Addr: "127.0.0.1:0", Agent: roles.AgentConfig{MaxRunningTurns: -1}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,12 +122,12 @@ func measureSessions(b *testing.B, n int) {
 	before := live()
 
 	ids := make([]string, n)
-	parallel(n, func(i int) { ids[i] = createConversation(b, base).ID })
+	parallel(b, n, func(i int) { ids[i] = createConversation(b, base).ID })
 	idle := live()
 
 	// One turn each, every model reply held open by a slow stream.
 	start := cpuTime()
-	parallel(n, func(i int) { send(b, base, ids[i], "[[sleep:1500]] hold this turn open for a while") })
+	parallel(b, n, func(i int) { send(b, base, ids[i], "[[sleep:1500]] hold this turn open for a while") })
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if st.Worker.Worker.Load().RunningTurns == n {
