@@ -127,7 +127,10 @@ func measureSessions(b *testing.B, n int) {
 
 	// One turn each, every model reply held open by a slow stream.
 	start := cpuTime()
-	parallel(b, n, func(i int) { send(b, base, ids[i], "[[sleep:1500]] hold this turn open for a while") })
+	// The reply is held long enough that the first turns still run when
+	// the last are sent, also on a loaded machine: 1.5 s and 5 ms a turn.
+	hold := fmt.Sprintf("[[sleep:%d]] hold this turn open for a while", 1500+5*n)
+	parallel(b, n, func(i int) { send(b, base, ids[i], hold) })
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if st.Worker.Worker.Load().RunningTurns == n {
