@@ -14,9 +14,9 @@ import (
 // process of its own (this binary, run as `bench-gateway floor-proxy …`)
 // that serves with net/http's server and forwards each call to the
 // simulator through httputil.ReverseProxy and an http.Transport set as the
-// gateway's (HTTP/1.1, an idle connection kept for every stream), every
-// read of the response flushed at once, with no token check, budget,
-// metering, metrics or log line. The gap from nginx to go-floor is the
+// gateway's (HTTP/1.1, an idle connection kept for every stream, no
+// compression asked for), every read of the response flushed at once,
+// with no token check, budget, metering, metrics or log line. The gap from nginx to go-floor is the
 // language's and its library's; from there to cp-limit, the gateway's own.
 
 // floorMain runs the floor proxy: floor-proxy LISTEN UPSTREAM-HOST:PORT.
