@@ -16,8 +16,9 @@ import (
 // simulator through httputil.ReverseProxy and an http.Transport set as the
 // gateway's (HTTP/1.1, an idle connection kept for every stream, no
 // compression asked for), every read of the response flushed at once,
-// with no token check, budget, metering, metrics or log line. The gap from nginx to go-floor is the
-// language's and its library's; from there to cp-limit, the gateway's own.
+// with no token check, budget, metering, metrics or log line. The gap
+// from nginx to go-floor is the language's and its library's; from there
+// to cp-limit, the gateway's own.
 
 // floorMain runs the floor proxy: floor-proxy LISTEN UPSTREAM-HOST:PORT.
 func floorMain(args []string) error {
