@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"runtime"
@@ -15,14 +16,15 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/roles"
+	"github.com/talkide/platform/internal/worker"
 )
 
 // rssBytes is this process's resident set size.
-func rssBytes(b *testing.B) float64 {
-	b.Helper()
+func rssBytes(t testing.TB) float64 {
+	t.Helper()
 	data, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		b.Skipf("no /proc: %v", err)
+		t.Skipf("no /proc: %v", err)
 	}
 	for _, line := range bytes.Split(data, []byte("\n")) {
 		if f := bytes.Fields(line); len(f) >= 2 && string(f[0]) == "VmRSS:" {
@@ -30,7 +32,7 @@ func rssBytes(b *testing.B) float64 {
 			return kb * 1024
 		}
 	}
-	b.Fatal("no VmRSS")
+	t.Fatal("no VmRSS")
 	return 0
 }
 
@@ -89,26 +91,52 @@ feed:
 // turns it runs at once, as --max-running-turns -1 gives: its default on
 // two processors (64) would refuse most of the turns this holds open.
 func BenchmarkSessionMemory(b *testing.B) {
+	// Each of parallel's 32 goroutines keeps its connection for its next
+	// request (Go keeps 2 idle ones a host by default). Set here, where no
+	// test runs beside: a test's goroutines may use the transport.
+	http.DefaultTransport.(*http.Transport).MaxIdleConnsPerHost = 64
 	for _, n := range []int{1, 100, 1000} {
 		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				measureSessions(b, n)
+				measureSessions(b, n, b.ReportMetric)
 			}
 		})
 	}
 }
 
-func measureSessions(b *testing.B, n int) {
-	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: b.TempDir(), Addr: "127.0.0.1:0", Agent: roles.AgentConfig{MaxRunningTurns: -1}, Logger: slog.New(slog.DiscardHandler)})
+// TestSessionsBeyondTheTurnBound runs BenchmarkSessionMemory's
+// measurement once, small but with more turns held open at once than a
+// worker's default bound allows on this machine's processors (a
+// benchmark is not run by go test, and this one once waited for ever
+// when the bound came): every turn runs at the same time and ends, and
+// every figure is reported.
+func TestSessionsBeyondTheTurnBound(t *testing.T) {
+	n := min(worker.TurnsPerCPU*runtime.GOMAXPROCS(0)+6, 200)
+	got := map[string]float64{}
+	measureSessions(t, n, func(v float64, unit string) { got[unit] = v })
+	for _, unit := range []string{"MiB/idle-session", "MiB/active-session", "ms-CPU/turn", "MiB-RSS-total"} {
+		if v, ok := got[unit]; !ok || math.IsNaN(v) || math.IsInf(v, 0) {
+			t.Errorf("%s: %v (reported: %t)", unit, v, ok)
+		}
+	}
+	if got["MiB/active-session"] <= 0 || got["ms-CPU/turn"] <= 0 {
+		t.Errorf("%d turns held open added no memory or took no CPU: %v", n, got)
+	}
+}
+
+// measureSessions starts the platform, holds n turns open at once and
+// reports what they cost through report (testing.B's ReportMetric in the
+// benchmark).
+func measureSessions(t testing.TB, n int, report func(v float64, unit string)) {
+	st, err := roles.StartDev(context.Background(), roles.DevConfig{DataDir: t.TempDir(), Addr: "127.0.0.1:0", Agent: roles.AgentConfig{MaxRunningTurns: -1}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		st.Stop(ctx)
 	}()
-	http.DefaultTransport.(*http.Transport).MaxIdleConnsPerHost = 64
 	base := st.Info.ControlPlane
 	// live is the memory Go holds for live objects and stacks: unlike RSS
 	// it goes down when memory is freed, so deltas between sub-benchmarks
@@ -122,7 +150,7 @@ func measureSessions(b *testing.B, n int) {
 	before := live()
 
 	ids := make([]string, n)
-	parallel(b, n, func(i int) { ids[i] = createConversation(b, base).ID })
+	parallel(t, n, func(i int) { ids[i] = createConversation(t, base).ID })
 	idle := live()
 
 	// One turn each, every model reply held open by a slow stream.
@@ -130,33 +158,33 @@ func measureSessions(b *testing.B, n int) {
 	// The reply is held long enough that the first turns still run when
 	// the last are sent, also on a loaded machine: 1.5 s and 5 ms a turn.
 	hold := fmt.Sprintf("[[sleep:%d]] hold this turn open for a while", 1500+5*n)
-	parallel(b, n, func(i int) { send(b, base, ids[i], hold) })
+	parallel(t, n, func(i int) { send(t, base, ids[i], hold) })
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if st.Worker.Worker.Load().RunningTurns == n {
 			break
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("not all %d turns became active", n)
+			t.Fatalf("not all %d turns became active", n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	active := live()
-	rss := rssBytes(b)
+	rss := rssBytes(t)
 	for {
 		if st.Worker.Worker.Load().RunningTurns == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			b.Fatal("turns did not finish")
+			t.Fatal("turns did not finish")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	cpu := cpuTime() - start
 
 	const mib = 1 << 20
-	b.ReportMetric((idle-before)/float64(n)/mib, "MiB/idle-session")
-	b.ReportMetric((active-before)/float64(n)/mib, "MiB/active-session")
-	b.ReportMetric(float64(cpu.Microseconds())/float64(n)/1000, "ms-CPU/turn")
-	b.ReportMetric(rss/mib, "MiB-RSS-total")
+	report((idle-before)/float64(n)/mib, "MiB/idle-session")
+	report((active-before)/float64(n)/mib, "MiB/active-session")
+	report(float64(cpu.Microseconds())/float64(n)/1000, "ms-CPU/turn")
+	report(rss/mib, "MiB-RSS-total")
 }
