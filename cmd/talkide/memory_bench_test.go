@@ -10,10 +10,11 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/talkide/platform/internal/roles"
 	"github.com/talkide/platform/internal/worker"
@@ -42,42 +43,17 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// parallel runs fn(i) for i in [0, n) on 32 goroutines. t.Fatal in fn
-// ends only the goroutine it runs on, so a goroutine whose fn did not
-// return stops the feeding, and t fails once the others are done: without
-// that, the feeding waited for ever on goroutines that were gone.
+// parallel runs fn(i) for i in [0, n), 32 at a time. t.Fatal in fn ends
+// only the goroutine it runs on (errgroup still frees its place), so no
+// more are started once t has failed, and t fails once the others are
+// done.
 func parallel(t testing.TB, n int, fn func(i int)) {
-	var (
-		wg   sync.WaitGroup
-		once sync.Once
-	)
-	next, stop := make(chan int), make(chan struct{})
-	for w := 0; w < 32; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			returned := false
-			defer func() {
-				if !returned {
-					once.Do(func() { close(stop) })
-				}
-			}()
-			for i := range next {
-				fn(i)
-			}
-			returned = true
-		}()
+	var g errgroup.Group
+	g.SetLimit(32)
+	for i := 0; i < n && !t.Failed(); i++ {
+		g.Go(func() error { fn(i); return nil })
 	}
-feed:
-	for i := 0; i < n; i++ {
-		select {
-		case next <- i:
-		case <-stop:
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
+	g.Wait()
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -91,8 +67,8 @@ feed:
 // turns it runs at once, as --max-running-turns -1 gives: its default on
 // two processors (64) would refuse most of the turns this holds open.
 func BenchmarkSessionMemory(b *testing.B) {
-	// Each of parallel's 32 goroutines keeps its connection for its next
-	// request (Go keeps 2 idle ones a host by default). Set here, where no
+	// Each of parallel's 32 calls at a time keeps its connection for the
+	// next (Go keeps 2 idle ones a host by default). Set here, where no
 	// test runs beside: a test's goroutines may use the transport.
 	http.DefaultTransport.(*http.Transport).MaxIdleConnsPerHost = 64
 	for _, n := range []int{1, 100, 1000} {
