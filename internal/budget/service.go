@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/talkide/platform/internal/defaults"
+	"github.com/talkide/platform/internal/inflight"
 )
 
 // Defaults of Options.
@@ -116,9 +117,9 @@ type Service struct {
 	slices    map[sliceKey]*slice // guarded by mu; the current slice of each key
 	sliceByID map[string]*slice   // guarded by mu; every slice with a reservation, retired ones too
 	queue     settleQueue         // settlements of calls not admitted from a slice
-	growers   sync.WaitGroup      // slices growing in the background
+	growers   inflight.Count      // slices growing in the background
 
-	settling sync.WaitGroup // settlements in flight
+	settling inflight.Count // settlements in flight; Flush may wait beside new ones
 	// flushing counts the Flush calls under way: a slice's writer does
 	// not linger (drain) while one waits. kick is closed, and replaced,
 	// when one begins, to end a linger under way.
@@ -520,10 +521,8 @@ func (s *Service) Flush(ctx context.Context) error {
 	close(s.kick)
 	s.kick = make(chan struct{})
 	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.settling.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.settling.Idle():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

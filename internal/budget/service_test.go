@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/fakeclock"
 	"github.com/talkide/platform/internal/store/sqlite"
@@ -197,6 +199,58 @@ func TestSettleOnce(t *testing.T) {
 	st, err := e.svc.Status(t.Context(), budget.User("u1"))
 	if err != nil || st[0].Used != int64(es[0].Cost) || st[0].Held != 0 {
 		t.Errorf("status %+v, %v", st, err)
+	}
+}
+
+// TestFlushBesideSettlements: Flush may wait while calls settle beside it
+// (a gateway between a benchmark's phases, Close under load): under -race
+// this once reported a settlement's count rising from zero while a Flush
+// waited on it. Every settlement is in the ledger after the last Flush.
+func TestFlushBesideSettlements(t *testing.T) {
+	e := newEnv(t, budget.Options{})
+	const workers, calls = 4, 200
+	var g errgroup.Group
+	for w := range workers {
+		g.Go(func() error {
+			for i := range calls {
+				c := budget.Call{ID: fmt.Sprintf("w%d-%d", w, i), Tenant: "acme", Env: "prod", User: "u1", Conversation: "c1", Model: "m", RequestBytes: 400}
+				h, err := e.svc.Reserve(t.Context(), c)
+				if err != nil {
+					return err
+				}
+				h.Settle(settled(5))
+			}
+			return nil
+		})
+	}
+	flushes := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				flushes <- nil
+				return
+			default:
+			}
+			if err := e.svc.Flush(t.Context()); err != nil {
+				flushes <- err
+				return
+			}
+		}
+	}()
+	err := g.Wait()
+	close(stop)
+	if ferr := <-flushes; err == nil {
+		err = ferr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.flush(t)
+	es, err := e.svc.Ledger(t.Context(), budget.LedgerQuery{User: "u1"})
+	if err != nil || len(es) != workers*calls {
+		t.Fatalf("ledger: %d entries, %v; want %d", len(es), err, workers*calls)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/talkide/platform/internal/defaults"
+	"github.com/talkide/platform/internal/inflight"
 )
 
 // DefaultReadOnly is the system the sandboxed commands may read and
@@ -124,8 +125,9 @@ type Sandbox struct {
 	wanted      chan struct{}
 	closing     chan struct{}
 	warmLoop    sync.WaitGroup
-	// reaping counts the helpers reaped behind a Wait that has returned.
-	reaping sync.WaitGroup
+	// reaping counts the helpers reaped behind a Wait that has returned;
+	// a command may end while Close waits for the others.
+	reaping inflight.Count
 }
 
 // New probes what the machine supports and returns the sandbox. In
