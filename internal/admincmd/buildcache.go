@@ -13,7 +13,6 @@ import (
 	"github.com/talkide/platform/internal/build"
 	"github.com/talkide/platform/internal/buildcache"
 	"github.com/talkide/platform/internal/cli"
-	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/provision"
 	"github.com/talkide/platform/internal/roles"
 )
@@ -58,11 +57,7 @@ returns once the Job exists). See docs/builds.md.`,
 			if project == "" || b.CacheClaim == "" || b.Image == "" {
 				return errors.New("--project, --build-cache-claim and --build-image are required")
 			}
-			tols, err := roles.ParseTolerations(b.Tolerations)
-			if err != nil {
-				return contract.Invalid(nil, "build-toleration", "%v", err)
-			}
-			resources, err := b.Resources()
+			pod, err := b.Pod()
 			if err != nil {
 				return err
 			}
@@ -72,8 +67,7 @@ returns once the Job exists). See docs/builds.md.`,
 			o := &buildcache.SeedOptions{
 				Namespace: namespace, Tenant: tenant, Env: env,
 				CacheClaim: b.CacheClaim, SessionClaim: b.Claim, Project: project,
-				Gradle: strings.Fields(gradle), Image: b.Image, PromoteImage: talkideImg, RunAsUser: b.RunAsUser,
-				NodeSelector: b.NodeSelector, Tolerations: tols, Resources: resources, Timeout: timeout,
+				Gradle: strings.Fields(gradle), Image: b.Image, PromoteImage: talkideImg, PodOptions: pod, Timeout: timeout,
 			}
 			if err := o.Validate(); err != nil {
 				return err

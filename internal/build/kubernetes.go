@@ -135,15 +135,8 @@ type KubernetesOptions struct {
 	// modules-2), mounted read-only; a build's GRADLE_RO_DEP_CACHE is the
 	// generation the pointer names when the build starts.
 	CacheClaim string
-	// RunAsUser is the builders' uid and gid: the owner of the workspace
-	// files on the volume (the worker's). Default DefaultRunAsUser.
-	RunAsUser int64
-	// NodeSelector and Tolerations place builds on a build node pool.
-	NodeSelector map[string]string
-	Tolerations  []corev1.Toleration
-	// Resources of the build container; zero: requests 1 CPU and 2 GiB,
-	// limits 2 CPUs and 4 GiB.
-	Resources corev1.ResourceRequirements
+	// PodOptions are the build pods' uid, placement and resources.
+	PodOptions
 	// Timeout is the default activeDeadlineSeconds; default DefaultTimeout.
 	Timeout time.Duration
 	// TTLAfterFinished is ttlSecondsAfterFinished, a backstop should the
@@ -176,10 +169,7 @@ func NewKubernetes(cs kubernetes.Interface, opts *KubernetesOptions) (*Kubernete
 		return nil, errors.New("build: the session volume's mount path (absolute) is required")
 	}
 	defaults.IfZero(&o.ClaimName, DefaultClaimName)
-	defaults.IfNotPositive(&o.RunAsUser, DefaultRunAsUser)
-	if o.Resources.Requests == nil && o.Resources.Limits == nil {
-		o.Resources = DefaultResources()
-	}
+	o.PodOptions.fill()
 	defaults.IfNotPositive(&o.Timeout, DefaultTimeout)
 	o.Timeout = min(o.Timeout, MaxTimeout)
 	defaults.IfNotPositive(&o.TTLAfterFinished, DefaultTTLAfterFinished)

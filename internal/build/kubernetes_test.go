@@ -260,9 +260,11 @@ func waitOutput(t *testing.T, out *syncbuf.Buffer, s string, done chan runResult
 
 func TestKubernetesBuildSucceeds(t *testing.T) {
 	f := newKubeFixture(t, &KubernetesOptions{
-		NodeSelector: map[string]string{"talkide.dev/pool": "builds"},
-		Tolerations:  []corev1.Toleration{{Key: "talkide.dev/builds", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
-		CacheClaim:   "gradle-cache",
+		PodOptions: PodOptions{
+			NodeSelector: map[string]string{"talkide.dev/pool": "builds"},
+			Tolerations:  []corev1.Toleration{{Key: "talkide.dev/builds", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		},
+		CacheClaim: "gradle-cache",
 	})
 	var out syncbuf.Buffer
 	done := f.start(context.Background(), f.request("toolu_ok", &out))

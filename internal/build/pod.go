@@ -14,6 +14,37 @@ import (
 // (buildcache), which run the same Gradle image on the same node pool as
 // the same uid: a change to how one is confined or placed must reach both.
 
+// PodOptions shape the pod of a Job that runs the Gradle image: the build
+// runner's and the cache-seeding Job take the same, so that a seeding runs
+// as, and where, the builds it prepares for.
+type PodOptions struct {
+	// RunAsUser is the uid and gid of the containers: the owner of the
+	// workspace files on the volume (the worker's). Default
+	// DefaultRunAsUser.
+	RunAsUser int64
+	// NodeSelector and Tolerations place the Jobs on a build node pool.
+	NodeSelector map[string]string
+	Tolerations  []corev1.Toleration
+	// Resources of the Gradle container; zero: DefaultResources.
+	Resources corev1.ResourceRequirements
+}
+
+// fill sets the defaults of what p leaves unset.
+func (p *PodOptions) fill() {
+	if p.RunAsUser <= 0 {
+		p.RunAsUser = DefaultRunAsUser
+	}
+	if p.Resources.Requests == nil && p.Resources.Limits == nil {
+		p.Resources = DefaultResources()
+	}
+}
+
+// Filled returns p with its defaults set.
+func (p PodOptions) Filled() PodOptions {
+	p.fill()
+	return p
+}
+
 // LabelValue is v when it is a valid label value, else a digest of it.
 func LabelValue(v string) string {
 	if len(validation.IsValidLabelValue(v)) == 0 {

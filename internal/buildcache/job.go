@@ -81,14 +81,10 @@ type SeedOptions struct {
 	// PromoteImage holds /talkide, which runs the promotion; default
 	// DefaultPromoteImage.
 	PromoteImage string
-	// RunAsUser is the uid and gid of both containers, the build Jobs'
-	// (default build.DefaultRunAsUser): the cache's files are theirs.
-	RunAsUser int64
-	// NodeSelector and Tolerations place the Job on the build node pool.
-	NodeSelector map[string]string
-	Tolerations  []corev1.Toleration
-	// Resources of the Gradle container; zero: the build Jobs' defaults.
-	Resources corev1.ResourceRequirements
+	// PodOptions are the build Jobs': the cache's files are theirs, and
+	// the seeding runs on their node pool. RunAsUser is the uid of both
+	// containers.
+	build.PodOptions
 	// Timeout is activeDeadlineSeconds: default DefaultTimeout, at most
 	// build.MaxTimeout (the age past which Promote takes a work directory
 	// for a leftover).
@@ -134,12 +130,7 @@ func (o *SeedOptions) Validate() error {
 	if o.PromoteImage == "" {
 		o.PromoteImage = DefaultPromoteImage
 	}
-	if o.RunAsUser <= 0 {
-		o.RunAsUser = build.DefaultRunAsUser
-	}
-	if o.Resources.Requests == nil && o.Resources.Limits == nil {
-		o.Resources = build.DefaultResources()
-	}
+	o.PodOptions = o.PodOptions.Filled()
 	if o.Timeout < 0 || o.Timeout > build.MaxTimeout {
 		return fmt.Errorf("buildcache: a seeding's deadline %s: want more than 0 and at most %s", o.Timeout, build.MaxTimeout)
 	}

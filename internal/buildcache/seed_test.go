@@ -43,8 +43,10 @@ func newSeedFixture(t *testing.T) *seedFixture {
 		Gradle:       []string{"build", "-x", "test"},
 		Image:        "builder.example.com/jdk:21",
 		PromoteImage: "registry.example.com/talkide:1.0",
-		NodeSelector: map[string]string{"talkide.dev/pool": "builds"},
-		Tolerations:  []corev1.Toleration{{Key: "talkide.dev/builds", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		PodOptions: build.PodOptions{
+			NodeSelector: map[string]string{"talkide.dev/pool": "builds"},
+			Tolerations:  []corev1.Toleration{{Key: "talkide.dev/builds", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		},
 	}
 	return f
 }

@@ -4,39 +4,32 @@ import (
 	"runtime"
 	"sync"
 	"testing"
-)
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
+	"github.com/talkide/platform/internal/poll"
+)
 
 // TestIdle: idle at first and again when the last work ends, not before;
 // a channel taken while work was in flight closes with that work's end.
 func TestIdle(t *testing.T) {
 	var c Count
-	if !isClosed(c.Idle()) {
+	if !poll.Closed(c.Idle()) {
 		t.Fatal("a new count is not idle")
 	}
 	c.Add(2)
 	busy := c.Idle()
-	if isClosed(busy) {
+	if poll.Closed(busy) {
 		t.Fatal("idle with two in flight")
 	}
 	c.Done()
-	if isClosed(busy) || isClosed(c.Idle()) {
+	if poll.Closed(busy) || poll.Closed(c.Idle()) {
 		t.Fatal("idle with one in flight")
 	}
 	c.Done()
-	if !isClosed(busy) || !isClosed(c.Idle()) {
+	if !poll.Closed(busy) || !poll.Closed(c.Idle()) {
 		t.Fatal("not idle with none in flight")
 	}
 	c.Add(1)
-	if isClosed(c.Idle()) || !isClosed(busy) {
+	if poll.Closed(c.Idle()) || !poll.Closed(busy) {
 		t.Fatal("the count rose again: a new wait, and the old one still closed")
 	}
 	c.Done()
@@ -72,7 +65,7 @@ func TestAddBesideWait(t *testing.T) {
 	work.Wait()
 	close(stop)
 	waiters.Wait()
-	if !isClosed(c.Idle()) {
+	if !poll.Closed(c.Idle()) {
 		t.Fatal("not idle after all work ended")
 	}
 }

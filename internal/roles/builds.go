@@ -109,6 +109,20 @@ func (b *BuildConfig) LocalLimits() (sandbox.Limits, error) {
 	return l, nil
 }
 
+// Pod returns the build pods' uid, placement and resources, checked: the
+// build Jobs' and the cache-seeding Job's.
+func (b *BuildConfig) Pod() (build.PodOptions, error) {
+	tols, err := ParseTolerations(b.Tolerations)
+	if err != nil {
+		return build.PodOptions{}, contract.Invalid(nil, "build-toleration", "%v", err)
+	}
+	resources, err := b.Resources()
+	if err != nil {
+		return build.PodOptions{}, err
+	}
+	return build.PodOptions{RunAsUser: b.RunAsUser, NodeSelector: b.NodeSelector, Tolerations: tols, Resources: resources}, nil
+}
+
 // Check validates what needs nothing else.
 func (b *BuildConfig) Check() error {
 	switch b.Runner {
@@ -116,14 +130,11 @@ func (b *BuildConfig) Check() error {
 	default:
 		return contract.Invalid(nil, "builds", "%q: want local, kubernetes or none", b.Runner)
 	}
-	if _, err := ParseTolerations(b.Tolerations); err != nil {
-		return contract.Invalid(nil, "build-toleration", "%v", err)
+	if _, err := b.Pod(); err != nil {
+		return err
 	}
 	if b.Timeout < 0 || b.Timeout > build.MaxTimeout {
 		return contract.Invalid(nil, "build-timeout", "%s: want more than 0 and at most %s", b.Timeout, build.MaxTimeout)
-	}
-	if _, err := b.Resources(); err != nil {
-		return err
 	}
 	if _, err := b.LocalLimits(); err != nil {
 		return err
@@ -143,7 +154,7 @@ func newBuildRunner(b BuildConfig, o WorkerConfig, log *slog.Logger) (build.Runn
 		}
 		return build.NewLocal(&build.LocalOptions{Timeout: b.Timeout, Limits: limits}), nil
 	}
-	resources, err := b.Resources()
+	pod, err := b.Pod()
 	if err != nil {
 		return nil, err
 	}
@@ -173,14 +184,11 @@ func newBuildRunner(b BuildConfig, o WorkerConfig, log *slog.Logger) (build.Runn
 	if rel, err := filepath.Rel(mount, ws); err != nil || !filepath.IsLocal(rel) && rel != "." {
 		return nil, fmt.Errorf("--builds kubernetes: the workspaces (%s) are not below the mount of the session claim (%s): a build Job could not mount them; set --workspaces or --build-claim-mount", ws, mount)
 	}
-	tols, _ := ParseTolerations(b.Tolerations)
 	return build.NewKubernetes(cs, &build.KubernetesOptions{
 		Namespace: ns, Tenant: o.Tenant, Env: o.Env,
 		Image: b.Image, ImageBuilder: b.ImageBuilder, RegistrySecret: b.RegistrySecret,
-		ClaimName: b.Claim, VolumeRoot: mount, CacheClaim: b.CacheClaim, RunAsUser: b.RunAsUser,
-		NodeSelector: b.NodeSelector, Tolerations: tols, MaxConcurrent: b.MaxConcurrent,
-		Resources: resources, Timeout: b.Timeout,
-		Logger: log,
+		ClaimName: b.Claim, VolumeRoot: mount, CacheClaim: b.CacheClaim, PodOptions: pod,
+		MaxConcurrent: b.MaxConcurrent, Timeout: b.Timeout, Logger: log,
 	})
 }
 

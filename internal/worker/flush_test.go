@@ -46,12 +46,7 @@ func waitDurable(t *testing.T, s *session) {
 
 // flusherGone reports whether s's flusher goroutine has exited.
 func flusherGone(s *session) bool {
-	select {
-	case <-s.flushed:
-		return true
-	default:
-		return false
-	}
+	return poll.Closed(s.flushed)
 }
 
 // While fsync fails, a turn's events are in the log but reach no stream;

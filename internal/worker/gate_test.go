@@ -4,16 +4,9 @@ import (
 	"context"
 	"errors"
 	"testing"
-)
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
+	"github.com/talkide/platform/internal/poll"
+)
 
 func TestTurnGate(t *testing.T) {
 	base, cutOff := context.WithCancel(context.Background())
@@ -41,7 +34,7 @@ func TestTurnGate(t *testing.T) {
 		t.Errorf("begin after close = %v, want errShuttingDown", err)
 	}
 	g.end()
-	if isClosed(idle) {
+	if poll.Closed(idle) {
 		t.Fatal("idle with a turn still running")
 	}
 	if g.close() != idle {
@@ -55,11 +48,11 @@ func TestTurnGate(t *testing.T) {
 		t.Error("cancelling the base did not reach the turn")
 	}
 	g.end()
-	if !isClosed(idle) {
+	if !poll.Closed(idle) {
 		t.Error("not idle after the last turn ended")
 	}
 
-	if empty := newTurnGate(context.Background(), 0).close(); !isClosed(empty) {
+	if empty := newTurnGate(context.Background(), 0).close(); !poll.Closed(empty) {
 		t.Error("a gate with no turn is not idle at once")
 	}
 }
