@@ -169,7 +169,7 @@ func NewKubernetes(cs kubernetes.Interface, opts *KubernetesOptions) (*Kubernete
 		return nil, errors.New("build: the session volume's mount path (absolute) is required")
 	}
 	defaults.IfZero(&o.ClaimName, DefaultClaimName)
-	o.PodOptions.fill()
+	o.PodOptions = o.PodOptions.Filled()
 	defaults.IfNotPositive(&o.Timeout, DefaultTimeout)
 	o.Timeout = min(o.Timeout, MaxTimeout)
 	defaults.IfNotPositive(&o.TTLAfterFinished, DefaultTTLAfterFinished)

@@ -29,19 +29,14 @@ type PodOptions struct {
 	Resources corev1.ResourceRequirements
 }
 
-// fill sets the defaults of what p leaves unset.
-func (p *PodOptions) fill() {
+// Filled returns p with the defaults of what it leaves unset.
+func (p PodOptions) Filled() PodOptions {
 	if p.RunAsUser <= 0 {
 		p.RunAsUser = DefaultRunAsUser
 	}
 	if p.Resources.Requests == nil && p.Resources.Limits == nil {
 		p.Resources = DefaultResources()
 	}
-}
-
-// Filled returns p with its defaults set.
-func (p PodOptions) Filled() PodOptions {
-	p.fill()
 	return p
 }
 
