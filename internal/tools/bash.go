@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
+	"golang.org/x/sys/unix"
 
 	"github.com/talkide/platform/internal/observe"
 	"github.com/talkide/platform/internal/sandbox"
@@ -141,7 +143,7 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
-		copyOutput(pr, out, call.Output)
+		copyOutput(&pipeOutput{f: pr, left: maxDrain}, out, call.Output)
 	}()
 	type ended struct {
 		o   sandbox.Outcome
@@ -172,8 +174,9 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 	select {
 	case <-readDone:
 	case <-time.After(drainGrace):
-		// Someone outside the tree still holds the pipe (only possible
-		// without a sandbox): stop reading.
+		// The pipe is still open (a process left the tree without a
+		// sandbox; the sandbox's helper slow to exit on a loaded
+		// machine): stop waiting for more, and read what it holds.
 		pr.SetReadDeadline(time.Now())
 		<-readDone
 	}
@@ -242,6 +245,43 @@ func copyOutput(r io.Reader, out *headTail, stream func(string)) {
 			return
 		}
 	}
+}
+
+// maxDrain bounds what is read of the output pipe once drainGrace has
+// passed: the most a pipe holds (Linux's default pipe-max-size), all that
+// the command can have written before it ended and the reader fell behind;
+// more is from a process still writing that the grace cut off.
+const maxDrain = 1 << 20
+
+// pipeOutput reads a command's output pipe. Once Run has set the pipe's
+// deadline (the command's tree is gone, yet the pipe is still open), it
+// reads only what the pipe holds, without waiting for more, and then
+// ends: what the command wrote before it ended is kept whole even when
+// the reader fell behind it (a loaded machine, a slow stream), where a
+// read past the deadline would have dropped it.
+type pipeOutput struct {
+	f    *os.File
+	left int // bytes still to be read once the deadline has passed
+}
+
+func (p *pipeOutput) Read(b []byte) (int, error) {
+	n, err := p.f.Read(b)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n > 0 {
+		return n, err
+	}
+	rc, err := p.f.SyscallConn()
+	if err != nil || p.left <= 0 {
+		return 0, io.EOF
+	}
+	b = b[:min(len(b), p.left)]
+	var rerr error
+	// Control ignores the deadline; the pipe is non-blocking, so an empty
+	// one answers EAGAIN at once.
+	if cerr := rc.Control(func(fd uintptr) { n, rerr = unix.Read(int(fd), b) }); cerr != nil || rerr != nil || n <= 0 {
+		return 0, io.EOF
+	}
+	p.left -= n
+	return n, nil
 }
 
 // completeRunes returns the length of the longest prefix of b that does not

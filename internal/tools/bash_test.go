@@ -182,6 +182,36 @@ func TestBashContextCancel(t *testing.T) {
 	waitGoneCmd(t, "sleep", "30.1002")
 }
 
+// TestBashSlowReaderKeepsTheOutput: when the reader is still behind the
+// command after it ended (its stream slow, a loaded machine) and the
+// pipe's grace has passed, what the pipe holds is still read: the output
+// is whole, streamed and returned.
+func TestBashSlowReaderKeepsTheOutput(t *testing.T) {
+	ws := newWorkspace(t)
+	var streamed strings.Builder
+	res, err := (&Bash{MaxOutputBytes: 1 << 20}).Run(context.Background(), Call{
+		Input:     input(t, map[string]any{"command": "seq 1 40000"}),
+		Workspace: ws, Jail: testJail(t, ws),
+		Output: func(c string) {
+			streamed.WriteString(c)
+			time.Sleep(drainGrace / 2) // a pipe's worth behind the command at its end
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for i := 1; i <= 40000; i++ {
+		fmt.Fprintln(&want, i)
+	}
+	if res.IsError || res.Output != want.String() {
+		t.Errorf("result: %d bytes, error %v; want %d bytes (its end: %q)", len(res.Output), res.IsError, want.Len(), res.Output[max(0, len(res.Output)-20):])
+	}
+	if streamed.String() != want.String() {
+		t.Errorf("streamed %d bytes, want %d", streamed.Len(), want.Len())
+	}
+}
+
 // TestBashBackgroundCommandReturns: a command that leaves a process
 // behind returns when bash exits, and the process is gone.
 func TestBashBackgroundCommandReturns(t *testing.T) {

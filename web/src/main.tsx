@@ -63,10 +63,11 @@ window.addEventListener("talkide:turn", (e) => {
   const open = conversations.value.find((c) => c.id === currentId.value);
   if (open && !open.title) for (const ms of [1000, 3000, 8000]) setTimeout(loadList, ms);
   if ((e as CustomEvent).detail?.kind !== "turn.started") {
-    // The turn's last call settles a moment after the turn ends: read
-    // again shortly, so that the header does not stay one call behind.
+    // The turn's last call settles a moment after the turn ends (longer
+    // on a loaded control-plane): read again shortly, and once more
+    // later, so that the header does not stay one call behind.
     loadBudget();
-    setTimeout(loadBudget, 1500);
+    for (const ms of [1500, 5000]) setTimeout(loadBudget, ms);
   }
 });
 

@@ -417,14 +417,15 @@ export const scenarios = {
     const usd = await cost.getAttribute("data-usd");
     check(Number(usd) > 0, `the footer's cost is ${usd}`);
     check(/^(\$\d|<\$0\.0001)/.test((await cost.textContent()).trim()), `the footer shows "${await cost.textContent()}"`);
-    // The header is read again after the turn; the last call may settle a
-    // moment later, so wait for it to move.
+    // The header is read again after the turn; its calls settle one by
+    // one, the last a moment after it ends, so wait until the header has
+    // all of it (one turn: what its footer charged), not the first move.
     await h.page.waitForFunction(
-      (b) => {
+      (want) => {
         const e = document.querySelector("[data-testid=budget] [data-kind=spend_per_day]");
-        return e && e.getAttribute("data-used") !== b;
+        return e && e.getAttribute("data-used") === want;
       },
-      before.used,
+      usd,
       { timeout: T },
     );
     const after = { used: await badge.getAttribute("data-used"), remaining: await badge.getAttribute("data-remaining") };
