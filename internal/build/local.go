@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/defaults"
+	"github.com/talkide/platform/internal/outpipe"
 	"github.com/talkide/platform/internal/sandbox"
 )
 
@@ -54,10 +54,6 @@ func NewLocal(opts *LocalOptions) *Local {
 
 func (*Local) Name() string { return "local" }
 
-// drainGrace is how long Run waits for the output pipe to close once the
-// build's tree is gone.
-const drainGrace = 500 * time.Millisecond
-
 // Run runs a Gradle build with the workspace's ./gradlew in the jail and
 // then reads the JUnit reports it wrote.
 func (l *Local) Run(ctx context.Context, req Request) (Result, error) {
@@ -88,7 +84,7 @@ func (l *Local) Run(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("build: %w", err)
 	}
-	pr, pw, err := os.Pipe()
+	pr, pw, err := outpipe.New()
 	if err != nil {
 		return res, fmt.Errorf("build: %w", err)
 	}
@@ -108,12 +104,7 @@ func (l *Local) Run(ctx context.Context, req Request) (Result, error) {
 	stop := context.AfterFunc(ctx, cmd.Stop)
 	o, _ := cmd.Wait()
 	stop()
-	select {
-	case <-readDone:
-	case <-time.After(drainGrace):
-		pr.SetReadDeadline(time.Now())
-		<-readDone
-	}
+	pr.Finish(readDone)
 	res.Duration = time.Since(began)
 	if ctx.Err() != nil {
 		return res, ctx.Err()

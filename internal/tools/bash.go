@@ -2,19 +2,17 @@ package tools
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
-	"golang.org/x/sys/unix"
 
 	"github.com/talkide/platform/internal/observe"
+	"github.com/talkide/platform/internal/outpipe"
 	"github.com/talkide/platform/internal/sandbox"
 )
 
@@ -45,11 +43,6 @@ type Bash struct {
 // killGrace is how long a process group has to exit after SIGTERM before
 // it gets SIGKILL.
 const killGrace = time.Second
-
-// drainGrace is how long Run waits for the output pipe to close once the
-// process group is gone; a process that left the group (setsid) and keeps
-// the pipe open is cut off after it.
-const drainGrace = 500 * time.Millisecond
 
 const bashShell = "/bin/bash"
 
@@ -107,7 +100,7 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 	// a backstop should the supervisor itself not end.
 	extra.Timeout = timeout
 
-	pr, pw, err := os.Pipe()
+	pr, pw, err := outpipe.New()
 	if err != nil {
 		return Result{}, fmt.Errorf("bash: %w", err)
 	}
@@ -143,7 +136,7 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
-		copyOutput(&pipeOutput{f: pr, left: maxDrain}, out, call.Output)
+		copyOutput(pr, out, call.Output)
 	}()
 	type ended struct {
 		o   sandbox.Outcome
@@ -155,7 +148,7 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 		exited <- ended{o, err}
 	}()
 
-	backstop := time.NewTimer(timeout + killGrace + drainGrace)
+	backstop := time.NewTimer(timeout + killGrace + outpipe.Grace)
 	defer backstop.Stop()
 	var end ended
 	var ctxErr error
@@ -171,15 +164,7 @@ func (b *Bash) Run(ctx context.Context, call Call) (Result, error) {
 		end = <-exited
 	}
 
-	select {
-	case <-readDone:
-	case <-time.After(drainGrace):
-		// The pipe is still open (a process left the tree without a
-		// sandbox; the sandbox's helper slow to exit on a loaded
-		// machine): stop waiting for more, and read what it holds.
-		pr.SetReadDeadline(time.Now())
-		<-readDone
-	}
+	pr.Finish(readDone)
 
 	if cspan.IsRecording() {
 		cspan.SetAttributes(attribute.String("talkide.sandbox.ending", string(end.o.Ending)),
@@ -245,43 +230,6 @@ func copyOutput(r io.Reader, out *headTail, stream func(string)) {
 			return
 		}
 	}
-}
-
-// maxDrain bounds what is read of the output pipe once drainGrace has
-// passed: the most a pipe holds (Linux's default pipe-max-size), all that
-// the command can have written before it ended and the reader fell behind;
-// more is from a process still writing that the grace cut off.
-const maxDrain = 1 << 20
-
-// pipeOutput reads a command's output pipe. Once Run has set the pipe's
-// deadline (the command's tree is gone, yet the pipe is still open), it
-// reads only what the pipe holds, without waiting for more, and then
-// ends: what the command wrote before it ended is kept whole even when
-// the reader fell behind it (a loaded machine, a slow stream), where a
-// read past the deadline would have dropped it.
-type pipeOutput struct {
-	f    *os.File
-	left int // bytes still to be read once the deadline has passed
-}
-
-func (p *pipeOutput) Read(b []byte) (int, error) {
-	n, err := p.f.Read(b)
-	if !errors.Is(err, os.ErrDeadlineExceeded) || n > 0 {
-		return n, err
-	}
-	rc, err := p.f.SyscallConn()
-	if err != nil || p.left <= 0 {
-		return 0, io.EOF
-	}
-	b = b[:min(len(b), p.left)]
-	var rerr error
-	// Control ignores the deadline; the pipe is non-blocking, so an empty
-	// one answers EAGAIN at once.
-	if cerr := rc.Control(func(fd uintptr) { n, rerr = unix.Read(int(fd), b) }); cerr != nil || rerr != nil || n <= 0 {
-		return 0, io.EOF
-	}
-	p.left -= n
-	return n, nil
 }
 
 // completeRunes returns the length of the longest prefix of b that does not

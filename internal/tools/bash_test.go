@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkide/platform/internal/outpipe"
 	"github.com/talkide/platform/internal/proctest"
 )
 
@@ -194,7 +195,7 @@ func TestBashSlowReaderKeepsTheOutput(t *testing.T) {
 		Workspace: ws, Jail: testJail(t, ws),
 		Output: func(c string) {
 			streamed.WriteString(c)
-			time.Sleep(drainGrace / 2) // a pipe's worth behind the command at its end
+			time.Sleep(outpipe.Grace / 2) // a pipe's worth behind the command at its end
 		},
 	})
 	if err != nil {

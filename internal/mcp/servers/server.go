@@ -19,16 +19,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/talkide/platform/internal/outpipe"
 	"github.com/talkide/platform/internal/sandbox"
 )
 
 // stderrTail is how much of a stdio server's stderr is kept to explain
 // its failure.
 const stderrTail = 2048
-
-// drainGrace bounds the wait for a server's stderr to close once its process
-// group is gone; a process that left the group and keeps it open is cut off.
-const drainGrace = 500 * time.Millisecond
 
 // server is one running MCP server of a conversation. Its session ends when
 // either side closes it; shutdown then reaps the process and kills what is
@@ -58,7 +55,7 @@ type process struct {
 	cmd    *exec.Cmd
 	sb     *sandbox.Cmd       // the sandboxed command cmd runs
 	cancel context.CancelFunc // kills the group through cmd.Cancel while the leader runs
-	stderr *os.File           // read end
+	stderr *outpipe.Reader    // read end
 	tail   *tailBuffer
 	read   chan struct{} // closed when stderr is drained
 }
@@ -147,7 +144,7 @@ func (s *server) connectStdio(ctx context.Context, client *mcp.Client, p startPa
 		cancel()
 		return fmt.Errorf("cannot start: %v", err)
 	}
-	pr, pw, err := os.Pipe()
+	pr, pw, err := outpipe.New()
 	if err != nil {
 		cancel()
 		sb.Release()
@@ -324,12 +321,7 @@ func (p *process) end(cs *mcp.ClientSession) {
 		waitGroupGone(pgid, killWait)
 	}
 	p.sb.Release()
-	select {
-	case <-p.read:
-	case <-time.After(drainGrace):
-		p.stderr.SetReadDeadline(time.Now())
-		<-p.read
-	}
+	p.stderr.Finish(p.read)
 }
 
 // killWait bounds the wait for a killed process group to disappear.
