@@ -50,6 +50,13 @@ type Entry struct {
 	// conversation, though it still runs (and lists) its last turns.
 	Draining  bool      `json:"draining,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// BeatWindowMS is the replica's promise about its session leases: it
+	// writes under them only while UpdatedAt plus this many milliseconds
+	// (less the clock skew sessionstore allows) has not passed, unless it
+	// publishes again, so a peer may take them over once it has (plus
+	// that skew), without waiting out each lease. 0 (an older replica):
+	// no promise, the leases' own expiry counts.
+	BeatWindowMS int64 `json:"beat_window_ms,omitempty"`
 }
 
 // TurnLoad is the share of its bound the replica's running turns take,
@@ -76,6 +83,17 @@ const (
 	RemoveAfter = 150
 	// maxEntryBytes bounds what is read of one file.
 	maxEntryBytes = 4 << 10
+	// MinBeatWindow and BeatWindowIntervals set a replica's beat window
+	// (Entry.BeatWindowMS): BeatWindowIntervals intervals, at least
+	// MinBeatWindow. A peer then takes a crashed replica's conversations
+	// over some 10 s after its last beat rather than up to a lease's TTL
+	// (30 s) and its skew later; a replica whose volume stalls for longer
+	// than the window less the skew (8 s by default) stops writing its
+	// sessions until it beats again, and reopens them then.
+	MinBeatWindow       = 10 * time.Second
+	BeatWindowIntervals = 5
+	// maxBeatWindow bounds a window read from a peer's entry.
+	maxBeatWindow = 10 * time.Minute
 	// MaxHolderLen bounds a holder's name (a pod name is at most 253).
 	MaxHolderLen = 253
 )
@@ -120,6 +138,10 @@ type Options struct {
 	Interval time.Duration
 	Now      func() time.Time
 	Logger   *slog.Logger // nil: don't log
+	// OnBeat, when set, is told of every entry written: the time it
+	// carries, when the write had ended, and its beat window. The session
+	// store's Heartbeat takes it (sessionstore.Heartbeat.Beat).
+	OnBeat func(stamp, done time.Time, window time.Duration)
 }
 
 // Registry is one replica's view of the registry directory. Its methods
@@ -162,6 +184,27 @@ func (r *Registry) Holder() string { return r.holder }
 // Interval is how often entries are rewritten.
 func (r *Registry) Interval() time.Duration { return r.opts.Interval }
 
+// BeatWindow is how long after each entry written this replica may write
+// under its session leases (Entry.BeatWindowMS).
+func (r *Registry) BeatWindow() time.Duration {
+	return max(MinBeatWindow, BeatWindowIntervals*r.opts.Interval)
+}
+
+// BeatEnds returns when holder's promise ends, by its last entry on the
+// volume (its time plus its beat window); zero when it has no entry or
+// made no promise, and then its leases' own expiry counts. For the
+// session store (sessionstore.Options.PeerBeatEnds).
+func (r *Registry) BeatEnds(holder string) time.Time {
+	if ValidateHolder(holder) != nil {
+		return time.Time{} // a lease of a retention tool, or not a replica's name
+	}
+	e, err := r.readEntry(holder)
+	if err != nil || e.BeatWindowMS <= 0 || e.BeatWindowMS > maxBeatWindow.Milliseconds() {
+		return time.Time{}
+	}
+	return e.UpdatedAt.Add(time.Duration(e.BeatWindowMS) * time.Millisecond)
+}
+
 func (r *Registry) path(holder string) string { return filepath.Join(r.dir, holder+".json") }
 
 // Publish writes this replica's entry as self computes it now, under the
@@ -175,7 +218,8 @@ func (r *Registry) Publish(self func() Entry) error {
 		return nil
 	}
 	e := self()
-	e.Holder, e.UpdatedAt = r.holder, r.opts.Now().UTC()
+	stamp, window := r.opts.Now(), r.BeatWindow()
+	e.Holder, e.UpdatedAt, e.BeatWindowMS = r.holder, stamp.UTC(), window.Milliseconds()
 	if err := ValidateAddr(e.Addr); err != nil {
 		return err
 	}
@@ -183,7 +227,13 @@ func (r *Registry) Publish(self func() Entry) error {
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(r.path(r.holder), append(b, '\n'), 0o600)
+	if err := atomicfile.WriteFile(r.path(r.holder), append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	if r.opts.OnBeat != nil {
+		r.opts.OnBeat(stamp, r.opts.Now(), window)
+	}
+	return nil
 }
 
 // Remove deletes this replica's entry, for good: a replica that stops

@@ -214,3 +214,63 @@ func FuzzReadEntry(f *testing.F) {
 		}
 	})
 }
+
+// Each entry carries its beat window; a peer reads when the beats of a
+// holder end, and an entry without a window (an older replica), a missing
+// one or a name that is no replica's gives none. OnBeat hears of every
+// entry written, and of none after Remove.
+func TestBeatEnds(t *testing.T) {
+	dir, c := t.TempDir(), fakeclock.New(time.Unix(1_000_000, 0))
+	type beat struct {
+		stamp, done time.Time
+		window      time.Duration
+	}
+	var beats []beat
+	a, err := New(dir, "worker-a", &Options{Interval: 3 * time.Second, Now: c.Now, OnBeat: func(stamp, done time.Time, window time.Duration) {
+		beats = append(beats, beat{stamp, done, window})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newAt(t, dir, "worker-b", c)
+	if a.BeatWindow() != 15*time.Second || b.BeatWindow() != MinBeatWindow {
+		t.Fatalf("beat windows %s and %s, want 5 intervals and at least %s", a.BeatWindow(), b.BeatWindow(), MinBeatWindow)
+	}
+	if got := b.BeatEnds("worker-a"); !got.IsZero() {
+		t.Fatalf("beats of a replica with no entry end at %s", got)
+	}
+	t0 := c.Now()
+	if err := a.Publish(entry("http://10.0.0.1:8080", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.BeatEnds("worker-a"); !got.Equal(t0.Add(15 * time.Second)) {
+		t.Fatalf("a's beats end at %s, want %s", got, t0.Add(15*time.Second))
+	}
+	if len(beats) != 1 || !beats[0].stamp.Equal(t0) || beats[0].done.Before(t0) || beats[0].window != 15*time.Second {
+		t.Fatalf("OnBeat heard %+v", beats)
+	}
+	c.Advance(time.Second)
+	a.Publish(entry("http://10.0.0.1:8080", 1))
+	if got := b.BeatEnds("worker-a"); !got.Equal(t0.Add(16 * time.Second)) {
+		t.Fatalf("after the second beat a's beats end at %s", got)
+	}
+	for _, holder := range []string{"worker-b", "retention:worker-a", "../worker-a", ""} {
+		if got := a.BeatEnds(holder); !got.IsZero() {
+			t.Errorf("beats of %q end at %s", holder, got)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "worker-old.json"), []byte(`{"holder":"worker-old","addr":"http://10.0.0.3:8080","updated_at":"2026-12-06T14:15:33Z"}`), 0o600)
+	os.WriteFile(filepath.Join(dir, "worker-far.json"), []byte(`{"holder":"worker-far","addr":"http://10.0.0.4:8080","updated_at":"2026-12-06T14:15:33Z","beat_window_ms":86400000}`), 0o600)
+	for _, holder := range []string{"worker-old", "worker-far"} {
+		if got := a.BeatEnds(holder); !got.IsZero() {
+			t.Errorf("beats of %s end at %s, want none", holder, got)
+		}
+	}
+	if err := a.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	a.Publish(entry("http://10.0.0.1:8080", 1))
+	if got := b.BeatEnds("worker-a"); !got.IsZero() || len(beats) != 2 {
+		t.Fatalf("after Remove: beats end at %s, %d beats heard", got, len(beats))
+	}
+}

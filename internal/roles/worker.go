@@ -350,11 +350,12 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 			ln.Close()
 		}
 	}()
-	addr, replicas, err := joinReplicas(o, ln.Addr())
+	storeOpts := &sessionstore.Options{Holder: o.WorkerID, LeaseTTL: o.LeaseTTL}
+	addr, replicas, err := joinReplicas(o, ln.Addr(), storeOpts)
 	if err != nil {
 		return nil, err
 	}
-	sessions, err := sessionstore.New(filepath.Join(o.ClaudeConfigDir, "projects"), &sessionstore.Options{Holder: o.WorkerID, Addr: addr, LeaseTTL: o.LeaseTTL})
+	sessions, err := sessionstore.New(filepath.Join(o.ClaudeConfigDir, "projects"), storeOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -373,6 +374,13 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 	}
 	p.Worker = w
 	turns.Store(w)
+	if replicas != nil {
+		// The first beat before the first command: among replicas a
+		// session is written only under the beats' cover (Heartbeat).
+		if err := replicas.Publish(w.ReplicaEntry); err != nil {
+			return nil, fmt.Errorf("publishing this replica in the registry: %w", err)
+		}
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", workerMetrics(w, o.Logger))
 	mux.Handle("/metrics", httpapi.MethodNotAllowed(o.Logger, http.MethodGet))
@@ -403,8 +411,10 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 }
 
 // joinReplicas returns, when o advertises a host, this replica's address
-// (the host on the port bound) and its registry on the session volume.
-func joinReplicas(o WorkerConfig, bound net.Addr) (string, *replicaset.Registry, error) {
+// (the host on the port bound) and its registry on the session volume, and
+// sets store's address and beats to them: the leases it takes name the
+// address, and are taken over by peers when its beats stop.
+func joinReplicas(o WorkerConfig, bound net.Addr, store *sessionstore.Options) (string, *replicaset.Registry, error) {
 	if o.AdvertiseHost == "" {
 		return "", nil, nil
 	}
@@ -416,11 +426,13 @@ func joinReplicas(o WorkerConfig, bound net.Addr) (string, *replicaset.Registry,
 	if err := replicaset.ValidateAddr(addr); err != nil {
 		return "", nil, fmt.Errorf("--advertise-host %q: %w", o.AdvertiseHost, err)
 	}
+	beats := new(sessionstore.Heartbeat)
 	reg, err := replicaset.New(filepath.Join(o.ClaudeConfigDir, "replicas"), o.WorkerID,
-		&replicaset.Options{Interval: o.ReplicaInterval, Logger: o.Logger.With("component", "replicas")})
+		&replicaset.Options{Interval: o.ReplicaInterval, Logger: o.Logger.With("component", "replicas"), OnBeat: beats.Beat})
 	if err != nil {
 		return "", nil, fmt.Errorf("worker id %q: %w", o.WorkerID, err)
 	}
+	store.Addr, store.Heartbeat, store.PeerBeatEnds = addr, beats, reg.BeatEnds
 	return addr, reg, nil
 }
 

@@ -75,6 +75,8 @@ type lease struct {
 	addr    string
 	fence   uint64
 	expires time.Time
+	taken   time.Time  // when it was taken, by the store's clock
+	beats   *Heartbeat // this process's beats; nil: the expiry alone counts
 }
 
 const leaseDir = "lease"
@@ -116,7 +118,7 @@ func currentLease(dir string) (uint64, leaseFile, error) {
 
 // acquireLease takes the lease of a session directory for holder, who
 // advertises addr (may be empty).
-func acquireLease(sessionDir, holder, addr string, ttl time.Duration, now time.Time) (*lease, error) {
+func (s *Store) acquireLease(sessionDir, holder, addr string, now time.Time) (*lease, error) {
 	dir := filepath.Join(sessionDir, leaseDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -131,11 +133,11 @@ func acquireLease(sessionDir, holder, addr string, ttl time.Duration, now time.T
 		// process still being closed. Take the next fence rather than share
 		// that one, so the earlier opening is fenced off and its release
 		// cannot give up the new lease.
-		if fence > 0 && !cur.Released && cur.Holder != "" && cur.Holder != holder && now.Before(cur.ExpiresAt.Add(MaxClockSkew)) {
+		if li := s.leaseInfo(fence, cur); li.Live(now) && cur.Holder != holder {
 			return nil, &LeaseHolderError{Holder: cur.Holder, Addr: cur.Addr, ExpiresAt: cur.ExpiresAt}
 		}
 		next := fence + 1
-		l := &lease{dir: dir, holder: holder, addr: addr, fence: next, expires: now.Add(ttl)}
+		l := &lease{dir: dir, holder: holder, addr: addr, fence: next, expires: now.Add(s.opts.LeaseTTL), taken: now, beats: s.opts.Heartbeat}
 		ok, err := createExclusive(filepath.Join(dir, leaseName(next)), l.content())
 		if err != nil {
 			return nil, err
@@ -190,9 +192,10 @@ func removeOldLeases(dir string, current uint64) {
 }
 
 // valid reports whether the holder may still write at now: not after its
-// own expiry less the clock skew.
+// own expiry less the clock skew, and, among replicas, while its beats
+// allow it (Heartbeat).
 func (l *lease) valid(now time.Time) bool {
-	return l != nil && now.Before(l.expires.Add(-MaxClockSkew))
+	return l != nil && now.Before(l.expires.Add(-MaxClockSkew)) && l.beats.allows(l.taken, now)
 }
 
 // renew extends the lease, first checking that nobody has taken it over.
@@ -201,7 +204,7 @@ func (l *lease) renew(ttl time.Duration, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	if fence != l.fence || cur.Holder != l.holder || cur.Released {
+	if fence != l.fence || cur.Holder != l.holder || cur.Released || l.beats.lost(l.taken) {
 		return ErrFenced
 	}
 	if !now.Before(l.expires) {

@@ -27,11 +27,20 @@ type LeaseInfo struct {
 	Fence     uint64 // 0: the session has never been leased
 	ExpiresAt time.Time
 	Released  bool
+	// BeatEnds is when the holder's beats stop covering its leases
+	// (Heartbeat); zero when it keeps none a peer can read, and then
+	// ExpiresAt alone counts.
+	BeatEnds time.Time
 }
 
-// leaseInfo is what the lease file of fence says.
-func leaseInfo(fence uint64, lf leaseFile) LeaseInfo {
-	return LeaseInfo{Holder: lf.Holder, Addr: lf.Addr, Fence: fence, ExpiresAt: lf.ExpiresAt, Released: lf.Released}
+// leaseInfo is what the lease file of fence says, and, among replicas,
+// when its holder's beats end.
+func (s *Store) leaseInfo(fence uint64, lf leaseFile) LeaseInfo {
+	li := LeaseInfo{Holder: lf.Holder, Addr: lf.Addr, Fence: fence, ExpiresAt: lf.ExpiresAt, Released: lf.Released}
+	if s.opts.PeerBeatEnds != nil && li.Holder != "" && li.Holder != s.opts.Holder {
+		li.BeatEnds = s.opts.PeerBeatEnds(li.Holder)
+	}
+	return li
 }
 
 // Lease reads the lease of session id alone, without opening the session:
@@ -50,14 +59,16 @@ func (s *Store) Lease(id string) (LeaseInfo, error) {
 	if fence == 0 {
 		return LeaseInfo{}, nil
 	}
-	return leaseInfo(fence, lf), nil
+	return s.leaseInfo(fence, lf), nil
 }
 
 // Live reports whether the lease still keeps others out at now: held, not
-// released, and not past its expiry plus MaxClockSkew (the rule a taker
+// released, not past its expiry plus MaxClockSkew, and, when its holder's
+// beats are known, not past their end plus MaxClockSkew (the rule a taker
 // applies).
 func (l LeaseInfo) Live(now time.Time) bool {
-	return l.Fence > 0 && !l.Released && l.Holder != "" && now.Before(l.ExpiresAt.Add(MaxClockSkew))
+	return l.Fence > 0 && !l.Released && l.Holder != "" && now.Before(l.ExpiresAt.Add(MaxClockSkew)) &&
+		(l.BeatEnds.IsZero() || now.Before(l.BeatEnds.Add(MaxClockSkew)))
 }
 
 // SessionInfo describes one session directory.
@@ -178,7 +189,7 @@ func (s *Store) Info(id string) (SessionInfo, error) {
 		return SessionInfo{}, fmt.Errorf("sessionstore: %s: lease: %w", id, err)
 	}
 	if fence > 0 {
-		info.Lease = leaseInfo(fence, lf)
+		info.Lease = s.leaseInfo(fence, lf)
 	}
 	sess, err := s.Inspect(id)
 	if errors.Is(err, ErrNotFound) {
@@ -313,13 +324,13 @@ func (s *Store) retentionLease(dir string, now time.Time, o RetentionOptions) (*
 		if err != nil {
 			return nil, fmt.Errorf("sessionstore: %w", err)
 		}
-		li := leaseInfo(fence, cur)
+		li := s.leaseInfo(fence, cur)
 		if li.Live(now) && cur.Holder != holder && !o.Force {
 			return nil, &LeaseHolderError{Holder: cur.Holder, Addr: cur.Addr, ExpiresAt: cur.ExpiresAt}
 		}
 		return nil, nil
 	}
-	l, err := acquireLease(dir, holder, "", s.opts.LeaseTTL, now)
+	l, err := s.acquireLease(dir, holder, "", now)
 	if err == nil || !o.Force || !errors.Is(err, ErrLeaseHeld) {
 		return l, err
 	}

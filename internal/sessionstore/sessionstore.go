@@ -58,6 +58,15 @@ type Options struct {
 	// CheckpointEvery is how many events may follow the last checkpoint
 	// before Sync writes a new one; default 512.
 	CheckpointEvery int
+	// Heartbeat, among replicas, is this process's beats in the registry
+	// its peers read: its sessions are written only while they allow it
+	// (see Heartbeat). nil: a lease's expiry alone counts.
+	Heartbeat *Heartbeat
+	// PeerBeatEnds, among replicas, returns when a holder's beats stop
+	// covering its leases, zero when it keeps none this process can read
+	// (replicaset.Registry.BeatEnds): a lease whose holder's beats ended
+	// is taken over then, not when the lease expires.
+	PeerBeatEnds func(holder string) time.Time
 	// Fsync makes one log file durable in Sync (and so in Close); nil means
 	// (*os.File).Sync. Tests set it to make the disk fail.
 	Fsync func(*os.File) error
@@ -198,7 +207,7 @@ func (s *Store) open(id string, readOnly bool) (*Session, error) {
 		if s.opts.Holder == "" {
 			return nil, errors.New("sessionstore: opening for writing needs Options.Holder")
 		}
-		if sess.lease, err = acquireLease(dir, s.opts.Holder, s.opts.Addr, s.opts.LeaseTTL, s.opts.Now()); err != nil {
+		if sess.lease, err = s.acquireLease(dir, s.opts.Holder, s.opts.Addr, s.opts.Now()); err != nil {
 			return nil, err
 		}
 	}
