@@ -98,11 +98,16 @@ func (e *env) tryConversation(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var c struct {
 		ID string `json:"id"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != http.StatusCreated {
-		return "", fmt.Errorf("create a conversation: %s %v", resp.Status, err)
+	if err == nil && resp.StatusCode == http.StatusCreated {
+		err = json.Unmarshal(body, &c)
+	}
+	if err != nil || resp.StatusCode != http.StatusCreated || c.ID == "" {
+		// The answer's own words: a refusal says what was wrong.
+		return "", fmt.Errorf("create a conversation: %s %v: %.1000s", resp.Status, err, body)
 	}
 	return c.ID, nil
 }

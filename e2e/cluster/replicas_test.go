@@ -480,7 +480,7 @@ func TestReplicasShareTheEnv(t *testing.T) {
 
 // killedMidTurn kills, with no grace, the pod of the replica that runs a
 // conversation's command: that turn ends worker_restarted and the
-// conversation answers again once the dead replica's lease has expired,
+// conversation answers again once the dead replica's beats have ended,
 // while each of the conversations others turns once more with nothing
 // lost (l holds what was sent to them before).
 func (e *env) killedMidTurn(t *testing.T, senders []*env, l *conversationLoad, others []string) {

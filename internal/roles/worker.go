@@ -378,6 +378,7 @@ func StartWorker(ctx context.Context, o WorkerConfig) (_ *Worker, err error) {
 		// The first beat before the first command: among replicas a
 		// session is written only under the beats' cover (Heartbeat).
 		if err := replicas.Publish(w.ReplicaEntry); err != nil {
+			w.Shutdown(ctx) // its maintenance loop runs from New on; nothing is open yet
 			return nil, fmt.Errorf("publishing this replica in the registry: %w", err)
 		}
 	}
