@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/talkide/platform/internal/cli"
+	"github.com/talkide/platform/internal/replicaset"
 	"github.com/talkide/platform/internal/sessionstore"
 )
 
@@ -64,7 +65,13 @@ func newSessionsLeaf(std cli.Stdio, name, short string) *cobra.Command {
 			return fmt.Errorf("no session directory at %s (is --claude-config-dir the worker's CLAUDE_CONFIG_DIR?)", projects)
 		}
 		host, _ := os.Hostname()
-		st, err := sessionstore.New(projects, &sessionstore.Options{Holder: "talkide-sessions-" + host + "-" + strconv.Itoa(os.Getpid())})
+		// A lease is judged as the worker replicas judge it: one whose
+		// holder's beats in the registry have ended is not live.
+		replicas := filepath.Join(dir, "replicas")
+		st, err := sessionstore.New(projects, &sessionstore.Options{
+			Holder:       "talkide-sessions-" + host + "-" + strconv.Itoa(os.Getpid()),
+			PeerBeatEnds: func(holder string) time.Time { return replicaset.BeatEnds(replicas, holder) },
+		})
 		if err != nil {
 			return err
 		}
@@ -153,6 +160,8 @@ func describeLease(l sessionstore.LeaseInfo, now time.Time) string {
 		return fmt.Sprintf("held by %s until %s", l.Holder, cli.FormatTime(l.ExpiresAt))
 	case l.Released:
 		return "released by " + l.Holder
+	case now.Before(l.ExpiresAt.Add(sessionstore.MaxClockSkew)):
+		return fmt.Sprintf("holder gone (%s, its beats ended %s)", l.Holder, cli.FormatTime(l.BeatEnds))
 	}
 	return fmt.Sprintf("expired (%s, %s)", l.Holder, cli.FormatTime(l.ExpiresAt))
 }

@@ -231,3 +231,35 @@ func TestSessionsRefuses(t *testing.T) {
 		t.Errorf("no arguments: err = %v, want flag.ErrHelp", err)
 	}
 }
+
+// A lease whose holder's beats in the replica registry have ended is
+// judged as the replicas judge it: not live, though it has not expired. A
+// holder still beating keeps it.
+func TestSessionsHolderGone(t *testing.T) {
+	dir, busy := newSessionVolume(t)
+	beatAt := func(at time.Time) {
+		t.Helper()
+		entry := fmt.Sprintf(`{"holder":"worker-a","addr":"http://10.0.0.1:8080","updated_at":%q,"beat_window_ms":10000}`, at.UTC().Format(time.RFC3339Nano))
+		if err := os.MkdirAll(filepath.Join(dir, "replicas"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "replicas", "worker-a.json"), []byte(entry), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beatAt(time.Now())
+	if _, errs, err := sessionsCmd(t, "archive", "--claude-config-dir", dir, "--id", "busy"); err == nil || !strings.Contains(errs, "held by worker-a") {
+		t.Fatalf("archive of a session whose holder beats = %v, stderr %q", err, errs)
+	}
+	beatAt(time.Now().Add(-13 * time.Second))
+	out, errs, err := sessionsCmd(t, "list", "--claude-config-dir", dir)
+	if err != nil || !strings.Contains(out, "holder gone (worker-a, its beats ended") {
+		t.Fatalf("list = %v, %s\n%s", err, errs, out)
+	}
+	if !time.Now().Before(busy.LeaseExpires()) {
+		t.Fatal("the lease had expired anyway: the test shows nothing")
+	}
+	if out, errs, err := sessionsCmd(t, "delete", "--claude-config-dir", dir, "--id", "busy"); err != nil || !strings.HasPrefix(out, "deleted busy") {
+		t.Fatalf("delete of a session whose holder is gone = %v, %q %s", err, out, errs)
+	}
+}

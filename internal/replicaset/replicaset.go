@@ -194,18 +194,25 @@ func (r *Registry) BeatWindow() time.Duration {
 // volume (its time plus its beat window); zero when it has no entry or
 // made no promise, and then its leases' own expiry counts. For the
 // session store (sessionstore.Options.PeerBeatEnds).
-func (r *Registry) BeatEnds(holder string) time.Time {
+func (r *Registry) BeatEnds(holder string) time.Time { return BeatEnds(r.dir, holder) }
+
+// BeatEnds is Registry.BeatEnds for a process that is no replica (a
+// maintenance tool on the session volume): it reads the registry in dir
+// and writes nothing.
+func BeatEnds(dir, holder string) time.Time {
 	if ValidateHolder(holder) != nil {
 		return time.Time{} // a lease of a retention tool, or not a replica's name
 	}
-	e, err := r.readEntry(holder)
+	e, err := readEntry(dir, holder)
 	if err != nil || e.BeatWindowMS <= 0 || e.BeatWindowMS > maxBeatWindow.Milliseconds() {
 		return time.Time{}
 	}
 	return e.UpdatedAt.Add(time.Duration(e.BeatWindowMS) * time.Millisecond)
 }
 
-func (r *Registry) path(holder string) string { return filepath.Join(r.dir, holder+".json") }
+func (r *Registry) path(holder string) string { return entryPath(r.dir, holder) }
+
+func entryPath(dir, holder string) string { return filepath.Join(dir, holder+".json") }
 
 // Publish writes this replica's entry as self computes it now, under the
 // write lock: of two publishes at once, the one written last is the one
@@ -283,8 +290,10 @@ func (r *Registry) Read() ([]Entry, error) {
 	return slices.Clone(peers), nil
 }
 
-func (r *Registry) readEntry(holder string) (Entry, error) {
-	b, err := atomicfile.ReadFile(r.path(holder), maxEntryBytes)
+func (r *Registry) readEntry(holder string) (Entry, error) { return readEntry(r.dir, holder) }
+
+func readEntry(dir, holder string) (Entry, error) {
+	b, err := atomicfile.ReadFile(entryPath(dir, holder), maxEntryBytes)
 	if err != nil {
 		return Entry{}, err
 	}
