@@ -87,9 +87,10 @@ const (
 	// (Entry.BeatWindowMS): BeatWindowIntervals intervals, at least
 	// MinBeatWindow. A peer then takes a crashed replica's conversations
 	// over some 10 s after its last beat rather than up to a lease's TTL
-	// (30 s) and its skew later; a replica whose volume stalls for longer
-	// than the window less the skew (8 s by default) stops writing its
-	// sessions until it beats again, and reopens them then.
+	// (30 s) and its skew later; a replica stops writing its sessions 8 s
+	// (the window less the skew) after its last beat that got written, so
+	// a volume that stalls its beats for 6 to 8 s stops it until it beats
+	// again, and it reopens them then.
 	MinBeatWindow       = 10 * time.Second
 	BeatWindowIntervals = 5
 	// maxBeatWindow bounds a window read from a peer's entry.
@@ -271,7 +272,7 @@ func (r *Registry) Read() ([]Entry, error) {
 		if !ok || !de.Type().IsRegular() || holder == r.holder || ValidateHolder(holder) != nil {
 			continue // a temporary file of a write, or not ours to read
 		}
-		e, err := r.readEntry(holder)
+		e, err := readEntry(r.dir, holder)
 		if err != nil {
 			r.opts.Logger.Debug("replica registry entry skipped", "file", de.Name(), "err", err)
 			continue
@@ -289,8 +290,6 @@ func (r *Registry) Read() ([]Entry, error) {
 	r.mu.Unlock()
 	return slices.Clone(peers), nil
 }
-
-func (r *Registry) readEntry(holder string) (Entry, error) { return readEntry(r.dir, holder) }
 
 func readEntry(dir, holder string) (Entry, error) {
 	b, err := atomicfile.ReadFile(entryPath(dir, holder), maxEntryBytes)

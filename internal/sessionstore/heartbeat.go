@@ -52,7 +52,7 @@ func (h *Heartbeat) allows(taken, now time.Time) bool {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return !h.since.IsZero() && !taken.Before(h.since) && now.Before(h.ends.Add(-MaxClockSkew))
+	return !taken.Before(h.since) && now.Before(h.ends.Add(-MaxClockSkew))
 }
 
 // lost reports whether the beats lapsed after a lease taken at taken was:

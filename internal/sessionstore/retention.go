@@ -34,10 +34,11 @@ type LeaseInfo struct {
 }
 
 // leaseInfo is what the lease file of fence says, and, among replicas,
-// when its holder's beats end.
+// when its holder's beats end: read from the registry only for a lease
+// still held by another, the one case it decides.
 func (s *Store) leaseInfo(fence uint64, lf leaseFile) LeaseInfo {
 	li := LeaseInfo{Holder: lf.Holder, Addr: lf.Addr, Fence: fence, ExpiresAt: lf.ExpiresAt, Released: lf.Released}
-	if s.opts.PeerBeatEnds != nil && li.Holder != "" && li.Holder != s.opts.Holder {
+	if s.opts.PeerBeatEnds != nil && !li.Released && li.Holder != "" && li.Holder != s.opts.Holder {
 		li.BeatEnds = s.opts.PeerBeatEnds(li.Holder)
 	}
 	return li
