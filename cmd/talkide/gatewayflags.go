@@ -25,22 +25,34 @@ func registerGatewayFlags(fs *pflag.FlagSet, f *gatewayFlags) {
 // that is not a positive quantity, or a body larger than the bound on all
 // bodies, which no call could then send.
 func (f gatewayFlags) options(cmd *cobra.Command) (maxBody, maxBuffered int64, err error) {
-	sizes := [2]int64{}
-	for i, fl := range []struct{ name, value string }{{"gateway-max-body", f.maxBody}, {"gateway-max-buffered", f.maxBuffered}} {
-		q, err := resource.ParseQuantity(fl.value)
+	sizes, err := parseSizes(cmd, "gateway-max-body", f.maxBody, "gateway-max-buffered", f.maxBuffered)
+	if err != nil {
+		return 0, 0, err
+	}
+	if sizes[0] > sizes[1] {
+		return 0, 0, cli.Usagef(cmd, "--%s %s is larger than --%s %s: no call could be buffered", "gateway-max-body", f.maxBody, "gateway-max-buffered", f.maxBuffered)
+	}
+	return sizes[0], sizes[1], nil
+}
+
+// parseSizes parses flags' values, given as name, value, name, value…, as
+// positive quantities of bytes (32Mi), refusing any other as a usage
+// error that names its flag.
+func parseSizes(cmd *cobra.Command, nameValues ...string) ([]int64, error) {
+	sizes := make([]int64, 0, len(nameValues)/2)
+	for i := 0; i+1 < len(nameValues); i += 2 {
+		name, value := nameValues[i], nameValues[i+1]
+		q, err := resource.ParseQuantity(value)
 		if err != nil || q.Sign() <= 0 {
-			return 0, 0, cli.Usagef(cmd, "--%s %q: want a positive size like 32Mi", fl.name, fl.value)
+			return nil, cli.Usagef(cmd, "--%s %q: want a positive size like 32Mi", name, value)
 		}
 		n, ok := q.AsInt64()
 		if !ok {
-			return 0, 0, cli.Usagef(cmd, "--%s %q: too large", fl.name, fl.value)
+			return nil, cli.Usagef(cmd, "--%s %q: too large", name, value)
 		}
-		sizes[i] = n
+		sizes = append(sizes, n)
 	}
-	if sizes[0] > sizes[1] {
-		return 0, 0, cli.Usagef(cmd, "--gateway-max-body %s is larger than --gateway-max-buffered %s: no call could be buffered", f.maxBody, f.maxBuffered)
-	}
-	return sizes[0], sizes[1], nil
+	return sizes, nil
 }
 
 // size spells n bytes as a quantity (32Mi).

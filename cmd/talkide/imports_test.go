@@ -45,7 +45,7 @@ var importGroups = []importGroup{
 			"internal/proxytest", "internal/lifecycle", "internal/secretenv", "internal/syncbuf", "internal/cli",
 			"internal/defaults", "internal/linediff", "internal/slowbody", "internal/proctest", "internal/proctree",
 			"internal/observe", "internal/telemetry", "internal/modelimage", "internal/goldenfile", "internal/poll",
-			"internal/readloop", "internal/roundtrip", "internal/inflight", "internal/outpipe"},
+			"internal/readloop", "internal/roundtrip", "internal/inflight", "internal/outpipe", "internal/bodyroom"},
 		mayNotImport: []string{"worker-side", "control-plane-side", "client"},
 	},
 	{

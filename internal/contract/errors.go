@@ -39,6 +39,11 @@ const (
 	// control-plane (per user, per conversation: 429; in total: 503);
 	// retry after Retry-After.
 	CodeTooManyStreams = "too_many_streams"
+	// CodeTooManyUploads: an uploaded file's bytes would pass a bound on
+	// those held in memory at once (the user's own share: 429; in total,
+	// on the control-plane or the worker: 503); nothing was stored: send
+	// it again after Retry-After.
+	CodeTooManyUploads = "too_many_uploads"
 	// CodeRateLimited: too many logins or requests from one source or with
 	// one token; retry after Retry-After.
 	CodeRateLimited = "rate_limited"

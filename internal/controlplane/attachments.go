@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"errors"
 	"mime"
 	"net/http"
 	"net/url"
@@ -48,16 +49,36 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) error {
 	if !auth.CallerOf(r).CanSend(c) {
 		return httpapi.Errorf(http.StatusForbidden, contract.CodeForbidden, "only the conversation's owner attaches files to it")
 	}
-	body, err := httpapi.ReadBody(w, r, contract.MaxAttachmentBytes)
+	body, release, err := httpapi.ReadBodyIn(w, r, contract.MaxAttachmentBytes, s.uploads, userOf(r))
 	if err != nil {
+		s.uploadRefused(err, "user", "total")
 		return err
 	}
+	// The bytes are held until the worker has them all: the room goes
+	// back when the handler returns.
+	defer release()
 	var out contract.Attachment
 	status, err := wc.doBody(r.Context(), http.MethodPost, contract.AttachmentsPath, c.ID, url.Values{"name": {name}}, "application/octet-stream", body, 1<<20, &out)
 	if err != nil {
+		s.uploadRefused(err, "worker", "worker")
 		return workerFailure(err)
 	}
 	s.log.Info("attachment stored", "conversation", c.ID, "user", userOf(r), "bytes", out.Size, "image", out.MediaType)
 	httpapi.WriteJSON(w, status, out)
 	return nil
+}
+
+// uploadRefused counts err when it refused an attached file for want of
+// room: as limit429 when it was a 429 (a user's share), as limit503 when
+// a 503 (all of the room).
+func (s *Server) uploadRefused(err error, limit429, limit503 string) {
+	he, ok := errors.AsType[*httpapi.Error](err)
+	if !ok || he.Code != contract.CodeTooManyUploads || s.cfg.UploadMetrics == nil {
+		return
+	}
+	if he.Status == http.StatusTooManyRequests {
+		s.cfg.UploadMetrics.UploadRefused(limit429)
+	} else {
+		s.cfg.UploadMetrics.UploadRefused(limit503)
+	}
 }

@@ -2,6 +2,7 @@ package controlplane_test
 
 import (
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/httpapi"
 )
 
@@ -120,5 +122,117 @@ func TestAttachBadInput(t *testing.T) {
 	wantError(t, resp, body, http.StatusBadRequest, contract.CodeBadRequest)
 	if s := h.worker.Sends(); len(s) != 0 {
 		t.Errorf("refused sends reached the worker: %+v", s)
+	}
+}
+
+// uploadCounts counts the uploads refused, by bound (UploadMetrics).
+type uploadCounts struct {
+	mu sync.Mutex
+	n  map[string]int // guarded by mu
+}
+
+func (u *uploadCounts) UploadRefused(limit string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.n == nil {
+		u.n = map[string]int{}
+	}
+	u.n[limit]++
+}
+
+func (u *uploadCounts) get() map[string]int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return maps.Clone(u.n)
+}
+
+// TestAttachRoom holds one upload's bytes (its worker does not answer
+// yet) and sends another: beyond the user's share of the room it is
+// refused 429, beyond the whole room 503, each unread and with
+// Retry-After; once the first is stored, it passes. A worker's own such
+// refusal reaches the browser as it was given.
+func TestAttachRoom(t *testing.T) {
+	for name, tc := range map[string]struct {
+		memory, perUser int64
+		status          int
+		counted         string
+	}{
+		"the user's share": {memory: 100, perUser: 60, status: http.StatusTooManyRequests, counted: "user"},
+		"the whole room":   {memory: 60, perUser: 100, status: http.StatusServiceUnavailable, counted: "total"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			aw := &attachWorker{}
+			arrived, proceed := make(chan struct{}), make(chan struct{})
+			command := func(w http.ResponseWriter, r *http.Request) bool {
+				switch r.URL.Query().Get("name") {
+				case "slow.bin":
+					close(arrived)
+					<-proceed
+				case "full.bin":
+					w.Header().Set("Retry-After", "1")
+					httpapi.WriteError(w, http.StatusServiceUnavailable, contract.CodeTooManyUploads, "the worker holds as many uploaded bytes as it may")
+					return true
+				}
+				return aw.command(w, r)
+			}
+			counts := &uploadCounts{}
+			h := newHarness(t, harnessOptions{worker: fakeOptions{command: command},
+				streams: controlplane.Options{UploadMemory: tc.memory, UploadMemoryPerUser: tc.perUser, UploadMetrics: counts}})
+			h.insertConversation("c1", user, env)
+			attach := func(name string, size int) (*http.Response, []byte) {
+				return h.do(http.MethodPost, "/api/conversations/c1/attachments?name="+name, strings.Repeat("x", size), octet())
+			}
+
+			first := make(chan int, 1)
+			go func() {
+				req, err := http.NewRequest(http.MethodPost, h.url+"/api/conversations/c1/attachments?name=slow.bin", strings.NewReader(strings.Repeat("s", 50)))
+				if err != nil {
+					first <- 0
+					return
+				}
+				req.Header.Set("Content-Type", "application/octet-stream")
+				resp, err := h.client.Do(req)
+				if err != nil {
+					first <- 0
+					return
+				}
+				resp.Body.Close()
+				first <- resp.StatusCode
+			}()
+			select {
+			case <-arrived:
+			case <-t.Context().Done():
+				t.Fatal("the first upload never reached the worker")
+			}
+
+			resp, body := attach("second.txt", 20)
+			wantError(t, resp, body, tc.status, contract.CodeTooManyUploads)
+			if resp.Header.Get("Retry-After") == "" {
+				t.Error("a refusal for want of room says no Retry-After")
+			}
+			// A small one still fits.
+			if resp, body := attach("small.txt", 5); resp.StatusCode != http.StatusCreated {
+				t.Errorf("a file that fits: %d %s", resp.StatusCode, body)
+			}
+
+			close(proceed)
+			if got := <-first; got != http.StatusCreated {
+				t.Fatalf("the held upload answered %d", got)
+			}
+			if resp, body := attach("second.txt", 20); resp.StatusCode != http.StatusCreated {
+				t.Fatalf("once the room is back: %d %s", resp.StatusCode, body)
+			}
+			resp, body = attach("full.bin", 1)
+			wantError(t, resp, body, http.StatusServiceUnavailable, contract.CodeTooManyUploads)
+			if resp.Header.Get("Retry-After") != "1" {
+				t.Errorf("the worker's refusal reached the browser with Retry-After %q", resp.Header.Get("Retry-After"))
+			}
+			if got, want := counts.get(), map[string]int{tc.counted: 1, "worker": 1}; !maps.Equal(got, want) {
+				t.Errorf("refusals counted %v, want %v", got, want)
+			}
+			if got := aw.calls(); len(got) != 3 {
+				t.Errorf("the worker stored %q; want small.txt, slow.bin, second.txt", got)
+			}
+		})
 	}
 }

@@ -268,7 +268,7 @@ type harnessOptions struct {
 	metrics     http.Handler
 	bodyTimeout time.Duration
 	worker      fakeOptions
-	streams     controlplane.Options // the stream caps and queue only
+	streams     controlplane.Options // the stream caps and queue, and the upload bounds, only
 	// listener, when set, is what the control-plane serves on (with an
 	// http.Server as talkide's), instead of an httptest server's.
 	listener net.Listener
@@ -364,6 +364,9 @@ func newHarness(t testing.TB, opts harnessOptions) *harness {
 			StreamCounts:              counts,
 			StreamShareInterval:       opts.streams.StreamShareInterval,
 			StreamShareTTL:            opts.streams.StreamShareTTL,
+			UploadMemory:              opts.streams.UploadMemory,
+			UploadMemoryPerUser:       opts.streams.UploadMemoryPerUser,
+			UploadMetrics:             opts.streams.UploadMetrics,
 
 			TracerProvider: opts.tracer,
 		})

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/auth"
+	"github.com/talkide/platform/internal/bodyroom"
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/defaults"
@@ -120,6 +121,18 @@ type Options struct {
 	// three intervals.
 	StreamShareTTL time.Duration
 
+	// UploadMemory bounds the bytes of attached files this replica holds
+	// in memory at once, each from its arrival until the worker has
+	// stored it, and UploadMemoryPerUser one user's share of them. A file
+	// beyond the user's share is refused unread, 429 too_many_uploads,
+	// one beyond the whole 503, each with Retry-After. 0:
+	// DefaultUploadMemory and DefaultUploadMemoryPerUser; a negative
+	// UploadMemory: no bound.
+	UploadMemory, UploadMemoryPerUser int64
+	// UploadMetrics, when set, is told of every attached file refused
+	// for want of that room.
+	UploadMetrics UploadMetrics
+
 	// TitleModel is the model that names new conversations, through
 	// Gateway (titles.go); "": no title call, every title is the first
 	// words of the first message. TitleTimeout bounds each call; 0:
@@ -134,6 +147,25 @@ type StreamMetrics interface {
 	// ("user", "conversation" or "total").
 	StreamRefused(limit string)
 }
+
+// UploadMetrics observes the attached files refused for want of room
+// (metrics.Metrics).
+type UploadMetrics interface {
+	// UploadRefused counts a file refused by the bound named limit:
+	// "user" or "total" (this replica's), or "worker" (the worker's).
+	UploadRefused(limit string)
+}
+
+// DefaultUploadMemory is the default bound on the bytes of attached files
+// a control-plane replica holds at once: six files of the largest size,
+// for the moments when several users attach at once, beside a few
+// hundred megabytes of the replica's other memory.
+const DefaultUploadMemory = 64 << 20
+
+// DefaultUploadMemoryPerUser is one user's default share of it: one
+// message's files (contract.MaxAttachmentsTotal), though the browser
+// sends a message's files one after another.
+const DefaultUploadMemoryPerUser = contract.MaxAttachmentsTotal
 
 // config is everything the server runs with: what New requires and the
 // options with their defaults filled in.
@@ -158,7 +190,8 @@ type Server struct {
 	streams      context.Context
 	closeStreams context.CancelFunc
 	caps         *streamCaps
-	replica      string // ReplicaID
+	uploads      *bodyroom.Room // UploadMemory
+	replica      string         // ReplicaID
 	hubs         *hubs
 	activity     *activity
 	titles       *titles
@@ -219,6 +252,8 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 		}
 		cfg.MaxStreams = DefaultMaxStreams(limit)
 	}
+	defaults.IfZero(&cfg.UploadMemory, DefaultUploadMemory)
+	defaults.IfNotPositive(&cfg.UploadMemoryPerUser, DefaultUploadMemoryPerUser)
 	defaults.IfNotPositive(&cfg.StreamQueue, 256)
 	defaults.IfNotPositive(&cfg.StreamWriteTimeout, 30*time.Second)
 	defaults.IfNotPositive(&cfg.StreamShareInterval, DefaultStreamShareInterval)
@@ -238,6 +273,7 @@ func New(st store.Store, keys Keys, defaultEnv TenantEnv, opts *Options) (*Serve
 		replica:          newReplicaID(),
 		tracer:           observe.Tracer(cfg.TracerProvider, "controlplane"),
 	}
+	s.uploads = bodyroom.New(cfg.UploadMemory, cfg.UploadMemoryPerUser)
 	s.streams, s.closeStreams = context.WithCancel(context.Background())
 	var refused func(string)
 	if cfg.StreamMetrics != nil {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"sync"
+
+	"github.com/talkide/platform/internal/bodyroom"
 )
 
 // DefaultMaxBuffered is the default bound on the bytes of request bodies
@@ -19,73 +21,13 @@ const bodyRetryAfter = "1"
 // bodyStep is how much room a body of unknown length takes at a time.
 const bodyStep = 64 << 10
 
-// bodyLimiter bounds the bytes of request bodies held in memory across all
-// requests. A request takes room for its body before reading it (all of
-// its Content-Length at once, or step by step as a body of unknown length
-// grows) and gives it back once the upstream has the body; a request that
-// finds no room is refused at once, not queued, so that neither memory nor
-// waiting connections pile up. A nil *bodyLimiter bounds nothing.
-type bodyLimiter struct {
-	max int64
-
-	mu   sync.Mutex
-	used int64 // guarded by mu; bytes held now
-	peak int64 // guarded by mu; the most ever held (tests)
-}
-
-func newBodyLimiter(max int64) *bodyLimiter {
-	if max < 0 {
-		return nil
-	}
-	return &bodyLimiter{max: max}
-}
-
-// take takes room for n more bytes, if there is room.
-func (l *bodyLimiter) take(n int64) bool {
-	if l == nil || n <= 0 {
-		return true
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.used+n > l.max {
-		return false
-	}
-	l.used += n
-	l.peak = max(l.peak, l.used)
-	return true
-}
-
-// give gives back room for n bytes.
-func (l *bodyLimiter) give(n int64) {
-	if l == nil || n <= 0 {
-		return
-	}
-	l.mu.Lock()
-	l.used -= n
-	l.mu.Unlock()
-}
-
-// state returns the bytes held now and the most ever held.
-func (l *bodyLimiter) state() (used, peak int64) {
-	if l == nil {
-		return 0, 0
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.used, l.peak
-}
-
-// errNoRoom is a body refused because the bound on buffered bodies is
-// reached.
-var errNoRoom = errors.New("the gateway holds as many request bodies as it may")
-
-// heldBody is a request body in memory, counted by the limiter until
-// release, which gives its buffer back to its pool (or to the garbage
-// collector) and its room back to the limiter. The proxy's upstream
+// heldBody is a request body in memory, counted in the gateway's room
+// for bodies (bodyroom) until release, which gives its buffer back to its
+// pool (or to the garbage collector) and its room back. The proxy's upstream
 // request reads it through reader and, for a retry on a fresh connection,
 // GetBody; both fail after release.
 type heldBody struct {
-	lim *bodyLimiter
+	room *bodyroom.Room
 
 	mu    sync.Mutex
 	b     []byte // guarded by mu; nil once released
@@ -103,7 +45,7 @@ func (h *heldBody) release() {
 	n, b := h.taken, h.b
 	h.b, h.taken = nil, 0
 	h.mu.Unlock()
-	h.lim.give(n)
+	h.room.Give("", n)
 	// The readers of the body check under h.mu that it is held, so
 	// none reads b after this.
 	putBuffer(b)
@@ -163,16 +105,16 @@ func errBodyTooLarge() *httpError {
 }
 
 // readBody reads the whole request body into memory, bounded by maxBody
-// and, in time, by BodyTimeout, within the room the limiter gives. A
+// and, in time, by BodyTimeout, within the room its bodies have. A
 // body that declares its length takes room for all of it before a byte
 // is read, and is refused before it is read when there is none; a body of
 // unknown length takes room as its buffer grows. Room is taken for the
-// buffer's capacity (bodyCap), so the limiter counts what is allocated.
+// buffer's capacity (bodyCap), so the room counts what is allocated.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *httpError) {
 	noRoom := func() *httpError {
 		w.Header().Set("Retry-After", bodyRetryAfter)
 		return &httpError{Status: http.StatusServiceUnavailable, Type: errOverloaded,
-			Msg: "the gateway is busy with other requests' bodies: retry shortly", Err: errNoRoom}
+			Msg: "the gateway is busy with other requests' bodies: retry shortly", Err: bodyroom.ErrFull}
 	}
 	// Whatever is left of a body not read whole is not read: the
 	// connection closes after the answer (the body's deadline,
@@ -182,7 +124,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 		unread()
 		return nil, errBodyTooLarge()
 	}
-	h := &heldBody{lim: g.bodies}
+	h := &heldBody{room: g.bodies}
 	fail := func(e *httpError) (*heldBody, *httpError) {
 		unread()
 		h.release()
@@ -198,7 +140,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 	if r.ContentLength >= 0 {
 		n := r.ContentLength
 		c := bodyCap(n)
-		if !g.bodies.take(c) {
+		if g.bodies.Take("", c) != nil {
 			return fail(noRoom())
 		}
 		h.taken = c
@@ -230,11 +172,11 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 			if grown <= int64(cap(buf)) {
 				return fail(errBodyTooLarge())
 			}
-			if !g.bodies.take(grown) {
+			if g.bodies.Take("", grown) != nil {
 				return fail(noRoom())
 			}
 			nb := append(getBuffer(grown), buf...)
-			g.bodies.give(h.taken)
+			g.bodies.Give("", h.taken)
 			putBuffer(buf)
 			buf, h.taken = nb, grown
 		}

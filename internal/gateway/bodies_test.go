@@ -144,7 +144,7 @@ func TestBodiesBounded(t *testing.T) {
 			admitted = append(admitted, ch)
 		}
 	}
-	if used, peak := h.gw.bodies.state(); used != 2*size || peak > max {
+	if used, peak := h.gw.bodies.State(); used != 2*size || peak > max {
 		t.Fatalf("held %d bytes (peak %d) with the bodies under way; want %d, at most %d", used, peak, 2*size, max)
 	}
 	close(release)
@@ -153,7 +153,7 @@ func TestBodiesBounded(t *testing.T) {
 			t.Fatalf("admitted call: status %d: %s", resp.StatusCode, readAll(t, resp.Body))
 		}
 	}
-	if used, peak := h.gw.bodies.state(); used != 0 || peak > max {
+	if used, peak := h.gw.bodies.State(); used != 0 || peak > max {
 		t.Fatalf("held %d bytes (peak %d) after the calls; want 0, at most %d", used, peak, max)
 	}
 	// With room again, a body passes.
@@ -173,7 +173,7 @@ func TestBodyOfUnknownLength(t *testing.T) {
 	if resp := await(t, slowPost(h, hdr, jsonBody(300<<10), 1000, release, true)); resp.StatusCode != http.StatusOK {
 		t.Fatalf("chunked body: status %d", resp.StatusCode)
 	}
-	if used, _ := h.gw.bodies.state(); used != 0 {
+	if used, _ := h.gw.bodies.State(); used != 0 {
 		t.Fatalf("held %d bytes after the call", used)
 	}
 
@@ -182,7 +182,7 @@ func TestBodyOfUnknownLength(t *testing.T) {
 	hold := make(chan struct{})
 	first := slowPost(h, hdr, jsonBody(768<<10), 1000, hold, false)
 	deadline := time.Now().Add(waitLimit)
-	for used, _ := h.gw.bodies.state(); used != 768<<10; used, _ = h.gw.bodies.state() {
+	for used, _ := h.gw.bodies.State(); used != 768<<10; used, _ = h.gw.bodies.State() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the first body holds %d bytes", used)
 		}
@@ -196,7 +196,7 @@ func TestBodyOfUnknownLength(t *testing.T) {
 	if resp := await(t, first); resp.StatusCode != http.StatusOK {
 		t.Fatalf("first body: status %d", resp.StatusCode)
 	}
-	if used, peak := h.gw.bodies.state(); used != 0 || peak > 1<<20 {
+	if used, peak := h.gw.bodies.State(); used != 0 || peak > 1<<20 {
 		t.Fatalf("held %d bytes, peak %d", used, peak)
 	}
 }
@@ -230,7 +230,7 @@ func TestBodyRefusedBeforeRead(t *testing.T) {
 			}
 		})
 	}
-	if _, peak := h.gw.bodies.state(); peak != 0 {
+	if _, peak := h.gw.bodies.State(); peak != 0 {
 		t.Fatalf("requests refused on their headers took %d bytes of room", peak)
 	}
 }
@@ -266,7 +266,7 @@ func TestBodyReleasedOnceForwarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The room taken is the pooled buffer's: 256 KiB.
-	used, peak := h.gw.bodies.state()
+	used, peak := h.gw.bodies.State()
 	if want := bodyCap(int64(size)); used != 0 || peak != want {
 		t.Fatalf("mid-stream: held %d bytes (peak %d); want 0 (peak %d)", used, peak, want)
 	}
@@ -322,7 +322,7 @@ func TestBodyEndAfterRelease(t *testing.T) {
 	if err := <-tr.lateErr; err != io.EOF {
 		t.Fatalf("read after the end, after release: %v, want io.EOF", err)
 	}
-	if used, _ := h.gw.bodies.state(); used != 0 {
+	if used, _ := h.gw.bodies.State(); used != 0 {
 		t.Fatalf("held %d bytes", used)
 	}
 }
@@ -347,7 +347,7 @@ func TestSpentLimitRefusedBeforeBody(t *testing.T) {
 			t.Fatalf("call %d: status %d, want %d", i, resp.StatusCode, want)
 		}
 	}
-	_, peak := h.gw.bodies.state()
+	_, peak := h.gw.bodies.State()
 	never := make(chan struct{})
 	for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
 		resp := await(t, slowPostPath(h, path, hdr, jsonBody(64<<10), 1000, never))
@@ -358,7 +358,7 @@ func TestSpentLimitRefusedBeforeBody(t *testing.T) {
 			t.Fatalf("%s: %s", path, body)
 		}
 	}
-	if _, p := h.gw.bodies.state(); p != peak {
+	if _, p := h.gw.bodies.State(); p != peak {
 		t.Fatalf("refused on their headers, the calls took room: peak %d → %d", peak, p)
 	}
 	// Another user is not refused; a raised limit applies at once.

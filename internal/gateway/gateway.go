@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/talkide/platform/internal/bodyroom"
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/defaults"
@@ -144,7 +145,7 @@ type Gateway struct {
 	metrics  Metrics      // nil: no metrics
 	tracer   trace.Tracer // nil: tracing off
 	rec      *recorder
-	bodies   *bodyLimiter        // nil: no bound
+	bodies   *bodyroom.Room      // nil: no bound
 	urls     map[string]*url.URL // the upstream URL of each forwarded path
 	proxy    *httputil.ReverseProxy
 	own      *http.Transport // the default transport, when Options.Transport was nil
@@ -197,7 +198,7 @@ func New(upstream *url.URL, apiKey string, keys *trust.Keyring, st Store, opts *
 		metrics:  o.Metrics,
 		tracer:   observe.Tracer(o.TracerProvider, "gateway"),
 		rec:      newRecorder(st, o.Logger),
-		bodies:   newBodyLimiter(o.MaxBuffered),
+		bodies:   bodyroom.New(o.MaxBuffered, 0),
 		own:      own,
 	}
 	g.urls = upstreamURLs(&u)

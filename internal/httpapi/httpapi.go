@@ -20,8 +20,10 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/talkide/platform/internal/bodyroom"
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -29,7 +31,7 @@ import (
 // the codes that come with Retry-After.
 func (e *Error) retryLater() bool {
 	switch e.Code {
-	case contract.CodeWorkerBusy, contract.CodeShuttingDown, contract.CodeSessionElsewhere, contract.CodeTooManyStreams:
+	case contract.CodeWorkerBusy, contract.CodeShuttingDown, contract.CodeSessionElsewhere, contract.CodeTooManyStreams, contract.CodeTooManyUploads:
 		return true
 	}
 	return false
@@ -193,25 +195,31 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// ReadBody reads at most max bytes of r's body; a longer body is a 413. A
-// request that BodyDeadline bounds is read within its deadline; any other
-// within DefaultBodyTimeout from now. A body that could not be read whole
-// (too large, too slow, broken) also closes the connection after the
+// ReadBody reads at most max bytes of r's body; a longer body is a 413,
+// refused before a byte of it is read when its Content-Length says so. A
+// body of a declared length is read into a buffer of exactly that length.
+// A request that BodyDeadline bounds is read within its deadline; any
+// other within DefaultBodyTimeout from now. A body that could not be read
+// whole (too large, too slow, broken) also closes the connection after the
 // answer, so that the server does not go on reading what is left of it.
 func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	if r.ContentLength > max {
+		w.Header().Set("Connection", "close")
+		return nil, errBodyTooLarge(max)
+	}
 	rc := http.NewResponseController(w)
 	bounded := r.Context().Value(bodyDeadlineKey{}) != nil
 	if !bounded {
 		_ = rc.SetReadDeadline(time.Now().Add(DefaultBodyTimeout))
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	b, err := readAll(http.MaxBytesReader(w, r.Body, max), r.ContentLength)
 	if err != nil {
 		// The deadline stays: the server reads no more of this body than
 		// it allows.
 		w.Header().Set("Connection", "close")
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, Errorf(http.StatusRequestEntityTooLarge, contract.CodeTooLarge, "the request body is larger than %d bytes", max)
+			return nil, errBodyTooLarge(max)
 		}
 		return nil, &Error{Status: http.StatusBadRequest, Code: contract.CodeBadRequest, Msg: "the request body could not be read: it was broken off, or came too slowly", Err: err}
 	}
@@ -219,6 +227,86 @@ func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error)
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	return b, nil
+}
+
+func errBodyTooLarge(max int64) *Error {
+	return Errorf(http.StatusRequestEntityTooLarge, contract.CodeTooLarge, "the request body is larger than %d bytes", max)
+}
+
+// readAll reads body to its end; one of a declared length n (not
+// negative) into a buffer of n bytes, where io.ReadAll's growing buffer
+// would allocate up to twice the body on the way.
+func readAll(body io.Reader, n int64) ([]byte, error) {
+	if n < 0 {
+		return io.ReadAll(body)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(body, b); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	// The server ends the body at its Content-Length; a last read sees
+	// that end (and lifts BodyDeadline's deadline).
+	var one [1]byte
+	if k, err := body.Read(one[:]); k > 0 || err != io.EOF {
+		if err == nil || err == io.EOF {
+			err = errors.New("the body is longer than its Content-Length")
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// uploadRetryAfter is what a body refused for want of room is told to
+// wait, in seconds: the room is held only while a body is read and passed
+// on.
+const uploadRetryAfter = "1"
+
+// ReadBodyIn reads r's body as ReadBody does, within room (bodyroom): for
+// key (the caller) it takes room before a byte is read, all of a declared
+// Content-Length, or max for a body of unknown length, and holds it until
+// the caller calls release, once done with the bytes (release may be
+// called more than once). A body that finds no room is refused unread,
+// with Retry-After: 429 when key's own share is held, 503 when all the
+// room is; what counts as an upload in the messages is what room bounds.
+func ReadBodyIn(w http.ResponseWriter, r *http.Request, max int64, room *bodyroom.Room, key string) (body []byte, release func(), err error) {
+	nothing := func() {}
+	if r.ContentLength > max {
+		w.Header().Set("Connection", "close")
+		return nil, nothing, errBodyTooLarge(max)
+	}
+	n := r.ContentLength
+	if n < 0 {
+		n = max
+	}
+	if err := room.Take(key, n); err != nil {
+		w.Header().Set("Connection", "close")
+		total, share := room.Limits()
+		if errors.Is(err, bodyroom.ErrKeyFull) {
+			return nil, nothing, &Error{Status: http.StatusTooManyRequests, Code: contract.CodeTooManyUploads, RetryAfter: uploadRetryAfter, Err: err,
+				Msg: fmt.Sprintf("your uploads under way hold as many bytes as one user's may at once (%s): send this one when one of them is done", sizeOf(share))}
+		}
+		return nil, nothing, &Error{Status: http.StatusServiceUnavailable, Code: contract.CodeTooManyUploads, RetryAfter: uploadRetryAfter, Err: err,
+			Msg: fmt.Sprintf("the server holds as many uploaded bytes as it may at once (%s): send this again in a moment", sizeOf(total))}
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { room.Give(key, n) }) }
+	body, err = ReadBody(w, r, max)
+	if err != nil {
+		release()
+		return nil, nothing, err
+	}
+	return body, release, nil
+}
+
+// sizeOf says n bytes for people: in MiB when a whole number of them.
+func sizeOf(n int64) string {
+	if n > 0 && n%(1<<20) == 0 {
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 // DecodeJSON decodes body into v strictly: unknown fields, trailing data, a

@@ -68,6 +68,7 @@ type Metrics struct {
 	reservations atomic.Pointer[func() int]
 
 	streamsRefused *prometheus.CounterVec
+	uploadsRefused *prometheus.CounterVec
 	streamsOpen    atomic.Pointer[func() int]
 	upstreamsOpen  atomic.Pointer[func() int]
 	shed           atomic.Pointer[func() int64]
@@ -120,6 +121,12 @@ func New(reg prometheus.Registerer, opts *Options) *Metrics {
 	for _, l := range []string{"user", "conversation", "total"} {
 		m.streamsRefused.WithLabelValues(l)
 	}
+	m.uploadsRefused = counterVec("talkide_uploads_refused_total",
+		"Attached files refused unread for want of room for their bytes in memory, by the bound (user: a user's share, answered 429; total: this control-plane's, worker: the worker's, answered 503).",
+		"limit")
+	for _, l := range []string{"user", "total", "worker"} {
+		m.uploadsRefused.WithLabelValues(l)
+	}
 	streamsOpen := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "talkide_streams_open",
 		Help: "Browser event streams open on this control-plane now.",
@@ -133,7 +140,7 @@ func New(reg prometheus.Registerer, opts *Options) *Metrics {
 		Help: "Connections the control-plane's listener answered 503 and closed at once because it had as many open as its open-file limit allows.",
 	}, func() float64 { return read(&m.shed) })
 	reg.MustRegister(m.requests, m.forward, m.firstByte, m.denials, m.settled, m.tokens, m.webSearches, m.cost, inFlight,
-		m.streamsRefused, streamsOpen, upstreamsOpen, shed)
+		m.streamsRefused, m.uploadsRefused, streamsOpen, upstreamsOpen, shed)
 	return m
 }
 
@@ -160,6 +167,10 @@ func (m *Metrics) CountShedConnections(f func() int64) { m.shed.Store(&f) }
 // StreamRefused counts a browser stream refused by the cap named limit;
 // it is controlplane.StreamMetrics.
 func (m *Metrics) StreamRefused(limit string) { m.streamsRefused.WithLabelValues(limit).Inc() }
+
+// UploadRefused counts an attached file refused by the bound named limit;
+// it is controlplane.UploadMetrics.
+func (m *Metrics) UploadRefused(limit string) { m.uploadsRefused.WithLabelValues(limit).Inc() }
 
 // CountReservations makes f the source of the reservations gauge, read at
 // each scrape: (*budget.Service).Reservations.

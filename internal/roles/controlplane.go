@@ -41,8 +41,9 @@ import (
 // when asked to stop.
 const ControlPlaneGrace = 15 * time.Second
 
-// Bounds are the caps on browser event streams and the gateway's request
-// bodies, which talkide dev takes as talkide controlplane does.
+// Bounds are the caps on browser event streams, attached files and the
+// gateway's request bodies, which talkide dev takes as talkide
+// controlplane does.
 type Bounds struct {
 	// Stream caps on browser event streams (0: the control-plane's
 	// defaults).
@@ -50,6 +51,9 @@ type Bounds struct {
 	// MaxBody and MaxBuffered bound the gateway's request bodies (0: its
 	// defaults).
 	MaxBody, MaxBuffered int64
+	// UploadMemory and UploadMemoryPerUser bound the attached files' bytes
+	// the control-plane holds at once (0: its defaults).
+	UploadMemory, UploadMemoryPerUser int64
 }
 
 // ControlPlaneConfig configures a control-plane.
@@ -223,7 +227,9 @@ func StartControlPlane(ctx context.Context, c ControlPlaneConfig) (_ *ControlPla
 			Operators:         operators,
 			Metrics:           promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(c.Logger.Handler(), slog.LevelWarn)}),
 			StreamMetrics:     p.metrics,
+			UploadMetrics:     p.metrics,
 			MaxStreamsPerUser: c.MaxStreamsPerUser, MaxStreamsPerConversation: c.MaxStreamsPerConversation, MaxStreams: c.MaxStreams,
+			UploadMemory: c.UploadMemory, UploadMemoryPerUser: c.UploadMemoryPerUser,
 			StreamCounts: shared, StreamShareInterval: c.ShareInterval, StreamShareTTL: c.ShareTTL,
 			TitleModel:     titleModel,
 			TracerProvider: tel.TracerProvider(),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"image"
 	"image/png"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/poll"
 )
 
 // attach posts data as an attachment called name (raw, unescaped when
@@ -230,4 +232,58 @@ func byteSize(n int) string {
 		return strconv.Itoa(n>>20) + "MiB"
 	}
 	return strconv.Itoa(n>>10) + "KiB"
+}
+
+// TestAttachRoom sends one file's bytes slowly, so that the worker holds
+// room for all of them meanwhile: a second file beyond the room is
+// refused unread, 503 too_many_uploads with Retry-After, and passes once
+// the first is stored.
+func TestAttachRoom(t *testing.T) {
+	tw := newTestWorker(t, workerOpts{uploadMemory: 100})
+	tw.create(t, "c1")
+	path := strings.Replace(contract.AttachmentsPath, "{id}", "c1", 1) + "?name="
+
+	slow := bytes.Repeat([]byte("s"), 80)
+	pr, pw := io.Pipe()
+	req := tw.request(t, t.Context(), http.MethodPost, path+"slow.bin", slow)
+	req.Body, req.ContentLength = pr, int64(len(slow))
+	first := make(chan *http.Response, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- nil
+			return
+		}
+		resp.Body.Close()
+		first <- resp
+	}()
+	if _, err := pw.Write(slow[:10]); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the slow file to take its room", func() bool {
+		used, _ := tw.w.uploads.State()
+		return used == int64(len(slow))
+	})
+
+	resp, body := tw.call(t, http.MethodPost, path+"second.txt", bytes.Repeat([]byte("x"), 21))
+	if resp.StatusCode != http.StatusServiceUnavailable || decode[contract.Error](t, body).Error.Code != contract.CodeTooManyUploads || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("beyond the room: %d %s, Retry-After %q", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	if resp, body := tw.call(t, http.MethodPost, path+"small.txt", []byte("fits")); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("a file that fits: %d %s", resp.StatusCode, body)
+	}
+
+	if _, err := pw.Write(slow[10:]); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if resp := <-first; resp == nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("the slow file: %v", resp)
+	}
+	if used, peak := tw.w.uploads.State(); used != 0 || peak > 100 {
+		t.Fatalf("room used %d (peak %d) with every file stored", used, peak)
+	}
+	if resp, body := tw.call(t, http.MethodPost, path+"second.txt", bytes.Repeat([]byte("x"), 21)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("once the room is back: %d %s", resp.StatusCode, body)
+	}
 }

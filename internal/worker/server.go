@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/talkide/platform/internal/bodyroom"
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/httpapi"
 	"github.com/talkide/platform/internal/observe"
@@ -32,7 +33,9 @@ func (w *Worker) Handler() http.Handler {
 	mux.Handle("GET "+contract.StreamPath, w.routed(pathConversation, w.handleStream))
 	mux.Handle("POST "+contract.InterruptPath, w.routed(pathConversation, w.handleInterrupt))
 	w.registerWorkspace(mux)
-	mux.Handle("POST "+contract.AttachmentsPath, w.signedUpTo(contract.MaxAttachmentBytes, w.handleAttach))
+	// An attached file's body is ten times a command's: the bytes of those
+	// held at once have a bound of their own (Options.UploadMemory).
+	mux.Handle("POST "+contract.AttachmentsPath, w.verified(contract.MaxAttachmentBytes, w.uploads, nil, w.handleAttach))
 	mux.HandleFunc("GET "+contract.HealthPath, func(rw http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -65,12 +68,7 @@ type signedHandler func(rw http.ResponseWriter, r *http.Request, body []byte) er
 // signed reads the bounded body and verifies X-Worker-Token over it before
 // the handler sees anything.
 func (w *Worker) signed(h signedHandler) http.Handler {
-	return w.signedUpTo(contract.MaxCommandBody, h)
-}
-
-// signedUpTo is signed for a command whose body may be up to max bytes.
-func (w *Worker) signedUpTo(max int64, h signedHandler) http.Handler {
-	return w.verified(max, nil, h)
+	return w.verified(contract.MaxCommandBody, nil, nil, h)
 }
 
 // conversationOf names the conversation a command is about, for routing;
@@ -93,18 +91,20 @@ func bodyConversation(_ *http.Request, body []byte) (string, bool) {
 // it forwarded, so that no replica relays what the control-plane did not
 // sign.
 func (w *Worker) routed(of conversationOf, h signedHandler) http.Handler {
-	return w.verified(contract.MaxCommandBody, of, h)
+	return w.verified(contract.MaxCommandBody, nil, of, h)
 }
 
-// verified reads the bounded body, verifies the signature over it, and
-// then serves the command with h, or, when of names its conversation and
-// another replica should serve it, forwards it there.
-func (w *Worker) verified(max int64, of conversationOf, h signedHandler) http.Handler {
+// verified reads the bounded body (within room, when it is not nil),
+// verifies the signature over it, and then serves the command with h, or,
+// when of names its conversation and another replica should serve it,
+// forwards it there.
+func (w *Worker) verified(max int64, room *bodyroom.Room, of conversationOf, h signedHandler) http.Handler {
 	return httpapi.Handle(w.log, func(rw http.ResponseWriter, r *http.Request) error {
-		body, err := httpapi.ReadBody(rw, r, max)
+		body, release, err := httpapi.ReadBodyIn(rw, r, max, room, "")
 		if err != nil {
 			return err
 		}
+		defer release()
 		if _, err := w.verifier.Verify(r, body); err != nil {
 			return &httpapi.Error{Status: http.StatusUnauthorized, Code: contract.CodeUnauthorized,
 				Msg: "the command's X-Worker-Token signature is missing, invalid, expired or replayed", Err: err}

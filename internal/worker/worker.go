@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/talkide/platform/internal/backoff"
+	"github.com/talkide/platform/internal/bodyroom"
 	"github.com/talkide/platform/internal/defaults"
 	"github.com/talkide/platform/internal/fdlimit"
 	"github.com/talkide/platform/internal/harness"
@@ -95,7 +96,18 @@ type Options struct {
 	// RebalanceIdle is how long a session must have gone unused before it
 	// is released to spread the load; default DefaultRebalanceIdle.
 	RebalanceIdle time.Duration
+	// UploadMemory bounds the bytes of attached files held in memory at
+	// once, each from its arrival until it is stored: a file beyond it is
+	// refused unread (503 too_many_uploads, Retry-After), as the
+	// control-plane refuses it beyond its own bound. 0:
+	// DefaultUploadMemory; negative: no bound.
+	UploadMemory int64
 }
+
+// DefaultUploadMemory is the default bound on attached files' bytes held
+// at once: six files of the largest size. Every control-plane replica
+// bounds its own uploads, so this bounds what several of them send at once.
+const DefaultUploadMemory = 64 << 20
 
 // DescriptorsPerTurn is what MaxTurnsFor counts a running turn to hold
 // at the most: its session's three logs, the control-plane's event stream,
@@ -150,6 +162,9 @@ type Worker struct {
 
 	// router routes commands among the replicas; nil: one replica.
 	router *router
+
+	// uploads is the room for attached files' bytes (UploadMemory).
+	uploads *bodyroom.Room
 
 	// Counted for Load: how the commands this replica answered went, and
 	// the sessions it gave up for another replica to take.
@@ -209,6 +224,7 @@ func New(tenant, env string, key CommandKey, sessions *sessionstore.Store, works
 		sessions:  make(map[string]*session),
 		loading:   make(map[string]*loadingSession),
 		maintDone: make(chan struct{}),
+		uploads:   bodyroom.New(o.UploadMemory, 0),
 	}
 	if o.Replicas != nil {
 		w.router = newRouter(o.Replicas, o.Addr, o.Transport)
@@ -241,6 +257,7 @@ func withDefaults(opts *Options) Options {
 	}
 	defaults.IfNotPositive(&o.IdleTimeout, DefaultIdleTimeout)
 	defaults.IfNotPositive(&o.RebalanceIdle, DefaultRebalanceIdle)
+	defaults.IfZero(&o.UploadMemory, DefaultUploadMemory)
 	defaults.IfNotPositive(&o.SyncRetry.Base, 10*time.Millisecond)
 	defaults.IfNotPositive(&o.SyncRetry.Max, time.Second)
 	return o

@@ -138,6 +138,7 @@ type workerOpts struct {
 	replicas      bool
 	rebalanceIdle time.Duration
 	reporter      *Reporter // Options.Reporter; nil: reports stay in the outbox
+	uploadMemory  int64     // Options.UploadMemory
 }
 
 func newTestWorker(t testing.TB, o workerOpts) *testWorker {
@@ -175,7 +176,7 @@ func newTestWorker(t testing.TB, o workerOpts) *testWorker {
 		MaxRunningTurns: o.maxTurns,
 		TracerProvider:  o.tracer,
 		Replicas:        replicas, Addr: addr, RebalanceIdle: o.rebalanceIdle,
-		Reporter: o.reporter,
+		Reporter: o.reporter, UploadMemory: o.uploadMemory,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,7 @@
 // workspace (attachments/) and the message names them, one line each,
 // which the user's bubble shows as chips again.
 import { useRef, useState } from "preact/hooks";
-import { api } from "./api";
+import { api, ApiError } from "./api";
 
 // The limits the server enforces too (docs/webui.md).
 export const MAX_FILES = 10;
@@ -41,8 +41,27 @@ export interface Attached {
 /** uploadAll stores files in the conversation's workspace, in order. */
 export async function uploadAll(conversation: string, files: File[]): Promise<Attached[]> {
   const out: Attached[] = [];
-  for (const f of files) out.push(await api.attach(conversation, safeName(f.name), f));
+  for (const f of files) out.push(await uploadOne(conversation, f));
   return out;
+}
+
+/** How often a file refused for want of room on the server is sent. */
+const UPLOAD_TRIES = 5;
+
+/** uploadOne stores one file. The server holds a bounded number of
+ * uploaded bytes at once and refuses a file beyond them unread
+ * (too_many_uploads, with Retry-After): such a file is sent again after
+ * the wait it was told, a few times, before the send fails. */
+async function uploadOne(conversation: string, f: File): Promise<Attached> {
+  for (let tries = 1; ; tries++) {
+    try {
+      return await api.attach(conversation, safeName(f.name), f);
+    } catch (e) {
+      if (!(e instanceof ApiError) || e.code !== "too_many_uploads" || tries >= UPLOAD_TRIES) throw e;
+      const wait = Math.min(Math.max(e.retryAfter, 1), 10);
+      await new Promise((done) => setTimeout(done, wait * 1000));
+    }
+  }
 }
 
 /** withAttachments is the text sent: the user's, then a line for each

@@ -4,7 +4,9 @@
 // reply says it saw the image, and the files are in the Files panel
 // under attachments/; a name with a leading dot is mended, the same name
 // twice gets a suffix. A file over the limit is refused with a reason
-// before anything is uploaded. At a laptop's size and a phone's.
+// before anything is uploaded; an upload the server refuses for want of
+// room is sent again after its Retry-After. At a laptop's size and a
+// phone's.
 import { mkdtempSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -59,10 +61,30 @@ async function attachAtEachSize(h, huge) {
     check((await chips.nth(1).textContent()).includes("pixel.png") && (await chips.nth(1).textContent()).includes("70 B"), "the image's chip: " + (await chips.nth(1).textContent()));
     await h.screenshot("chips-" + size);
 
+    // On the desktop the first upload is refused for want of room, as a
+    // busy control-plane refuses it (503 too_many_uploads, Retry-After):
+    // the page sends it again after the wait, and the message goes whole.
+    let refused = 0;
+    const uploads = (u) => u.pathname.endsWith("/attachments");
+    if (size === "desktop") {
+      await h.page.route(uploads, async (route) => {
+        if (refused > 0) return route.continue();
+        refused++;
+        await route.fulfill({
+          status: 503,
+          headers: { "Retry-After": "1", "Content-Type": "application/json" },
+          body: JSON.stringify({ error: { code: "too_many_uploads", message: "the server holds as many uploaded bytes as it may at once (64 MiB): send this again in a moment" } }),
+        });
+      });
+    }
     const box = h.page.getByTestId("composer");
     await box.fill("What went wrong?");
     await box.press("Enter");
     await turnEnds(h, 1, 60_000);
+    if (size === "desktop") {
+      await h.page.unroute(uploads);
+      check(refused === 1, `the upload was refused ${refused} times, want once`);
+    }
     check((await chips.count()) === 0, "the chips stayed in the composer after sending");
 
     const bubble = h.page.locator("[data-kind='user.message']").last();
