@@ -12,6 +12,7 @@ import (
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/controlplane"
 	"github.com/talkide/platform/internal/httpapi"
+	"github.com/talkide/platform/internal/roundtrip"
 )
 
 // attachWorker answers the attachments command, recording what reached it.
@@ -183,22 +184,9 @@ func TestAttachRoom(t *testing.T) {
 				return h.do(http.MethodPost, "/api/conversations/c1/attachments?name="+name, strings.Repeat("x", size), octet())
 			}
 
-			first := make(chan int, 1)
-			go func() {
-				req, err := http.NewRequest(http.MethodPost, h.url+"/api/conversations/c1/attachments?name=slow.bin", strings.NewReader(strings.Repeat("s", 50)))
-				if err != nil {
-					first <- 0
-					return
-				}
-				req.Header.Set("Content-Type", "application/octet-stream")
-				resp, err := h.client.Do(req)
-				if err != nil {
-					first <- 0
-					return
-				}
-				resp.Body.Close()
-				first <- resp.StatusCode
-			}()
+			req := newRequest(t, http.MethodPost, h.url+"/api/conversations/c1/attachments?name=slow.bin", strings.Repeat("s", 50))
+			req.Header.Set("Content-Type", "application/octet-stream")
+			first := roundtrip.Status(h.client, req)
 			select {
 			case <-arrived:
 			case <-t.Context().Done():

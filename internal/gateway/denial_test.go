@@ -21,6 +21,7 @@ import (
 
 	"github.com/talkide/platform/internal/budget"
 	"github.com/talkide/platform/internal/contract"
+	"github.com/talkide/platform/internal/roundtrip"
 )
 
 // budgetBody decodes a gateway error body with its budget details.
@@ -144,18 +145,9 @@ func TestBudgetDenialDetails(t *testing.T) {
 		}
 		t.Cleanup(func() { svc.DeleteLimit(context.Background(), budget.User(convA.UserID), budget.Concurrent) })
 		blocking.Store(true)
-		first := make(chan int, 1)
-		go func() {
-			req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/messages", strings.NewReader(requestBody))
-			req.Header.Set("X-Worker-Token", h.mint(convA))
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				first <- 0
-				return
-			}
-			resp.Body.Close()
-			first <- resp.StatusCode
-		}()
+		req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/messages", strings.NewReader(requestBody))
+		req.Header.Set("X-Worker-Token", h.mint(convA))
+		first := roundtrip.Status(http.DefaultClient, req)
 		select {
 		case <-inUpstream:
 		case <-time.After(waitLimit):

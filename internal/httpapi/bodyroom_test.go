@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -32,7 +31,7 @@ func TestReadBodyDeclaredLength(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			body := &countingReader{r: strings.NewReader(tt.body)}
+			body := strings.NewReader(tt.body)
 			r := httptest.NewRequest(http.MethodPost, "/", body)
 			r.ContentLength = tt.declared
 			rec := httptest.NewRecorder()
@@ -47,22 +46,11 @@ func TestReadBodyDeclaredLength(t *testing.T) {
 			if rec.Header().Get("Connection") != "close" {
 				t.Error("a body not read whole leaves the connection open")
 			}
-			if tt.status == http.StatusRequestEntityTooLarge && body.n != 0 {
-				t.Errorf("read %d bytes of a body declared too large", body.n)
+			if read := len(tt.body) - body.Len(); tt.status == http.StatusRequestEntityTooLarge && read != 0 {
+				t.Errorf("read %d bytes of a body declared too large", read)
 			}
 		})
 	}
-}
-
-type countingReader struct {
-	r io.Reader
-	n int
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += n
-	return n, err
 }
 
 // TestReadBodyIn holds bodies in a room of 100 bytes, 60 of them a
@@ -70,14 +58,16 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // the caller's share, 503 for the whole), and release gives the room back.
 func TestReadBodyIn(t *testing.T) {
 	room := bodyroom.New(100, 60)
-	read := func(key, body string, declared int64) (*httptest.ResponseRecorder, *countingReader, []byte, func(), error) {
+	// read returns, besides ReadBodyIn's answer, how many bytes of body
+	// it read.
+	read := func(key, body string, declared int64) (*httptest.ResponseRecorder, int, []byte, func(), error) {
 		t.Helper()
-		cr := &countingReader{r: strings.NewReader(body)}
-		r := httptest.NewRequest(http.MethodPost, "/", cr)
+		sr := strings.NewReader(body)
+		r := httptest.NewRequest(http.MethodPost, "/", sr)
 		r.ContentLength = declared
 		rec := httptest.NewRecorder()
 		got, release, err := httpapi.ReadBodyIn(rec, r, 50, room, key)
-		return rec, cr, got, release, err
+		return rec, len(body) - sr.Len(), got, release, err
 	}
 	used := func() int64 {
 		u, _ := room.State()
@@ -93,16 +83,16 @@ func TestReadBodyIn(t *testing.T) {
 	if err != nil || used() != 90 {
 		t.Fatalf("body of unknown length: %v; room used %d, want 90", err, used())
 	}
-	rec, cr, _, release, err := read("ana", strings.Repeat("a", 21), 21)
+	rec, n, _, release, err := read("ana", strings.Repeat("a", 21), 21)
 	he := asHTTPError(t, err, http.StatusTooManyRequests, contract.CodeTooManyUploads)
-	if he.RetryAfter == "" || !strings.Contains(he.Msg, "60 bytes") || cr.n != 0 || rec.Header().Get("Connection") != "close" {
-		t.Errorf("over her share: Retry-After %q, %q, read %d bytes, Connection %q", he.RetryAfter, he.Msg, cr.n, rec.Header().Get("Connection"))
+	if he.RetryAfter == "" || !strings.Contains(he.Msg, "60 bytes") || n != 0 || rec.Header().Get("Connection") != "close" {
+		t.Errorf("over her share: Retry-After %q, %q, read %d bytes, Connection %q", he.RetryAfter, he.Msg, n, rec.Header().Get("Connection"))
 	}
 	release() // a refusal's release is harmless
-	_, cr, _, _, err = read("cyd", strings.Repeat("c", 11), 11)
+	_, n, _, _, err = read("cyd", strings.Repeat("c", 11), 11)
 	he = asHTTPError(t, err, http.StatusServiceUnavailable, contract.CodeTooManyUploads)
-	if he.RetryAfter == "" || !strings.Contains(he.Msg, "100 bytes") || cr.n != 0 {
-		t.Errorf("over the whole: Retry-After %q, %q, read %d bytes", he.RetryAfter, he.Msg, cr.n)
+	if he.RetryAfter == "" || !strings.Contains(he.Msg, "100 bytes") || n != 0 {
+		t.Errorf("over the whole: Retry-After %q, %q, read %d bytes", he.RetryAfter, he.Msg, n)
 	}
 	if used() != 90 {
 		t.Fatalf("refusals took room: %d used", used())
@@ -117,10 +107,10 @@ func TestReadBodyIn(t *testing.T) {
 	_, _, _, _, err = read("cyd", "short", 10)
 	asHTTPError(t, err, http.StatusBadRequest, contract.CodeBadRequest)
 	// Declared over the most a body may be: 413, unread, no room taken.
-	_, cr, _, _, err = read("cyd", strings.Repeat("c", 51), 51)
+	_, n, _, _, err = read("cyd", strings.Repeat("c", 51), 51)
 	asHTTPError(t, err, http.StatusRequestEntityTooLarge, contract.CodeTooLarge)
-	if cr.n != 0 {
-		t.Errorf("read %d bytes of a body declared too large", cr.n)
+	if n != 0 {
+		t.Errorf("read %d bytes of a body declared too large", n)
 	}
 	releaseB()
 	if used() != 0 {

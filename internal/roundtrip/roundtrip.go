@@ -31,3 +31,22 @@ func With(t testing.TB, c *http.Client, req *http.Request) (*http.Response, []by
 	}
 	return resp, b
 }
+
+// Status sends req with c from a goroutine of its own, for a request that
+// must be under way while the test does something else (one the server
+// holds), and delivers its answer's status once it comes: 0 when req
+// could not be sent. The answer's body is read and closed.
+func Status(c *http.Client, req *http.Request) <-chan int {
+	status := make(chan int, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err != nil {
+			status <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		status <- resp.StatusCode
+	}()
+	return status
+}

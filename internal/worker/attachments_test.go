@@ -15,6 +15,7 @@ import (
 
 	"github.com/talkide/platform/internal/contract"
 	"github.com/talkide/platform/internal/poll"
+	"github.com/talkide/platform/internal/roundtrip"
 )
 
 // attach posts data as an attachment called name (raw, unescaped when
@@ -247,16 +248,7 @@ func TestAttachRoom(t *testing.T) {
 	pr, pw := io.Pipe()
 	req := tw.request(t, t.Context(), http.MethodPost, path+"slow.bin", slow)
 	req.Body, req.ContentLength = pr, int64(len(slow))
-	first := make(chan *http.Response, 1)
-	go func() {
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			first <- nil
-			return
-		}
-		resp.Body.Close()
-		first <- resp
-	}()
+	first := roundtrip.Status(http.DefaultClient, req)
 	if _, err := pw.Write(slow[:10]); err != nil {
 		t.Fatal(err)
 	}
@@ -277,8 +269,8 @@ func TestAttachRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	pw.Close()
-	if resp := <-first; resp == nil || resp.StatusCode != http.StatusCreated {
-		t.Fatalf("the slow file: %v", resp)
+	if status := <-first; status != http.StatusCreated {
+		t.Fatalf("the slow file answered %d", status)
 	}
 	if used, peak := tw.w.uploads.State(); used != 0 || peak > 100 {
 		t.Fatalf("room used %d (peak %d) with every file stored", used, peak)
