@@ -18,6 +18,7 @@ type chatFlags struct {
 	addr, dataDir, conv, title, message, recent string
 	url, tokenFile, credentials                 string
 	verbose, color, history                     bool
+	attach                                      []string
 }
 
 func newChatCmd(std stdio) *cobra.Command {
@@ -31,7 +32,8 @@ finds talkide dev's control-plane from DATA-DIR/dev.json. Type /help inside for
 the client's commands.`,
 		Example: `  talkide chat                          # a new conversation
   talkide chat --conversation demo      # create or reopen "demo"
-  talkide chat -m 'hello'               # one message, print the turn, exit`,
+  talkide chat -m 'hello'               # one message, print the turn, exit
+  talkide chat -m 'why?' --attach build.log   # with a file attached`,
 		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runChat(cmd, f, std)
@@ -50,6 +52,7 @@ the client's commands.`,
 	fs.BoolVar(&f.color, "color", false, "use ANSI colours")
 	fs.BoolVar(&f.history, "history", false, "replay all of the conversation's earlier events first (--recent all)")
 	fs.StringVar(&f.recent, "recent", "", "earlier turns to show on reopening a conversation: a number, all or none (default 3, with -m none)")
+	fs.StringArrayVar(&f.attach, "attach", nil, "attach a local file (up to 10 MiB; repeat for more) to the message of -m, or to the first one typed")
 	cli.BindEnv(fs, "addr", "data-dir", "color", "verbose", "recent", "url", "token-file", "credentials")
 	return cmd
 }
@@ -93,7 +96,7 @@ func runChat(cmd *cobra.Command, f chatFlags, std stdio) error {
 		return err
 	}
 	err = chatclient.Chat(cmd.Context(), addr, chatclient.ChatOptions{
-		Token: token, ConversationID: f.conv, Title: f.title, Message: f.message, Recent: turns,
+		Token: token, ConversationID: f.conv, Title: f.title, Message: f.message, Recent: turns, Attach: f.attach,
 		In: std.in, Out: std.out, Verbose: f.verbose, Color: f.color, Echoed: isTerminal(std.in), Signals: std.signals,
 	})
 	if f.message != "" && errors.Is(err, chatclient.ErrTurnFailed) {

@@ -19,6 +19,10 @@ type ChatOptions struct {
 	// Message, when set, is sent alone: its turn is rendered and Chat
 	// returns, an error wrapping ErrTurnFailed if the turn failed.
 	Message string
+	// Attach are local files stored in the conversation's workspace once
+	// it is open, which Message (or, without it, the first line sent)
+	// names; one that cannot be stored ends Chat before anything is sent.
+	Attach []string
 	// Recent is how many earlier turns of a reopened conversation are
 	// shown first (Session.Recent).
 	Recent int
@@ -38,12 +42,17 @@ type ChatOptions struct {
 // it: the lines of o.In until it ends or the user leaves, or o.Message
 // alone.
 func Chat(ctx context.Context, baseURL string, o ChatOptions) error {
-	ctx, interrupts, stop := splitSignals(ctx, o.Signals)
-	defer stop()
 	client, err := New(baseURL, &Options{Token: o.Token})
 	if err != nil {
 		return err
 	}
+	return chatWith(ctx, client, o)
+}
+
+// chatWith is Chat through client.
+func chatWith(ctx context.Context, client *Client, o ChatOptions) error {
+	ctx, interrupts, stop := splitSignals(ctx, o.Signals)
+	defer stop()
 	c, err := client.CreateConversation(ctx, o.ConversationID, o.Title)
 	if err != nil {
 		return err
@@ -62,9 +71,16 @@ func Chat(ctx context.Context, baseURL string, o ChatOptions) error {
 	r := &Renderer{W: o.Out, Verbose: o.Verbose, Color: o.Color, ShowUser: true}
 	s := &Session{Client: client, ConversationID: c.ID, Renderer: r, After: after, Recent: o.Recent,
 		Interrupts: interrupts, Echoed: o.Message == "" && o.Echoed}
-	if o.Message != "" {
-		return s.Once(ctx, o.Message)
+	var attached attachments
+	for _, path := range o.Attach {
+		if attached, _, err = s.attachFile(ctx, attached, path); err != nil {
+			return err
+		}
 	}
+	if o.Message != "" {
+		return s.Once(ctx, o.Message, attached...)
+	}
+	s.Attached = attached
 	fmt.Fprintf(o.Out, "conversation %s (type /help for commands)\n", c.ID)
 	return s.Run(ctx, o.In)
 }

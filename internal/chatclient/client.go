@@ -184,23 +184,32 @@ func (e *transportError) Unwrap() error { return e.err }
 // into out (nil to ignore it). It returns the status; a non-2xx answer is an
 // *APIError, a transport failure a *transportError.
 func (c *Client) doJSON(ctx context.Context, method, rawURL string, in, out any) (int, error) {
+	if in == nil {
+		return c.do(ctx, method, rawURL, "", nil, out)
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return 0, fmt.Errorf("chatclient: encoding request: %w", err)
+	}
+	return c.do(ctx, method, rawURL, "application/json", b, out)
+}
+
+// do is doJSON with the request's body as bytes of contentType ("" and
+// nil: no body).
+func (c *Client) do(ctx context.Context, method, rawURL, contentType string, in []byte, out any) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
 	var body io.Reader
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return 0, fmt.Errorf("chatclient: encoding request: %w", err)
-		}
-		body = bytes.NewReader(b)
+		body = bytes.NewReader(in)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, rawURL, body)
 	if err != nil {
 		return 0, fmt.Errorf("chatclient: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	c.authorize(req)
 	resp, err := c.hc.Do(req)

@@ -3,8 +3,10 @@ package chatclient
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +55,9 @@ type fakeCP struct {
 	// holdInterrupts, when non-nil, makes interrupt requests wait until
 	// it is closed (or the request ends).
 	holdInterrupts chan struct{}
+	// attachFail answers that many attachments 503 too_many_uploads, as a
+	// control-plane without room for them does.
+	attachFail int
 
 	// What happened.
 	sendIDs    []string // client_message_id of every send request
@@ -60,6 +65,8 @@ type fakeCP struct {
 	streamReqs []streamReq
 	interrupts int
 	conflicts  int
+	attached   []string   // "PATH:BODY" of every attachment stored
+	sentFiles  [][]string // the Attachments of accepted (202) sends
 
 	// When non-nil, told about each accepted send (its turn id) and each
 	// 409; the test must make them big enough.
@@ -104,6 +111,7 @@ func newFakeCP(t *testing.T) *fakeCP {
 	mux.HandleFunc("GET /api/conversations/{id}", f.get)
 	mux.HandleFunc("POST /api/conversations/{id}/messages", f.send)
 	mux.HandleFunc("POST /api/conversations/{id}/interrupt", f.interrupt)
+	mux.HandleFunc("POST /api/conversations/{id}/attachments", f.attach)
 	mux.HandleFunc("GET /api/conversations/{id}/stream", f.stream)
 	f.srv = httptest.NewServer(f.auth(mux))
 	t.Cleanup(f.srv.Close)
@@ -333,6 +341,7 @@ func (f *fakeCP) send(w http.ResponseWriter, r *http.Request) {
 		TurnID: turn, Seq: int64(len(c.events) - 1)}
 	c.byCMID[req.ClientMessageID] = resp
 	f.sentTexts = append(f.sentTexts, req.Text)
+	f.sentFiles = append(f.sentFiles, req.Attachments)
 	if !f.manual && !strings.HasPrefix(req.Text, "slow") {
 		f.finishTurnLocked(c, turn, req.Text, strings.HasPrefix(req.Text, "fail"))
 	}
@@ -447,6 +456,44 @@ func (f *fakeCP) stream(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-changed:
 		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// attach stores an attachment as the control-plane and the worker do, as
+// far as a client can tell: the name checked, a taken one suffixed.
+func (f *fakeCP) attach(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Content-Type") != "application/octet-stream" {
+		writeErr(w, http.StatusUnsupportedMediaType, contract.CodeBadRequest, "not application/octet-stream")
+		return
+	}
+	name := r.URL.Query().Get("name")
+	if err := contract.ValidateAttachmentName(name); err != nil {
+		writeErr(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, contract.MaxAttachmentBytes))
+	if err != nil {
+		writeErr(w, http.StatusRequestEntityTooLarge, contract.CodeTooLarge, err.Error())
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lookupLocked(w, r) == nil {
+		return
+	}
+	if f.attachFail > 0 {
+		f.attachFail--
+		w.Header().Set("Retry-After", "1")
+		writeErr(w, http.StatusServiceUnavailable, contract.CodeTooManyUploads, "the server holds as many uploaded bytes as it may at once")
+		return
+	}
+	for n := 0; ; n++ {
+		p := contract.AttachmentsDir + "/" + contract.AttachmentCandidate(name, n)
+		if !slices.ContainsFunc(f.attached, func(s string) bool { return strings.HasPrefix(s, p+":") }) {
+			f.attached = append(f.attached, p+":"+string(body))
+			writeJSON(w, http.StatusCreated, contract.Attachment{Path: p, Size: int64(len(body))})
 			return
 		}
 	}

@@ -15,6 +15,7 @@ import (
 )
 
 const helpText = `commands:
+/attach PATH  attach a local file to the next message (/attach alone lists them)
 /interrupt  stop the running turn
 /quit       leave now
 /help       this text
@@ -46,7 +47,7 @@ and sent when it is back.`
 func (s *Session) Run(ctx context.Context, in io.Reader) error {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &run{
-		s: s, ctx: ctx,
+		s: s, ctx: ctx, attached: s.Attached,
 		own:        &ownMessages{ids: make(map[string]bool)},
 		retries:    backoff.New(s.Client.sendRetry),
 		sent:       make(chan sendResult, 1),
@@ -99,6 +100,8 @@ type run struct {
 	// queue holds the typed lines not yet accepted, oldest first; the
 	// first is the one being sent or retried.
 	queue []outgoing
+	// attached are the files stored for the next line typed to name.
+	attached attachments
 	// sending is true while a goroutine sends queue[0]; it answers on sent.
 	sending bool
 	sent    chan sendResult
@@ -200,6 +203,10 @@ func (r *run) loop(lines <-chan line) error {
 				return fmt.Errorf("chatclient: reading input: %w", l.err)
 			}
 			text := strings.TrimSpace(l.text)
+			if path, ok := strings.CutPrefix(text, "/attach"); ok && (path == "" || path[0] == ' ') {
+				r.attach(strings.TrimSpace(path))
+				continue
+			}
 			switch text {
 			case "":
 			case "/quit", "/exit":
@@ -210,7 +217,8 @@ func (r *run) loop(lines <-chan line) error {
 				r.stopAsked = true
 				r.startInterrupt()
 			default:
-				o := outgoing{req: contract.SendMessageRequest{ClientMessageID: NewMessageID(), Text: text}}
+				o := outgoing{req: r.attached.request(contract.SendMessageRequest{ClientMessageID: NewMessageID(), Text: text})}
+				r.attached = nil
 				if len(r.queue) > 0 && r.queue[0].queued {
 					o.queued = true
 					r.s.notice("message queued; it is sent when the control-plane is back")
@@ -221,6 +229,30 @@ func (r *run) loop(lines <-chan line) error {
 			}
 		}
 	}
+}
+
+// attach answers "/attach PATH": the file is stored now, and the next
+// message sent names it; "/attach" alone lists the files it will name.
+func (r *run) attach(path string) {
+	if path == "" {
+		if len(r.attached) == 0 {
+			r.s.notice("no file attached; /attach PATH attaches one to the next message")
+			return
+		}
+		lines := make([]string, len(r.attached))
+		for i, a := range r.attached {
+			lines[i] = "  " + a.Path + " (" + contract.AttachmentSize(a.Size) + ")"
+		}
+		r.s.notice("attached to the next message:\n" + strings.Join(lines, "\n"))
+		return
+	}
+	as, a, err := r.s.attachFile(r.ctx, r.attached, path)
+	if err != nil {
+		r.s.notice("attach failed: " + err.Error())
+		return
+	}
+	r.attached = as
+	r.s.notice(fmt.Sprintf("attached %s (%s); it goes with the next message", a.Path, contract.AttachmentSize(a.Size)))
 }
 
 // active reports whether a turn runs, as far as this session knows: what

@@ -39,6 +39,9 @@ type Session struct {
 	// which would show every line twice. Other clients' messages are still
 	// shown when the Renderer's ShowUser is set.
 	Echoed bool
+	// Attached are files already stored (Client.Attach) that the first
+	// message Run sends names.
+	Attached []contract.Attachment
 }
 
 // ErrQuit is returned by Once when the user left (a second Ctrl-C) before
@@ -48,18 +51,19 @@ var ErrQuit = errors.New("chatclient: left before the turn ended")
 // interruptingText answers the first Ctrl-C of a running turn.
 const interruptingText = "interrupting the turn (Ctrl-C again to leave)"
 
-// Once sends text, renders events until the turn it started ends, and
-// returns: nil when the turn finished, an error wrapping ErrTurnFailed when
-// it failed (an interrupted turn fails), ErrQuit when a second Ctrl-C came
-// before the turn ended, ctx's error when ctx ended first. The first Ctrl-C
-// interrupts the turn.
-func (s *Session) Once(ctx context.Context, text string) error {
+// Once sends text, naming the files attached (stored already), renders
+// events until the turn it started ends, and returns: nil when the turn
+// finished, an error wrapping ErrTurnFailed when it failed (an interrupted
+// turn fails), ErrQuit when a second Ctrl-C came before the turn ended,
+// ctx's error when ctx ended first. The first Ctrl-C interrupts the turn.
+func (s *Session) Once(ctx context.Context, text string, attached ...contract.Attachment) error {
 	ctx, cancel := context.WithCancel(ctx)
 	f := s.follow(ctx, nil)
 	var wg sync.WaitGroup // the interrupt request
 	defer func() { cancel(); wg.Wait(); <-f.done }()
 
-	resp, err := s.Client.Send(ctx, s.ConversationID, text)
+	req := attachments(attached).request(contract.SendMessageRequest{ClientMessageID: NewMessageID(), Text: text})
+	resp, err := s.Client.SendMessage(ctx, s.ConversationID, req)
 	if err != nil {
 		return err
 	}

@@ -116,3 +116,84 @@ func ValidateAttachmentPath(field, p string) error {
 	}
 	return ValidateAttachmentName(name)
 }
+
+// The text of a message with attached files ends with a line for each,
+// "Attached: attachments/build.log (16 B)": that is what tells the agent,
+// with any harness, which files to look at and where, and what the web UI
+// shows as the message's chips. The web UI and talkide chat write it
+// alike.
+
+// AttachedLine is the line of the message's text that names a.
+func AttachedLine(a Attachment) string {
+	return "Attached: " + a.Path + " (" + AttachmentSize(a.Size) + ")"
+}
+
+// AttachmentSize says n bytes as an attached line does: "16 B", "3 KiB",
+// "1.5 MiB".
+func AttachmentSize(n int64) string {
+	switch {
+	case n < 1024:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%d KiB", (n+512)/1024)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// WithAttachments is the text sent with attached: text, a blank line, and
+// a line for each file; text alone when nothing is attached.
+func WithAttachments(text string, attached []Attachment) string {
+	if len(attached) == 0 {
+		return text
+	}
+	var b strings.Builder
+	if strings.TrimSpace(text) != "" {
+		b.WriteString(strings.TrimRightFunc(text, unicode.IsSpace))
+		b.WriteString("\n\n")
+	}
+	for i, a := range attached {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(AttachedLine(a))
+	}
+	return b.String()
+}
+
+// AttachedPaths are the workspace paths of attached, as a message's
+// Attachments names them.
+func AttachedPaths(attached []Attachment) []string {
+	paths := make([]string, len(attached))
+	for i, a := range attached {
+		paths[i] = a.Path
+	}
+	return paths
+}
+
+// MendAttachmentName makes name, a local file's name, one that
+// ValidateAttachmentName takes, rather than refusing someone's real file:
+// a "/", "\", control or bidi character (or a byte that is not UTF-8)
+// becomes "_", the name is shortened by whole characters to
+// MaxAttachmentName bytes, leading dots and surrounding spaces go, and
+// what is left empty is "attachment". The web UI mends names alike.
+func MendAttachmentName(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		if r == '/' || r == '\\' || r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+			r = '_'
+		}
+		if b.Len()+utf8.RuneLen(r) > MaxAttachmentName {
+			break
+		}
+		b.WriteRune(r)
+	}
+	n := b.String()
+	for prev := ""; prev != n; {
+		prev = n
+		n = strings.TrimLeft(strings.TrimSpace(n), ".")
+	}
+	if n == "" {
+		return "attachment"
+	}
+	return n
+}
