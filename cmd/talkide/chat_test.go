@@ -383,3 +383,42 @@ func chatWith(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 func chatExit(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return execute(ctx, append([]string{"chat"}, args...), stdio{in: stdin, out: stdout, err: stderr})
 }
+
+// pixelPNG is a PNG of one pixel, 70 bytes.
+const pixelPNG = "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\xdacd\xf8\xcfP\x0f\x00\x03\x86\x01\x80Z4}k\x00\x00\x00\x00IEND\xaeB`\x82"
+
+// TestChatCommandAttach sends a message with files attached from the
+// terminal, through the whole stack: the worker stores them in the
+// conversation's workspace and the model is shown the image.
+func TestChatCommandAttach(t *testing.T) {
+	st, _ := startTestStack(t)
+	dir := t.TempDir()
+	files := map[string][]byte{"shot.png": []byte(pixelPNG), "build.log": []byte("error: it broke\n")}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"chat", "--addr", st.Info.ControlPlane, "--conversation", "chat-attach", "-m", "what went wrong?",
+		"--attach", filepath.Join(dir, "shot.png"), "--attach", filepath.Join(dir, "build.log")}, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
+	if err != nil {
+		t.Fatalf("chat: %v (%s)", err, errOut.String())
+	}
+	for _, want := range []string{
+		"saw 1 image (image/png, 70 bytes)",
+		"Attached: attachments/build.log (16 B)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("chat printed no %q:\n%s", want, out.String())
+		}
+	}
+	for name, data := range files {
+		got, err := os.ReadFile(filepath.Join(st.Info.Workspaces, "chat-attach", "attachments", name))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("the workspace holds %s as %q, %v", name, got, err)
+		}
+	}
+}

@@ -4,13 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"image"
-	"image/png"
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -398,46 +394,6 @@ func TestChatCommandOnce(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "messages=3") {
 		t.Fatalf("second chat printed %q", out.String())
-	}
-}
-
-// TestChatCommandAttach sends a message with files attached from the
-// terminal, through the whole stack: the worker stores them in the
-// conversation's workspace and the model is shown the image.
-func TestChatCommandAttach(t *testing.T) {
-	st, _ := startTestStack(t)
-	dir := t.TempDir()
-	var img bytes.Buffer
-	if err := png.Encode(&img, image.NewGray(image.Rect(0, 0, 2, 2))); err != nil {
-		t.Fatal(err)
-	}
-	files := map[string][]byte{"shot.png": img.Bytes(), "build.log": []byte("error: it broke\n")}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var out, errOut bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err := run(ctx, []string{"chat", "--addr", st.Info.ControlPlane, "--conversation", "chat-attach", "-m", "what went wrong?",
-		"--attach", filepath.Join(dir, "shot.png"), "--attach", filepath.Join(dir, "build.log")}, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
-	if err != nil {
-		t.Fatalf("chat: %v (%s)", err, errOut.String())
-	}
-	for _, want := range []string{
-		fmt.Sprintf("saw 1 image (image/png, %d bytes)", img.Len()),
-		"Attached: attachments/build.log (16 B)",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("chat printed no %q:\n%s", want, out.String())
-		}
-	}
-	for name, data := range files {
-		got, err := os.ReadFile(filepath.Join(st.Info.Workspaces, "chat-attach", "attachments", name))
-		if err != nil || !bytes.Equal(got, data) {
-			t.Errorf("the workspace holds %s as %q, %v", name, got, err)
-		}
 	}
 }
 
