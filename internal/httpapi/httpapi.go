@@ -197,7 +197,8 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 
 // ReadBody reads at most max bytes of r's body; a longer body is a 413,
 // refused before a byte of it is read when its Content-Length says so. A
-// body of a declared length is read into a buffer of exactly that length.
+// body of a declared length is read into a buffer that grows as it arrives
+// and never past that length.
 // A request that BodyDeadline bounds is read within its deadline; any
 // other within DefaultBodyTimeout from now. A body that could not be read
 // whole (too large, too slow, broken) also closes the connection after the
@@ -234,18 +235,33 @@ func errBodyTooLarge(max int64) *Error {
 }
 
 // readAll reads body to its end; one of a declared length n (not
-// negative) into a buffer of n bytes, where io.ReadAll's growing buffer
-// would allocate up to twice the body on the way.
+// negative) into a buffer that never grows past n bytes, where io.ReadAll's
+// doubling could allocate up to twice the body. The buffer grows as bytes
+// arrive rather than being made whole at once, so that a request that
+// declares a large body and sends nothing costs no more than one that
+// declares a small one.
 func readAll(body io.Reader, n int64) ([]byte, error) {
 	if n < 0 {
 		return io.ReadAll(body)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(body, b); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	b := make([]byte, 0, min(n, readStep))
+	for int64(len(b)) < n {
+		if len(b) == cap(b) {
+			grown := make([]byte, len(b), min(n, max(2*int64(cap(b)), readStep)))
+			copy(grown, b)
+			b = grown
 		}
-		return nil, err
+		k, err := body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+k]
+		if err == io.EOF && int64(len(b)) == n {
+			return b, nil
+		}
+		if err == io.EOF {
+			return nil, io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	// The server ends the body at its Content-Length; a last read sees
 	// that end (and lifts BodyDeadline's deadline).
@@ -258,6 +274,10 @@ func readAll(body io.Reader, n int64) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// readStep is the buffer a body of a declared length starts with, and
+// the least it grows by.
+const readStep = 64 << 10
 
 // uploadRetryAfter is what a body refused for want of room is told to
 // wait, in seconds: the room is held only while a body is read and passed

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -387,6 +389,26 @@ func TestReadBodyDeclaredLength(t *testing.T) {
 				t.Errorf("read %d bytes of a body declared too large", read)
 			}
 		})
+	}
+}
+
+// TestReadBodyGrows reads declared bodies larger than the first buffer,
+// some from readers that return their last bytes with io.EOF.
+func TestReadBodyGrows(t *testing.T) {
+	for _, size := range []int{0, 1, 64 << 10, 64<<10 + 1, 200_001} {
+		want := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
+		for name, rd := range map[string]io.Reader{
+			"plain":            bytes.NewReader(want),
+			"EOF with data":    iotest.DataErrReader(bytes.NewReader(want)),
+			"a byte at a time": iotest.OneByteReader(bytes.NewReader(want)),
+		} {
+			r := httptest.NewRequest(http.MethodPost, "/", rd)
+			r.ContentLength = int64(size)
+			got, err := httpapi.ReadBody(httptest.NewRecorder(), r, 1<<20)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%d bytes, %s: read %d bytes, %v", size, name, len(got), err)
+			}
+		}
 	}
 }
 
