@@ -197,12 +197,12 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 
 // ReadBody reads at most max bytes of r's body; a longer body is a 413,
 // refused before a byte of it is read when its Content-Length says so. A
-// body of a declared length is read into a buffer that grows as it arrives
-// and never past that length.
-// A request that BodyDeadline bounds is read within its deadline; any
-// other within DefaultBodyTimeout from now. A body that could not be read
-// whole (too large, too slow, broken) also closes the connection after the
-// answer, so that the server does not go on reading what is left of it.
+// body of a declared length is read into a buffer that grows as it
+// arrives and never past that length. A request that BodyDeadline bounds
+// is read within its deadline; any other within DefaultBodyTimeout from
+// now. A body that could not be read whole (too large, too slow, broken)
+// also closes the connection after the answer, so that the server does
+// not go on reading what is left of it.
 func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
 	if r.ContentLength > max {
 		w.Header().Set("Connection", "close")
