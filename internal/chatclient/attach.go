@@ -10,9 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
-	"github.com/talkide/platform/internal/backoff"
 	"github.com/talkide/platform/internal/contract"
 )
 
@@ -20,11 +18,10 @@ import (
 // the user, under name mended into one the worker takes
 // (contract.MendAttachmentName; a name already taken gets a suffix), and
 // returns where it landed, for the next message to name
-// (contract.WithAttachments). A refusal for want of room on the server
-// (too_many_uploads: nothing was stored) is sent again after its
-// Retry-After for as long as a message would be; any other failure is
-// returned and the file not sent again, since a retry after a lost answer
-// could store it twice.
+// (contract.WithAttachments). A refusal with Retry-After (too_many_uploads
+// for want of room: nothing was stored) is sent again after that wait, as
+// a message would be; any other failure is returned and the file not sent
+// again, since a retry after a lost answer could store it twice.
 func (c *Client) Attach(ctx context.Context, id, name string, data []byte) (contract.Attachment, error) {
 	u, err := c.conversationURL(id, "/attachments")
 	if err != nil {
@@ -37,27 +34,12 @@ func (c *Client) Attach(ctx context.Context, id, name string, data []byte) (cont
 		return contract.Attachment{}, fmt.Errorf("chatclient: attach: the file is larger than %s", mib(contract.MaxAttachmentBytes))
 	}
 	u += "?name=" + url.QueryEscape(contract.MendAttachmentName(name))
-	b := backoff.New(c.sendRetry)
-	patience := time.Now().Add(c.sendPatience)
-	for {
-		var a contract.Attachment
+	var a contract.Attachment
+	err = c.retried(ctx, "attach", 1, c.log.With("conversation", id), func() error {
 		_, err := c.do(ctx, http.MethodPost, u, "application/octet-stream", data, &a)
-		if err == nil {
-			return a, nil
-		}
-		var ae *APIError
-		if !errors.As(err, &ae) || ae.Code != contract.CodeTooManyUploads || ctx.Err() != nil {
-			return contract.Attachment{}, err
-		}
-		d := max(b.Next(), min(ae.RetryAfter, c.retryAfterMax))
-		if !time.Now().Add(d).Before(patience) {
-			return contract.Attachment{}, err
-		}
-		c.log.Info("chatclient: attach refused for want of room; retrying", "conversation", id, "delay", d)
-		if cerr := backoff.Sleep(ctx, d); cerr != nil {
-			return contract.Attachment{}, fmt.Errorf("chatclient: attach: %w (last error: %v)", cerr, err)
-		}
-	}
+		return err
+	})
+	return a, err
 }
 
 // attachFile stores the local file at path for the next message, which

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -110,30 +111,41 @@ func (c *Client) send(ctx context.Context, id string, req contract.SendMessageRe
 		return contract.SendMessageResponse{}, fmt.Errorf("chatclient: %w", err)
 	}
 	log := c.log.With("conversation", id, "client_message_id", req.ClientMessageID)
+	var resp contract.SendMessageResponse
+	err = c.retried(ctx, "send", attempts, log, func() error {
+		_, err := c.doJSON(ctx, http.MethodPost, u, req, &resp)
+		return err
+	})
+	return resp, err
+}
+
+// retried calls call until it succeeds or fails for good. A refusal that
+// says when to come back (Retry-After, a transient status) is followed
+// until the send patience runs out, and costs no attempt; any other
+// transient failure costs one of attempts; what is not transient, or ctx
+// ending, is returned at once.
+func (c *Client) retried(ctx context.Context, what string, attempts int, log *slog.Logger, call func() error) error {
 	b := backoff.New(c.sendRetry)
 	patience := time.Now().Add(c.sendPatience)
 	failed := 0 // failures that said nothing of when to come back
 	for {
-		var resp contract.SendMessageResponse
-		_, err := c.doJSON(ctx, http.MethodPost, u, req, &resp)
+		err := call()
 		if err == nil {
-			return resp, nil
+			return nil
 		}
 		if ctx.Err() != nil {
-			return contract.SendMessageResponse{}, fmt.Errorf("chatclient: send: %w (last error: %v)", ctx.Err(), err)
+			return fmt.Errorf("chatclient: %s: %w (last error: %v)", what, ctx.Err(), err)
 		}
 		d := b.Next()
-		// A refusal that says when to come back (Retry-After) is followed
-		// until the patience runs out, and costs no attempt.
 		var ae *APIError
 		if errors.As(err, &ae) && ae.RetryAfter > 0 && transient(err) && time.Now().Add(d).Before(patience) {
 			d = max(d, min(ae.RetryAfter, c.retryAfterMax))
 		} else if failed++; !transient(err) || failed >= attempts {
-			return contract.SendMessageResponse{}, err
+			return err
 		}
-		log.Info("chatclient: send failed; retrying", "failed", failed, "delay", d, "err", err)
+		log.Info("chatclient: "+what+" failed; retrying", "failed", failed, "delay", d, "err", err)
 		if cerr := backoff.Sleep(ctx, d); cerr != nil {
-			return contract.SendMessageResponse{}, fmt.Errorf("chatclient: send: %w (last error: %v)", cerr, err)
+			return fmt.Errorf("chatclient: %s: %w (last error: %v)", what, cerr, err)
 		}
 	}
 }

@@ -51,7 +51,7 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) error {
 	}
 	body, release, err := httpapi.ReadBodyIn(w, r, contract.MaxAttachmentBytes, s.uploads, userOf(r))
 	if err != nil {
-		s.uploadRefused(err, "user", "total")
+		s.uploadRefused(err, false)
 		return err
 	}
 	// The bytes are held until the worker has them all: the room goes
@@ -60,7 +60,7 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) error {
 	var out contract.Attachment
 	status, err := wc.doBody(r.Context(), http.MethodPost, contract.AttachmentsPath, c.ID, url.Values{"name": {name}}, "application/octet-stream", body, 1<<20, &out)
 	if err != nil {
-		s.uploadRefused(err, "worker", "worker")
+		s.uploadRefused(err, true)
 		return workerFailure(err)
 	}
 	s.log.Info("attachment stored", "conversation", c.ID, "user", userOf(r), "bytes", out.Size, "image", out.MediaType)
@@ -69,16 +69,19 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) error {
 }
 
 // uploadRefused counts err when it refused an attached file for want of
-// room: as limit429 when it was a 429 (a user's share), as limit503 when
-// a 503 (all of the room).
-func (s *Server) uploadRefused(err error, limit429, limit503 string) {
+// room: the worker's refusal as "worker", this replica's by its status (a
+// user's share is 429, the whole room 503).
+func (s *Server) uploadRefused(err error, byWorker bool) {
 	he, ok := errors.AsType[*httpapi.Error](err)
 	if !ok || he.Code != contract.CodeTooManyUploads || s.cfg.UploadMetrics == nil {
 		return
 	}
-	if he.Status == http.StatusTooManyRequests {
-		s.cfg.UploadMetrics.UploadRefused(limit429)
-	} else {
-		s.cfg.UploadMetrics.UploadRefused(limit503)
+	limit := "total"
+	switch {
+	case byWorker:
+		limit = "worker"
+	case he.Status == http.StatusTooManyRequests:
+		limit = "user"
 	}
+	s.cfg.UploadMetrics.UploadRefused(limit)
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/talkide/platform/internal/bodyroom"
+	"github.com/talkide/platform/internal/httpapi"
 )
 
 // DefaultMaxBuffered is the default bound on the bytes of request bodies
@@ -151,13 +152,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (*heldBody, *
 			}
 			return fail(readErr(err))
 		}
-		// The server ends the body at its Content-Length; a last read
-		// sees the end (and lifts the body's deadline).
-		var one [1]byte
-		if k, err := body.Read(one[:]); k > 0 || err != io.EOF {
-			if err == nil || err == io.EOF {
-				err = errors.New("body longer than its Content-Length")
-			}
+		if err := httpapi.AtEnd(body); err != nil {
 			return fail(readErr(err))
 		}
 		h.b, h.size = buf, len(buf)

@@ -263,16 +263,24 @@ func readAll(body io.Reader, n int64) ([]byte, error) {
 			return nil, err
 		}
 	}
-	// The server ends the body at its Content-Length; a last read sees
-	// that end (and lifts BodyDeadline's deadline).
+	if err := AtEnd(body); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// AtEnd checks that body, read to its declared Content-Length, ends
+// there: the server ends a body at that length, so one more read sees the
+// end (and lifts BodyDeadline's deadline); anything else is an error.
+func AtEnd(body io.Reader) error {
 	var one [1]byte
 	if k, err := body.Read(one[:]); k > 0 || err != io.EOF {
 		if err == nil || err == io.EOF {
 			err = errors.New("the body is longer than its Content-Length")
 		}
-		return nil, err
+		return err
 	}
-	return b, nil
+	return nil
 }
 
 // readStep is the buffer a body of a declared length starts with, and

@@ -211,8 +211,6 @@ func BeatEnds(dir, holder string) time.Time {
 	return e.UpdatedAt.Add(time.Duration(e.BeatWindowMS) * time.Millisecond)
 }
 
-func (r *Registry) path(holder string) string { return entryPath(r.dir, holder) }
-
 func entryPath(dir, holder string) string { return filepath.Join(dir, holder+".json") }
 
 // Publish writes this replica's entry as self computes it now, under the
@@ -235,7 +233,7 @@ func (r *Registry) Publish(self func() Entry) error {
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.WriteFile(r.path(r.holder), append(b, '\n'), 0o600); err != nil {
+	if err := atomicfile.WriteFile(entryPath(r.dir, r.holder), append(b, '\n'), 0o600); err != nil {
 		return err
 	}
 	if r.opts.OnBeat != nil {
@@ -250,7 +248,7 @@ func (r *Registry) Remove() error {
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
 	r.removed = true
-	if err := os.Remove(r.path(r.holder)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(entryPath(r.dir, r.holder)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
@@ -279,7 +277,7 @@ func (r *Registry) Read() ([]Entry, error) {
 		}
 		switch age := now.Sub(e.UpdatedAt); {
 		case age > gone:
-			os.Remove(r.path(holder)) // another replica may have removed it first
+			os.Remove(entryPath(r.dir, holder)) // another replica may have removed it first
 		case age <= stale && age >= -stale: // a clock far ahead is as suspect as one far behind
 			peers = append(peers, e)
 		}
